@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+"""Pure preflight / RDMA checks over the facts of every host.
+
+`preflight(facts_by_host, links, topology, settings)` returns a list of problems, each
+`{severity: "error"|"warning", check, host, port, msg, fix}`; `report(problems)` renders
+them as one summary. No I/O: the role gathers facts once and calls these on the
+controller.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+DEFAULTS = {
+    "rdma_wanted": True,       # plan for RDMA (jaccl) when the hardware has it
+    "rdma_required": False,    # fail (not warn) when RDMA is not usable everywhere
+    "min_macos_rdma": "26.2",
+    "min_memory_gb": 0,
+    "min_free_disk_gb": 10,
+}
+
+
+def version_tuple(text):
+    parts = []
+    for piece in str(text or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _p(severity, check, host, msg, fix, port=None):
+    return {"severity": severity, "check": check, "host": host, "port": port, "msg": msg, "fix": fix}
+
+
+def preflight(facts_by_host, links=None, topology=None, settings=None):
+    s = dict(DEFAULTS, **(settings or {}))
+    rdma_sev = "error" if s["rdma_required"] else "warning"
+    problems = []
+    hosts = sorted(facts_by_host)
+
+    # macOS versions: equal everywhere, and new enough for RDMA where it is wanted.
+    versions = {h: (facts_by_host[h].get("os") or {}).get("product_version") for h in hosts}
+    counts = Counter(v for v in versions.values() if v)
+    if len(counts) > 1:
+        majority = counts.most_common(1)[0][0]
+        for h in hosts:
+            if versions[h] != majority:
+                others = ", ".join(x for x in hosts if versions[x] == majority)
+                problems.append(_p("error", "macos_version", h,
+                                   f"{h} runs macOS {versions[h]} while {others} run {majority}",
+                                   f"update {h} (System Settings > General > Software Update) so every node runs the same macOS"))
+    cabled = _cabled_ifaces(links)
+    for h in hosts:
+        f = facts_by_host[h]
+        if s["rdma_wanted"] and versions[h] and version_tuple(versions[h]) < version_tuple(s["min_macos_rdma"]):
+            problems.append(_p(rdma_sev, "macos_rdma", h,
+                               f"{h} runs macOS {versions[h]}; RDMA over Thunderbolt needs {s['min_macos_rdma']} or newer",
+                               f"update {h} to macOS {s['min_macos_rdma']}+"))
+        problems.extend(_rdma_problems(h, f.get("rdma") or {}, cabled.get(h, set()), rdma_sev, s["rdma_wanted"]))
+        problems.extend(_bridge_problems(h, f.get("thunderbolt") or {}, cabled.get(h, set())))
+        problems.extend(_resource_problems(h, f, s))
+
+    problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
+    if topology and not topology.get("backend"):
+        problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
+                           _missing_fix(topology)))
+    return problems
+
+
+def _cabled_ifaces(links):
+    out = {}
+    for c in (links or {}).get("cables", []):
+        for end in (c["a"], c["b"]):
+            if end.get("iface"):
+                out.setdefault(end["host"], set()).add(end["iface"])
+    return out
+
+
+def _rdma_problems(host, rdma, cabled, sev, wanted):
+    if not wanted:
+        return []
+    out = []
+    state = rdma.get("rdma_ctl")
+    devices = {d.get("iface"): d for d in rdma.get("devices") or []}
+    if state == "disabled":
+        return [_p(sev, "rdma", host, f"RDMA is disabled on {host} (rdma_ctl status: disabled)",
+                   "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot")]
+    if not devices:
+        return [_p(sev, "rdma", host, f"{host} has no RDMA devices (ibv_devices is empty)",
+                   "RDMA needs Thunderbolt 5 hardware and macOS 26.2+; on Thunderbolt 4 use the `ring` backend")]
+    for iface in sorted(cabled):
+        dev = devices.get(iface)
+        if dev is None:
+            out.append(_p(sev, "rdma_port", host, f"{host}:{iface} is cabled but has no RDMA device rdma_{iface}",
+                          "the port is not RDMA-capable (Thunderbolt 4 port or dock); move the cable to a Thunderbolt 5 port", iface))
+        elif dev.get("port_state") != "PORT_ACTIVE":
+            out.append(_p(sev, "rdma_port", host, f"{host}:rdma_{iface} is {dev.get('port_state')}",
+                          f"reseat or replace the cable on {host}:{iface}", iface))
+    return out
+
+
+def _bridge_problems(host, tb, cabled):
+    bridge = tb.get("bridge") or {}
+    members = [m for m in bridge.get("members") or [] if m in cabled]
+    if bridge.get("exists") and members:
+        return [_p("warning", "thunderbolt_bridge", host,
+                   f"the Thunderbolt Bridge on {host} holds cabled ports {', '.join(members)}: "
+                   f"bridging a mesh makes a broadcast loop and blocks per-cable addresses",
+                   "the network stage takes the ports out of the bridge (or: System Settings > Network > "
+                   "Thunderbolt Bridge > remove the ports)")]
+    return []
+
+
+def _resource_problems(host, f, s):
+    out = []
+    mem = (f.get("hw") or {}).get("memsize")
+    if mem is not None and s["min_memory_gb"] and mem < s["min_memory_gb"] * 2**30:
+        out.append(_p("error", "memory", host, f"{host} has {mem / 2**30:.0f} GB of memory, "
+                      f"less than the {s['min_memory_gb']} GB required",
+                      "use a larger model split or a host with more memory"))
+    free = (f.get("disk") or {}).get("free_bytes")
+    if free is not None and free < s["min_free_disk_gb"] * 2**30:
+        out.append(_p("error", "disk", host, f"{host} has {free / 2**30:.1f} GB free in "
+                      f"{(f.get('disk') or {}).get('path')}, less than {s['min_free_disk_gb']} GB",
+                      f"free disk space on {host} or lower preflight_min_free_disk_gb"))
+    return out
+
+
+def _link_problems(links, slow_sev):
+    out = []
+    for p in links.get("problems") or []:
+        out.append(_p("error", "wiring", p.get("host"), p.get("msg") or str(p), p.get("fix") or
+                      "check the cable at both ends and re-run", p.get("iface")))
+    for e in links.get("external") or []:
+        out.append(_p("warning", "wiring", e.get("host"),
+                      f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",
+                      "add that Mac to the inventory or unplug the cable", e.get("iface")))
+    for c in links.get("cables") or []:
+        a, b = c["a"], c["b"]
+        name = f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}"
+        if c.get("sighting") == "one-sided":
+            out.append(_p("warning", "wiring", a["host"], f"cable {name} is seen from one side only"
+                          f"{' (through ' + ', '.join(c.get('via') or []) + ')' if c.get('via') else ''}",
+                          "a dock or hub is in the way: cable the Macs directly for full speed and RDMA", a["iface"]))
+        if c.get("link_class") and c["link_class"] != "TB5":
+            out.append(_p(slow_sev, "link_speed", a["host"],
+                          f"cable {name} runs at {c.get('speed_gbps')} Gb/s ({c['link_class']}); RDMA needs Thunderbolt 5",
+                          "use a Thunderbolt 5 cable between Thunderbolt 5 ports (no dock)", a["iface"]))
+    return out
+
+
+def _missing_fix(topology):
+    missing = topology.get("missing") or []
+    if missing:
+        return "add cables " + ", ".join(f"{a} <-> {b}" for a, b in missing) + " (full mesh), or cable a ring"
+    return "cable the Macs as a full mesh or a ring"
+
+
+def report(problems):
+    """One text summary: errors first, then warnings; each line names host, port and fix."""
+    if not problems:
+        return "preflight: no problems"
+    order = {"error": 0, "warning": 1}
+    lines = []
+    for p in sorted(problems, key=lambda p: (order.get(p["severity"], 2), p.get("host") or "", p.get("port") or "", p["check"])):
+        where = p.get("host") or "cluster"
+        if p.get("port"):
+            where += f":{p['port']}"
+        lines.append(f"[{p['severity'].upper()}] {where}: {p['msg']} -> fix: {p['fix']}")
+    n_err = sum(p["severity"] == "error" for p in problems)
+    n_warn = sum(p["severity"] == "warning" for p in problems)
+    return "\n".join([f"preflight: {n_err} error(s), {n_warn} warning(s)"] + lines)

@@ -1,0 +1,206 @@
+# -*- coding: utf-8 -*-
+"""Pure planning for the Thunderbolt link configuration of one Mac.
+
+`plan_links()` compares what a Mac has (hardware ports, network services, runtime
+addresses, bridge members, host routes) with the planned links and returns the argv
+lists that converge it, in order. Nothing here runs a command: the module
+`thunderbolt_links` reads the state, calls this, and runs (or, in check mode, only
+reports) the actions.
+
+Safety rules enforced here, not in the module:
+- an interface Ansible connects over (`protected`) is never touched;
+- only interfaces that are Thunderbolt hardware ports may be configured;
+- a bridge is only disabled when every member is a Thunderbolt port; a bridge that
+  carries anything else only loses the planned ports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+try:  # inside an Ansible module
+    from ansible.module_utils.mlx_tb import ParseError
+except ImportError:  # unit tests: plugins/module_utils is on sys.path
+    from mlx_tb import ParseError  # type: ignore[no-redef]
+
+TB_PORT = re.compile(r"^Thunderbolt \d+$")
+
+
+def parse_getinfo(text):
+    """Parse `networksetup -getinfo SERVICE`.
+
+    Returns {"method": "manual"|"dhcp"|"bootp"|"off"|None, "address", "subnet", "router"}.
+    Unknown lines are ignored; an error text ("... is not a recognized network service")
+    raises ParseError.
+    """
+    if not isinstance(text, str):
+        raise ParseError("networksetup -getinfo", "output is not text")
+    if "not a recognized network service" in text or text.startswith("** Error"):
+        raise ParseError("networksetup -getinfo", text.strip().splitlines()[0] if text.strip() else "error")
+    info = {"method": None, "address": None, "subnet": None, "router": None}
+    for line in text.splitlines():
+        line = line.strip()
+        low = line.lower()
+        if low == "manual configuration":
+            info["method"] = "manual"
+        elif low == "dhcp configuration":
+            info["method"] = "dhcp"
+        elif low == "bootp configuration":
+            info["method"] = "bootp"
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            value = value.strip()
+            if value in ("", "(null)", "none"):
+                value = None
+            key = key.strip().lower()
+            if key == "ip address":
+                info["address"] = value
+            elif key == "subnet mask":
+                info["subnet"] = value
+            elif key == "router":
+                info["router"] = value
+    return info
+
+
+def parse_route_get(text):
+    """Parse macOS `route -n get IP`: {"destination", "interface", "flags": [...]}.
+
+    `route: writing to routing socket: not in table` (no route) gives interface None.
+    """
+    res = {"destination": None, "interface": None, "gateway": None, "flags": []}
+    if not isinstance(text, str):
+        return res
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "destination":
+            res["destination"] = value
+        elif key == "interface":
+            res["interface"] = value
+        elif key == "gateway":
+            res["gateway"] = value
+        elif key == "flags":
+            res["flags"] = [f for f in value.strip("<>").split(",") if f]
+    return res
+
+
+def netmask(prefix):
+    return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
+
+
+class LinkPlanError(Exception):
+    """A plan that must not be applied (it would touch an interface outside the plan)."""
+
+
+def plan_links(links, hwports, services, interfaces, service_info, routes,
+               protected=(), bridge="bridge0", bridge_service="Thunderbolt Bridge",
+               host_routes=True):
+    """Return (actions, warnings, before, after) to converge a Mac on `links`.
+
+    links: [{iface, address, prefix, peer_address}]
+    hwports: {"Thunderbolt 1": "en2", ...} (networksetup -listallhardwareports)
+    services: [{name, hardware_port, device, enabled}] (-listnetworkserviceorder)
+    interfaces: {iface: {ipv4: [{address, prefix}], members: [...]}} (ifconfig)
+    service_info: {service name: parse_getinfo(...)} for the services of planned ifaces
+    routes: {peer_address: parse_route_get(...)}
+    Each action is {"argv": [...], "why": "..."}; argv[0] is a command name the module
+    resolves with get_bin_path.
+    """
+    protected = set(protected or ())
+    port_of_iface = {dev: port for port, dev in hwports.items() if dev}
+    tb_ifaces = {dev for port, dev in hwports.items() if TB_PORT.match(port or "") and dev}
+    planned = {}
+    for link in links:
+        iface = link["iface"]
+        if iface in protected:
+            raise LinkPlanError(
+                f"refusing to configure {iface}: it is the management interface (the one "
+                f"Ansible connects over). Re-cable so the cluster uses other Thunderbolt "
+                f"ports, or connect Ansible over another interface.")
+        if iface not in tb_ifaces:
+            kind = port_of_iface.get(iface)
+            what = f"hardware port '{kind}'" if kind else "no hardware port"
+            raise LinkPlanError(
+                f"refusing to configure {iface}: it is not a Thunderbolt port ({what}). "
+                f"The plan only touches the Thunderbolt cables it discovered; re-run "
+                f"discovery if the wiring changed.")
+        if iface in planned:
+            raise LinkPlanError(f"two planned links on {iface}: the plan is inconsistent")
+        planned[iface] = link
+
+    actions, warnings = [], []
+    before, after = {}, {}
+
+    # 1. The Thunderbolt Bridge: take the planned ports out of it.
+    members = list((interfaces.get(bridge) or {}).get("members") or [])
+    bridge_svc = next((s for s in services if s.get("name") == bridge_service), None)
+    foreign = [m for m in members if m not in tb_ifaces]
+    before["bridge"] = {"members": members, "service_enabled": bool(bridge_svc and bridge_svc.get("enabled"))}
+    for m in members:
+        if m in planned:
+            actions.append({"argv": ["ifconfig", bridge, "deletem", m],
+                            "why": f"take {m} out of {bridge} (a bridged port cannot carry its own address)"})
+    if planned and bridge_svc and bridge_svc.get("enabled"):
+        if foreign:
+            warnings.append(
+                f"{bridge} also carries {', '.join(foreign)}; leaving the '{bridge_service}' "
+                f"service enabled and only removing the planned Thunderbolt ports from it")
+        else:
+            actions.append({"argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
+                            "why": f"disable the '{bridge_service}' service so the ports stay out of it after a reboot"})
+    after["bridge"] = {
+        "members": [m for m in members if m not in planned],
+        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")) and bool(foreign or not planned),
+        # disabled only when every member is a Thunderbolt port (see above)
+    }
+
+    # 2. One network service per planned port, manual /30, enabled.
+    by_device = {s.get("device"): s for s in services if s.get("device")}
+    for iface in sorted(planned):
+        link = planned[iface]
+        address, prefix, peer = link["address"], int(link.get("prefix", 30)), link["peer_address"]
+        mask = netmask(prefix)
+        port = port_of_iface[iface]
+        svc = by_device.get(iface)
+        name = svc["name"] if svc else port
+        if svc is None:
+            actions.append({"argv": ["networksetup", "-createnetworkservice", name, port],
+                            "why": f"create a network service for {port} ({iface})"})
+        elif not svc.get("enabled"):
+            actions.append({"argv": ["networksetup", "-setnetworkserviceenabled", name, "on"],
+                            "why": f"enable the '{name}' service"})
+        info = service_info.get(name) or {}
+        if not (info.get("method") == "manual" and info.get("address") == address and info.get("subnet") == mask):
+            actions.append({"argv": ["networksetup", "-setmanual", name, address, mask],
+                            "why": f"persist {address}/{prefix} on '{name}' ({iface})"})
+        current = [a for a in ((interfaces.get(iface) or {}).get("ipv4") or [])]
+        have = any(a.get("address") == address and int(a.get("prefix", -1)) == prefix for a in current)
+        for a in current:
+            if a.get("address") != address:
+                actions.append({"argv": ["ifconfig", iface, "inet", a["address"], "delete"],
+                                "why": f"remove stale {a['address']} from {iface}"})
+        if not have:
+            actions.append({"argv": ["ifconfig", iface, "inet", address, "netmask", mask],
+                            "why": f"set {address}/{prefix} on {iface} now"})
+        if host_routes:
+            r = routes.get(peer) or {}
+            ok = r.get("interface") == iface and "HOST" in (r.get("flags") or []) and r.get("destination") == peer
+            if not ok:
+                actions.append({"argv": ["route", "-n", "add" if not _has_host_route(r, peer) else "change",
+                                         "-host", peer, "-interface", iface],
+                                "why": f"host route to {peer} over {iface}"})
+        before[iface] = {
+            "service": name if svc else None,
+            "persistent": f"{info.get('address')}/{info.get('subnet')}" if info.get("method") == "manual" else info.get("method"),
+            "runtime": [f"{a['address']}/{a['prefix']}" for a in current],
+        }
+        after[iface] = {"service": name, "persistent": f"{address}/{mask}", "runtime": [f"{address}/{prefix}"],
+                        "peer": peer}
+    return actions, warnings, before, after
+
+
+def _has_host_route(route, peer):
+    return route.get("destination") == peer and "HOST" in (route.get("flags") or [])

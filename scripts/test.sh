@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run): set-up, then the whole suite.
+# Extra arguments go to pytest. pytest's exit code 5 (no test ran) is a failure.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+bash scripts/bootstrap.sh || exit 1
+export PATH="$here/.venv/bin:$PATH"
+export ANSIBLE_CONFIG="$here/ansible.cfg"
+.venv/bin/python -m pytest "$@"
+rc=$?
+if [[ $rc -eq 5 ]]; then
+  echo "test.sh: no test ran (pytest exit code 5): failing" >&2
+  exit 1
+fi
+exit $rc

@@ -1,0 +1,92 @@
+"""preflight(): every problem names host, port and fix."""
+
+from mlx_checks import preflight, report, version_tuple
+
+
+def host_facts(version="26.2", rdma_ctl="enabled", devices=("en2", "en3"), state="PORT_ACTIVE",
+               bridge_members=(), free_gb=100, mem_gb=128):
+    return {
+        "os": {"product_version": version},
+        "rdma": {"rdma_ctl": rdma_ctl, "devices": [
+            {"name": f"rdma_{d}", "iface": d, "port_state": state, "ipv4_gid": True} for d in devices]},
+        "thunderbolt": {"bridge": {"exists": bool(bridge_members), "members": list(bridge_members)}},
+        "hw": {"memsize": mem_gb * 2**30},
+        "disk": {"path": "/Users/admin", "free_bytes": free_gb * 2**30},
+    }
+
+
+def cable(a, ai, b, bi, speed=80, cls="TB5", sighting="both"):
+    return {"id": f"{a}:{ai}~{b}:{bi}", "a": {"host": a, "iface": ai}, "b": {"host": b, "iface": bi},
+            "speed_gbps": speed, "link_class": cls, "sighting": sighting, "via": []}
+
+
+LINKS = {"cables": [cable("m1", "en2", "m2", "en2")], "problems": [], "external": []}
+
+
+def only(problems, check):
+    return [p for p in problems if p["check"] == check]
+
+
+def test_healthy_pair_has_no_problem():
+    assert preflight({"m1": host_facts(), "m2": host_facts()}, LINKS, {"backend": "jaccl"}) == []
+    assert report([]) == "preflight: no problems"
+
+
+def test_rdma_disabled_names_host_and_recovery_fix():
+    probs = preflight({"m1": host_facts(), "m2": host_facts(rdma_ctl="disabled", devices=())}, LINKS,
+                      settings={"rdma_required": True})
+    (p,) = only(probs, "rdma")
+    assert p["severity"] == "error" and p["host"] == "m2"
+    assert "rdma_ctl enable" in p["fix"] and "Recovery" in p["fix"]
+
+
+def test_rdma_problems_are_warnings_unless_required():
+    probs = preflight({"m1": host_facts(), "m2": host_facts(devices=())}, LINKS)
+    (p,) = only(probs, "rdma")
+    assert p["severity"] == "warning" and "Thunderbolt 5" in p["fix"]
+
+
+def test_port_down_names_the_port():
+    probs = preflight({"m1": host_facts(state="PORT_DOWN"), "m2": host_facts()}, LINKS,
+                      settings={"rdma_required": True})
+    (p,) = only(probs, "rdma_port")
+    assert (p["host"], p["port"], p["severity"]) == ("m1", "en2", "error")
+    assert "m1:en2" in p["fix"]
+
+
+def test_macos_mismatch_and_too_old_for_rdma():
+    probs = preflight({"m1": host_facts(), "m2": host_facts(), "m3": host_facts(version="26.1")}, LINKS)
+    (mismatch,) = only(probs, "macos_version")
+    assert mismatch["host"] == "m3" and "26.1" in mismatch["msg"] and "m1, m2" in mismatch["msg"]
+    (old,) = only(probs, "macos_rdma")
+    assert old["host"] == "m3"
+
+
+def test_tb4_cable_warns_or_fails_with_rdma_required():
+    links = {"cables": [cable("m1", "en2", "m2", "en2", speed=40, cls="TB4")]}
+    (w,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, links), "link_speed")
+    assert w["severity"] == "warning" and "40 Gb/s" in w["msg"] and w["port"] == "en2"
+    (e,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, links, settings={"rdma_required": True}), "link_speed")
+    assert e["severity"] == "error"
+
+
+def test_bridge_with_cabled_ports_is_named():
+    probs = preflight({"m1": host_facts(bridge_members=("en2", "en3")), "m2": host_facts()}, LINKS)
+    (p,) = only(probs, "thunderbolt_bridge")
+    assert p["host"] == "m1" and "en2" in p["msg"] and "en3" not in p["msg"]
+
+
+def test_disk_and_topology_errors_and_report_order():
+    topo = {"backend": None, "message": "not a mesh and no ring", "missing": [["m1", "m3"]]}
+    probs = preflight({"m1": host_facts(free_gb=1), "m2": host_facts()}, LINKS, topo)
+    assert only(probs, "disk")[0]["host"] == "m1"
+    assert "m1 <-> m3" in only(probs, "topology")[0]["fix"]
+    text = report(probs + [{"severity": "warning", "check": "x", "host": "m2", "port": None, "msg": "w", "fix": "f"}])
+    lines = text.splitlines()
+    assert lines[0] == "preflight: 2 error(s), 1 warning(s)"
+    assert lines[1].startswith("[ERROR]") and lines[-1].startswith("[WARNING] m2")
+
+
+def test_version_tuple():
+    assert version_tuple("26.2") == version_tuple("26.2.0") < version_tuple("26.10")
+    assert version_tuple(None) == ()

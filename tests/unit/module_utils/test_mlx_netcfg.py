@@ -1,0 +1,132 @@
+"""plan_links: what the network module would run, from measured state."""
+
+import pytest
+
+from mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links
+
+HWPORTS = {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
+           "Thunderbolt 3": "en4", "Thunderbolt Bridge": "bridge0"}
+FRESH_SERVICES = [
+    {"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
+    {"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0", "enabled": True},
+]
+FRESH_IFACES = {
+    "en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "members": []},
+    "en2": {"ipv4": [], "members": []},
+    "en3": {"ipv4": [], "members": []},
+    "bridge0": {"ipv4": [], "members": ["en2", "en3", "en4"]},
+}
+LINKS = [
+    {"iface": "en2", "address": "10.208.0.1", "prefix": 30, "peer_address": "10.208.0.2"},
+    {"iface": "en3", "address": "10.208.0.5", "prefix": 30, "peer_address": "10.208.0.6"},
+]
+
+
+def argvs(actions):
+    return [a["argv"] for a in actions]
+
+
+def converged_state():
+    services = FRESH_SERVICES[:1] + [
+        {"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0", "enabled": False},
+        {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
+        {"name": "Thunderbolt 2", "hardware_port": "Thunderbolt 2", "device": "en3", "enabled": True},
+    ]
+    ifaces = {
+        "en0": FRESH_IFACES["en0"],
+        "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}]},
+        "en3": {"ipv4": [{"address": "10.208.0.5", "prefix": 30}]},
+        "bridge0": {"ipv4": [], "members": ["en4"]},
+    }
+    info = {"Thunderbolt 1": {"method": "manual", "address": "10.208.0.1", "subnet": "255.255.255.252"},
+            "Thunderbolt 2": {"method": "manual", "address": "10.208.0.5", "subnet": "255.255.255.252"}}
+    routes = {"10.208.0.2": {"destination": "10.208.0.2", "interface": "en2", "flags": ["UP", "HOST", "DONE", "STATIC"]},
+              "10.208.0.6": {"destination": "10.208.0.6", "interface": "en3", "flags": ["UP", "HOST", "DONE", "STATIC"]}}
+    return services, ifaces, info, routes
+
+
+def test_fresh_mac_gets_bridge_removal_services_addresses_and_routes():
+    actions, warnings, before, after = plan_links(LINKS, HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {})
+    assert argvs(actions) == [
+        ["ifconfig", "bridge0", "deletem", "en2"],
+        ["ifconfig", "bridge0", "deletem", "en3"],
+        ["networksetup", "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"],
+        ["networksetup", "-createnetworkservice", "Thunderbolt 1", "Thunderbolt 1"],
+        ["networksetup", "-setmanual", "Thunderbolt 1", "10.208.0.1", "255.255.255.252"],
+        ["ifconfig", "en2", "inet", "10.208.0.1", "netmask", "255.255.255.252"],
+        ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"],
+        ["networksetup", "-createnetworkservice", "Thunderbolt 2", "Thunderbolt 2"],
+        ["networksetup", "-setmanual", "Thunderbolt 2", "10.208.0.5", "255.255.255.252"],
+        ["ifconfig", "en3", "inet", "10.208.0.5", "netmask", "255.255.255.252"],
+        ["route", "-n", "add", "-host", "10.208.0.6", "-interface", "en3"],
+    ]
+    assert warnings == []
+    assert before["en2"]["runtime"] == [] and after["en2"]["runtime"] == ["10.208.0.1/30"]
+    assert after["bridge"]["members"] == ["en4"]
+
+
+def test_converged_mac_needs_nothing():
+    services, ifaces, info, routes = converged_state()
+    actions, warnings, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes)
+    assert actions == [] and warnings == []
+
+
+def test_stale_address_is_removed_and_persistent_config_rewritten():
+    services, ifaces, info, routes = converged_state()
+    ifaces["en2"] = {"ipv4": [{"address": "10.208.9.1", "prefix": 30}]}
+    info["Thunderbolt 1"] = {"method": "manual", "address": "10.208.9.1", "subnet": "255.255.255.252"}
+    actions, _, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes)
+    assert argvs(actions) == [
+        ["networksetup", "-setmanual", "Thunderbolt 1", "10.208.0.1", "255.255.255.252"],
+        ["ifconfig", "en2", "inet", "10.208.9.1", "delete"],
+        ["ifconfig", "en2", "inet", "10.208.0.1", "netmask", "255.255.255.252"],
+    ]
+
+
+def test_disabled_service_is_enabled_and_wrong_route_changed():
+    services, ifaces, info, routes = converged_state()
+    services[2]["enabled"] = False
+    routes["10.208.0.2"] = {"destination": "10.208.0.2", "interface": "en0", "flags": ["UP", "HOST", "DONE"]}
+    actions, _, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes)
+    assert argvs(actions) == [
+        ["networksetup", "-setnetworkserviceenabled", "Thunderbolt 1", "on"],
+        ["route", "-n", "change", "-host", "10.208.0.2", "-interface", "en2"],
+    ]
+
+
+def test_management_interface_is_refused():
+    with pytest.raises(LinkPlanError, match="en0: it is the management interface"):
+        plan_links([{"iface": "en0", "address": "10.208.0.1", "peer_address": "10.208.0.2"}],
+                   HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {}, protected=["en0"])
+
+
+def test_non_thunderbolt_interface_is_refused_even_when_not_protected():
+    with pytest.raises(LinkPlanError, match="en0: it is not a Thunderbolt port \\(hardware port 'Ethernet'\\)"):
+        plan_links([{"iface": "en0", "address": "10.208.0.1", "peer_address": "10.208.0.2"}],
+                   HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {})
+    with pytest.raises(LinkPlanError, match="en9: it is not a Thunderbolt port \\(no hardware port\\)"):
+        plan_links([{"iface": "en9", "address": "10.208.0.1", "peer_address": "10.208.0.2"}],
+                   HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {})
+
+
+def test_bridge_with_foreign_member_is_never_disabled():
+    ifaces = dict(FRESH_IFACES, bridge0={"ipv4": [], "members": ["en2", "en0"]})
+    actions, warnings, _, after = plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES, ifaces, {}, {}, host_routes=False)
+    assert ["ifconfig", "bridge0", "deletem", "en2"] in argvs(actions)
+    assert ["ifconfig", "bridge0", "deletem", "en0"] not in argvs(actions)
+    assert not any("-setnetworkserviceenabled" in a for a in argvs(actions))
+    assert warnings and "en0" in warnings[0]
+    assert after["bridge"]["service_enabled"] is True
+
+
+def test_parse_getinfo_and_route_get():
+    assert parse_getinfo("Manual Configuration\nIP address: 10.208.0.1\nSubnet mask: 255.255.255.252\n"
+                         "Router: (null)\nEthernet Address: 36:aa:bb:cc:dd:01\n") == {
+        "method": "manual", "address": "10.208.0.1", "subnet": "255.255.255.252", "router": None}
+    assert parse_getinfo("DHCP Configuration\nIP address: none\n")["method"] == "dhcp"
+    r = parse_route_get("   route to: 10.208.0.2\ndestination: 10.208.0.2\n  interface: en2\n"
+                        "      flags: <UP,HOST,DONE,STATIC>\n")
+    assert r == {"destination": "10.208.0.2", "interface": "en2", "gateway": None,
+                 "flags": ["UP", "HOST", "DONE", "STATIC"]}
+    assert parse_route_get("route: writing to routing socket: not in table")["interface"] is None
+    assert netmask(30) == "255.255.255.252"

@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: mlx_cluster_facts
+short_description: Gather everything mlx-cluster needs to know about a Mac in one run
+description:
+  - Returns one fact, C(mlx_cluster), as described in docs/design.md, with the Thunderbolt
+    wiring (as M(thunderbolt_facts)), the RDMA state (as M(rdma_facts)), all interfaces
+    (plain C(ifconfig)), the management interface, the macOS version, the hardware and the
+    free disk space.
+  - The management interface is the one holding the server address of the SSH session
+    (C(SSH_CONNECTION)); without it, the interface of the default route (C(route -n get default)).
+  - RDMA problems are checked against the Thunderbolt ports that have a Mac on the other end.
+  - Read-only; runs the same in check mode.
+version_added: "0.1.0"
+author: mlx-cluster contributors
+options:
+  disk_path:
+    description:
+      - Path whose file system's free space is reported in C(disk). Defaults to the remote user's home.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Only reads state; check mode changes nothing.
+  diff_mode:
+    support: none
+    description: Facts only.
+  facts:
+    support: full
+    description: Returns C(ansible_facts.mlx_cluster).
+notes:
+  - macOS only. Commands run, in order, C(sysctl -n hw.memsize hw.model hw.ncpu),
+    C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
+    C(networksetup -listnetworkserviceorder), C(ifconfig bridge0), C(ibv_devices), C(ibv_devinfo -v),
+    C(rdma_ctl status), C(ifconfig), C(route -n get default) (only when needed) and C(sw_vers).
+seealso:
+  - module: thunderbolt_facts
+  - module: rdma_facts
+"""
+
+EXAMPLES = r"""
+- name: Discover each Mac
+  mlx_cluster_facts:
+
+- name: Check the free space where models are kept
+  mlx_cluster_facts:
+    disk_path: /Users/Shared/models
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    mlx_cluster:
+      description: Everything about this Mac in one fact.
+      returned: always
+      type: dict
+      contains:
+        thunderbolt:
+          description: The C(mlx_thunderbolt) fact (see M(thunderbolt_facts)), with C(mac.model_id) from C(hw.model).
+          returned: always
+          type: dict
+          sample: {"mac": {"model": "Mac Studio", "model_id": "Mac16,9", "name": "Mac Studio"}, "ports": [],
+                   "hardware_ports": {}, "bridge": {"exists": false, "members": [], "service": null,
+                   "service_enabled": null}, "warnings": []}
+        rdma:
+          description: The C(mlx_rdma) fact (see M(rdma_facts)).
+          returned: always
+          type: dict
+          sample: {"rdma_ctl": "enabled", "devices": [], "usable": false, "problems": []}
+        interfaces:
+          description: Every interface of plain C(ifconfig).
+          returned: always
+          type: dict
+          sample: {"en0": {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": true, "mtu": 1500,
+                   "status": "active", "members": []}}
+        mgmt:
+          description: The interface the SSH session arrived on and its address; nulls when unknown.
+          returned: always
+          type: dict
+          sample: {"iface": "en0", "address": "10.1.2.3"}
+        os:
+          description: macOS version from C(sw_vers).
+          returned: always
+          type: dict
+          sample: {"product_version": "26.2", "build_version": "25C56"}
+        hw:
+          description: Memory in bytes, model identifier and CPU count from C(sysctl).
+          returned: always
+          type: dict
+          sample: {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}
+        disk:
+          description: Free bytes (for an unprivileged user) on the file system of C(path); null when it cannot be read.
+          returned: always
+          type: dict
+          sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_collect import collect_cluster, label
+from ansible.module_utils.mlx_tb import ParseError
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+def runner(module, record):
+    """run(argv, required) for mlx_collect: argv[0] from PATH, C locale, results kept in `record`."""
+    def run(argv, required=True):
+        path = module.get_bin_path(argv[0], required=required)
+        if path is None:
+            return None
+        cmd = [path] + list(argv[1:])
+        rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+        record[label(argv)] = {"rc": rc, "cmd": cmd, "stderr": err}
+        return rc, out, err
+    return run
+
+
+def disk_free(module, path):
+    """{"path", "free_bytes"}: bytes an unprivileged user may still write under `path`."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        module.warn(f"cannot read the free space of {path}: {exc.strerror}")
+        return {"path": path, "free_bytes": None}
+    return {"path": path, "free_bytes": st.f_bavail * st.f_frsize}
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path")), supports_check_mode=True)
+    record = {}
+    disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
+    try:
+        facts, warnings = collect_cluster(runner(module, record), os.environ.get("SSH_CONNECTION"), disk)
+    except ParseError as exc:
+        module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, ansible_facts={"mlx_cluster": facts})
+
+
+if __name__ == "__main__":
+    main()

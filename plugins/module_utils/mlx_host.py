@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+"""Pure parsers for the host part of `ansible_facts.mlx_cluster` (docs/design.md).
+
+`sw_vers`, `sysctl -n hw.memsize hw.model hw.ncpu`, `route -n get default`, and the
+choice of the management interface (the one the SSH session arrived on). The
+Thunderbolt and RDMA parts live in mlx_tb and mlx_rdma.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+try:  # inside an Ansible module
+    from ansible.module_utils.mlx_tb import ParseError, parse_ifconfig, small_int, to_text
+except ImportError:  # unit tests: plugins/module_utils is on sys.path
+    from mlx_tb import ParseError, parse_ifconfig, small_int, to_text  # type: ignore[no-redef]
+
+SW_VERS_COMMAND = "sw_vers"
+SYSCTL_COMMAND = "sysctl -n hw.memsize hw.model hw.ncpu"
+ROUTE_COMMAND = "route -n get default"
+
+
+def parse_sw_vers(text):
+    """Parse `sw_vers` into {"product_version": "26.2", "build_version": "25C56"}."""
+    text, _ = to_text(text, SW_VERS_COMMAND)
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            values[key.strip()] = value.strip()
+    product, build = values.get("ProductVersion"), values.get("BuildVersion")
+    if not product or not build:
+        raise ParseError(SW_VERS_COMMAND, "no ProductVersion or BuildVersion line")
+    return {"product_version": product, "build_version": build}
+
+
+def parse_sysctl_hw(text):
+    """Parse `sysctl -n hw.memsize hw.model hw.ncpu` (three lines, in that order)."""
+    text, _ = to_text(text, SYSCTL_COMMAND)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != 3:
+        raise ParseError(SYSCTL_COMMAND, f"expected 3 lines (memsize, model, ncpu), got {len(lines)}")
+    memsize, model, ncpu = lines
+    if small_int(memsize) is None or small_int(ncpu) is None:
+        raise ParseError(SYSCTL_COMMAND, f"memsize {memsize[:40]!r} or ncpu {ncpu[:40]!r} is not a number")
+    return {"memsize": small_int(memsize), "model": model, "ncpu": small_int(ncpu)}
+
+
+def parse_route_default(text):
+    """The interface of `route -n get default` ("interface: en0"), or None without a default route."""
+    text, _ = to_text(text, ROUTE_COMMAND)
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep and key.strip() == "interface" and value.strip():
+            return value.strip()
+    return None
+
+
+def ssh_server_address(ssh_connection):
+    """The server IPv4 of SSH_CONNECTION ("client_ip client_port server_ip server_port"), or None."""
+    if not isinstance(ssh_connection, str):
+        return None
+    parts = ssh_connection.split()
+    if len(parts) != 4:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(parts[2]))
+    except ValueError:
+        return None
+
+
+def mgmt_by_address(interfaces, address):
+    """{"iface", "address"} of the interface holding IPv4 `address`, or None."""
+    if address is None:
+        return None
+    for name in sorted(interfaces):
+        if any(a["address"] == address for a in interfaces[name]["ipv4"]):
+            return {"iface": name, "address": address}
+    return None
+
+
+def mgmt_by_iface(interfaces, iface):
+    """{"iface", "address"} for the default-route interface (its first IPv4), or None."""
+    if iface is None:
+        return None
+    addrs = (interfaces.get(iface) or {}).get("ipv4") or []
+    return {"iface": iface, "address": addrs[0]["address"] if addrs else None}
+
+
+def interfaces_facts(ifconfig_text):
+    """`interfaces` of mlx_cluster from plain `ifconfig` (macOS lists every interface)."""
+    return {
+        name: {"ipv4": entry["ipv4"], "up": entry["up"], "mtu": entry["mtu"],
+               "status": entry["status"], "members": entry["members"]}
+        for name, entry in parse_ifconfig(ifconfig_text).items()
+    }
+
+
+def cabled_ifaces(thunderbolt):
+    """Interfaces whose Thunderbolt port has a Mac on the other end (RDMA should be up there)."""
+    return sorted(p["iface"] for p in thunderbolt["ports"]
+                  if p["status"] == "connected" and p["peer"] and p["iface"])

@@ -1,0 +1,52 @@
+"""Captured answers of a Mac's commands for module tests, keyed by the argv the module must run."""
+
+from __future__ import annotations
+
+BINS = {
+    "system_profiler": "/usr/sbin/system_profiler",
+    "networksetup": "/usr/sbin/networksetup",
+    "ifconfig": "/sbin/ifconfig",
+    "route": "/sbin/route",
+    "sysctl": "/usr/sbin/sysctl",
+    "sw_vers": "/usr/bin/sw_vers",
+    "ibv_devices": "/usr/bin/ibv_devices",
+    "ibv_devinfo": "/usr/bin/ibv_devinfo",
+    "rdma_ctl": "/usr/bin/rdma_ctl",
+}
+
+SP = ("/usr/sbin/system_profiler", "SPThunderboltDataType", "-json")
+HWPORTS = ("/usr/sbin/networksetup", "-listallhardwareports")
+ORDER = ("/usr/sbin/networksetup", "-listnetworkserviceorder")
+BRIDGE = ("/sbin/ifconfig", "bridge0")
+IBV_DEVICES = ("/usr/bin/ibv_devices",)
+IBV_DEVINFO = ("/usr/bin/ibv_devinfo", "-v")
+RDMA_CTL = ("/usr/bin/rdma_ctl", "status")
+IFCONFIG = ("/sbin/ifconfig",)
+ROUTE = ("/sbin/route", "-n", "get", "default")
+SW_VERS = ("/usr/bin/sw_vers",)
+SYSCTL = ("/usr/sbin/sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu")
+
+# argv -> (rc, fixture name or None, stderr)
+STUDIO_A = {
+    SP: (0, "sp_direct_studio_a.json", ""),
+    HWPORTS: (0, "networksetup_hwports_studio_with_bridge.txt", ""),
+    ORDER: (0, "networksetup_order_bridge_enabled.txt", ""),
+    BRIDGE: (0, "ifconfig_bridge0_members.txt", ""),
+    IBV_DEVICES: (0, "ibv_devices_3.txt", ""),
+    IBV_DEVINFO: (0, "ibv_devinfo_v_mini_active_ipv4.txt", ""),
+    RDMA_CTL: (0, "rdma_ctl_status_enabled.txt", ""),
+    IFCONFIG: (0, "ifconfig_all_studio.txt", ""),
+    ROUTE: (0, "route_get_default_en0.txt", ""),
+    SW_VERS: (0, "sw_vers_26_2.txt", ""),
+    SYSCTL: (0, "sysctl_hw_studio_m4max.txt", ""),
+}
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+def answers(read_fixture, table, **overrides):
+    """{argv: (rc, stdout, stderr)} from a table of fixture names; overrides by argv name in this module."""
+    table = dict(table)
+    for name, value in overrides.items():
+        table[globals()[name.upper()]] = value
+    return {argv: (rc, read_fixture(out) if out else "", err) for argv, (rc, out, err) in table.items()}

@@ -1,0 +1,94 @@
+"""library/mlx_cluster_facts.py: main() with get_bin_path/run_command mocked."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from mac_commands import (
+    BINS,
+    BRIDGE,
+    C_LOCALE,
+    HWPORTS,
+    IBV_DEVICES,
+    IBV_DEVINFO,
+    IFCONFIG,
+    ORDER,
+    RDMA_CTL,
+    ROUTE,
+    SP,
+    STUDIO_A,
+    SW_VERS,
+    SYSCTL,
+    answers,
+)
+
+SSH = {"SSH_CONNECTION": "10.1.2.99 50522 10.1.2.3 22"}
+ORDER_RUN = [SYSCTL, SP, HWPORTS, ORDER, BRIDGE, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS]
+
+
+def run(module_runner, read_fixture, tmp_path, env=SSH, bins=BINS, **overrides):
+    return module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=bins, env=env,
+                         commands=answers(read_fixture, STUDIO_A, **overrides))
+
+
+def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
+    out = run(module_runner, read_fixture, tmp_path)
+    assert not out.failed, out.result
+    assert out.calls == [list(argv) for argv in ORDER_RUN]
+    assert all(env == C_LOCALE for env in out.envs)
+    facts = out.result["ansible_facts"]["mlx_cluster"]
+    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "mgmt", "os", "hw", "disk"}
+    assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
+    assert facts["os"] == {"product_version": "26.2", "build_version": "25C56"}
+    assert facts["hw"] == {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}
+    assert facts["disk"]["path"] == str(tmp_path)
+    st = os.statvfs(tmp_path)
+    assert abs(facts["disk"]["free_bytes"] - st.f_bavail * st.f_frsize) < 64 * 2**20
+    assert facts["thunderbolt"]["mac"]["model_id"] == "Mac16,9"
+    assert facts["interfaces"]["en2"]["ipv4"][0] == {"address": "10.208.0.1", "prefix": 30}
+    assert facts["rdma"]["usable"] is True and facts["rdma"]["problems"] == []
+
+
+def test_mgmt_falls_back_to_the_default_route(module_runner, read_fixture, tmp_path):
+    out = run(module_runner, read_fixture, tmp_path, env={"SSH_CONNECTION": "::1 50522 ::1 22"})
+    assert list(ROUTE) in out.calls
+    assert out.result["ansible_facts"]["mlx_cluster"]["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
+
+
+def test_cabled_ports_feed_the_rdma_problems(module_runner, read_fixture, tmp_path):
+    # studio A has a Mac behind en2; rdma_en2 is up but has no IPv4-mapped GID yet
+    out = run(module_runner, read_fixture, tmp_path, ibv_devinfo=(0, "ibv_devinfo_v_mini_active_no_ipv4.txt", ""))
+    problems = out.result["ansible_facts"]["mlx_cluster"]["rdma"]["problems"]
+    assert [(p["code"], p["iface"]) for p in problems] == [("no_ipv4_gid", "en2")]
+
+
+def test_unreadable_disk_path_is_a_warning(module_runner, read_fixture, tmp_path):
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path / "nope")}, bins=BINS, env=SSH,
+                        commands=answers(read_fixture, STUDIO_A))
+    assert not out.failed
+    assert out.result["ansible_facts"]["mlx_cluster"]["disk"]["free_bytes"] is None
+    assert any("free space" in w for w in out.warnings)
+
+
+def test_disk_path_defaults_to_home(module_runner, read_fixture, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    out = module_runner("mlx_cluster_facts", bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+    assert out.result["ansible_facts"]["mlx_cluster"]["disk"]["path"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("override, command, fragment", [
+    pytest.param({"sysctl": (0, "sw_vers_26_2.txt", "")}, SYSCTL, "is not a number", id="sysctl"),
+    pytest.param({"sw_vers": (0, "sysctl_hw_studio_m4max.txt", "")}, SW_VERS, "ProductVersion", id="sw-vers"),
+    pytest.param({"ifconfig": (0, "sw_vers_26_2.txt", "")}, IFCONFIG, "unexpected line", id="ifconfig"),
+    pytest.param({"sp": (0, "sw_vers_26_2.txt", "")}, SP, "not JSON", id="system-profiler"),
+    pytest.param({"ibv_devinfo": (0, "sw_vers_26_2.txt", "")}, IBV_DEVINFO, "hca_id", id="ibv-devinfo"),
+    pytest.param({"sw_vers": (72, None, "sw_vers: no\n")}, SW_VERS, "exited with 72", id="sw-vers-rc"),
+])
+def test_malformed_output_fails_naming_the_command(module_runner, read_fixture, tmp_path, override, command,
+                                                   fragment):
+    out = run(module_runner, read_fixture, tmp_path, **override)
+    assert out.failed
+    label = " ".join([command[0].rsplit("/", 1)[1], *command[1:]])
+    assert out.result["msg"].startswith(f"cannot read `{label}`") and fragment in out.result["msg"]
+    assert out.result["cmd"] == list(command)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -127,7 +128,12 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None):
             raise AssertionError(f"unexpected command {argv!r}")
         return commands[key]
 
-    with patch_module_args(args or {}), \
+    try:  # importing controller code (ansible.errors, filters) flips this process-wide
+        from ansible.module_utils import _internal as ansible_internal
+        controller_flag = mock.patch.object(ansible_internal, "is_controller", False)
+    except (ImportError, AttributeError):
+        controller_flag = contextlib.nullcontext()
+    with controller_flag, patch_module_args(args or {}), \
             mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path), \
             mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
             mock.patch.dict("os.environ", env or {}):

@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+"""Filters over plugins/module_utils/mlx_planner.py: mlx_links, mlx_topology, mlx_ip_plan,
+mlx_hostfile, mlx_dot.
+
+Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
+function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
+documentation of each filter is its sidecar file (mlx_links.yml, ...), as ansible-core does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+# We are a plain Ansible project, not a collection: load the pure module by its path, once.
+_MODULE_NAME = "_mlx_cluster_module_utils_mlx_planner"
+_MODULE_PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir,
+                            "module_utils", "mlx_planner.py")
+
+
+def _planner():
+    module = sys.modules.get(_MODULE_NAME)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(_MODULE_NAME, os.path.normpath(_MODULE_PATH))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_MODULE_NAME] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[_MODULE_NAME]
+            raise
+    return module
+
+
+def _plain(value):
+    """Ansible's tagged/lazy containers and strings -> plain dict/list/str (recursively)."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _check(filter_name, arg, value, types, what):
+    if not isinstance(value, types):
+        raise AnsibleFilterError("%s: %s must be %s, got %s"
+                                 % (filter_name, arg, what, type(value).__name__))
+
+
+def _call(filter_name, function, *args, **kwargs):
+    planner = _planner()
+    try:
+        return function(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+    except planner.PlanError as exc:
+        raise AnsibleFilterError("%s: %s" % (filter_name, exc.message))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("%s: %s" % (filter_name, exc))
+
+
+def mlx_links(facts_by_host):
+    """{host: mlx_thunderbolt facts} -> {cables, one_sided, external, problems, warnings}."""
+    _check("mlx_links", "input", facts_by_host, Mapping, "a mapping host -> mlx_thunderbolt facts")
+    return _call("mlx_links", _planner().links, facts_by_host)
+
+
+def mlx_topology(links, hosts, rdma=False, backend="auto"):
+    """links -> {hosts, mesh, ring, ring_width, backend, missing, message, ...}."""
+    _check("mlx_topology", "input", links, Mapping, "the result of mlx_links")
+    _check("mlx_topology", "hosts", hosts, (list, tuple), "a list of inventory hostnames")
+    _check("mlx_topology", "rdma", rdma, (bool, Mapping), "a boolean or a mapping host -> bool")
+    if backend is not None:
+        _check("mlx_topology", "backend", backend, str, "auto, jaccl, jaccl-ring or ring")
+    return _call("mlx_topology", _planner().topology, links, hosts, rdma=rdma, backend=backend)
+
+
+def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
+    """links -> {pool, cables: {id: {network, a, b}}, hosts: {host: [...]}}."""
+    planner = _planner()
+    _check("mlx_ip_plan", "input", links, Mapping, "the result of mlx_links")
+    if pool is None:
+        pool = planner.DEFAULT_POOL
+    _check("mlx_ip_plan", "pool", pool, str, "an IPv4 CIDR string")
+    if interfaces is not None:
+        _check("mlx_ip_plan", "interfaces", interfaces, Mapping, "a mapping host -> interfaces")
+    if exclude is None:
+        exclude = []
+    _check("mlx_ip_plan", "exclude", exclude, (list, tuple), "a list of CIDR strings")
+    if current is not None:
+        _check("mlx_ip_plan", "current", current, Mapping, "a mapping host -> {iface: addresses}")
+    return _call("mlx_ip_plan", planner.ip_plan, links, pool=pool, interfaces=interfaces,
+                 exclude=exclude, current=current)
+
+
+def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coordinator=None):
+    """topology -> the dict `mlx.launch --hostfile` reads."""
+    _check("mlx_hostfile", "input", topology, Mapping, "the result of mlx_topology")
+    _check("mlx_hostfile", "plan", plan, Mapping, "the result of mlx_ip_plan")
+    if coordinators is None:
+        coordinators = coordinator  # the name design.md first used
+    if coordinators is not None:
+        _check("mlx_hostfile", "coordinators", coordinators, Mapping, "a mapping host -> address")
+    if envs is None:
+        envs = []
+    _check("mlx_hostfile", "envs", envs, (list, tuple), "a list of NAME=value strings")
+    if backend is not None:
+        _check("mlx_hostfile", "backend", backend, str, "jaccl, jaccl-ring or ring")
+    return _call("mlx_hostfile", _planner().hostfile, topology, plan, coordinators=coordinators,
+                 envs=envs, backend=backend)
+
+
+def mlx_dot(links, topology=None, plan=None):
+    """links -> Graphviz DOT text."""
+    _check("mlx_dot", "input", links, Mapping, "the result of mlx_links")
+    if topology is not None:
+        _check("mlx_dot", "topology", topology, Mapping, "the result of mlx_topology")
+    if plan is not None:
+        _check("mlx_dot", "plan", plan, Mapping, "the result of mlx_ip_plan")
+    return _call("mlx_dot", _planner().dot, links, topology=topology, plan=plan)
+
+
+class FilterModule(object):
+    """mlx-cluster planner filters."""
+
+    def filters(self):
+        return {
+            "mlx_links": mlx_links,
+            "mlx_topology": mlx_topology,
+            "mlx_ip_plan": mlx_ip_plan,
+            "mlx_hostfile": mlx_hostfile,
+            "mlx_dot": mlx_dot,
+        }

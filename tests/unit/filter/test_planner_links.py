@@ -1,0 +1,191 @@
+"""mlx_planner.links: ports joined into cables, and what is wrong with the sightings."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import pytest
+
+import mlx_planner as planner
+from mlx_planner import PlanError
+from planner_synth import cable, find_port, make_facts, tb_uuid
+
+
+def _ids(result):
+    return [c["id"] for c in result["cables"]]
+
+
+def test_direct_cable_seen_from_both_ends():
+    facts = make_facts(["m2", "m1"], [cable("m2", "en3", "m1", "en2")])
+    result = planner.links(facts)
+    assert result["cables"] == [{
+        "id": "m1:en2~m2:en3",
+        "a": {"host": "m1", "iface": "en2", "domain_uuid": tb_uuid("m1", "en2")},
+        "b": {"host": "m2", "iface": "en3", "domain_uuid": tb_uuid("m2", "en3")},
+        "speed_gbps": 80, "link_class": "TB5", "sighting": "both", "via": [],
+    }]
+    assert result["one_sided"] == result["external"] == result["problems"] == []
+    assert result["warnings"] == []
+
+
+def test_one_sided_dock_cable():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3", via=["CalDigit TS4"],
+                                            seen_by="b")])
+    result = planner.links(facts)
+    [c] = result["cables"]
+    assert c["sighting"] == "one-sided"
+    assert c["via"] == ["CalDigit TS4"]
+    assert result["one_sided"] == [c]
+    assert result["problems"] == []
+    [warning] = result["warnings"]
+    assert "m1:en2~m2:en3" in warning and "one side only" in warning and "dock" in warning
+
+
+def test_two_cables_between_one_pair_are_both_kept():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m2", "en3")])
+    assert _ids(planner.links(facts)) == ["m1:en2~m2:en2", "m1:en3~m2:en3"]
+
+
+def test_external_peer():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
+    ext = find_port(make_facts(["m1", "m9"], [cable("m1", "en3", "m9", "en2")]), "m1", "en3")
+    facts["m1"]["ports"].append(ext)
+    result = planner.links(facts)
+    assert _ids(result) == ["m1:en2~m2:en2"]
+    assert result["external"] == [{"host": "m1", "iface": "en3", "peer_name": "Mac Studio",
+                                   "peer_uuid": tb_uuid("m9", "en2")}]
+    assert any("not in the inventory" in w and "m1:en3" in w for w in result["warnings"])
+
+
+def test_miswired_or_stale_sighting():
+    # m1:en2 says it sees m2:en3, but m2:en3 sees m3:en2 (and m3:en2 sees m2:en3 back).
+    facts = make_facts(["m1", "m2", "m3"], [cable("m2", "en3", "m3", "en2")],
+                       empty_ports={"m1": ["en2"]})
+    find_port(facts, "m1", "en2")["peer"] = {"domain_uuid": tb_uuid("m2", "en3"), "name": "Mac Studio",
+                                             "model_id": None, "via": []}
+    result = planner.links(facts)
+    assert _ids(result) == ["m2:en3~m3:en2"]
+    [problem] = result["problems"]
+    assert problem["code"] == "miswired"
+    assert problem["hosts"] == ["m1", "m2"]
+    assert problem["ports"] == ["m1:en2", "m2:en3"]
+    assert "miswired or stale" in problem["msg"] and "m3:en2" in problem["msg"]
+
+
+def test_cabled_port_without_iface():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3"), cable("m1", "en4", "m2", "en4")])
+    port = find_port(facts, "m2", "en3")
+    port["iface"] = None
+    result = planner.links(facts)
+    assert _ids(result) == ["m1:en4~m2:en4"]
+    [problem] = result["problems"]
+    assert problem["code"] == "no_iface"
+    assert problem["hosts"] == ["m2"] and problem["ports"] == ["m2:Thunderbolt 1"]
+    assert "networksetup -detectnewhardware" in problem["fix"]
+
+
+def test_empty_port_without_iface_is_only_a_warning():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")], empty_ports={"m1": ["en9"]})
+    find_port(facts, "m1", "en9")["iface"] = None
+    result = planner.links(facts)
+    assert result["problems"] == []
+    assert any("harmless while the port is empty" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize("speed_a, speed_b, speed, link_class", [
+    pytest.param(80, 80, 80, "TB5", id="tb5"),
+    pytest.param(120, 80, 80, "TB5", id="min-of-ends"),
+    pytest.param(80, 40, 40, "TB4", id="tb4-end"),
+    pytest.param(40, 40, 40, "TB4", id="tb4"),
+    pytest.param(20, 40, 20, "TB3", id="tb3"),
+    pytest.param(None, 40, 40, "TB4", id="one-end-unknown"),
+    pytest.param(None, None, None, None, id="unknown"),
+])
+def test_speed_is_the_slower_end(speed_a, speed_b, speed, link_class):
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2", speed=speed_a, speed_b=speed_b)])
+    [c] = planner.links(facts)["cables"]
+    assert (c["speed_gbps"], c["link_class"]) == (speed, link_class)
+
+
+def test_independent_of_dict_and_port_order():
+    facts = make_facts(["a", "b", "c", "d"], [
+        cable("a", "en2", "b", "en2"), cable("b", "en3", "c", "en2"), cable("c", "en3", "d", "en2"),
+        cable("d", "en3", "a", "en3", seen_by="a", via=["Dock"]), cable("a", "en4", "c", "en4")])
+    expected = planner.links(facts)
+    rnd = random.Random(7)
+    for _ in range(10):
+        hosts = list(facts)
+        rnd.shuffle(hosts)
+        shuffled = {}
+        for h in hosts:
+            f = copy.deepcopy(facts[h])
+            rnd.shuffle(f["ports"])
+            shuffled[h] = f
+        assert json.dumps(planner.links(shuffled)) == json.dumps(expected)
+
+
+def test_accepts_mlx_cluster_facts():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
+    wrapped = {h: {"thunderbolt": f, "rdma": {}} for h, f in facts.items()}
+    assert planner.links(wrapped) == planner.links(facts)
+
+
+def test_loopback_cable():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m1", "en3")])
+    result = planner.links(facts)
+    assert result["cables"] == []
+    assert [p["code"] for p in result["problems"]] == ["loopback"]
+
+
+def test_duplicate_domain_uuid():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
+    facts["m3"] = copy.deepcopy(facts["m2"])  # facts copied between hosts
+    result = planner.links(facts)
+    assert "duplicate_uuid" in [p["code"] for p in result["problems"]]
+    assert result["cables"] == []
+
+
+def test_two_one_sided_sightings_of_one_port():
+    facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en2", seen_by="a", via=["Hub"])],
+                       empty_ports={"m3": ["en2"]})
+    find_port(facts, "m3", "en2")["peer"] = {"domain_uuid": tb_uuid("m2", "en2"), "name": "x",
+                                             "model_id": None, "via": ["Hub"]}
+    result = planner.links(facts)
+    assert result["cables"] == []
+    [problem] = result["problems"]
+    assert problem["code"] == "miswired" and problem["hosts"] == ["m1", "m2", "m3"]
+
+
+def test_host_without_facts_is_a_warning():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
+    facts["m3"] = None
+    result = planner.links(facts)
+    assert len(result["cables"]) == 1
+    assert any(w.startswith("m3: no Thunderbolt facts") for w in result["warnings"])
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param([], id="list"),
+    pytest.param({"m1": "nope"}, id="facts-not-mapping"),
+    pytest.param({"m1": {"ports": "nope"}}, id="ports-not-list"),
+    pytest.param({"": {"ports": []}}, id="empty-host"),
+    pytest.param({"m1": {"ports": [{"iface": "en2", "receptacle": 1}, {"iface": "en2", "receptacle": 2}]}},
+                 id="duplicate-iface"),
+])
+def test_bad_input(bad):
+    with pytest.raises(PlanError):
+        planner.links(bad)
+
+
+def test_real_captures_through_mlx_tb(read_fixture):
+    """Cross-layer: two captured Mac Studios cabled together, through the real fact parser."""
+    mlx_tb = pytest.importorskip("mlx_tb")
+    hw = read_fixture("networksetup_hwports_studio_with_bridge.txt")
+    facts = {"studio-a": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), hw),
+             "studio-b": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_b.json"), hw)}
+    result = planner.links(facts)
+    assert [(c["id"], c["sighting"]) for c in result["cables"]] == [
+        ("studio-a:en2~studio-b:en3", "both")]
+    assert result["problems"] == []

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""mlx-cluster benchmark: greedy generation of a fixed number of tokens on every rank.
+
+Deployed alone to every Mac (stdlib + mlx + mlx_lm only) and started on all of them by
+`mlx.launch` (or run as one process with --expect-world 1):
+
+    mlx_cluster_bench.py --model PATH --prompt TEXT --max-tokens N
+        [--mode tensor|pipeline] [--expect-world N] [--init-timeout SECONDS]
+        [--backend any|ring|jaccl|mpi|nccl] [--seed N] [--ignore-chat-template]
+        [--json-out PATH]
+
+Each rank joins the distributed group (retried with exponential backoff for --init-timeout
+seconds, since nodes come up out of order), loads its shard with mlx_lm.utils.sharded_load
+(tensor parallel or pipeline group), and generates exactly --max-tokens tokens with greedy
+sampling, EOS ignored. After a final barrier rank 0 prints ONE JSON line on stdout:
+
+    {"backend", "world_size", "mode", "model", "prompt_tokens", "generation_tokens",
+     "prompt_tps", "generation_tps", "peak_memory_gb": [per rank], "tokens_sha256",
+     "tokens": [ids], "hostname": [per rank]}
+
+tokens_sha256 is the sha256 of the ids written as decimal numbers joined by "," (no spaces).
+prompt_tps and generation_tps follow mlx-lm's stream_generate: prompt tokens over the time to
+the first token; generated tokens over the time from the first token to the last.
+Other ranks print nothing on stdout; every rank logs to stderr as "[rank R/N host] ...".
+With one rank the whole model is loaded with mlx_lm.load (nothing to shard).
+
+Exit codes: 0 done; 2 bad arguments or model directory; 3 distributed init failed or gave a
+world size other than --expect-world (a process killed by the init watchdog exits by
+SIGTERM); 4 the ranks generated different tokens.
+"""
+
+import os
+
+# Never reach for the Hugging Face Hub: the model is a local directory on every node.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import mlx.core as mx  # noqa: E402
+
+EXIT_INIT, EXIT_MISMATCH = 3, 4  # 2: bad arguments (argparse)
+HOSTNAME_BYTES = 256
+_PREFIX = [f"[rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}]"]
+
+
+def log(msg):
+    print(f"{_PREFIX[0]} {msg}", file=sys.stderr, flush=True)
+
+
+# --- distributed init: the same helper as mlx_cluster_netcheck.py (each file stands alone) ---
+
+# Variables the MLX launchers set (ring, jaccl, nccl, mpirun): without any of them nothing
+# will ever join this process, so waiting for peers is pointless.
+LAUNCHER_ENV = ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
+                "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+# Runs beside init: an accepting ring rank blocks in accept() holding the GIL, so no Python
+# timer in this process can fire. Ends quietly when its stdin closes (init returned, or this
+# process died); at the deadline it logs and sends SIGTERM.
+_WATCHDOG = (
+    "import os, select, signal, sys\n"
+    "if not select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:\n"
+    "    sys.stderr.write(sys.argv[3] + '\\n'); sys.stderr.flush()\n"
+    "    os.kill(int(sys.argv[1]), signal.SIGTERM)\n"
+)
+
+
+class InitError(Exception):
+    """Distributed init failed or gave the wrong world size; the message says where and why."""
+
+
+def init_distributed(backend, expect_world, timeout):
+    """The global group of exactly `expect_world` ranks, or InitError naming rank and host."""
+    rank = os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    who = f"rank {rank} on {socket.gethostname()}"
+    if expect_world <= 1:
+        group = mx.distributed.init(backend=backend)
+    elif not any(v in os.environ for v in LAUNCHER_ENV):
+        raise InitError(
+            f"{who}: --expect-world {expect_world} but no distributed launcher started this "
+            f"process (none of {', '.join(LAUNCHER_ENV)} is set); refusing to run as a "
+            "single rank: start it on every host with mlx.launch")
+    else:
+        msg = (f"{who}: distributed init (backend {backend}) did not complete in {timeout:g}s; "
+               "a peer is not running or not reachable: check every host started and the "
+               "addresses in the hostfile")
+        watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
+                                     str(timeout + 1), msg], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL)
+        try:
+            group = _init_with_backoff(backend, time.monotonic() + timeout, who)
+        finally:
+            watchdog.stdin.close()
+            watchdog.wait()
+    if group.size() != expect_world:
+        raise InitError(
+            f"{who}: distributed init (backend {backend}) gave {group.size()} rank(s), "
+            f"expected {expect_world}; refusing to run as a silent fallback: check the "
+            "hostfile and the launcher")
+    return group
+
+
+def _init_with_backoff(backend, deadline, who):
+    delay = 0.5
+    while True:
+        try:
+            return mx.distributed.init(strict=True, backend=backend)
+        except RuntimeError as err:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InitError(f"{who}: distributed init (backend {backend}) failed until "
+                                f"the deadline: {err}") from err
+            log(f"distributed init failed ({err}); retrying in {min(delay, left):.1f}s")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 8.0)
+
+
+def backend_name(requested, size):
+    """What ran: init(backend="any") tries ring, then mpi, then jaccl, by the launcher's env."""
+    if size == 1:
+        return "none"
+    if requested != "any":
+        return requested
+    env = os.environ
+    if "MLX_HOSTFILE" in env and "MLX_RANK" in env:
+        return "ring"
+    if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
+        return "mpi"
+    return "jaccl" if "MLX_IBV_DEVICES" in env else "any"
+
+# --- end of the shared helper ---
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--model", required=True, help="local model directory (never downloaded)")
+    p.add_argument("--prompt", required=True, help="user message (chat template applied)")
+    p.add_argument("--max-tokens", type=int, default=128,
+                   help="tokens to generate, exactly: EOS does not stop generation")
+    p.add_argument("--mode", choices=("tensor", "pipeline"), default="tensor",
+                   help="tensor parallel or pipeline sharding across the ranks")
+    p.add_argument("--expect-world", type=int, default=1,
+                   help="number of ranks this run must have; anything else fails")
+    p.add_argument("--init-timeout", type=float, default=120.0,
+                   help="seconds to keep retrying distributed init")
+    p.add_argument("--backend", choices=("any", "ring", "jaccl", "mpi", "nccl"), default="any",
+                   help="mx.distributed.init backend (any: the first one the launcher set up)")
+    p.add_argument("--seed", type=int, default=0, help="mx.random seed")
+    p.add_argument("--ignore-chat-template", action="store_true",
+                   help="tokenize the prompt as is")
+    p.add_argument("--json-out", help="rank 0 also writes the JSON line to this file")
+    p.add_argument("--run-id", default="",
+                   help="unique id of this run, so its processes can be found (and only they) for clean-up")
+    args = p.parse_args(argv)
+    if args.max_tokens < 1 or args.expect_world < 1 or args.init_timeout <= 0:
+        p.error("--max-tokens and --expect-world must be >= 1, --init-timeout > 0")
+    if not (Path(args.model) / "config.json").is_file():
+        p.error(f"--model {args.model}: not a local model directory (no config.json)")
+    return args
+
+
+def load_shard(model_path, mode, group):
+    from mlx_lm import load
+    from mlx_lm.utils import sharded_load
+
+    if group.size() == 1:
+        return load(str(model_path))
+    if mode == "tensor":
+        return sharded_load(str(model_path), pipeline_group=None, tensor_group=group)
+    return sharded_load(str(model_path), pipeline_group=group, tensor_group=None)
+
+
+def encode_prompt(tokenizer, text, ignore_chat_template):
+    """Like mlx_lm.generate: the chat template if the tokenizer has one, then encode."""
+    use_template = not ignore_chat_template and tokenizer.has_chat_template
+    if use_template:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                             tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=not use_template)
+
+
+def generate_fixed(model, prompt, max_tokens):
+    """Exactly max_tokens greedy tokens, and the timings. generate_step never looks at EOS
+    (stream_generate does), and with no sampler it takes the argmax."""
+    from mlx_lm.generate import generate_step, generation_stream, wired_limit
+
+    tokens = []
+    with wired_limit(model, [generation_stream]):
+        tic = time.perf_counter()
+        for token, _ in generate_step(mx.array(prompt), model, max_tokens=max_tokens):
+            if not tokens:
+                first = time.perf_counter()
+            tokens.append(int(token))
+        last = time.perf_counter()
+        # generate_step leaves the step after the last token in flight (async_eval), with its
+        # collectives; wired_limit synchronizes only on Metal. A collective issued before it
+        # ends interleaves with it on the wire and receives garbage.
+        mx.synchronize(generation_stream)
+    return tokens, {
+        "prompt_tps": len(prompt) / (first - tic),
+        "generation_tps": len(tokens) / max(last - first, 1e-9),
+    }
+
+
+def gather_hostnames(group):
+    raw = socket.gethostname().encode()[:HOSTNAME_BYTES].ljust(HOSTNAME_BYTES, b"\0")
+    rows = mx.distributed.all_gather(mx.array(list(raw), dtype=mx.uint8), group=group,
+                                     stream=mx.cpu).reshape(group.size(), HOSTNAME_BYTES)
+    return [bytes(r).rstrip(b"\0").decode(errors="replace") for r in rows.tolist()]
+
+
+def run(args):
+    try:
+        group = init_distributed(args.backend, args.expect_world, args.init_timeout)
+    except InitError as err:
+        print(err, file=sys.stderr, flush=True)  # names rank and host itself
+        return EXIT_INIT
+    rank, size = group.rank(), group.size()
+    _PREFIX[0] = f"[rank {rank}/{size} {socket.gethostname()}]"
+    mx.random.seed(args.seed)
+
+    # stdout carries rank 0's JSON line only: mlx-lm's own prints (warnings) go to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        log(f"loading {args.model} ({args.mode} over {size} rank(s))")
+        model, tokenizer = load_shard(Path(args.model), args.mode, group)
+        prompt = encode_prompt(tokenizer, args.prompt, args.ignore_chat_template)
+        log(f"generating {args.max_tokens} tokens from a {len(prompt)}-token prompt")
+        tokens, timing = generate_fixed(model, prompt, args.max_tokens)
+
+    peaks = mx.distributed.all_gather(mx.array([mx.get_peak_memory() / 1e9], dtype=mx.float32),
+                                      group=group, stream=mx.cpu).tolist()
+    hosts = gather_hostnames(group)
+    every = mx.distributed.all_gather(mx.array(tokens, dtype=mx.int32), group=group,
+                                      stream=mx.cpu).reshape(size, len(tokens)).tolist()
+    mx.eval(mx.distributed.all_sum(mx.array(1), group=group, stream=mx.cpu))  # final barrier
+
+    differ = [r for r, row in enumerate(every) if row != every[0]]
+    if differ:
+        log(f"ranks {differ} generated other tokens than rank 0: the shards disagree")
+        return EXIT_MISMATCH
+    if rank != 0:
+        return 0
+    line = json.dumps({
+        "backend": backend_name(args.backend, size),
+        "world_size": size,
+        "mode": args.mode,
+        "model": args.model,
+        "prompt_tokens": len(prompt),
+        "generation_tokens": len(tokens),
+        "prompt_tps": round(timing["prompt_tps"], 3),
+        "generation_tps": round(timing["generation_tps"], 3),
+        "peak_memory_gb": [round(p, 6) for p in peaks],
+        "tokens_sha256": hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest(),
+        "tokens": tokens,
+        "hostname": hosts,
+    })
+    print(line, flush=True)
+    if args.json_out:
+        Path(args.json_out).write_text(line + "\n")
+    return 0
+
+
+def main(argv=None):
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

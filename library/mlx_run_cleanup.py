@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mlx_run_cleanup
+short_description: Find and end the processes one cluster run left behind on a Mac
+description:
+  - Lists processes with C(ps -ax -o pid=,args=) and keeps only those that carry the run's
+    unique id as an argument (the toolkit passes C(--run-id <uuid>) to every job it starts).
+    Nothing is matched by process name.
+  - Ends them by PID (SIGTERM, then SIGKILL after I(grace) seconds) and reports them. In check
+    mode they are only reported.
+version_added: "0.1.0"
+options:
+  run_id:
+    description: The unique id the run was started with (at least 16 characters).
+    type: str
+    required: true
+  grace:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: int
+    default: 3
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: End what the benchmark run left behind
+  mlx_run_cleanup:
+    run_id: "{{ benchmark_run_id }}"
+"""
+
+RETURN = r"""
+leftovers:
+  description: Processes of the run that were still alive.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "args": "python bench.py --run-id 3f2c..."}]
+"""
+
+import os
+import signal
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_launch import run_processes
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(run_id=dict(type="str", required=True), grace=dict(type="int", default=3)),
+                           supports_check_mode=True)
+    run_id = module.params["run_id"]
+    if len(run_id) < 16:
+        module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")
+    ps = module.get_bin_path("ps", required=True)
+    rc, out, err = module.run_command([ps, "-ax", "-o", "pid=,args="], environ_update={"LC_ALL": "C", "LANG": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=[ps, "-ax", "-o", "pid=,args="], stderr=err)
+    found = run_processes(out, run_id, own_pid=os.getpid())
+    if found and not module.check_mode:
+        for proc in found:
+            try:
+                os.kill(proc["pid"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + module.params["grace"]
+        while time.monotonic() < deadline and any(alive(p["pid"]) for p in found):
+            time.sleep(0.1)
+        for proc in found:
+            if alive(proc["pid"]):
+                try:
+                    os.kill(proc["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    module.exit_json(changed=bool(found), leftovers=found)
+
+
+if __name__ == "__main__":
+    main()

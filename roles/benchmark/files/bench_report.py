@@ -1,0 +1,78 @@
+"""Tabulate every benchmark result in a directory: results.md, and chart.png when several.
+
+Usage: bench_report.py RESULTS_DIR   (runs on the controller; prints the Markdown table)
+"""
+
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
+           ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"),
+           ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
+           ("peak_memory_gb", "peak GB per rank"), ("tokens_sha256", "tokens sha256")]
+
+
+def cell(key, value):
+    if key == "peak_memory_gb" and isinstance(value, list):
+        return " / ".join(f"{v:.2f}" for v in value)
+    if key == "tokens_sha256" and isinstance(value, str):
+        return value[:12]
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def load(folder):
+    runs = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "generation_tps" in data:
+            data["_file"] = path.name
+            runs.append(data)
+    return runs
+
+
+def table(runs):
+    lines = ["| run | " + " | ".join(h for _, h in COLUMNS) + " |",
+             "|---|" + "---|" * len(COLUMNS)]
+    for r in runs:
+        lines.append(f"| {r['_file'].split('-')[0][:8]} | " + " | ".join(cell(k, r.get(k)) for k, _ in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(runs, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    labels = [f"{r['backend']}\n{r['world_size']} ranks\n{r['mode']}" for r in runs]
+    fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(runs)), 3.5))
+    ax.bar(range(len(runs)), [r["generation_tps"] for r in runs], color="#4a7bd0")
+    ax.set_xticks(range(len(runs)), labels, fontsize=8)
+    ax.set_ylabel("generation tokens/s")
+    ax.set_title("mlx-cluster benchmark")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def main(folder):
+    runs = load(folder)
+    text = table(runs)
+    Path(folder, "results.md").write_text("# Benchmark results\n\n" + text)
+    print(text, end="")
+    if len(runs) > 1 and chart(runs, Path(folder, "chart.png")):
+        print(f"chart: {Path(folder, 'chart.png')}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    main(sys.argv[1])

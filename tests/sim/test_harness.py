@@ -1,0 +1,686 @@
+"""The simulated Mac cluster itself: teardown, SSH, every shim, and MLX's own tools.
+
+These run real sshd, real ssh and the real MLX console scripts against network
+namespaces; they need root (skipped otherwise, see tests/simcluster/pytest_plugin.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.simcluster.cluster import SimCluster, _cmdline, list_namespaces, mentions, prefix_for
+from tests.simcluster.spec import SpecError, load_spec, parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+TIMEOUT = 180
+
+
+def root_links():
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines())
+
+
+def ours(prefix):
+    return sorted(ns for ns in list_namespaces() if ns.startswith(prefix + "-"))
+
+
+def procs_mentioning(state):
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and mentions(int(p), state)]
+
+
+def wait_until(cond, timeout=10.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def sh(cluster, host, argv, sudo=False, ok=True):
+    r = cluster.exec(host, argv, sudo=sudo, timeout=60)
+    if ok:
+        assert r.returncode == 0, f"{host}: {argv} -> {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def hwports(text):
+    ports, port = {}, None
+    for line in text.splitlines():
+        if line.startswith("Hardware Port: "):
+            port = line[len("Hardware Port: "):]
+        elif line.startswith("Device: ") and port is not None:
+            ports[port] = line[len("Device: "):]
+            port = None
+    return ports
+
+
+def ping(cluster, host, addr, iface=None):
+    argv = ["ping", "-c", "1", "-t", "2", "-q"] + (["-b", iface] if iface else []) + [addr]
+    return cluster.exec(host, argv, timeout=30)
+
+
+def ipv4_of(cluster, host, iface):
+    link = cluster.links(host)[iface]
+    return [a["local"] for a in link.get("addr_info", []) if a.get("family") == "inet"]
+
+
+# ---------------------------------------------------------------------------------------
+# specs (no root needed)
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mesh4", "ring4", "mesh4_double", "mesh3_dock", "mesh8", "ring16", "pair"])
+def test_shipped_specs_load(name):
+    spec = load_spec(name)
+    assert spec.name == name
+    used = [(e.host, e.iface) for c in spec.cables for e in (c.a, c.b)]
+    assert len(used) == len(set(used))
+
+
+def test_spec_shapes():
+    assert len(load_spec("mesh4").cables) == 6
+    assert len(load_spec("mesh4_double").cables) == 7
+    assert len(load_spec("mesh8").cables) == 28
+    assert len(load_spec("ring16").hosts) == 16
+    dock = [c for c in load_spec("mesh3_dock").cables if c.dock]
+    assert len(dock) == 1 and dock[0].dock.seen_by == "m1" and {dock[0].a.host, dock[0].b.host} == {"m1", "m3"}
+    c = load_spec("mesh4").cable("m1:1")
+    assert c.id == "m1:en2~m2:en2" and c.a.iface == "en2"
+
+
+BASE = {"name": "t", "hosts": [{"name": "m1"}, {"name": "m2", "tb_ports": 2}]}
+
+
+@pytest.mark.parametrize("cables, message", [
+    pytest.param([{"a": "m1:1", "b": "m9:1"}], "unknown host 'm9'", id="unknown-host"),
+    pytest.param([{"a": "m1:1", "b": "m2:1"}, {"a": "m1:1", "b": "m2:2"}], "already used", id="port-twice"),
+    pytest.param([{"a": "m1:1", "b": "m2:3"}], "m2 has receptacles 1..2, not 3", id="port-too-high"),
+    pytest.param([{"a": "m1:1", "b": "m2:1", "speed": 100}], "speed must be 80 or 40", id="speed"),
+    pytest.param([{"a": "m1:1", "b": "m1:2"}], "joins two Macs", id="self-cable"),
+    pytest.param([{"a": "m1", "b": "m2:1"}], "HOST:RECEPTACLE", id="no-port"),
+    pytest.param([{"a": "m1:1", "b": "m2:1", "dock": {"name": "TS4", "seen_by": "m7"}}], "seen_by", id="dock"),
+])
+def test_spec_errors_say_what_is_wrong(cables, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_spec({**BASE, "cables": cables})
+
+
+def test_spec_rejects_bad_hosts():
+    with pytest.raises(SpecError, match="listed twice"):
+        parse_spec({"name": "t", "hosts": [{"name": "m1"}, {"name": "m1"}]})
+    with pytest.raises(SpecError, match="reserved"):
+        parse_spec({"name": "t", "hosts": [{"name": "ctl"}]})
+    with pytest.raises(SpecError, match="tb_version must be 4 or 5"):
+        parse_spec({"name": "t", "hosts": [{"name": "m1", "tb_version": 3}]})
+    with pytest.raises(SpecError, match="no spec 'nope'"):
+        load_spec("nope")
+
+
+def test_unavailable_reason_is_one_line(monkeypatch):
+    from tests.simcluster import cluster as cl
+    monkeypatch.setattr(cl.os, "geteuid", lambda: 1000)
+    reason = cl.unavailable_reason()
+    assert reason and "root" in reason and "\n" not in reason
+    monkeypatch.setattr(cl.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cl, "_which", lambda name, extra=(): None if name == "sshd" else f"/usr/bin/{name}")
+    assert "sshd" in cl.unavailable_reason()
+
+
+# ---------------------------------------------------------------------------------------
+# lifecycle: nothing left behind
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.sim
+def test_up_down_leaves_nothing_behind(tmp_path):
+    state = tmp_path / "mesh4"
+    links_before = root_links()
+    cluster = SimCluster("mesh4", state)
+    assert ours(cluster.prefix) == []
+    t0 = time.monotonic()
+    cluster.up()
+    up_s = time.monotonic() - t0
+    try:
+        assert ours(cluster.prefix) == sorted(cluster.namespaces)
+        assert root_links() == links_before, "the harness must not create links in the root namespace"
+        recorded = json.loads((state / "harness.json").read_text())["pids"]
+        assert sorted(recorded) == cluster.hosts and all(Path(f"/proc/{p}").exists() for p in recorded.values())
+        running = procs_mentioning(state)
+        assert len(running) >= 3 * len(cluster.hosts)   # unshare, PID 1, sshd per Mac
+        # the Macs' addresses exist only inside their namespaces
+        assert "10.99.0." not in subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+        assert cluster.ssh("m1", "true").returncode == 0  # leaves a relay behind until down
+    finally:
+        t1 = time.monotonic()
+        left = cluster.down()
+        down_s = time.monotonic() - t1
+    print(f"mesh4 up {up_s:.2f}s down {down_s:.2f}s")
+    assert left == []
+    assert ours(cluster.prefix) == []
+    assert root_links() == links_before
+    assert not [p for p in running if Path(f"/proc/{p}").exists() and mentions(p, state)]
+    assert procs_mentioning(state) == []
+    assert up_s < 20, f"up of mesh4 took {up_s:.1f}s"
+
+
+@pytest.mark.sim
+def test_cleanup_after_a_crashed_harness(tmp_path):
+    """A harness that dies without `down` leaves Macs running; `cleanup` removes them once
+    their state dir is gone."""
+    state = tmp_path / "crashed"
+    code = ("import os, sys; sys.path.insert(0, %r)\n"
+            "from tests.simcluster.cluster import SimCluster\n"
+            "SimCluster('pair', %r).up()\n"
+            "os._exit(0)  # the object is dropped without down()\n") % (str(REPO), str(state))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT)
+    prefix = prefix_for(state)
+    assert len(ours(prefix)) == 4
+    leftovers = procs_mentioning(state)
+    assert leftovers
+    subprocess.run(["rm", "-rf", str(state)], check=True)
+    r = subprocess.run([sys.executable, "-m", "tests.simcluster", "cleanup"], cwd=REPO,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert ours(prefix) == []
+    assert wait_until(lambda: not [p for p in leftovers if Path(f"/proc/{p}").exists()
+                                   and str(state) in " ".join(_cmdline(p))])
+
+
+@pytest.mark.sim
+def test_down_cleans_a_harness_killed_during_up(tmp_path):
+    state = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.simcluster", "up", "mesh4", "--state", str(state)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prefix = prefix_for(state)
+    # kill it once the Macs are being started (namespaces and some host processes exist)
+    assert wait_until(lambda: len(ours(prefix)) == 6 and procs_mentioning(state), timeout=60, step=0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    r = subprocess.run([sys.executable, "-m", "tests.simcluster", "down", "mesh4", "--state", str(state)],
+                       cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ours(prefix) == []
+    assert wait_until(lambda: procs_mentioning(state) == [])
+
+
+# ---------------------------------------------------------------------------------------
+# SSH
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.sim
+def test_ssh_with_host_key_checking(sim_cluster):
+    c = sim_cluster("mesh4")
+    cfg = c.ssh_config_path.read_text()
+    assert "StrictHostKeyChecking yes" in cfg and str(c.known_hosts_path) in cfg
+    names = set()
+    for h in c.hosts:
+        r = c.ssh(h, "hostname")
+        assert r.returncode == 0, r.stderr
+        names.add(r.stdout.strip())
+        by_addr = c.ssh(c.mgmt_address(h), "hostname")
+        assert by_addr.stdout.strip() == h, by_addr.stderr
+    assert names == set(c.hosts)
+    # a host key that is not known is refused (checking really is on)
+    r = subprocess.run(["ssh", "-o", "UserKnownHostsFile=/dev/null", "m1", "true"], env=c.env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 255 and "Host key verification failed" in r.stderr
+
+
+@pytest.mark.sim
+def test_ssh_session_environment(sim_cluster):
+    c = sim_cluster("mesh4")
+    r = c.ssh("m2", "pwd; echo $HOME; echo $PATH; cd ~; pwd; whoami")
+    assert r.returncode == 0, r.stderr
+    start, home, path, tilde, user = r.stdout.split("\n")[:5]
+    assert start == home == tilde == "/srv/admin" and user == "admin"
+    assert path.split(":")[:2] == [str(c.host_dir("m2") / "bin"), str(VENV_BIN)]
+    # the way mlx.launch runs its ranks: a forced tty and bash syntax
+    r = subprocess.run(["ssh", "-tt", "-o", "LogLevel=QUIET", "m2",
+                        "stty -echo; if [[ -d /srv/admin ]]; then cd /srv/admin; fi; tty; pwd"],
+                       env=c.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^/dev/pts/\d+\r?$", r.stdout, re.M) and "/srv/admin" in r.stdout
+    # sudo -H gives root's home of this Mac
+    r = c.ssh("m2", "sudo -H sh -c 'echo $HOME $USER $SUDO_USER'")
+    assert r.stdout.split() == ["/srv/root", "root", "admin"]
+
+
+@pytest.mark.sim
+def test_each_mac_has_its_own_home_and_tmp(sim_cluster):
+    c = sim_cluster("mesh4")
+    assert c.ssh("m1", "echo from-m1 > /srv/admin/mine.txt; echo t1 > /tmp/mine.txt").returncode == 0
+    assert (c.home("m1") / "mine.txt").read_text() == "from-m1\n"
+    r = c.ssh("m2", "cat /srv/admin/mine.txt; cat /tmp/mine.txt")
+    assert r.returncode != 0 and "No such file" in r.stderr
+    assert not Path("/tmp/mine.txt").exists() and not Path("/srv/admin").exists()
+    for f in (c.home("m1") / "mine.txt", c.host_dir("m1") / "tmp" / "mine.txt"):
+        f.unlink()
+
+
+@pytest.mark.sim
+def test_mac_to_mac_ssh_and_rsync(sim_cluster):
+    c = sim_cluster("mesh4")
+    r = c.ssh("m1", "ssh m3 hostname; ssh 10.99.0.5 hostname")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["m3", "m4"]
+    r = c.ssh("m1", "echo payload > x.txt && rsync -a x.txt m2:x-from-m1.txt && rm x.txt")
+    assert r.returncode == 0, r.stderr
+    assert (c.home("m2") / "x-from-m1.txt").read_text() == "payload\n"
+    (c.home("m2") / "x-from-m1.txt").unlink()
+
+
+@pytest.mark.sim
+def test_stop_and_start_sshd(sim_cluster):
+    c = sim_cluster("pair")
+    c.stop_sshd("m2")
+    try:
+        r = c.ssh("m2", "true", timeout=60)
+        assert r.returncode == 255
+        assert c.status()["hosts"]["m2"]["sshd_alive"] is False
+    finally:
+        c.start_sshd("m2")
+    assert c.ssh("m2", "hostname").stdout.strip() == "m2"
+    assert "Accepted publickey for admin" in c.sshd_log("m2")
+
+
+# ---------------------------------------------------------------------------------------
+# shims: formats and logging
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.sim
+def test_system_profiler_thunderbolt_json(sim_cluster):
+    c = sim_cluster("mesh4")
+    data = {h: json.loads(sh(c, h, ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
+            for h in c.hosts}
+    raw = sh(c, "m1", ["system_profiler", "SPThunderboltDataType", "-json"]).stdout
+    assert raw.startswith('{\n  "SPThunderboltDataType" : [')
+    own = {}  # domain uuid -> (host, receptacle)
+    for h, d in data.items():
+        buses = d["SPThunderboltDataType"]
+        assert len(buses) == 6
+        for b in buses:
+            assert b["_name"].startswith("thunderboltusb4_bus_")
+            assert b["device_name_key"] == "Mac Studio" and b["vendor_name_key"] == "Apple Inc."
+            assert re.match(r"^[0-9A-F-]{36}$", b["domain_uuid_key"]) and b["switch_uid_key"].startswith("0x")
+            own[b["domain_uuid_key"]] = (h, int(b["receptacle_1_tag"]["receptacle_id_key"]))
+    for h, d in data.items():
+        for b in d["SPThunderboltDataType"]:
+            tag = b["receptacle_1_tag"]
+            k = int(tag["receptacle_id_key"])
+            cable = c.spec.cables_of(h).get(f"en{k + 1}")
+            if cable is None:
+                assert tag["receptacle_status_key"] == "receptacle_no_devices_connected"
+                assert tag["current_speed_key"] == "Up to 120 Gb/s" and "_items" not in b
+                continue
+            assert tag["receptacle_status_key"] == "receptacle_connected"
+            assert tag["current_speed_key"] == "80 Gb/s"
+            (peer,) = b["_items"]
+            assert peer["_name"] == "Mac Studio" and peer["device_name_key"] == "Mac16,9"
+            assert peer["vendor_name_key"] == "Apple Inc."
+            far = cable.other(h, f"en{k + 1}")
+            assert own[peer["domain_uuid_key"]] == (far.host, far.receptacle)
+
+
+@pytest.mark.sim
+def test_system_profiler_dock_seen_from_one_side(sim_cluster):
+    c = sim_cluster("mesh3_dock")
+    m1 = json.loads(sh(c, "m1", ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
+    m3 = json.loads(sh(c, "m3", ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
+    (bus,) = [b for b in m1["SPThunderboltDataType"] if b["receptacle_1_tag"]["receptacle_id_key"] == "2"]
+    (dock,) = bus["_items"]
+    assert dock["_name"] == "CalDigit TS4" and dock["vendor_name_key"] == "CalDigit, Inc."
+    assert "domain_uuid_key" not in dock
+    (mac,) = dock["_items"]
+    m3_port1 = [b for b in m3["SPThunderboltDataType"] if b["receptacle_1_tag"]["receptacle_id_key"] == "1"][0]
+    assert mac["domain_uuid_key"] == m3_port1["domain_uuid_key"]
+    assert bus["receptacle_1_tag"]["current_speed_key"] == "40 Gb/s"
+    assert m3_port1["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_connected"
+    assert "_items" not in m3_port1
+
+
+@pytest.mark.sim
+def test_networksetup_listings(sim_cluster):
+    c = sim_cluster("mesh4")
+    text = sh(c, "m1", ["networksetup", "-listallhardwareports"]).stdout
+    assert text.startswith("\nHardware Port: Ethernet\nDevice: en0\nEthernet Address: ")
+    assert text.endswith("\nVLAN Configurations\n===================\n")
+    ports = hwports(text)
+    assert ports == {"Ethernet": "en0", "Thunderbolt Bridge": "bridge0",
+                     **{f"Thunderbolt {k}": f"en{k + 1}" for k in range(1, 7)}}
+    order = sh(c, "m1", ["networksetup", "-listnetworkserviceorder"]).stdout
+    assert order.startswith("An asterisk (*) denotes that a network service is disabled.\n"
+                            "(1) Ethernet\n(Hardware Port: Ethernet, Device: en0)\n\n"
+                            "(2) Thunderbolt Bridge\n(Hardware Port: Thunderbolt Bridge, Device: bridge0)\n")
+    services = sh(c, "m1", ["networksetup", "-listallnetworkservices"]).stdout.splitlines()
+    assert services[1:] == ["Ethernet", "Thunderbolt Bridge"]
+    info = sh(c, "m1", ["networksetup", "-getinfo", "Ethernet"]).stdout
+    assert "Manual Configuration\nIP address: 10.99.0.2\nSubnet mask: 255.255.255.0\n" in info
+    r = sh(c, "m1", ["networksetup", "-getinfo", "Nope"], ok=False)
+    assert r.returncode != 0
+    assert r.stdout == "Nope is not a recognized network service.\n** Error: The parameters were not valid.\n"
+    r = sh(c, "m1", ["networksetup", "-setmanual", "Thunderbolt Bridge", "10.0.0.1", "255.0.0.0"], ok=False)
+    assert r.returncode != 0 and "requires admin privileges" in r.stdout
+
+
+@pytest.mark.sim
+def test_ifconfig_formats(sim_cluster):
+    c = sim_cluster("mesh4")
+    text = sh(c, "m1", ["ifconfig"]).stdout
+    names = re.findall(r"^(\S+): flags=", text, re.M)
+    assert names == ["lo0", "en0", "en2", "en3", "en4", "en5", "en6", "en7", "bridge0"]
+    assert "\tinet 10.99.0.2 netmask 0xffffff00 broadcast 10.99.0.255\n" in text
+    bridge = sh(c, "m1", ["ifconfig", "bridge0"]).stdout
+    assert bridge.startswith("bridge0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n")
+    assert re.findall(r"^\tmember: (en\d+) flags=3<LEARNING,DISCOVER>$", bridge, re.M) == \
+        ["en2", "en3", "en4", "en5", "en6", "en7"]
+    en2 = sh(c, "m1", ["ifconfig", "en2"]).stdout
+    assert "\tstatus: active" in en2
+    assert "\tstatus: inactive" in sh(c, "m1", ["ifconfig", "en7"]).stdout
+    r = sh(c, "m1", ["ifconfig", "en42"], ok=False)
+    assert r.returncode == 1 and r.stderr == "ifconfig: interface en42 does not exist\n"
+    assert sh(c, "m1", ["ifconfig", "-l"]).stdout.split() == names
+    assert sh(c, "m1", ["ipconfig", "getifaddr", "en0"]).stdout == "10.99.0.2\n"
+    assert sh(c, "m1", ["ipconfig", "getifaddr", "en2"], ok=False).returncode == 1
+
+
+@pytest.mark.sim
+def test_rdma_tools(sim_cluster):
+    c = sim_cluster("mesh4")
+    assert sh(c, "m1", ["rdma_ctl", "status"]).stdout == "enabled\n"
+    r = sh(c, "m1", ["rdma_ctl", "enable"], sudo=True, ok=False)
+    assert r.returncode != 0 and "Recovery" in r.stderr
+    devices = sh(c, "m1", ["ibv_devices"]).stdout.splitlines()
+    assert devices[0].split() == ["device", "node", "GUID"]
+    assert [line.split()[0] for line in devices[2:]] == [f"rdma_en{k}" for k in range(2, 8)]
+    info = sh(c, "m1", ["ibv_devinfo", "-v"]).stdout
+    blocks = {b.split("\n")[0].split("\t")[1]: b for b in info.split("\n\n") if b.startswith("hca_id:")}
+    assert "PORT_ACTIVE (4)" in blocks["rdma_en2"] and "PORT_DOWN (1)" in blocks["rdma_en7"]
+    assert re.search(r"GID\[  0\]:\t\tfe80:0000:0000:0000:[0-9a-f:]+, RoCE v2", blocks["rdma_en2"])
+    assert "ffff" not in blocks["rdma_en2"]  # no IPv4 on the port yet: no IPv4-mapped GID
+    one = sh(c, "m1", ["ibv_devinfo", "-d", "rdma_en3"]).stdout
+    assert one.startswith("hca_id:\trdma_en3\n") and "GID" not in one
+    ring = sim_cluster("ring4")
+    assert sh(ring, "m1", ["rdma_ctl", "status"]).stdout == "disabled\n"
+    assert sh(ring, "m1", ["ibv_devices"]).stdout.count("rdma_") == 0
+    r = sh(ring, "m1", ["ibv_devinfo"], ok=False)
+    assert r.returncode != 0 and "No IB devices found" in r.stderr
+
+
+@pytest.mark.sim
+def test_sw_vers_sysctl_route_ping(sim_cluster):
+    c = sim_cluster("mesh4")
+    assert sh(c, "m3", ["sw_vers"]).stdout == "ProductName:\t\tmacOS\nProductVersion:\t\t26.2\nBuildVersion:\t\t25C56\n"
+    assert sh(c, "m3", ["sw_vers", "-productVersion"]).stdout == "26.2\n"
+    assert sh(c, "m3", ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]).stdout == \
+        f"{512 * 2**30}\nMac16,9\n32\n"
+    assert sh(c, "m3", ["sysctl", "hw.memsize"]).stdout == f"hw.memsize: {512 * 2**30}\n"
+    route = sh(c, "m3", ["route", "-n", "get", "default"]).stdout
+    assert "  interface: en0\n" in route and "    gateway: 10.99.0.1\n" in route
+    r = sh(c, "m3", ["ping", "-c", "2", "-i", "0.2", "-t", "5", "10.99.0.2"])
+    assert r.stdout.startswith("PING 10.99.0.2 (10.99.0.2): 56 data bytes\n64 bytes from 10.99.0.2: icmp_seq=0 ")
+    assert "2 packets transmitted, 2 packets received, 0.0% packet loss" in r.stdout
+    assert "round-trip min/avg/max/stddev = " in r.stdout
+    r = sh(c, "m3", ["ping", "-c", "1", "-t", "1", "10.99.0.250"], ok=False)
+    assert r.returncode == 2 and "100.0% packet loss" in r.stdout
+
+
+@pytest.mark.sim
+def test_argv_is_logged_per_host(sim_cluster, sim_clean_logs):
+    c = sim_cluster("mesh4")
+    assert c.ssh("m2", "sw_vers -productVersion; sudo ifconfig bridge0 >/dev/null").returncode == 0
+    log = c.argv_log("m2")
+    assert ["sw_vers", "-productVersion"] in log
+    assert ["sudo", "ifconfig", "bridge0"] in log and ["ifconfig", "bridge0"] in log
+    rec = c.argv_records("m2")[0]
+    assert set(rec) == {"ts", "argv", "cwd", "pid"} and rec["cwd"] == "/srv/admin"
+    assert c.argv_log("m1") == []
+    sim_clean_logs()
+    assert c.argv_log("m2") == []
+
+
+# ---------------------------------------------------------------------------------------
+# setters change the namespace for real; reboot re-applies the persistent preferences
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def own_pair(tmp_path_factory):
+    from tests.simcluster.cluster import unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cluster = SimCluster("pair", tmp_path_factory.mktemp("own") / "pair").up()
+    yield cluster
+    assert cluster.down() == []
+
+
+@pytest.mark.sim
+def test_setters_bridge_and_reboot(own_pair):
+    c = own_pair
+    addr = {"m1": "10.208.0.1", "m2": "10.208.0.2"}
+    for h in c.hosts:
+        sh(c, h, ["networksetup", "-createnetworkservice", "Thunderbolt 1", "Thunderbolt 1"], sudo=True)
+        sh(c, h, ["networksetup", "-setmanual", "Thunderbolt 1", addr[h], "255.255.255.252"], sudo=True)
+        assert ipv4_of(c, h, "en2") == [addr[h]]
+        assert c.netprefs(h)["services"][-1]["ipv4"]["address"] == addr[h]
+    # en2 is still a member of bridge0: its address does not carry traffic
+    assert ping(c, "m1", addr["m2"]).returncode == 2
+    for h in c.hosts:
+        sh(c, h, ["ifconfig", "bridge0", "deletem", "en2"], sudo=True)
+    assert ping(c, "m1", addr["m2"], "en2").returncode == 0
+    assert ping(c, "m2", addr["m1"], "en2").returncode == 0
+    members = re.findall(r"member: (\S+)", sh(c, "m1", ["ifconfig", "bridge0"]).stdout)
+    assert "en2" not in members
+    # deletem is runtime only: after a reboot bridge0 has en2 again and the link is dead
+    c.reboot("m1")
+    assert "member: en2 " in sh(c, "m1", ["ifconfig", "bridge0"]).stdout
+    assert ipv4_of(c, "m1", "en2") == [addr["m1"]]       # the service was re-applied at boot
+    assert ping(c, "m2", addr["m1"]).returncode == 2
+    # disabling the Thunderbolt Bridge service is persistent
+    for h in c.hosts:
+        sh(c, h, ["networksetup", "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"], sudo=True)
+    assert ping(c, "m2", addr["m1"]).returncode == 0
+    c.reboot("m1")
+    c.reboot("m2")
+    assert ping(c, "m1", addr["m2"]).returncode == 0
+    assert ping(c, "m2", addr["m1"]).returncode == 0
+    order = sh(c, "m1", ["networksetup", "-listnetworkserviceorder"]).stdout
+    assert "(*) Thunderbolt Bridge\n" in order and "(2) Thunderbolt 1\n" in order
+    # ifconfig and route setters
+    sh(c, "m1", ["ifconfig", "en2", "inet", "10.208.0.5", "netmask", "255.255.255.252"], sudo=True)
+    assert ipv4_of(c, "m1", "en2") == ["10.208.0.5"]        # replaces the first address
+    sh(c, "m1", ["ifconfig", "en2", "inet", "10.208.0.5", "delete"], sudo=True)
+    assert ipv4_of(c, "m1", "en2") == []
+    sh(c, "m1", ["ifconfig", "en2", "10.208.0.1/30", "up"], sudo=True)
+    r = sh(c, "m1", ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"], sudo=True)
+    assert r.stdout == "add host 10.208.0.2: gateway en2\n"
+    got = sh(c, "m1", ["route", "-n", "get", "10.208.0.2"]).stdout
+    assert "destination: 10.208.0.2\n" in got and "HOST" in got and "  interface: en2\n" in got
+    r = sh(c, "m1", ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"], sudo=True, ok=False)
+    assert r.returncode == 1 and "File exists" in r.stdout
+    sh(c, "m1", ["route", "-n", "delete", "-host", "10.208.0.2"], sudo=True)
+    assert sh(c, "m1", ["route", "-n", "delete", "-host", "10.208.0.2"], sudo=True, ok=False).returncode == 1
+    r = sh(c, "m1", ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"], ok=False)
+    assert r.returncode == 1 and "must be root" in r.stderr
+
+
+@pytest.mark.sim
+def test_unplug_plug_and_live_overrides(own_pair):
+    c = own_pair
+    cable = "m1:en2~m2:en2"
+
+    def port1(host):
+        d = json.loads(sh(c, host, ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
+        return [b for b in d["SPThunderboltDataType"] if b["receptacle_1_tag"]["receptacle_id_key"] == "1"][0]
+
+    c.unplug(cable)
+    try:
+        for h in c.hosts:
+            assert port1(h)["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_no_devices_connected"
+            assert "PORT_DOWN (1)" in sh(c, h, ["ibv_devinfo", "-d", "rdma_en2"]).stdout
+            en2 = sh(c, h, ["ifconfig", "en2"]).stdout
+            assert "status: inactive" in en2 and "flags=8863<UP," in en2  # the interface stays up
+        assert c.status()["cables"][cable]["plugged"] is False
+    finally:
+        c.plug(cable)
+    assert port1("m1")["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_connected"
+    assert wait_until(lambda: "PORT_ACTIVE" in sh(c, "m1", ["ibv_devinfo", "-d", "rdma_en2"]).stdout)
+
+    c.set_host("m2", tb_version=4)
+    try:
+        assert port1("m1")["receptacle_1_tag"]["current_speed_key"] == "40 Gb/s"
+        assert port1("m2")["receptacle_1_tag"]["current_speed_key"] == "40 Gb/s"
+        assert sh(c, "m2", ["ibv_devices"]).stdout.count("rdma_") == 0
+        c.set_host("m2", tb_version=5, macos="15.5", build="24F74")
+        assert sh(c, "m2", ["sw_vers", "-productVersion"]).stdout == "15.5\n"
+        r = c.ssh("m2", "rdma_ctl status")
+        assert r.returncode == 127, "macOS before 26.2 has no rdma_ctl"
+        c.set_host("m2", macos="26.2", build="25C56", rdma=False)
+        assert c.ssh("m2", "rdma_ctl status").stdout == "disabled\n"
+    finally:
+        c.set_host("m2", tb_version=5, macos="26.2", build="25C56", rdma=True)
+    assert sh(c, "m2", ["rdma_ctl", "status"]).stdout == "enabled\n"
+
+
+@pytest.mark.sim
+def test_ansible_playbook_over_real_ssh(own_pair, tmp_path):
+    c = own_pair
+    play = tmp_path / "play.yml"
+    play.write_text("""
+- hosts: mac_cluster
+  gather_facts: false
+  tasks:
+    - ansible.builtin.command: sw_vers -productVersion
+      register: v
+      changed_when: false
+    - ansible.builtin.command: networksetup -setv6off Ethernet
+      become: true
+    - ansible.builtin.command: networksetup -setv6off Ethernet
+      register: unprivileged
+      failed_when: "'requires admin privileges' not in unprivileged.stdout"
+    - ansible.builtin.copy: {content: "hello {{ inventory_hostname }}\\n", dest: "~/hello.txt", mode: "0644"}
+    - ansible.builtin.assert: {that: ["v.stdout == '26.2'"]}
+""")
+    env = c.env()
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")  # Ansible's defaults, not the repo's
+    env.update({"ANSIBLE_HOME": str(tmp_path / "ah"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "lt"),
+                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
+                "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
+                "ANSIBLE_NOCOLOR": "1"})
+    r = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(c.inventory_path), str(play)],
+                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    for h in c.hosts:
+        assert (c.home(h) / "hello.txt").read_text() == f"hello {h}\n"
+        # become went through the simulated sudo (ansible's own flags)
+        assert any(a[:6] == ["sudo", "-H", "-S", "-n", "-u", "root"] for a in c.argv_log(h))
+
+
+# ---------------------------------------------------------------------------------------
+# MLX's own tools, unmodified
+# ---------------------------------------------------------------------------------------
+
+def distributed_config(cluster, hostfile):
+    argv = [str(VENV_BIN / "mlx.distributed_config"), "--over", "thunderbolt",
+            "--hosts", ",".join(cluster.hosts), "--auto-setup", "--output-hostfile", str(hostfile)]
+    r = subprocess.run(argv, env=cluster.env(), capture_output=True, text=True, timeout=TIMEOUT,
+                       cwd=cluster.state_dir, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(hostfile.read_text())
+
+
+def assert_cables_ping_both_ways(cluster):
+    for cable in cluster.spec.cables:
+        a, b = cable.a, cable.b
+        (aa,), (ba,) = ipv4_of(cluster, a.host, a.iface), ipv4_of(cluster, b.host, b.iface)
+        assert ping(cluster, a.host, ba, a.iface).returncode == 0, f"{cable.id}: {a.host} -> {ba}"
+        assert ping(cluster, b.host, aa, b.iface).returncode == 0, f"{cable.id}: {b.host} -> {aa}"
+
+
+@pytest.mark.sim
+def test_mlx_distributed_config_mesh4(sim_cluster, tmp_path):
+    c = sim_cluster("mesh4")
+    try:
+        hostfile = distributed_config(c, tmp_path / "mesh4.json")
+        assert hostfile["backend"] == "jaccl"   # full mesh with RDMA
+        assert [h["ssh"] for h in hostfile["hosts"]] == c.hosts
+        assert hostfile["hosts"][0]["rdma"] == [None, "rdma_en2", "rdma_en3", "rdma_en4"]
+        assert_cables_ping_both_ways(c)
+        assert "ffff:c0a8" in sh(c, "m1", ["ibv_devinfo", "-v", "-d", "rdma_en2"]).stdout  # IPv4 GID now
+    finally:
+        c.reset()
+
+
+@pytest.mark.sim
+def test_mlx_distributed_config_and_launch_ring4(sim_cluster, tmp_path):
+    c = sim_cluster("ring4")
+    try:
+        hostfile_path = tmp_path / "ring4.json"
+        hostfile = distributed_config(c, hostfile_path)
+        assert hostfile["backend"] == "ring"    # no RDMA on ring4: TCP ring over Thunderbolt
+        assert all(h["ips"] and h["ips"][0].startswith("192.168.") for h in hostfile["hosts"])
+        assert_cables_ping_both_ways(c)
+
+        script = ("import socket\nimport mlx.core as mx\n"
+                  "g = mx.distributed.init(strict=True, backend='ring')\n"
+                  "y = mx.distributed.all_sum(mx.ones(3) * (g.rank() + 1))\n"
+                  "mx.eval(y)\n"
+                  "print(f'RESULT {g.rank()} {g.size()} {socket.gethostname()} {y.tolist()}', flush=True)\n")
+        for h in c.hosts:  # copied to every Mac, as a user would
+            (c.home(h) / "allsum.py").write_text(script)
+        argv = [str(VENV_BIN / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile_path),
+                "--python", sys.executable, "--cwd", "/srv/admin", "--", "allsum.py"]
+        r = subprocess.run(argv, env=c.env(), capture_output=True, text=True, timeout=TIMEOUT,
+                           stdin=subprocess.DEVNULL, cwd=c.state_dir)
+        assert r.returncode == 0, r.stdout + r.stderr
+        results = sorted(re.findall(r"RESULT (\d) (\d) (\S+) \[(.*)\]", r.stdout))
+        assert [(rank, size, host) for rank, size, host, _ in results] == \
+            [(str(i), "4", h) for i, h in enumerate(c.hosts)]
+        assert all(vals == "10.0, 10.0, 10.0" for *_, vals in results)
+        # the ranks talked over the Thunderbolt links: ssh -tt sessions on every Mac
+        for h in c.hosts:
+            assert "Accepted publickey for admin" in c.sshd_log(h)
+    finally:
+        c.reset()
+
+
+# ---------------------------------------------------------------------------------------
+# speed of the bigger specs
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.sim
+@pytest.mark.parametrize("name", ["mesh8", "ring16"])
+def test_big_specs_come_up_fast(name, tmp_path):
+    cluster = SimCluster(name, tmp_path / name)
+    t0 = time.monotonic()
+    cluster.up()
+    up_s = time.monotonic() - t0
+    try:
+        results = {}
+
+        def probe(h):
+            results[h] = cluster.ssh(h, "hostname").stdout.strip()
+
+        threads = [threading.Thread(target=probe, args=(h,)) for h in cluster.hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert results == {h: h for h in cluster.hosts}
+        lines = cluster.exec("m2", ["ifconfig", "-l"]).stdout.split()
+        assert lines[:2] == ["lo0", "en0"] and lines[-1] == "bridge0"
+    finally:
+        t1 = time.monotonic()
+        assert cluster.down() == []
+        down_s = time.monotonic() - t1
+    print(f"{name}: up {up_s:.2f}s down {down_s:.2f}s")
+    assert up_s < 30, f"{name} took {up_s:.1f}s to come up"

@@ -1,0 +1,940 @@
+"""The simulated Mac cluster: network namespaces as Macs, veth pairs as Thunderbolt cables.
+
+    cluster = SimCluster("mesh4", "/tmp/mlxsim/mesh4")
+    cluster.up()
+    subprocess.run(["ansible-playbook", "-i", cluster.inventory_path, ...], env=cluster.env())
+    cluster.down()
+
+Topology built by `up()` (every name carries the prefix `mlxsim-<hash of the state dir>`):
+
+- `<prefix>-ctl`: the controller's side of the management LAN: a Linux bridge `mgmt0` with
+  the first address of `management.cidr`. Nothing of the cluster has an address in the
+  root namespace: ssh reaches the Macs through `ip netns exec <prefix>-ctl relay.py`
+  (ProxyCommand in the generated ssh_config).
+- `<prefix>-<host>` per Mac: `en0` (veth to mgmt0), one veth per Thunderbolt receptacle
+  (`en2`... for receptacle 1...), `bridge0` (a Linux bridge standing in for the Thunderbolt
+  Bridge), sshd and everything the Mac runs (PID 1 = hostinit.py).
+- `<prefix>-wire`: the cables. Each cable is two veths, one into each Mac, joined by a
+  two-port bridge here; unplugging a cable takes its wire-side ends down, so both Macs see
+  the carrier drop while their own interface settings stay what they were.
+
+Every process the harness starts has the state directory on its command line; teardown
+only ends processes that do (verified in /proc/PID/cmdline) and that it recorded or found
+inside its own namespaces.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from .spec import ClusterSpec, SpecError, load_spec
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SHIMS = HERE / "shims"
+SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "ipconfig", "ibv_devices",
+                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo"]
+RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
+NS_PREFIX = "mlxsim-"
+MOUNTPOINT = "/srv"         # every Mac sees its own home here
+HOME = f"{MOUNTPOINT}/admin"
+ROOT_HOME = f"{MOUNTPOINT}/root"
+DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
+LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu",
+             "require_sudo"}
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
+
+
+class SimError(RuntimeError):
+    """The simulated cluster cannot be built or used; the message says why."""
+
+
+def _which(name, extra=("/usr/sbin", "/sbin", "/usr/bin", "/bin")):
+    path = shutil.which(name) or shutil.which(name, path=":".join(extra))
+    return path
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why the simulation cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "simulated Mac cluster needs root (network namespaces, mounts)"
+    ip = _which("ip")
+    if ip is None:
+        return "simulated Mac cluster needs iproute2 (`ip`)"
+    if _which("sshd") is None:
+        return "simulated Mac cluster needs OpenSSH's sshd (apt-get install openssh-server)"
+    for tool in ("unshare", "nsenter", "ssh", "ssh-keygen"):
+        if _which(tool) is None:
+            return f"simulated Mac cluster needs `{tool}`"
+    name = f"mlxsim-probe-{os.getpid()}"
+    r = subprocess.run([ip, "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"`ip netns` is unavailable: {r.stderr.strip() or r.returncode}"
+    subprocess.run([ip, "netns", "del", name], capture_output=True)
+    if not os.path.isdir(MOUNTPOINT):
+        return f"{MOUNTPOINT} (the Macs' home mount point) does not exist"
+    return None
+
+
+def prefix_for(state_dir) -> str:
+    return NS_PREFIX + hashlib.sha1(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+
+
+def _cmdline(pid) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    words = []
+    for arg in raw.split(b"\0"):
+        words += arg.decode(errors="replace").split()
+    return words
+
+
+def mentions(pid, state) -> bool:
+    """True when the process's command line names the state dir (or a path in it)."""
+    s = str(state)
+    return any(w == s or w.startswith(s + "/") for w in _cmdline(pid))
+
+
+def _alive(pid) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _kill_verified(pid, state, sig=signal.SIGKILL) -> bool:
+    if pid and _alive(pid) and mentions(pid, state):
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+    return False
+
+
+def _wait_gone(pids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    pending = [p for p in pids if p]
+    while pending and time.monotonic() < deadline:
+        pending = [p for p in pending if _alive(p)]
+        if pending:
+            time.sleep(0.02)
+    return pending
+
+
+def _ip():
+    ip = _which("ip")
+    if ip is None:
+        raise SimError("`ip` (iproute2) is not installed")
+    return ip
+
+
+def _run(argv, check=True, **kw):
+    r = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise SimError(f"{shlex.join(map(str, argv))} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def _batch(lines, netns=None):
+    if not lines:
+        return
+    argv = [_ip()] + (["-n", netns] if netns else []) + ["-batch", "-"]
+    r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SimError(f"ip {'-n ' + netns + ' ' if netns else ''}-batch failed: {r.stderr.strip()}")
+
+
+def list_namespaces() -> list[str]:
+    r = _run([_ip(), "netns", "list"], check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def namespace_label(ns) -> str | None:
+    """The state dir a harness namespace belongs to (the alias of its `lo`)."""
+    r = _run([_ip(), "-n", ns, "-j", "link", "show", "lo"], check=False)
+    try:
+        return json.loads(r.stdout)[0].get("ifalias")
+    except (ValueError, IndexError, KeyError):
+        return None
+
+
+def namespace_pids(ns) -> list[int]:
+    r = _run([_ip(), "netns", "pids", ns], check=False)
+    return [int(x) for x in r.stdout.split() if x.isdigit()]
+
+
+def _teardown_namespaces(namespaces, state) -> list[int]:
+    """End the harness processes inside `namespaces` (PID 1 of each Mac takes the rest
+    with it), then delete the namespaces. Returns PIDs that would not go."""
+    victims = []
+    for ns in namespaces:
+        for pid in namespace_pids(ns):
+            if _kill_verified(pid, state):
+                victims.append(pid)
+    left = _wait_gone(victims)
+    for ns in namespaces:
+        # processes that entered without naming the state dir (sessions, ranks) are in
+        # the Macs' PID namespaces and died with PID 1; anything else stays and is reported
+        _run([_ip(), "netns", "del", ns], check=False)
+    return left
+
+
+def cleanup(dry_run=False, include_unlabeled=True) -> list[str]:
+    """Remove every harness namespace (name starts with `mlxsim-`) whose state dir is gone,
+    and end the harness processes in it. Returns the namespaces removed.
+
+    A namespace is labelled with its state dir a few milliseconds after it is created;
+    `include_unlabeled=False` leaves unlabelled ones alone (another harness may be in the
+    middle of `up`)."""
+    removed = []
+    groups: dict[str, list[str]] = {}
+    for ns in list_namespaces():
+        if not ns.startswith(NS_PREFIX):
+            continue
+        label = namespace_label(ns)
+        if label and Path(label).joinpath("harness.json").exists():
+            continue  # a live (or at least still described) cluster: `down` it instead
+        groups.setdefault(label or "", []).append(ns)
+    for label, namespaces in groups.items():
+        if not label:
+            # created but never labelled (a crash within the first milliseconds of `up`):
+            # only take those with nothing running inside
+            if not include_unlabeled:
+                continue
+            namespaces = [ns for ns in namespaces if not namespace_pids(ns)]
+        if dry_run:
+            removed += namespaces
+            continue
+        if label:
+            _teardown_namespaces(namespaces, label)
+        else:
+            for ns in namespaces:
+                _run([_ip(), "netns", "del", ns], check=False)
+        removed += namespaces
+    return removed
+
+
+class SimCluster:
+    """A simulated cluster of Macs described by a wiring spec, in a state directory."""
+
+    def __init__(self, spec, state_dir=None, python=None, user="admin"):
+        self.spec: ClusterSpec = spec if isinstance(spec, ClusterSpec) else load_spec(spec)
+        state = Path(state_dir) if state_dir else DEFAULT_STATE_ROOT / self.spec.name
+        self.state_dir = state.resolve()
+        self.prefix = prefix_for(self.state_dir)
+        self.python = python or sys.executable
+        if user not in ("admin", "root"):
+            raise SimError(f"user must be 'admin' or 'root', not {user!r}")
+        self.user = user
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    @classmethod
+    def from_state(cls, state_dir, **kwargs) -> "SimCluster":
+        """The cluster a state dir was built for (its copy of the spec)."""
+        spec = Path(state_dir) / "spec.yml"
+        if not spec.exists():
+            raise SimError(f"{state_dir} holds no spec.yml: name the spec too")
+        return cls(load_spec(spec), state_dir, **kwargs)
+
+    # ---- paths -------------------------------------------------------------------------
+    @property
+    def inventory_path(self) -> Path:
+        return self.state_dir / "inventory.yml"
+
+    @property
+    def ssh_config_path(self) -> Path:
+        return self.state_dir / "ssh_config"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    @property
+    def key_path(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.state_dir / "bin"
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h.name for h in self.spec.hosts]
+
+    def host_dir(self, host) -> Path:
+        self.spec.host(host)
+        return self.state_dir / "hosts" / host
+
+    def home(self, host) -> Path:
+        """The Mac's home directory on the machine's disk (the Mac sees it as /srv/admin)."""
+        return self.host_dir(host) / "home" / "admin"
+
+    def root_home(self, host) -> Path:
+        return self.host_dir(host) / "home" / "root"
+
+    def ns(self, host) -> str:
+        self.spec.host(host)
+        return f"{self.prefix}-{host}"
+
+    @property
+    def ctl_ns(self) -> str:
+        return f"{self.prefix}-ctl"
+
+    @property
+    def wire_ns(self) -> str:
+        return f"{self.prefix}-wire"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.ctl_ns, self.wire_ns] + [self.ns(h) for h in self.hosts]
+
+    def mgmt_address(self, host) -> str:
+        return self.spec.mgmt_address(host)
+
+    @property
+    def session_home(self) -> str:
+        """HOME of an SSH session on a Mac, as the Mac sees it (/srv/admin)."""
+        return HOME if self.user == "admin" else ROOT_HOME
+
+    def host_path_env(self, host) -> str:
+        return ":".join([str(self.host_dir(host) / "bin"), str(Path(self.python).parent),
+                         "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+
+    def env(self, base=None) -> dict:
+        """Environment for controller-side tools (ansible-playbook, mlx.launch, ssh...):
+        PATH starts with bin_dir, whose ssh/scp/sftp use the generated ssh_config."""
+        env = dict(os.environ if base is None else base)
+        env["PATH"] = f"{self.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def _lock(self):
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.state_dir / ".harness.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def _check_paths(self):
+        if any(ch.isspace() for ch in str(self.state_dir)):
+            raise SimError(f"the state directory {str(self.state_dir)!r} contains whitespace; the harness "
+                           f"recognises its processes by the state dir on their command line")
+        for what, path in (("the repository", REPO), ("the Python environment", Path(sys.prefix)),
+                           ("the state directory", self.state_dir)):
+            p = str(Path(path).resolve())
+            if p == MOUNTPOINT or p.startswith(MOUNTPOINT + "/"):
+                raise SimError(f"{what} ({p}) lives under {MOUNTPOINT}, which every simulated Mac "
+                               f"covers with its own home: move it elsewhere")
+        if not Path(MOUNTPOINT).is_dir():
+            raise SimError(f"{MOUNTPOINT} must exist (an empty directory the Macs mount their homes on)")
+
+    def _harness(self) -> dict:
+        try:
+            return json.loads((self.state_dir / "harness.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save_harness(self, data):
+        tmp = self.state_dir / "harness.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, self.state_dir / "harness.json")
+
+    def _teardown(self) -> list[int]:
+        """End everything this state dir owns: recorded PIDs, then whatever of ours runs in
+        our namespaces (relays in ctl, hosts' PID 1), then the namespaces."""
+        recorded = self._harness().get("pids", {})
+        victims = [pid for pid in recorded.values() if _kill_verified(pid, self.state_dir)]
+        for proc in self._procs.values():
+            if proc.poll() is None and _kill_verified(proc.pid, self.state_dir):
+                victims.append(proc.pid)
+        left = _wait_gone(victims)
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._procs.clear()
+        ours = [ns for ns in list_namespaces() if ns.startswith(self.prefix + "-")]
+        left += _teardown_namespaces(ours, self.state_dir)
+        return left
+
+    def up(self, extra_vars=None, timeout=60.0) -> "SimCluster":
+        """Build the cluster (cleaning leftovers of this state dir first). Idempotent
+        in effect: a second `up` rebuilds fresh Macs."""
+        reason = unavailable_reason()
+        if reason:
+            raise SimError(reason)
+        self._check_paths()
+        t0 = time.monotonic()
+        fd = self._lock()
+        try:
+            self._teardown()
+            self._prepare_files(extra_vars or {})
+            self._save_harness({"state_dir": str(self.state_dir), "prefix": self.prefix,
+                                "spec": self.spec.name, "namespaces": self.namespaces,
+                                "pids": {}, "status": "starting", "started": time.time()})
+            self._build_network()
+            self._start_hosts(timeout)
+            h = self._harness()
+            h["status"] = "up"
+            h["up_seconds"] = round(time.monotonic() - t0, 3)
+            self._save_harness(h)
+        except BaseException:
+            try:
+                self._teardown()
+            finally:
+                os.close(fd)
+            raise
+        os.close(fd)
+        self.up_seconds = time.monotonic() - t0
+        return self
+
+    def down(self) -> list[int]:
+        """Tear everything down (processes, veths, namespaces); the state dir's files stay
+        (logs, argv logs) and harness.json records the cluster as down."""
+        fd = self._lock()
+        try:
+            left = self._teardown()
+            h = self._harness()
+            if h:
+                h["status"] = "down"
+                h["pids"] = {}
+                self._save_harness(h)
+        finally:
+            os.close(fd)
+        return left
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()
+
+    # ---- building ----------------------------------------------------------------------
+    def _prepare_files(self, extra_vars):
+        st = self.state_dir
+        hosts_dir = st / "hosts"
+        if hosts_dir.exists():
+            shutil.rmtree(hosts_dir)
+        for sub in ("ssh", "bin"):
+            (st / sub).mkdir(parents=True, exist_ok=True)
+        keep = [[str(st), False], [str(Path(sys.prefix).resolve()), True], [str(REPO), True]]
+        keep = [k for k in keep if any(k[0] == d or k[0].startswith(d + "/") for d in PRIVATE_DIRS)]
+        cluster = self.spec.to_json()
+        cluster.update({"state_dir": str(st), "prefix": self.prefix, "mountpoint": MOUNTPOINT,
+                        "home": HOME, "root_home": ROOT_HOME, "keep_paths": keep,
+                        "shim": str(SHIMS / "macos.py"), "sshd": _which("sshd"),
+                        "python": self.python})
+        (st / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
+        source = Path(self.spec.source) if self.spec.source else None
+        if source is not None and source.exists() and source.resolve() != (st / "spec.yml").resolve():
+            shutil.copyfile(source, st / "spec.yml")  # `down`/`status` by state dir alone
+        self._write_live({"hosts": {}, "cables": {c.id: {"plugged": True} for c in self.spec.cables}})
+
+        # keys: one client key (controller and every Mac), one host key per Mac
+        for p in (self.key_path, Path(f"{self.key_path}.pub")):
+            if p.exists():
+                p.unlink()
+        jobs = [[_which("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"mlxsim@{self.spec.name}",
+                 "-f", str(self.key_path)]]
+        for h in self.hosts:
+            hd = self.host_dir(h)
+            for sub in ("bin", "home/admin/.ssh", "home/root", "tmp", "var_tmp", "var_log"):
+                (hd / sub).mkdir(parents=True, exist_ok=True)
+            jobs.append([_which("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h}",
+                         "-f", str(hd / "ssh_host_ed25519_key")])
+        procs = [subprocess.Popen(j, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for j in jobs]
+        for j, p in zip(jobs, procs):
+            if p.wait() != 0:
+                raise SimError(f"ssh-keygen failed: {p.stderr.read().decode().strip()}")
+        pub = Path(f"{self.key_path}.pub").read_text()
+        (st / "authorized_keys").write_text(pub)
+        os.chmod(st / "authorized_keys", 0o600)
+
+        # passwd seen by the Macs: `admin` is the Mac's administrator (uid 0 on this machine,
+        # listed first so uid 0 is called admin, as the session user of a Mac would be);
+        # root's home is the Mac's root home (what `sudo -H` uses)
+        lines = [f"admin:x:0:0:Mac administrator (simulated):{HOME}:/bin/bash"]
+        for line in Path("/etc/passwd").read_text().splitlines():
+            f = line.split(":")
+            if len(f) == 7 and f[0] == "admin":
+                continue
+            if len(f) == 7 and f[0] == "root":
+                f[5] = ROOT_HOME
+                f[6] = "/bin/bash"
+            lines.append(":".join(f))
+        (st / "passwd").write_text("\n".join(lines) + "\n")
+        os.chmod(st / "passwd", 0o644)
+        # no DNS server on the cluster LAN: lookups fail at once (nothing on 127.0.0.1:53)
+        (st / "resolv.conf").write_text("# simulated Mac cluster: no DNS server on this LAN\n"
+                                        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+
+        known = []
+        for h in self.hosts:
+            key = (self.host_dir(h) / "ssh_host_ed25519_key.pub").read_text().split()
+            known.append(f"{h},{self.mgmt_address(h)} {key[0]} {key[1]}")
+        self.known_hosts_path.write_text("\n".join(known) + "\n")
+
+        ip = _ip()
+        addresses = " ".join(self.mgmt_address(h) for h in self.hosts)
+        proxy = " ".join(shlex.quote(str(x)) for x in
+                         (ip, "netns", "exec", self.ctl_ns, self.python, HERE / "relay.py", st)) + " %h %p"
+        cfg = [f"# Generated by tests/simcluster for spec {self.spec.name}; state {st}.",
+               "# Reach the simulated Macs with: ssh -F THIS_FILE m1", ""]
+        for h in self.hosts:
+            cfg += [f"Host {h}", f"    HostName {self.mgmt_address(h)}", ""]
+        # the Macs by name and by address; for /8, /16 and /24 LANs also the whole LAN as a
+        # pattern (10.99.0.*), as one would write it for a real one
+        pattern = ""
+        if self.spec.cidr.prefixlen in (8, 16, 24):
+            octets = str(self.spec.cidr.network_address).split(".")[: self.spec.cidr.prefixlen // 8]
+            pattern = " " + ".".join(octets + ["*"])
+        cfg += [f"Host {' '.join(self.hosts)} {addresses}{pattern}",
+                f"    User {self.user}",
+                "    Port 22",
+                f"    IdentityFile {shlex.quote(str(self.key_path))}",
+                "    IdentitiesOnly yes",
+                f"    UserKnownHostsFile {shlex.quote(str(self.known_hosts_path))}",
+                "    GlobalKnownHostsFile /dev/null",
+                "    StrictHostKeyChecking yes",
+                "    CheckHostIP no",
+                "    UpdateHostKeys no",
+                "    BatchMode yes",
+                "    ConnectTimeout 15",
+                f"    ProxyCommand {proxy}", ""]
+        self.ssh_config_path.write_text("\n".join(cfg))
+
+        for tool in ("ssh", "scp", "sftp"):
+            w = self.bin_dir / tool
+            w.write_text(f"#!/bin/sh\n# simulated Mac cluster {self.spec.name}: {tool} with its ssh_config\n"
+                         f"exec /usr/bin/{tool} -F {shlex.quote(str(self.ssh_config_path))} \"$@\"\n")
+            w.chmod(0o755)
+
+        inv_vars = {"ansible_user": self.user,
+                    "ansible_ssh_common_args": f"-F {self.ssh_config_path}",
+                    "ansible_python_interpreter": self.python,
+                    "ansible_ssh_pipelining": True}
+        inv_vars.update(extra_vars)
+        inventory = {"mac_cluster": {"hosts": {h: None for h in self.hosts}, "vars": inv_vars}}
+        self.inventory_path.write_text(
+            f"# Generated by tests/simcluster for spec {self.spec.name} (state {st}).\n"
+            + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
+
+        host_cfg = ["# ~/.ssh/config of a simulated Mac: the other Macs by name", ""]
+        for h in self.hosts:
+            host_cfg += [f"Host {h}", f"    HostName {self.mgmt_address(h)}", ""]
+        host_cfg += ["Host *", f"    User {self.user}", "    IdentityFile ~/.ssh/id_ed25519",
+                     "    StrictHostKeyChecking yes", "    BatchMode yes", ""]
+        for h in self.hosts:
+            hd = self.host_dir(h)
+            ssh_dir = self.home(h) / ".ssh"
+            shutil.copy(self.key_path, ssh_dir / "id_ed25519")
+            shutil.copy(f"{self.key_path}.pub", ssh_dir / "id_ed25519.pub")
+            os.chmod(ssh_dir / "id_ed25519", 0o600)
+            shutil.copy(self.known_hosts_path, ssh_dir / "known_hosts")
+            (ssh_dir / "config").write_text("\n".join(host_cfg))
+            self._link_shims(h, self.spec.host(h).macos)
+            path = self.host_path_env(h)
+            sshd = [f"# sshd of simulated Mac {h} (spec {self.spec.name})",
+                    f"ListenAddress {self.mgmt_address(h)}:22",
+                    f"HostKey \"{hd / 'ssh_host_ed25519_key'}\"",
+                    f"PidFile \"{hd / 'sshd.pid'}\"",
+                    f"AuthorizedKeysFile \"{st / 'authorized_keys'}\"",
+                    "StrictModes no", "UsePAM no", "PermitRootLogin prohibit-password",
+                    "PubkeyAuthentication yes", "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no", "AllowAgentForwarding no",
+                    "AllowTcpForwarding no", "X11Forwarding no", "PermitUserEnvironment no",
+                    "PrintMotd no", "PrintLastLog no", "UseDNS no", "LogLevel VERBOSE",
+                    "MaxStartups 200:30:400", "MaxSessions 200", "AcceptEnv LANG LC_*",
+                    f"SetEnv \"PATH={path}\" \"HOME={self.session_home}\"",
+                    "Subsystem sftp /usr/lib/openssh/sftp-server", ""]
+            (hd / "sshd_config").write_text("\n".join(sshd))
+
+    def _link_shims(self, host, macos):
+        bindir = self.host_dir(host) / "bin"
+        rdma_tools = tuple(int(x) for x in (str(macos).split(".") + ["0", "0"])[:2]) >= (26, 2)
+        for cmd in SHIM_COMMANDS:
+            link = bindir / cmd
+            want = cmd not in RDMA_COMMANDS or rdma_tools
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            if want:
+                link.symlink_to(SHIMS / cmd)
+
+    def _write_live(self, live):
+        tmp = self.state_dir / "live.json.tmp"
+        tmp.write_text(json.dumps(live, indent=2) + "\n")
+        os.replace(tmp, self.state_dir / "live.json")
+
+    def _live(self) -> dict:
+        return json.loads((self.state_dir / "live.json").read_text())
+
+    def _build_network(self):
+        ip = _ip()
+        st = str(self.state_dir)
+        _batch([f"netns add {ns}" for ns in self.namespaces])
+        # label every namespace with its state dir (cleanup finds orphans by it)
+        jobs = [[ip, "-n", ns, "link", "set", "lo", "alias", st] for ns in self.namespaces]
+        for ns in (self.ctl_ns, self.wire_ns):
+            # the controller side routes nothing anywhere; with forwarding on and an
+            # `unreachable` default route, traffic a Mac sends off the LAN fails at once
+            # (ICMP unreachable) instead of vanishing into a black hole
+            fwd = "echo 1 > /proc/sys/net/ipv4/ip_forward; " if ns == self.ctl_ns else ""
+            jobs.append([ip, "netns", "exec", ns, "/bin/sh", "-c", fwd +
+                         "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
+                         "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"])
+        procs = [subprocess.Popen(j, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for j in jobs]
+        for j, p in zip(jobs, procs):
+            if p.wait() != 0:
+                raise SimError(f"{shlex.join(j)}: {p.stderr.read().strip()}")
+        links, ctl, wire = [], ["link set lo up", "link add name mgmt0 type bridge stp_state 0",
+                                f"addr add {self.spec.gateway}/{self.spec.cidr.prefixlen} dev mgmt0",
+                                "link set mgmt0 up", "route add unreachable default"], ["link set lo up"]
+        data = self.spec.to_json()
+        for i, h in enumerate(self.hosts):
+            hcfg = data["hosts"][h]
+            links.append(f"link add name en0 address {hcfg['en0_mac']} netns {self.ns(h)} "
+                         f"type veth peer name h{i} netns {self.ctl_ns}")
+            ctl += [f"link set h{i} master mgmt0", f"link set h{i} up"]
+        for c in self.spec.cables:
+            for side, end in (("a", c.a), ("b", c.b)):
+                mac = data["hosts"][end.host]["ports"][str(end.receptacle)]["mac"]
+                links.append(f"link add name {end.iface} address {mac} netns {self.ns(end.host)} "
+                             f"type veth peer name c{c.index}{side} netns {self.wire_ns}")
+            wire += [f"link add name w{c.index} type bridge stp_state 0",
+                     f"link set c{c.index}a master w{c.index}", f"link set c{c.index}b master w{c.index}",
+                     f"link set w{c.index} up", f"link set c{c.index}a up", f"link set c{c.index}b up"]
+        # unconnected receptacles still have their interface (an empty port)
+        for hi, h in enumerate(self.spec.hosts):
+            cabled = self.spec.cables_of(h.name)
+            for k in range(1, h.tb_ports + 1):
+                iface = h.iface(k)
+                if iface not in cabled:
+                    mac = data["hosts"][h.name]["ports"][str(k)]["mac"]
+                    links.append(f"link add name {iface} address {mac} netns {self.ns(h.name)} "
+                                 f"type veth peer name x{hi}_{k} netns {self.wire_ns}")
+        _batch(links)
+        _batch(ctl, self.ctl_ns)
+        _batch(wire, self.wire_ns)
+
+    def _host_cmd(self, host):
+        return [_ip(), "netns", "exec", self.ns(host), _which("unshare"), "--mount", "--uts", "--pid",
+                "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
+                self.python, str(HERE / "hostinit.py"), str(self.state_dir), host]
+
+    def _spawn_host(self, host):
+        hd = self.host_dir(host)
+        for f in ("init.status", "sshd.pid"):
+            (hd / f).unlink(missing_ok=True)
+        log = open(hd / "init.log", "ab")
+        proc = subprocess.Popen(self._host_cmd(host), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, cwd="/")
+        log.close()
+        self._procs[host] = proc
+        h = self._harness()
+        h.setdefault("pids", {})[host] = proc.pid
+        self._save_harness(h)
+        return proc
+
+    def _wait_hosts(self, hosts, timeout):
+        deadline = time.monotonic() + timeout
+        pending = set(hosts)
+        while pending:
+            for h in sorted(pending):
+                hd = self.host_dir(h)
+                status = (hd / "init.status").read_text().strip() if (hd / "init.status").exists() else ""
+                if status.startswith("error"):
+                    raise SimError(f"simulated Mac {h} failed to boot: {status}\n"
+                                   f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}")
+                if status == "booted" and (hd / "sshd.pid").exists():
+                    pending.discard(h)
+                    continue
+                proc = self._procs.get(h)
+                if proc is not None and proc.poll() is not None:
+                    raise SimError(f"simulated Mac {h} exited ({proc.returncode}) while booting\n"
+                                   f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}")
+            if pending and time.monotonic() > deadline:
+                raise SimError(f"simulated Macs {sorted(pending)} did not start sshd within {timeout}s")
+            if pending:
+                time.sleep(0.01)
+
+    @staticmethod
+    def _tail(path, n=20):
+        try:
+            lines = Path(path).read_text(errors="replace").splitlines()[-n:]
+        except OSError:
+            return ""
+        return f"--- {path}:\n" + "\n".join(lines) + "\n" if lines else ""
+
+    def _start_hosts(self, timeout):
+        for h in self.hosts:
+            self._spawn_host(h)
+        self._wait_hosts(self.hosts, timeout)
+
+    # ---- per-host process control --------------------------------------------------------
+    def _init_pid(self, host) -> int:
+        """Global PID of the Mac's PID 1 (hostinit.py): the child of the recorded unshare."""
+        parent = self._harness().get("pids", {}).get(host)
+        if not parent or not _alive(parent):
+            raise SimError(f"simulated Mac {host} is not running")
+        try:
+            kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            kids = []
+        for k in kids:
+            if mentions(int(k), self.state_dir):
+                return int(k)
+        raise SimError(f"simulated Mac {host}: PID 1 not found under {parent}")
+
+    def _sshd_pid(self, host) -> int | None:
+        init = self._init_pid(host)
+        cfg = str(self.host_dir(host) / "sshd_config")
+        try:
+            kids = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+        except OSError:
+            return None
+        for k in map(int, kids):
+            words = _cmdline(k)
+            if words and "sshd" in words[0] + (words[1] if len(words) > 1 else "") and cfg in words \
+                    and _alive(k):
+                return k
+        return None
+
+    def exec(self, host, argv, input=None, timeout=60, env=None, cwd=None, check=False,
+             sudo=False) -> subprocess.CompletedProcess:
+        """Run argv on the simulated Mac (inside all its namespaces), with the environment an
+        SSH session there gets. `sudo=True` prefixes the simulated sudo."""
+        init = self._init_pid(host)
+        e = {"PATH": self.host_path_env(host), "HOME": self.session_home,
+             "USER": self.user, "LOGNAME": self.user, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+        if env:
+            e.update(env)
+        argv = [str(a) for a in argv]
+        if sudo:
+            argv = ["sudo", *argv]
+        cmd = [_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", f"--wdns={cwd or self.session_home}",
+               "--", *argv]
+        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env=e)
+        if check and r.returncode != 0:
+            raise SimError(f"{host}: {shlex.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def ssh(self, host, command, timeout=60, **kw) -> subprocess.CompletedProcess:
+        """Run a command over real SSH through the generated ssh_config."""
+        argv = ["/usr/bin/ssh", "-F", str(self.ssh_config_path), host]
+        argv += [command] if isinstance(command, str) else list(command)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env(), **kw)
+
+    def stop_sshd(self, host):
+        pid = self._sshd_pid(host)
+        if pid is None:
+            return
+        _kill_verified(pid, self.state_dir, signal.SIGTERM)
+        if _wait_gone([pid], 5):
+            _kill_verified(pid, self.state_dir, signal.SIGKILL)
+            _wait_gone([pid], 5)
+        (self.host_dir(host) / "sshd.pid").unlink(missing_ok=True)
+
+    def start_sshd(self, host, timeout=10):
+        if self._sshd_pid(host) is not None:
+            return
+        hd = self.host_dir(host)
+        (hd / "sshd.pid").unlink(missing_ok=True)
+        init = self._init_pid(host)
+        # without -D sshd forks into the background; the daemon is adopted by the Mac's PID 1
+        _run([_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", "--wdns=/", "--",
+              _which("sshd"), "-f", str(hd / "sshd_config"), "-E", str(hd / "sshd.log")],
+             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MLXSIM_HOST": host})
+        deadline = time.monotonic() + timeout
+        while not (hd / "sshd.pid").exists():
+            if time.monotonic() > deadline:
+                raise SimError(f"sshd of {host} did not start\n{self._tail(hd / 'sshd.log')}")
+            time.sleep(0.01)
+
+    def _wait_host_gone(self, host, timeout=10.0):
+        """Everything in the Mac's PID namespace dies with its PID 1; wait until it has (an
+        old sshd still holding port 22 would keep the new one from starting)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not [p for p in namespace_pids(self.ns(host)) if mentions(p, self.state_dir)]:
+                return
+            time.sleep(0.01)
+        raise SimError(f"processes of {host} did not end within {timeout}s")
+
+    def reboot(self, host, timeout=30):
+        """Restart one Mac: every process ends, /tmp and /run are emptied, runtime network
+        state (addresses, host routes, bridge membership) is dropped, bridge0 is rebuilt from
+        the persistent preferences and the enabled services are applied again."""
+        fd = self._lock()
+        try:
+            parent = self._harness().get("pids", {}).get(host)
+            if parent:
+                _kill_verified(parent, self.state_dir)
+                left = _wait_gone([parent])
+                if left:
+                    raise SimError(f"{host} did not stop (pid {parent})")
+            proc = self._procs.pop(host, None)
+            if proc is not None:
+                proc.wait(timeout=5)
+            self._wait_host_gone(host)
+            hd = self.host_dir(host)
+            (hd / "runtime.json").unlink(missing_ok=True)
+            tmp = hd / "tmp"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            self._spawn_host(host)
+            self._wait_hosts([host], timeout)
+        finally:
+            os.close(fd)
+
+    def reset(self, timeout=60):
+        """Back to freshly booted Macs without rebuilding the network: every cable plugged,
+        live overrides dropped, persistent network preferences back to the factory state,
+        runtime state and /tmp emptied, every Mac restarted. Homes (and argv logs) stay."""
+        fd = self._lock()
+        try:
+            parents = [p for p in self._harness().get("pids", {}).values() if _kill_verified(p, self.state_dir)]
+            if _wait_gone(parents):
+                raise SimError(f"{self.spec.name}: Macs did not stop for the reset")
+            for proc in self._procs.values():
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._procs.clear()
+            for h in self.hosts:
+                self._wait_host_gone(h)
+            self._write_live({"hosts": {}, "cables": {c.id: {"plugged": True} for c in self.spec.cables}})
+            _batch([f"link set c{c.index}{s} up" for c in self.spec.cables for s in "ab"], self.wire_ns)
+            for h in self.hosts:
+                hd = self.host_dir(h)
+                for f in ("netprefs.json", "runtime.json"):
+                    (hd / f).unlink(missing_ok=True)
+                if (hd / "tmp").exists():
+                    shutil.rmtree(hd / "tmp")
+                (hd / "tmp").mkdir()
+                self._link_shims(h, self.spec.host(h).macos)
+                self._spawn_host(h)
+            self._wait_hosts(self.hosts, timeout)
+        finally:
+            os.close(fd)
+
+    # ---- faults and live changes ---------------------------------------------------------
+    def unplug(self, cable):
+        self._set_plugged(cable, False)
+
+    def plug(self, cable):
+        self._set_plugged(cable, True)
+
+    def _set_plugged(self, ref, plugged):
+        try:
+            c = self.spec.cable(ref)
+        except SpecError as exc:
+            raise SimError(str(exc)) from None
+        state = "up" if plugged else "down"
+        _batch([f"link set c{c.index}a {state}", f"link set c{c.index}b {state}"], self.wire_ns)
+        live = self._live()
+        live.setdefault("cables", {})[c.id] = {"plugged": plugged}
+        self._write_live(live)
+
+    def set_host(self, host, **overrides):
+        """Change what a Mac reports, live (rdma, macos, build, tb_version, model, model_id,
+        chip, memory_gb, ncpu, require_sudo). macOS before 26.2 has no rdma_ctl/ibv_* at all."""
+        self.spec.host(host)
+        bad = set(overrides) - LIVE_KEYS
+        if bad:
+            raise SimError(f"set_host: unknown keys {sorted(bad)} (known: {sorted(LIVE_KEYS)})")
+        live = self._live()
+        cur = live.setdefault("hosts", {}).setdefault(host, {})
+        cur.update(overrides)
+        self._write_live(live)
+        macos = cur.get("macos", self.spec.host(host).macos)
+        self._link_shims(host, macos)
+
+    # ---- inspection -----------------------------------------------------------------------
+    def argv_records(self, host) -> list[dict]:
+        path = self.host_dir(host) / "argv.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def argv_log(self, host) -> list[list[str]]:
+        return [r["argv"] for r in self.argv_records(host)]
+
+    def clear_argv_logs(self):
+        for h in self.hosts:
+            p = self.host_dir(h) / "argv.log"
+            if p.exists():
+                p.write_text("")
+
+    def sshd_log(self, host) -> str:
+        p = self.host_dir(host) / "sshd.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def netprefs(self, host) -> dict:
+        return json.loads((self.host_dir(host) / "netprefs.json").read_text())
+
+    def links(self, host) -> dict:
+        """The Mac's interfaces as `ip -j -d addr` sees them (name -> json)."""
+        r = _run([_ip(), "-n", self.ns(host), "-j", "-d", "addr", "show"])
+        return {d["ifname"]: d for d in json.loads(r.stdout or "[]")}
+
+    def status(self) -> dict:
+        h = self._harness()
+        pids = h.get("pids", {})
+        existing = set(list_namespaces())
+        hosts = {}
+        for name in self.hosts:
+            pid = pids.get(name)
+            alive = bool(pid and _alive(pid) and mentions(pid, self.state_dir))
+            entry = {"namespace": self.ns(name), "namespace_exists": self.ns(name) in existing,
+                     "pid": pid, "alive": alive, "mgmt_address": self.mgmt_address(name),
+                     "sshd_pid": None, "sshd_alive": False, "interfaces": {}}
+            if alive:
+                try:
+                    sp = self._sshd_pid(name)
+                    entry["sshd_pid"], entry["sshd_alive"] = sp, sp is not None
+                except SimError:
+                    pass
+            if entry["namespace_exists"]:
+                for ifname, d in self.links(name).items():
+                    entry["interfaces"][ifname] = {
+                        "up": "UP" in d.get("flags", []), "carrier": "LOWER_UP" in d.get("flags", []),
+                        "master": d.get("master"),
+                        "ipv4": [f"{a['local']}/{a['prefixlen']}" for a in d.get("addr_info", [])
+                                 if a.get("family") == "inet"]}
+            hosts[name] = entry
+        live = {}
+        try:
+            live = self._live().get("cables", {})
+        except (OSError, ValueError):
+            pass
+        cables = {}
+        for c in self.spec.cables:
+            ends = {}
+            for side, e in (("a", c.a), ("b", c.b)):
+                i = hosts[e.host]["interfaces"].get(e.iface, {})
+                ends[side] = {"host": e.host, "iface": e.iface, "carrier": i.get("carrier"),
+                              "ipv4": i.get("ipv4", [])}
+            cables[c.id] = {"plugged": live.get(c.id, {}).get("plugged", True), **ends,
+                            "speed": c.speed, "dock": c.dock.name if c.dock else None}
+        return {"name": self.spec.name, "state_dir": str(self.state_dir), "prefix": self.prefix,
+                "status": h.get("status", "absent"), "inventory": str(self.inventory_path),
+                "ssh_config": str(self.ssh_config_path), "hosts": hosts, "cables": cables}

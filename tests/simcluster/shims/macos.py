@@ -1,0 +1,1876 @@
+#!/usr/bin/env python3
+"""macOS command shims for the simulated Mac cluster (tests/simcluster).
+
+One script, many names: every macOS command the product runs is a symlink to this file
+and the command is chosen by the basename of argv[0]. The harness puts the links in
+`<state>/hosts/<host>/bin/` (first on PATH in every SSH session of that host), so the
+state directory is found from the path the shim was run by; the host is the UTS
+hostname of the simulated Mac the shim runs in.
+
+Every run appends {"ts", "argv", "cwd", "pid"} to `<state>/hosts/<host>/argv.log`.
+
+The answers come from the wiring spec (`<state>/cluster.json`), the live overrides the
+tests set (`<state>/live.json`), the persistent network preferences of the host
+(`netprefs.json`, the SystemConfiguration preferences of a real Mac) and the REAL state
+of the host's network namespace (`ip -j ...`). Setters change the namespace for real.
+Output formats follow what macOS prints (see tests/fixtures/ for captures).
+
+Only the Python standard library is used: the shims run under whatever python3 is first
+on the simulated Mac's PATH.
+"""
+
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+# hashlib and uuid are imported where used (system_profiler): every shim run starts a
+# Python, and the product runs many of them.
+
+CMD = os.path.basename(sys.argv[0])
+IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "ip")
+PING = next((p for p in ("/usr/bin/ping", "/bin/ping", "/usr/sbin/ping") if os.path.exists(p)), None)
+UUID_NS = "6a1f6f2e-3c59-4f0e-9a43-5e1c2d7b8a10"
+TB_BRIDGE_SERVICE = "Thunderbolt Bridge"
+BRIDGE = "bridge0"
+
+
+class ShimExit(Exception):
+    def __init__(self, rc):
+        self.rc = rc
+
+
+def out(text=""):
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def err(text):
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
+def die(text, rc=1):
+    err(text)
+    raise ShimExit(rc)
+
+
+# ---------------------------------------------------------------------------------------
+# Context: which cluster, which host
+# ---------------------------------------------------------------------------------------
+
+class Ctx:
+    def __init__(self, state, host):
+        self.state = state
+        self.host = host
+        self.hostdir = os.path.join(state, "hosts", host)
+        with open(os.path.join(state, "cluster.json")) as f:
+            self.cluster = json.load(f)
+        if host not in self.cluster["hosts"]:
+            die(f"{CMD}: this machine ({host}) is not a host of the simulated cluster "
+                f"{self.cluster.get('name')}", 70)
+        self.live = _read_json(os.path.join(state, "live.json"), {"hosts": {}, "cables": {}})
+        self.cfg = dict(self.cluster["hosts"][host])
+        self.cfg.update(self.live.get("hosts", {}).get(host, {}))
+        self.mountpoint = self.cluster.get("mountpoint", "/srv")
+
+    # -- spec views --------------------------------------------------------------------
+    def hostcfg(self, name):
+        cfg = dict(self.cluster["hosts"][name])
+        cfg.update(self.live.get("hosts", {}).get(name, {}))
+        return cfg
+
+    def plugged(self, cable_id):
+        return bool(self.live.get("cables", {}).get(cable_id, {}).get("plugged", True))
+
+    def ports(self):
+        """[(receptacle:int, port dict)] sorted by receptacle."""
+        return sorted(((int(k), v) for k, v in self.cfg["ports"].items()), key=lambda kv: kv[0])
+
+    def tb_ifaces(self):
+        return [p["iface"] for _, p in self.ports()]
+
+    def port_by_iface(self, iface):
+        for _, p in self.ports():
+            if p["iface"] == iface:
+                return p
+        return None
+
+    def rdma_supported(self, cfg=None):
+        cfg = cfg or self.cfg
+        return version_tuple(cfg["macos"]) >= (26, 2) and int(cfg["tb_version"]) >= 5
+
+    def rdma_devices_present(self):
+        return bool(self.cfg["rdma"]) and self.rdma_supported()
+
+    def elevated(self):
+        """Root as macOS sees it. The simulated Macs are logged into as `admin` (uid 0 on the
+        machine, but an unprivileged admin user on the Mac): mutating commands need sudo,
+        whose shim sets USER=root and SUDO_USER like the real one. A session logged in as
+        root is privileged, as on a Mac with root login. `require_sudo: false` (a live
+        override) turns the check off."""
+        if not self.cfg.get("require_sudo", True):
+            return True
+        return os.geteuid() == 0 and (os.environ.get("USER") == "root" or bool(os.environ.get("SUDO_USER")))
+
+    # -- files ---------------------------------------------------------------------------
+    def path(self, name):
+        return os.path.join(self.hostdir, name)
+
+    def lock(self):
+        fd = os.open(self.path(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def prefs(self):
+        p = _read_json(self.path("netprefs.json"), None)
+        if p is None:
+            p = default_prefs(self)
+        return p
+
+    def save_prefs(self, prefs):
+        _write_json(self.path("netprefs.json"), prefs)
+
+    def runtime(self):
+        return _read_json(self.path("runtime.json"), {"bridge_members": []})
+
+    def save_runtime(self, rt):
+        _write_json(self.path("runtime.json"), rt)
+
+
+def _read_json(path, default):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def _write_json(path, data):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def version_tuple(v):
+    parts = []
+    for x in str(v).split("."):
+        try:
+            parts.append(int(x))
+        except ValueError:
+            parts.append(0)
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts[:3])
+
+
+def find_state():
+    """<state>/hosts/<host>/bin/<cmd> -> <state>."""
+    here = os.path.abspath(sys.argv[0])
+    bindir = os.path.dirname(here)
+    state = os.path.dirname(os.path.dirname(os.path.dirname(bindir)))
+    if os.path.basename(os.path.dirname(os.path.dirname(bindir))) == "hosts" and \
+            os.path.exists(os.path.join(state, "cluster.json")):
+        return state
+    return None
+
+
+def log_argv(ctx):
+    rec = {"ts": round(time.time(), 6), "argv": [CMD, *sys.argv[1:]], "cwd": _cwd(), "pid": os.getpid()}
+    line = (json.dumps(rec) + "\n").encode()
+    fd = os.open(ctx.path("argv.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# The real namespace
+# ---------------------------------------------------------------------------------------
+
+def ip(*args, check=True):
+    r = subprocess.run([IP, *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise IPError(args, r.stderr.strip())
+    return r
+
+
+class IPError(Exception):
+    def __init__(self, args, msg):
+        super().__init__(f"ip {' '.join(args)}: {msg}")
+        self.msg = msg
+
+
+def links():
+    """{linux ifname: link json (with addr_info)}."""
+    data = json.loads(ip("-j", "-d", "addr", "show").stdout or "[]")
+    return {d["ifname"]: d for d in data}
+
+
+def ipv4s(link):
+    return [a for a in link.get("addr_info", []) if a.get("family") == "inet"]
+
+
+def mac_name(linux):
+    return "lo0" if linux == "lo" else linux
+
+
+def linux_name(mac):
+    return "lo" if mac == "lo0" else mac
+
+
+def is_up(link):
+    return "UP" in link.get("flags", [])
+
+
+def has_carrier(link):
+    flags = link.get("flags", [])
+    return "UP" in flags and "LOWER_UP" in flags
+
+
+def master(link):
+    return link.get("master")
+
+
+def prefix_to_mask(prefix):
+    return str(ipaddress.IPv4Network(f"0.0.0.0/{prefix}").netmask)
+
+
+def mask_to_prefix(mask):
+    mask = mask.strip()
+    if mask.lower().startswith("0x"):
+        value = int(mask, 16)
+        mask = str(ipaddress.IPv4Address(value))
+    return ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
+
+
+def classful_prefix(addr):
+    first = int(str(addr).split(".")[0])
+    return 8 if first < 128 else 16 if first < 192 else 24
+
+
+def eui64(mac, flip=True):
+    octets = [int(x, 16) for x in mac.split(":")]
+    if flip:
+        octets[0] ^= 0x02
+    e = octets[:3] + [0xFF, 0xFE] + octets[3:]
+    return [f"{e[i]:02x}{e[i + 1]:02x}" for i in range(0, 8, 2)]
+
+
+def link_local(mac):
+    return str(ipaddress.IPv6Address("fe80::" + ":".join(eui64(mac))))
+
+
+# --- bridge handling (Linux bridge emulating the Thunderbolt Bridge) -----------------------
+
+def forget_neighbours(iface):
+    """ARP entries of an interface go when its addresses or bridge membership change (as
+    on macOS, where they hang off the interface's routes). Linux would keep a half-resolved
+    entry and drop the next packets queued on it."""
+    ip("neigh", "flush", "dev", iface, check=False)
+
+
+def enslave(iface):
+    forget_neighbours(iface)
+    ip("link", "set", "dev", iface, "master", BRIDGE)
+    # Isolated ports: no forwarding between the Thunderbolt ports of one Mac. A real
+    # bridge0 in a full mesh forwards (and storms); ours only delivers to the host, so
+    # a loop of bridges cannot melt the machine that runs the simulation.
+    ip("link", "set", "dev", iface, "type", "bridge_slave", "isolated", "on", "learning", "on")
+
+
+def release(iface, lk):
+    if iface in lk and master(lk[iface]) == BRIDGE:
+        ip("link", "set", "dev", iface, "nomaster")
+        forget_neighbours(iface)
+
+
+def sync_bridge(ctx, rt=None, lk=None):
+    """Make the Linux bridge match the nominal members: enslaved when bridge0 is up,
+    released when it is down (macOS lets member ports carry their own addresses then)."""
+    lk = lk if lk is not None else links()
+    rt = rt if rt is not None else ctx.runtime()
+    br = lk.get(BRIDGE)
+    members = [m for m in rt.get("bridge_members", []) if m in lk]
+    for name, link in lk.items():
+        if master(link) == BRIDGE and (br is None or not is_up(br) or name not in members):
+            ip("link", "set", "dev", name, "nomaster")
+            forget_neighbours(name)
+    if br is not None and is_up(br):
+        for m in members:
+            if master(lk[m]) != BRIDGE:
+                enslave(m)
+
+
+def create_bridge(ctx):
+    ip("link", "add", "name", BRIDGE, "type", "bridge", "stp_state", "0")
+    ip("link", "set", "dev", BRIDGE, "address", ctx.cfg["bridge_mac"])
+
+
+# ---------------------------------------------------------------------------------------
+# Persistent network preferences (the SystemConfiguration preferences of the Mac)
+# ---------------------------------------------------------------------------------------
+
+def hardware_ports(ctx, prefs=None, lk=None):
+    """[(hardware port, device, MAC)] in the order networksetup lists them."""
+    prefs = prefs or ctx.prefs()
+    ports = [("Ethernet", "en0", ctx.cfg["en0_mac"])]
+    if BRIDGE in prefs.get("bridges", {}):
+        ports.append((TB_BRIDGE_SERVICE, BRIDGE, ctx.cfg["bridge_mac"]))
+    for k, p in ctx.ports():
+        ports.append((f"Thunderbolt {k}", p["iface"], p["mac"]))
+    return ports
+
+
+def default_prefs(ctx):
+    cfg = ctx.cfg
+    mgmt = ctx.cluster["management"]
+    bridge_on = bool(cfg.get("thunderbolt_bridge", True))
+    return {
+        "services": [
+            {"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True,
+             "ipv4": {"method": "Manual", "address": cfg["mgmt_address"],
+                      "subnet": prefix_to_mask(mgmt["prefix"]), "router": mgmt["gateway"]},
+             "ipv6": "Automatic"},
+            {"name": TB_BRIDGE_SERVICE, "hardware_port": TB_BRIDGE_SERVICE, "device": BRIDGE,
+             "enabled": bridge_on, "ipv4": {"method": "DHCP"}, "ipv6": "Automatic"},
+        ],
+        "bridges": {BRIDGE: {"members": ctx.tb_ifaces() if bridge_on else []}},
+    }
+
+
+def service(prefs, name):
+    return next((s for s in prefs["services"] if s["name"] == name), None)
+
+
+def flush_v4(dev, lk):
+    if dev in lk:
+        ip("-4", "addr", "flush", "dev", dev, check=False)
+        ip("-4", "route", "flush", "dev", dev, check=False)
+        forget_neighbours(dev)
+
+
+def apply_service(ctx, prefs, svc, lk=None):
+    """Runtime effect of one service's configuration (what configd does)."""
+    lk = lk if lk is not None else links()
+    dev = svc["device"]
+    if dev not in lk:
+        return
+    flush_v4(dev, lk)
+    if dev == BRIDGE:
+        ip("link", "set", "dev", BRIDGE, "up" if svc["enabled"] else "down")
+        sync_bridge(ctx, lk=links())
+    if not svc["enabled"]:
+        return
+    if dev != BRIDGE and not is_up(lk[dev]):
+        ip("link", "set", "dev", dev, "up")
+    v4 = svc.get("ipv4") or {}
+    if v4.get("method") == "Manual" and v4.get("address"):
+        prefix = mask_to_prefix(v4.get("subnet") or "255.255.255.0")
+        ip("addr", "add", f"{v4['address']}/{prefix}", "brd", "+", "dev", dev, check=False)
+        router = v4.get("router")
+        if router and primary_service(prefs) is svc:
+            ip("route", "replace", "default", "via", router, "dev", dev, check=False)
+
+
+def primary_service(prefs):
+    """The first enabled service with a router owns the default route."""
+    for s in prefs["services"]:
+        if s["enabled"] and (s.get("ipv4") or {}).get("router"):
+            return s
+    return None
+
+
+def boot(ctx):
+    """What a Mac does at boot: interfaces up, no runtime addresses or host routes on the
+    Thunderbolt ports, bridge0 rebuilt from the preferences, services applied in order."""
+    fd = ctx.lock()
+    try:
+        prefs = ctx.prefs()
+        ctx.save_prefs(prefs)
+        lk = links()
+        ip("link", "set", "dev", "lo", "up", check=False)
+        for dev in ["en0", *ctx.tb_ifaces()]:
+            if dev in lk:
+                if master(lk[dev]):
+                    ip("link", "set", "dev", dev, "nomaster")
+                ip("link", "set", "dev", dev, "mtu", "1500", "up")
+                flush_v4(dev, lk)
+        if BRIDGE in lk:
+            ip("link", "del", "dev", BRIDGE)
+        members = []
+        if BRIDGE in prefs.get("bridges", {}):
+            create_bridge(ctx)
+            members = [m for m in prefs["bridges"][BRIDGE].get("members", []) if m in lk]
+        ctx.save_runtime({"bridge_members": members})
+        bridge_svc = next((s for s in prefs["services"] if s["device"] == BRIDGE and s["enabled"]), None)
+        if BRIDGE in prefs.get("bridges", {}):
+            ip("link", "set", "dev", BRIDGE, "up" if bridge_svc else "down")
+        lk = links()
+        sync_bridge(ctx, lk=lk)
+        for svc in prefs["services"]:
+            if svc["enabled"]:
+                apply_service(ctx, prefs, svc, lk=links())
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------
+# networksetup
+# ---------------------------------------------------------------------------------------
+
+NS_INVALID = "** Error: The parameters were not valid."
+NS_ADMIN = "** Error: Command requires admin privileges."
+
+
+def ns_unknown_service(name):
+    # networksetup prints both lines and, like the real tool, exits 4 (bad parameters)
+    out(f"{name} is not a recognized network service.")
+    out(NS_INVALID)
+    raise ShimExit(4)
+
+
+def ns_need_admin(ctx):
+    if not ctx.elevated():
+        out(NS_ADMIN)
+        raise ShimExit(14)
+
+
+def cmd_networksetup(ctx, args):
+    if not args:
+        out("networksetup Help Information\n-------------------------------\n"
+            "Usage: networksetup -listallnetworkservices ...")
+        return 0
+    op, rest = args[0], args[1:]
+    low = op.lower()
+    prefs = ctx.prefs()
+
+    if low == "-listallhardwareports":
+        text = "\n"
+        for port, dev, mac in hardware_ports(ctx, prefs):
+            text += f"Hardware Port: {port}\nDevice: {dev}\nEthernet Address: {mac}\n\n"
+        text += "VLAN Configurations\n===================\n"
+        sys.stdout.write(text)
+        return 0
+
+    if low == "-listnetworkserviceorder":
+        text = "An asterisk (*) denotes that a network service is disabled.\n"
+        n = 0
+        for s in prefs["services"]:
+            if s["enabled"]:
+                n += 1
+                tag = f"({n})"
+            else:
+                tag = "(*)"
+            text += f"{tag} {s['name']}\n(Hardware Port: {s['hardware_port']}, Device: {s['device']})\n\n"
+        sys.stdout.write(text)
+        return 0
+
+    if low == "-listallnetworkservices":
+        out("An asterisk (*) denotes that a network service is disabled.")
+        for s in prefs["services"]:
+            out(("" if s["enabled"] else "*") + s["name"])
+        return 0
+
+    if low == "-getinfo":
+        if len(rest) != 1:
+            out(NS_INVALID)
+            return 4
+        s = service(prefs, rest[0])
+        if s is None:
+            ns_unknown_service(rest[0])
+        mac = dict((d, m) for _, d, m in hardware_ports(ctx, prefs)).get(s["device"], "N/A")
+        v4 = s.get("ipv4") or {}
+        method = v4.get("method", "DHCP")
+        lines = []
+        if method == "Manual":
+            lines += ["Manual Configuration", f"IP address: {v4.get('address')}",
+                      f"Subnet mask: {v4.get('subnet')}", f"Router: {v4.get('router') or '(null)'}"]
+        elif method == "DHCP":
+            lines += ["DHCP Configuration"]
+            lk = links()
+            link = lk.get(s["device"])
+            addrs = ipv4s(link) if (link and s["enabled"]) else []
+            if addrs:
+                lines += [f"IP address: {addrs[0]['local']}",
+                          f"Subnet mask: {prefix_to_mask(addrs[0]['prefixlen'])}", "Router: (null)"]
+            lines += ["Client ID: "]
+        elif method == "BOOTP":
+            lines += ["BOOTP Configuration"]
+        v6 = s.get("ipv6", "Automatic")
+        lines += [f"IPv6: {v6}", "IPv6 IP address: none", "IPv6 Router: none", f"Ethernet Address: {mac}"]
+        out("\n".join(lines))
+        return 0
+
+    if low == "-getnetworkserviceenabled":
+        if len(rest) != 1:
+            out(NS_INVALID)
+            return 4
+        s = service(prefs, rest[0])
+        if s is None:
+            ns_unknown_service(rest[0])
+        out("Enabled" if s["enabled"] else "Disabled")
+        return 0
+
+    if low == "-getmacaddress":
+        if len(rest) != 1:
+            out(NS_INVALID)
+            return 4
+        for port, dev, mac in hardware_ports(ctx, prefs):
+            if rest[0] in (port, dev):
+                out(f"Ethernet Address: {mac} (Hardware Port: {port})")
+                return 0
+        out(f"{rest[0]} is not a hardware port or a network service.")
+        out(NS_INVALID)
+        return 4
+
+    if low == "-detectnewhardware":
+        ns_need_admin(ctx)
+        return 0
+
+    setters = {"-setnetworkserviceenabled", "-createnetworkservice", "-removenetworkservice",
+               "-setmanual", "-setdhcp", "-setv4off", "-setv6off", "-setv6automatic",
+               "-ordernetworkservices", "-renamenetworkservice"}
+    if low not in setters:
+        out(f"** Error: Unknown command {op}. Use networksetup -help for usage.")
+        return 4
+    ns_need_admin(ctx)
+    fd = ctx.lock()
+    try:
+        prefs = ctx.prefs()
+        rc = _ns_set(ctx, prefs, low, rest)
+    finally:
+        os.close(fd)
+    return rc
+
+
+def _ns_set(ctx, prefs, op, rest):
+    def need(n, upto=None):
+        if len(rest) < n or (upto is not None and len(rest) > upto):
+            out(NS_INVALID)
+            raise ShimExit(4)
+
+    def get(name):
+        s = service(prefs, name)
+        if s is None:
+            ns_unknown_service(name)
+        return s
+
+    if op == "-setnetworkserviceenabled":
+        need(2, 2)
+        s = get(rest[0])
+        state = rest[1].lower()
+        if state not in ("on", "off"):
+            out(NS_INVALID)
+            return 4
+        s["enabled"] = state == "on"
+        ctx.save_prefs(prefs)
+        apply_service(ctx, prefs, s)
+        if not s["enabled"] and (s.get("ipv4") or {}).get("router"):
+            _reapply_default_route(ctx, prefs)
+        return 0
+
+    if op == "-createnetworkservice":
+        need(2, 2)
+        name, hwport = rest
+        ports = {p: d for p, d, _ in hardware_ports(ctx, prefs)}
+        if hwport not in ports or service(prefs, name) is not None or not name.strip():
+            out(NS_INVALID)
+            return 4
+        s = {"name": name, "hardware_port": hwport, "device": ports[hwport], "enabled": True,
+             "ipv4": {"method": "DHCP"}, "ipv6": "Automatic"}
+        prefs["services"].append(s)
+        ctx.save_prefs(prefs)
+        apply_service(ctx, prefs, s)
+        return 0
+
+    if op == "-removenetworkservice":
+        need(1, 1)
+        s = get(rest[0])
+        prefs["services"].remove(s)
+        ctx.save_prefs(prefs)
+        lk = links()
+        if s["device"] in lk:
+            flush_v4(s["device"], lk)
+            if s["device"] == BRIDGE:
+                ip("link", "set", "dev", BRIDGE, "down")
+                sync_bridge(ctx)
+        return 0
+
+    if op == "-setmanual":
+        need(3, 4)
+        s = get(rest[0])
+        try:
+            addr = ipaddress.IPv4Address(rest[1])
+            mask_to_prefix(rest[2])
+            router = str(ipaddress.IPv4Address(rest[3])) if len(rest) == 4 and rest[3] else None
+        except ValueError:
+            out(NS_INVALID)
+            return 4
+        s["ipv4"] = {"method": "Manual", "address": str(addr), "subnet": rest[2], "router": router}
+        ctx.save_prefs(prefs)
+        apply_service(ctx, prefs, s)
+        return 0
+
+    if op in ("-setdhcp", "-setv4off"):
+        need(1, 2)
+        s = get(rest[0])
+        s["ipv4"] = {"method": "DHCP" if op == "-setdhcp" else "Off"}
+        ctx.save_prefs(prefs)
+        apply_service(ctx, prefs, s)
+        return 0
+
+    if op in ("-setv6off", "-setv6automatic"):
+        need(1, 1)
+        s = get(rest[0])
+        s["ipv6"] = "Off" if op == "-setv6off" else "Automatic"
+        ctx.save_prefs(prefs)
+        return 0
+
+    if op == "-ordernetworkservices":
+        names = [s["name"] for s in prefs["services"]]
+        if sorted(rest) != sorted(names):
+            out(NS_INVALID)
+            return 4
+        prefs["services"] = [service(prefs, n) for n in rest]
+        ctx.save_prefs(prefs)
+        return 0
+
+    if op == "-renamenetworkservice":
+        need(2, 2)
+        s = get(rest[0])
+        if service(prefs, rest[1]) is not None:
+            out(NS_INVALID)
+            return 4
+        s["name"] = rest[1]
+        ctx.save_prefs(prefs)
+        return 0
+    return 4
+
+
+def _reapply_default_route(ctx, prefs):
+    ip("route", "del", "default", check=False)
+    p = primary_service(prefs)
+    if p is not None:
+        r = p["ipv4"]["router"]
+        ip("route", "replace", "default", "via", r, "dev", p["device"], check=False)
+
+
+# ---------------------------------------------------------------------------------------
+# ifconfig
+# ---------------------------------------------------------------------------------------
+
+FLAG_BITS = [(0x1, "UP"), (0x2, "BROADCAST"), (0x4, "DEBUG"), (0x8, "LOOPBACK"),
+             (0x10, "POINTOPOINT"), (0x20, "SMART"), (0x40, "RUNNING"), (0x80, "NOARP"),
+             (0x100, "PROMISC"), (0x200, "ALLMULTI"), (0x400, "OACTIVE"), (0x800, "SIMPLEX"),
+             (0x1000, "LINK0"), (0x2000, "LINK1"), (0x4000, "LINK2"), (0x8000, "MULTICAST")]
+
+
+def visible(ctx, lk):
+    """Interfaces a Mac of this spec has, in `ifconfig` order."""
+    names = []
+    for n in ["lo", "en0", *ctx.tb_ifaces(), BRIDGE]:
+        if n in lk:
+            names.append(n)
+    return names
+
+
+def render_iface(ctx, name, lk, rt):
+    link = lk[name]
+    mname = mac_name(name)
+    up = is_up(link)
+    members = [m for m in rt.get("bridge_members", []) if m in lk] if name == BRIDGE else []
+    bridge = lk.get(BRIDGE)
+    nominal_member = name in rt.get("bridge_members", []) and bridge is not None
+    if name == "lo":
+        bits = 0x8049 if up else 0x8048
+    else:
+        bits = 0x8822 | ((0x1 | 0x40) if up else 0)
+        if nominal_member and is_up(bridge):
+            bits |= 0x100  # bridge members run promiscuous
+    names = ",".join(n for b, n in FLAG_BITS if bits & b)
+    mtu = 16384 if name == "lo" else link.get("mtu", 1500)
+    lines = [f"{mname}: flags={bits:x}<{names}> mtu {mtu}"]
+    scope = link.get("ifindex", 0)
+    if name == "lo":
+        lines.append("\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>")
+    elif name == "en0":
+        lines.append("\toptions=50b<RXCSUM,TXCSUM,VLAN_HWTAGGING,AV,CHANNEL_IO>")
+    elif name == BRIDGE:
+        lines.append("\toptions=63<RXCSUM,TXCSUM,TSO4,TSO6>")
+    else:
+        lines.append("\toptions=460<TSO4,TSO6,CHANNEL_IO>")
+    if name != "lo":
+        lines.append(f"\tether {link.get('address', '00:00:00:00:00:00')}")
+    v4 = ipv4s(link)
+    if name == "lo":
+        for a in v4:
+            lines.append(f"\tinet {a['local']} netmask 0x{_mask_hex(a['prefixlen'])}")
+        lines.append("\tinet6 ::1 prefixlen 128 ")
+        lines.append(f"\tinet6 fe80::1%lo0 prefixlen 64 scopeid 0x{scope:x} ")
+    else:
+        if has_carrier(link) and not (nominal_member and is_up(bridge)):
+            secured = " secured" if name == "en0" else ""
+            lines.append(f"\tinet6 {link_local(link['address'])}%{mname} prefixlen 64{secured} "
+                         f"scopeid 0x{scope:x} ")
+        for a in v4:
+            line = f"\tinet {a['local']} netmask 0x{_mask_hex(a['prefixlen'])}"
+            if a["prefixlen"] < 31:
+                bcast = a.get("broadcast") or str(ipaddress.IPv4Network(
+                    f"{a['local']}/{a['prefixlen']}", strict=False).broadcast_address)
+                line += f" broadcast {bcast}"
+            lines.append(line)
+    if name == BRIDGE:
+        lines += ["\tConfiguration:",
+                  "\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0",
+                  "\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200",
+                  "\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0",
+                  "\t\tipfilter disabled flags 0x0"]
+        for m in members:
+            lines.append(f"\tmember: {m} flags=3<LEARNING,DISCOVER>")
+            lines.append(f"\t        ifmaxaddr 0 port {lk[m].get('ifindex', 0)} priority 0 path cost 0")
+    lines.append("\tnd6 options=201<PERFORMNUD,DAD>")
+    if name == "lo":
+        return "\n".join(lines)
+    if name == "en0":
+        lines.append("\tmedia: autoselect (10GbaseT <full-duplex,flow-control>)")
+    elif name == BRIDGE:
+        lines.append("\tmedia: <unknown type>")
+    else:
+        lines.append("\tmedia: autoselect <full-duplex>")
+    if name == BRIDGE:
+        active = up and any(has_carrier(lk[m]) for m in members)
+    else:
+        active = has_carrier(link)
+    lines.append(f"\tstatus: {'active' if active else 'inactive'}")
+    return "\n".join(lines)
+
+
+def _mask_hex(prefix):
+    return f"{(0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF:08x}"
+
+
+IFCONFIG_WORDS = {"inet", "inet6", "netmask", "broadcast", "alias", "-alias", "delete", "remove",
+                  "add", "up", "down", "mtu", "addm", "deletem", "create", "destroy", "ether",
+                  "lladdr", "prefixlen"}
+
+
+def cmd_ifconfig(ctx, args):
+    lk = links()
+    rt = ctx.runtime()
+    if not args or args[0] in ("-a", "-au", "-ad", "-u", "-d", "-v", "-av"):
+        flags = args[0] if args else "-a"
+        names = visible(ctx, lk)
+        if "u" in flags:
+            names = [n for n in names if is_up(lk[n])]
+        if "d" in flags:
+            names = [n for n in names if not is_up(lk[n])]
+        out("\n".join(render_iface(ctx, n, lk, rt) for n in names))
+        return 0
+    if args[0] in ("-l", "-lu", "-ld"):
+        names = visible(ctx, lk)
+        if args[0] == "-lu":
+            names = [n for n in names if is_up(lk[n])]
+        if args[0] == "-ld":
+            names = [n for n in names if not is_up(lk[n])]
+        out(" ".join(mac_name(n) for n in names))
+        return 0
+    if args[0].startswith("-"):
+        die(f"ifconfig: illegal option -- {args[0][1:2]}\n"
+            "usage: ifconfig [-C] [-L] interface address_family [address [dest_address]]\n"
+            "\t\t[parameters]", 1)
+    mname, rest = args[0], args[1:]
+    name = linux_name(mname)
+    if rest == ["create"]:
+        return _ifconfig_create(ctx, mname, lk)
+    if name not in visible(ctx, lk):
+        die(f"ifconfig: interface {mname} does not exist", 1)
+    if not rest:
+        out(render_iface(ctx, name, lk, rt))
+        return 0
+    if rest in (["inet"], ["-L"], ["inet", "-L"]):
+        out(render_iface(ctx, name, lk, rt))
+        return 0
+    return _ifconfig_set(ctx, name, mname, rest, lk, rt)
+
+
+def _ifconfig_create(ctx, mname, lk):
+    if mname != BRIDGE:
+        die(f"ifconfig: SIOCIFCREATE2: Invalid argument", 1)
+    if not ctx.elevated():
+        die("ifconfig: SIOCIFCREATE2: Operation not permitted", 1)
+    if BRIDGE in lk:
+        die("ifconfig: SIOCIFCREATE2: File exists", 1)
+    fd = ctx.lock()
+    try:
+        create_bridge(ctx)
+        rt = ctx.runtime()
+        rt["bridge_members"] = []
+        ctx.save_runtime(rt)
+    finally:
+        os.close(fd)
+    return 0
+
+
+def _ifconfig_set(ctx, name, mname, rest, lk, rt):
+    ops = []
+    addr = prefix = None
+    mode = "set"          # set (replace the first address) | alias | delete
+    i = 0
+    while i < len(rest):
+        w = rest[i]
+        nxt = rest[i + 1] if i + 1 < len(rest) else None
+        if w == "inet":
+            i += 1
+            continue
+        if w == "inet6":
+            die("ifconfig: inet6 is not emulated by the simulated Mac", 1)
+        if w in ("netmask", "broadcast", "mtu", "addm", "deletem", "ether", "lladdr", "prefixlen"):
+            if nxt is None:
+                die(f"ifconfig: {w}: missing argument", 1)
+            if w == "netmask":
+                try:
+                    prefix = mask_to_prefix(nxt)
+                except ValueError:
+                    die(f"ifconfig: {nxt}: bad value", 1)
+            elif w == "mtu":
+                if not nxt.isdigit():
+                    die(f"ifconfig: {nxt}: bad value", 1)
+                ops.append(("mtu", nxt))
+            elif w in ("addm", "deletem"):
+                ops.append((w, nxt))
+            elif w in ("ether", "lladdr"):
+                ops.append(("ether", nxt))
+            i += 2
+            continue
+        if w in ("alias", "add"):
+            mode = "alias"
+        elif w in ("-alias", "delete", "remove"):
+            mode = "delete"
+        elif w in ("up", "down"):
+            ops.append((w, None))
+        elif w == "destroy":
+            ops.append(("destroy", None))
+        elif addr is None and w not in IFCONFIG_WORDS:
+            try:
+                if "/" in w:
+                    net = ipaddress.IPv4Interface(w)
+                    addr, prefix = str(net.ip), net.network.prefixlen
+                else:
+                    addr = str(ipaddress.IPv4Address(w))
+            except ValueError:
+                die(f"ifconfig: {w}: bad value", 1)
+        else:
+            die(f"ifconfig: {w}: bad value", 1)
+        i += 1
+
+    if not ctx.elevated():
+        what = {"delete": "SIOCDIFADDR"}.get(mode, "SIOCAIFADDR") if addr else \
+            {"addm": "BRDGADD", "deletem": "BRDGDEL"}.get(ops[0][0] if ops else "", "SIOCSIFFLAGS")
+        if what in ("BRDGADD", "BRDGDEL"):
+            die(f"ifconfig: {what} {ops[0][1]}: Operation not permitted", 1)
+        die(f"ifconfig: ioctl ({what}): Operation not permitted", 1)
+
+    fd = ctx.lock()
+    try:
+        rt = ctx.runtime()
+        lk = links()
+        link = lk[name]
+        if addr is not None:
+            current = ipv4s(link)
+            if mode == "delete":
+                if not any(a["local"] == addr for a in current):
+                    die("ifconfig: ioctl (SIOCDIFADDR): Can't assign requested address", 1)
+                for a in current:
+                    if a["local"] == addr:
+                        ip("addr", "del", f"{addr}/{a['prefixlen']}", "dev", name)
+            else:
+                if prefix is None:
+                    same = [a for a in current if a["local"] == addr]
+                    prefix = same[0]["prefixlen"] if same else classful_prefix(addr)
+                if mode == "set" and current:
+                    # BSD ifconfig without `alias` replaces the interface's first address
+                    first = current[0]
+                    ip("addr", "del", f"{first['local']}/{first['prefixlen']}", "dev", name, check=False)
+                ip("addr", "replace", f"{addr}/{prefix}", "brd", "+", "dev", name)
+            forget_neighbours(name)
+        for op, val in ops:
+            if op == "mtu":
+                ip("link", "set", "dev", name, "mtu", val)
+            elif op == "ether":
+                ip("link", "set", "dev", name, "address", val)
+            elif op in ("addm", "deletem"):
+                _bridge_member(ctx, name, op, val, rt)
+            elif op == "destroy":
+                if name != BRIDGE:
+                    die(f"ifconfig: SIOCIFDESTROY: Invalid argument", 1)
+                for m in rt.get("bridge_members", []):
+                    release(m, links())
+                ip("link", "del", "dev", BRIDGE)
+                rt["bridge_members"] = []
+                ctx.save_runtime(rt)
+            elif op in ("up", "down"):
+                ip("link", "set", "dev", name, op)
+                if name == BRIDGE:
+                    sync_bridge(ctx, rt=rt)
+    finally:
+        os.close(fd)
+    return 0
+
+
+def _bridge_member(ctx, name, op, member, rt):
+    word = "BRDGADD" if op == "addm" else "BRDGDEL"
+    if name != BRIDGE:
+        die(f"ifconfig: {word} {member}: Operation not supported", 1)
+    lk = links()
+    if member not in lk or member in ("lo", BRIDGE):
+        die(f"ifconfig: {word} {member}: No such file or directory" if member not in lk
+            else f"ifconfig: {word} {member}: Invalid argument", 1)
+    members = rt.setdefault("bridge_members", [])
+    if op == "addm":
+        if member in members:
+            die(f"ifconfig: {word} {member}: File exists", 1)
+        members.append(member)
+    else:
+        if member not in members:
+            die(f"ifconfig: {word} {member}: Invalid argument", 1)
+        members.remove(member)
+    ctx.save_runtime(rt)
+    sync_bridge(ctx, rt=rt, lk=lk)
+
+
+# ---------------------------------------------------------------------------------------
+# route
+# ---------------------------------------------------------------------------------------
+
+ROUTE_FLAGS_WITH_ARG = {"-netmask", "-ifscope", "-mtu", "-hopcount", "-expire", "-recvpipe",
+                        "-sendpipe", "-ssthresh", "-rtt", "-rttvar", "-genmask", "-ifp", "-ifa"}
+ROUTE_FLAGS = {"-net", "-host", "-interface", "-iface", "-link", "-static", "-nostatic", "-reject",
+               "-blackhole", "-proto1", "-proto2", "-cloning", "-xresolve", "-inet", "-llinfo"}
+
+
+def _routes():
+    return json.loads(ip("-j", "-4", "route", "show", "table", "main").stdout or "[]")
+
+
+def _route_dst(r):
+    d = r.get("dst", "")
+    if d == "default":
+        return ipaddress.IPv4Network("0.0.0.0/0")
+    return ipaddress.IPv4Network(d if "/" in d else f"{d}/32", strict=False)
+
+
+def _lookup(dest):
+    best = None
+    for r in _routes():
+        net = _route_dst(r)
+        if dest in net and (best is None or net.prefixlen > _route_dst(best).prefixlen):
+            best = r
+    return best
+
+
+def cmd_route(ctx, args):
+    opts = []
+    while args and args[0].startswith("-") and args[0] not in ROUTE_FLAGS:
+        opts.append(args[0])
+        args = args[1:]
+    if not args:
+        die("usage: route [-dnqtv] command [[modifiers] args]", 64)
+    verb, rest = args[0], args[1:]
+    pos, flags, kv = [], set(), {}
+    i = 0
+    while i < len(rest):
+        w = rest[i]
+        if w in ROUTE_FLAGS_WITH_ARG:
+            if i + 1 >= len(rest):
+                die(f"route: {w}: missing argument", 64)
+            kv[w] = rest[i + 1]
+            i += 2
+            continue
+        if w in ROUTE_FLAGS:
+            flags.add(w)
+        else:
+            pos.append(w)
+        i += 1
+    if verb == "get":
+        return _route_get(ctx, pos)
+    if verb not in ("add", "delete", "change", "flush"):
+        die(f"route: {verb}: bad command", 64)
+    if not ctx.elevated():
+        die("route: must be root to alter routing table", 1)
+    if verb == "flush":
+        ip("-4", "route", "flush", "table", "main", check=False)
+        return 0
+    if not pos:
+        die("route: no destination", 64)
+    dest_text = pos[0]
+    try:
+        if dest_text == "default":
+            net = ipaddress.IPv4Network("0.0.0.0/0")
+        elif "/" in dest_text:
+            net = ipaddress.IPv4Network(dest_text, strict=False)
+        elif "-netmask" in kv:
+            net = ipaddress.IPv4Network(f"{dest_text}/{mask_to_prefix(kv['-netmask'])}", strict=False)
+        elif "-net" in flags:
+            net = ipaddress.IPv4Network(f"{dest_text}/{classful_prefix(dest_text)}", strict=False)
+        else:
+            net = ipaddress.IPv4Network(f"{dest_text}/32")
+    except ValueError:
+        die(f"route: bad address: {dest_text}", 68)
+    kind = "host" if net.prefixlen == 32 and dest_text != "default" else "net"
+    target = "default" if dest_text == "default" else (str(net.network_address) if kind == "host" else str(net))
+    gw = pos[1] if len(pos) > 1 else None
+    dev = via = None
+    if gw is not None:
+        lk = links()
+        if "-interface" in flags or "-iface" in flags:
+            if linux_name(gw) in lk:
+                dev = linux_name(gw)
+            else:
+                owner = next((n for n, l in lk.items() if any(a["local"] == gw for a in ipv4s(l))), None)
+                if owner is None:
+                    die(f"route: bad address: {gw}", 68)
+                dev = owner
+        elif linux_name(gw) in lk:
+            dev = linux_name(gw)
+        else:
+            via = gw
+    if "-ifscope" in kv and dev is None:
+        dev = linux_name(kv["-ifscope"])
+    label = f"{verb} {kind} {dest_text}"
+    if verb == "add" or verb == "change":
+        if gw is None:
+            die(f"route: {verb}: gateway required", 64)
+        label += f": gateway {gw}"
+    spec = [target] + (["via", via] if via else []) + (["dev", dev] if dev else [])
+    if verb == "add":
+        r = ip("route", "add", *spec, check=False)
+    elif verb == "delete":
+        r = ip("route", "del", target, *(["dev", dev] if dev else []), check=False)
+    else:
+        exact = any(_route_dst(x) == net for x in _routes())
+        if not exact and _lookup(net.network_address) is None:
+            return _route_error(label, "not in table")
+        r = ip("route", "replace", *spec, check=False)
+    if r.returncode != 0:
+        msg = r.stderr
+        if "File exists" in msg:
+            return _route_error(label, "File exists")
+        if "No such process" in msg or "not in table" in msg:
+            return _route_error(label, "not in table")
+        if "unreachable" in msg.lower() or "Nexthop" in msg:
+            return _route_error(label, "Network is unreachable")
+        if "Cannot find device" in msg or "No such device" in msg:
+            die(f"route: bad interface name: {gw}", 68)
+        return _route_error(label, msg.strip().split(":")[-1].strip() or "Invalid argument")
+    out(label)
+    return 0
+
+
+def _route_error(label, why):
+    err(f"route: writing to routing socket: {why}")
+    out(f"{label}: {why}")
+    return 1
+
+
+def _route_get(ctx, pos):
+    if not pos:
+        die("route: no destination", 64)
+    dest_text = pos[0]
+    lk = links()
+    if dest_text == "default":
+        best = next((r for r in _routes() if r.get("dst") == "default"), None)
+        dest = None
+    else:
+        try:
+            dest = ipaddress.IPv4Address(dest_text.split("/")[0])
+        except ValueError:
+            die(f"route: bad address: {dest_text}", 68)
+        best = _lookup(dest)
+    if best is None:
+        die("route: writing to routing socket: not in table", 1)
+    dev = best.get("dev")
+    net = _route_dst(best)
+    flags = ["UP"]
+    lines = [f"   route to: {dest_text}"]
+    if best.get("dst") == "default":
+        lines += ["destination: default", "       mask: default"]
+    elif net.prefixlen == 32:
+        lines += [f"destination: {net.network_address}"]
+    else:
+        lines += [f"destination: {net.network_address}", f"       mask: {net.netmask}"]
+    if best.get("gateway"):
+        lines.append(f"    gateway: {best['gateway']}")
+        flags.append("GATEWAY")
+    if net.prefixlen == 32:
+        flags.append("HOST")
+    flags.append("DONE")
+    if best.get("protocol") in ("static", "boot") or best.get("gateway") or net.prefixlen == 32:
+        flags.append("STATIC")
+    if best.get("dst") == "default":
+        flags += ["PRCLONING", "GLOBAL"]
+    elif net.prefixlen < 32:
+        flags.append("CLONING")
+    if dev:
+        lines.append(f"  interface: {mac_name(dev)}")
+    lines.append(f"      flags: <{','.join(flags)}>")
+    mtu = lk.get(dev, {}).get("mtu", 1500)
+    lines.append(" recvpipe  sendpipe  ssthresh  rtt,msec    rttvar  hopcount      mtu     expire")
+    lines.append(f"       0         0         0         0         0         0 {mtu:>9}         0 ")
+    out("\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# ipconfig, sw_vers, sysctl
+# ---------------------------------------------------------------------------------------
+
+def cmd_ipconfig(ctx, args):
+    if not args:
+        die("usage: ipconfig <command> <args>\nwhere <command> is one of ifcount, getifaddr, "
+            "getoption, getpacket, getsummary, set", 64)
+    verb = args[0]
+    lk = links()
+    if verb == "ifcount":
+        out(str(len([n for n in visible(ctx, lk) if n != "lo"])))
+        return 0
+    if verb == "getifaddr" and len(args) == 2:
+        link = lk.get(linux_name(args[1]))
+        if link is None or args[1] not in [mac_name(n) for n in visible(ctx, lk)]:
+            return 1
+        addrs = ipv4s(link)
+        if not addrs:
+            return 1
+        out(addrs[0]["local"])
+        return 0
+    if verb == "getoption" and len(args) == 3:
+        link = lk.get(linux_name(args[1]))
+        addrs = ipv4s(link) if link else []
+        if args[2] == "subnet_mask" and addrs:
+            out(prefix_to_mask(addrs[0]["prefixlen"]))
+            return 0
+        if args[2] == "router":
+            r = next((r for r in _routes() if r.get("dst") == "default" and r.get("dev") == linux_name(args[1])), None)
+            if r:
+                out(r["gateway"])
+                return 0
+        return 1
+    die(f"ipconfig: {verb}: not emulated by the simulated Mac", 64)
+
+
+def cmd_sw_vers(ctx, args):
+    cfg = ctx.cfg
+    values = {"productname": "macOS", "productversion": cfg["macos"], "buildversion": cfg["build"]}
+    if not args:
+        out(f"ProductName:\t\tmacOS\nProductVersion:\t\t{cfg['macos']}\nBuildVersion:\t\t{cfg['build']}")
+        return 0
+    key = args[0].lstrip("-").lower()
+    if key in values and len(args) == 1:
+        out(values[key])
+        return 0
+    if key == "productversionextra":
+        return 0
+    die("usage: sw_vers [-productName|-productVersion|-productVersionExtra|-buildVersion]", 1)
+
+
+def sysctl_values(ctx):
+    cfg = ctx.cfg
+    major, minor, _ = version_tuple(cfg["macos"])
+    darwin = f"{major - 1 if major >= 26 else major + 9}.{minor}.0"
+    mem = int(cfg["memory_gb"]) * (1 << 30)
+    return {
+        "hw.memsize": str(mem),
+        "hw.memsize_usable": str(mem - (1 << 30)),
+        "hw.model": cfg["model_id"],
+        "hw.ncpu": str(cfg["ncpu"]),
+        "hw.physicalcpu": str(cfg["ncpu"]),
+        "hw.logicalcpu": str(cfg["ncpu"]),
+        "hw.activecpu": str(cfg["ncpu"]),
+        "hw.pagesize": "16384",
+        "hw.optional.arm64": "1",
+        "hw.machine": "arm64",
+        "kern.hostname": ctx.host,
+        "kern.ostype": "Darwin",
+        "kern.osrelease": darwin,
+        "kern.osproductversion": cfg["macos"],
+        "kern.osversion": cfg["build"],
+        "machdep.cpu.brand_string": cfg.get("chip", "Apple M3 Ultra"),
+    }
+
+
+def cmd_sysctl(ctx, args):
+    values = sysctl_values(ctx)
+    bare = False
+    names = []
+    for a in args:
+        if a.startswith("-") and len(a) > 1:
+            if "n" in a:
+                bare = True
+            if "a" in a:
+                names = sorted(values)
+            if "w" in a:
+                die("sysctl: the simulated Mac's sysctl values are read-only", 1)
+            continue
+        names.append(a)
+    if not names:
+        die("usage: sysctl [-bdehiNnoqx] name[=value] ...\n       sysctl [-bdehNnoqx] -a", 1)
+    rc = 0
+    for n in names:
+        if "=" in n:
+            die(f"sysctl: oid '{n.split('=')[0]}' is read only", 1)
+        matches = [k for k in values if k == n or k.startswith(n + ".")]
+        if not matches:
+            err(f"sysctl: unknown oid '{n}'")
+            rc = 1
+            continue
+        for k in matches:
+            out(values[k] if bare else f"{k}: {values[k]}")
+    return rc
+
+
+# ---------------------------------------------------------------------------------------
+# RDMA: rdma_ctl, ibv_devices, ibv_devinfo
+# ---------------------------------------------------------------------------------------
+
+def cmd_rdma_ctl(ctx, args):
+    if args == ["status"]:
+        out("enabled" if ctx.cfg["rdma"] else "disabled")
+        return 0
+    if args and args[0] in ("enable", "disable"):
+        die(f"rdma_ctl: RDMA can only be {args[0]}d from the Recovery OS: restart into "
+            f"Recovery (hold the power button), open Terminal and run `rdma_ctl {args[0]}`, "
+            f"then restart.", 1)
+    die("usage: rdma_ctl [status|enable|disable]", 64)
+
+
+def rdma_devices(ctx):
+    """[(device, iface, link, port)] for the Thunderbolt ports (when RDMA is available)."""
+    if not ctx.rdma_devices_present():
+        return []
+    lk = links()
+    devs = []
+    for _, p in ctx.ports():
+        devs.append((f"rdma_{p['iface']}", p["iface"], lk.get(p["iface"], {}), p))
+    return devs
+
+
+def node_guid(mac, sep=True):
+    groups = eui64(mac, flip=False)
+    return ":".join(groups) if sep else "".join(groups)
+
+
+def cmd_ibv_devices(ctx, args):
+    lines = [f"    {'device':<16}\t   node GUID", f"    {'------':<16}\t----------------"]
+    for dev, iface, link, p in rdma_devices(ctx):
+        lines.append(f"    {dev:<16}\t{node_guid(p['mac'], sep=False)}")
+    out("\n".join(lines))
+    return 0
+
+
+def _full_gid(addr):
+    return ":".join(f"{b:04x}" for b in
+                    [int.from_bytes(ipaddress.IPv6Address(addr).packed[i:i + 2], "big") for i in range(0, 16, 2)])
+
+
+def cmd_ibv_devinfo(ctx, args):
+    verbose = False
+    only = None
+    list_only = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-v", "--verbose"):
+            verbose = True
+        elif a in ("-l", "--list"):
+            list_only = True
+        elif a in ("-d", "--ib-dev") and i + 1 < len(args):
+            only = args[i + 1]
+            i += 1
+        elif a.startswith("--ib-dev="):
+            only = a.split("=", 1)[1]
+        elif a in ("-i", "--ib-port") and i + 1 < len(args):
+            i += 1
+        else:
+            die(f"ibv_devinfo: invalid option -- '{a.lstrip('-')}'", 255)
+        i += 1
+    devs = rdma_devices(ctx)
+    if list_only:
+        out(f"{len(devs)} HCA{'s' if len(devs) != 1 else ''} found:")
+        for d in devs:
+            out(f"\t{d[0]}")
+        return 0
+    if only is not None:
+        devs = [d for d in devs if d[0] == only]
+        if not devs:
+            die(f"IB device '{only}' wasn't found", 255)
+    if not devs:
+        die("No IB devices found", 255)
+    blocks = []
+    for dev, iface, link, p in devs:
+        active = has_carrier(link) if link else False
+        L = [f"hca_id:\t{dev}",
+             "\ttransport:\t\t\tThunderbolt (100)",
+             f"\tnode_guid:\t\t\t{node_guid(p['mac'])}",
+             "\tsys_image_guid:\t\t\t0000:0000:0000:0000",
+             "\tvendor_id:\t\t\t0x05ac",
+             "\tvendor_part_id:\t\t\t0",
+             "\thw_ver:\t\t\t\t0x0",
+             "\tphys_port_cnt:\t\t\t1"]
+        if verbose:
+            L += ["\tmax_mr_size:\t\t\t0x1000000000", "\tpage_size_cap:\t\t\t0x4000",
+                  "\tmax_qp:\t\t\t\t1024", "\tmax_qp_wr:\t\t\t4096",
+                  "\tdevice_cap_flags:\t\t0x00000000", "\tmax_sge:\t\t\t30",
+                  "\tmax_cq:\t\t\t\t1024", "\tmax_cqe:\t\t\t65535", "\tmax_mr:\t\t\t\t65536",
+                  "\tmax_pd:\t\t\t\t1024", "\tatomic_cap:\t\t\tATOMIC_NONE (0)"]
+        L += ["\t\tport:\t1",
+              f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if active else 'PORT_DOWN (1)'}",
+              "\t\t\tmax_mtu:\t\t4096 (5)",
+              "\t\t\tactive_mtu:\t\t4096 (5)",
+              "\t\t\tsm_lid:\t\t\t0",
+              "\t\t\tport_lid:\t\t0",
+              "\t\t\tport_lmc:\t\t0x00",
+              "\t\t\tlink_layer:\t\tThunderbolt"]
+        if verbose:
+            L += ["\t\t\tmax_msg_sz:\t\t0x40000000", "\t\t\tport_cap_flags:\t\t0x00000000",
+                  "\t\t\tgid_tbl_len:\t\t4",
+                  f"\t\t\tphys_state:\t\t{'LINK_UP (5)' if active else 'DISABLED (3)'}"]
+            gids = [link_local(p["mac"])]
+            gids += [f"::ffff:{a['local']}" for a in ipv4s(link)] if link else []
+            for n, g in enumerate(gids[:4]):
+                L.append(f"\t\t\tGID[{n:>3}]:\t\t{_full_gid(g)}, RoCE v2")
+        blocks.append("\n".join(L) + "\n")
+    out("\n".join(blocks))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# system_profiler
+# ---------------------------------------------------------------------------------------
+
+def _svc_uuid(*parts):
+    import uuid
+    return str(uuid.uuid5(uuid.UUID(UUID_NS), "/".join(str(p) for p in parts))).upper()
+
+
+def _tb_speed(ctx, cable):
+    a, b = ctx.hostcfg(cable["a"]["host"]), ctx.hostcfg(cable["b"]["host"])
+    cap = 80 if int(a["tb_version"]) >= 5 and int(b["tb_version"]) >= 5 else 40
+    return min(int(cable["speed"]), cap)
+
+
+def _mac_item(ctx, peer_host, peer_receptacle):
+    peer = ctx.hostcfg(peer_host)
+    port = peer["ports"][str(peer_receptacle)]
+    services = [{"_name": "service_ip", "protocol_id_key": 1, "protocol_revision_key": 1,
+                 "protocol_version_key": 1, "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "ip")}]
+    if peer["rdma"] and ctx.rdma_supported(peer):
+        services.append({"_name": "unknown_xd_service", "protocol_id_key": 64087,
+                         "protocol_revision_key": 0, "protocol_version_key": 1,
+                         "service_key_key": "rdma",
+                         "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "rdma")})
+    return {"_name": peer["model"], "device_id_key": "0xA", "device_name_key": peer["model_id"],
+            "domain_uuid_key": port["domain_uuid"], "services_title": services,
+            "vendor_id_key": "0x0A27", "vendor_name_key": "Apple Inc."}
+
+
+def thunderbolt_data(ctx):
+    import hashlib
+    cfg = ctx.cfg
+    empty_speed = "Up to 120 Gb/s" if int(cfg["tb_version"]) >= 5 else "Up to 40 Gb/s"
+    buses = []
+    for k, p in sorted(ctx.ports(), key=lambda kv: -kv[0]):
+        bus = {"_name": f"thunderboltusb4_bus_{k - 1}", "device_name_key": cfg["model"],
+               "domain_uuid_key": p["domain_uuid"], "route_string_key": "0",
+               "switch_uid_key": p["switch_uid"], "vendor_name_key": "Apple Inc."}
+        cable = ctx.cluster["cables"].get(p["cable"]) if p.get("cable") else None
+        if cable is not None and ctx.plugged(p["cable"]):
+            speed = _tb_speed(ctx, cable)
+            bus["receptacle_1_tag"] = {"current_speed_key": f"{speed} Gb/s", "link_status_key": "0x2",
+                                       "micro_version_key": "0.0.0", "receptacle_id_key": str(k),
+                                       "receptacle_status_key": "receptacle_connected"}
+            me_a = cable["a"]["host"] == ctx.host and cable["a"]["receptacle"] == k
+            peer = cable["b"] if me_a else cable["a"]
+            dock = cable.get("dock")
+            if dock is None:
+                bus["_items"] = [_mac_item(ctx, peer["host"], peer["receptacle"])]
+            elif dock["seen_by"] == ctx.host:
+                digest = hashlib.sha256(f"dock/{cable['index']}".encode()).hexdigest()
+                bus["_items"] = [{
+                    "_items": [_mac_item(ctx, peer["host"], peer["receptacle"])],
+                    "_name": dock["name"], "device_id_key": "0x00C4", "device_name_key": dock["name"],
+                    "device_revision_key": "0x1", "mode_key": "usb_four",
+                    "receptacle_upstream_ambiguous_tag": {
+                        "current_speed_key": f"{speed} Gb/s", "link_status_key": "0x2",
+                        "micro_version_key": "1.2.0", "receptacle_status_key": "receptacle_connected"},
+                    "route_string_key": "1", "switch_uid_key": "0x" + digest[:16].upper(),
+                    "switch_version_key": "56.1", "vendor_id_key": "0x003D",
+                    "vendor_name_key": dock.get("vendor") or "Unknown"}]
+            # the far side of a dock it cannot see through: connected, nothing listed
+        else:
+            bus["receptacle_1_tag"] = {"current_speed_key": empty_speed, "link_status_key": "0x100",
+                                       "receptacle_id_key": str(k),
+                                       "receptacle_status_key": "receptacle_no_devices_connected"}
+        buses.append(bus)
+    return buses
+
+
+def hardware_data(ctx):
+    import hashlib
+    cfg = ctx.cfg
+    serial = hashlib.sha256(f"serial/{ctx.host}".encode()).hexdigest()[:10].upper()
+    return [{"_name": "hardware_overview", "activation_lock_status": "activation_lock_disabled",
+             "boot_rom_version": "13822.61.10", "chip_type": cfg.get("chip", "Apple M3 Ultra"),
+             "machine_model": cfg["model_id"], "machine_name": cfg["model"],
+             "model_number": "Z1CE000" + serial[:2] + "LL/A",
+             "number_processors": f"proc {cfg['ncpu']}:{cfg['ncpu'] * 3 // 4}:{cfg['ncpu'] // 4}",
+             "os_loader_version": "13822.61.10", "physical_memory": f"{cfg['memory_gb']} GB",
+             "platform_UUID": _svc_uuid(ctx.host, "platform"), "provisioning_UDID": _svc_uuid(ctx.host, "udid"),
+             "serial_number": serial}]
+
+
+def software_data(ctx):
+    cfg = ctx.cfg
+    return [{"_name": "os_overview", "boot_mode": "normal_boot", "boot_volume": "Macintosh HD",
+             "kernel_version": f"Darwin {sysctl_values(ctx)['kern.osrelease']}",
+             "local_host_name": ctx.host, "os_version": f"macOS {cfg['macos']} ({cfg['build']})",
+             "secure_vm": "secure_vm_enabled", "system_integrity": "integrity_enabled",
+             "uptime": "up 0:0:10:0", "user_name": "System Administrator (root)"}]
+
+
+SP_TYPES = {"SPThunderboltDataType": thunderbolt_data, "SPHardwareDataType": hardware_data,
+            "SPSoftwareDataType": software_data}
+
+
+def cmd_system_profiler(ctx, args):
+    as_json = False
+    types = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-json":
+            as_json = True
+        elif a == "-xml":
+            die("system_profiler: -xml is not emulated by the simulated Mac (use -json)", 1)
+        elif a == "-listDataTypes":
+            out("Available Datatypes:\n" + "\n".join(SP_TYPES))
+            return 0
+        elif a in ("-detailLevel", "-timeout"):
+            i += 1
+        elif a.startswith("-"):
+            pass
+        else:
+            types.append(a)
+        i += 1
+    if not types:
+        types = list(SP_TYPES)
+    data = {t: SP_TYPES[t](ctx) for t in types if t in SP_TYPES}
+    if as_json:
+        out(json.dumps(data, indent=2, sort_keys=True, separators=(",", " : ")))
+        return 0
+    text = []
+    for t, items in data.items():
+        if t == "SPThunderboltDataType":
+            text.append(_tb_text(items))
+        elif t == "SPHardwareDataType":
+            h = items[0]
+            text.append("Hardware:\n\n    Hardware Overview:\n\n"
+                        f"      Model Name: {h['machine_name']}\n      Model Identifier: {h['machine_model']}\n"
+                        f"      Chip: {h['chip_type']}\n      Memory: {h['physical_memory']}\n"
+                        f"      Serial Number (system): {h['serial_number']}\n")
+        elif t == "SPSoftwareDataType":
+            s = items[0]
+            text.append("Software:\n\n    System Software Overview:\n\n"
+                        f"      System Version: {s['os_version']}\n      Kernel Version: {s['kernel_version']}\n"
+                        f"      Computer Name: {s['local_host_name']}\n")
+    out("\n".join(text))
+    return 0
+
+
+def _tb_text(buses):
+    lines = ["Thunderbolt/USB4:", ""]
+    for bus in buses:
+        n = bus["_name"].rsplit("_", 1)[-1]
+        tag = bus["receptacle_1_tag"]
+        connected = tag["receptacle_status_key"] == "receptacle_connected"
+        lines += [f"    Thunderbolt/USB4 Bus {n}:", "",
+                  f"      Vendor Name: {bus['vendor_name_key']}", f"      Device Name: {bus['device_name_key']}",
+                  f"      UID: {bus['switch_uid_key']}", "      Route String: 0",
+                  f"      Domain UUID: {bus['domain_uuid_key']}", "      Port:",
+                  f"          Status: {'Device connected' if connected else 'No device connected'}",
+                  f"          Link Status: {tag['link_status_key']}",
+                  f"          Speed: {tag['current_speed_key']}",
+                  f"          Receptacle: {tag['receptacle_id_key']}", ""]
+        _tb_text_items(bus.get("_items", []), lines, 8)
+    return "\n".join(lines)
+
+
+def _tb_text_items(items, lines, indent):
+    pad = " " * indent
+    for it in items:
+        lines += [f"{pad}{it['_name']}:", "", f"{pad}  Vendor Name: {it.get('vendor_name_key', '')}",
+                  f"{pad}  Device Name: {it.get('device_name_key', '')}"]
+        if "domain_uuid_key" in it:
+            lines.append(f"{pad}  Domain UUID: {it['domain_uuid_key']}")
+        lines.append("")
+        _tb_text_items(it.get("_items", []), lines, indent + 2)
+
+
+# ---------------------------------------------------------------------------------------
+# sudo
+# ---------------------------------------------------------------------------------------
+
+SUDO_KEEP = {"TERM", "PATH", "HOME", "MAIL", "SHELL", "LOGNAME", "USER", "DISPLAY", "BLOCKSIZE",
+             "COLORFGBG", "COLORTERM", "CHARSET", "LANG", "LANGUAGE", "LINES", "COLUMNS", "LSCOLORS",
+             "SSH_AUTH_SOCK", "TZ", "EDITOR", "VISUAL", "XAUTHORITY", "XAUTHORIZATION",
+             "__CF_USER_TEXT_ENCODING", "TMPDIR"}
+SUDO_ARG_OPTS = set("ugpCDhrtTUR")
+
+
+def cmd_sudo(ctx, args):
+    set_home = preserve = login = shell = False
+    user = "root"
+    cmd = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            cmd = args[i + 1:]
+            break
+        if a.startswith("--"):
+            key, _, val = a[2:].partition("=")
+            takes = key in ("user", "group", "prompt", "close-from", "chdir", "host", "role", "type",
+                            "command-timeout", "other-user", "chroot")
+            if takes and not val:
+                i += 1
+                val = args[i] if i < len(args) else ""
+            if key == "user":
+                user = val
+            elif key == "set-home":
+                set_home = True
+            elif key.startswith("preserve-env"):
+                preserve = True
+            elif key == "login":
+                login = True
+            elif key == "shell":
+                shell = True
+            elif key in ("validate", "reset-timestamp", "remove-timestamp"):
+                return 0
+            elif key == "list":
+                out(f"User root may run the following commands on {ctx.host}:\n    (ALL) NOPASSWD: ALL")
+                return 0
+            i += 1
+            continue
+        if a.startswith("-") and len(a) > 1:
+            j = 1
+            while j < len(a):
+                c = a[j]
+                if c in SUDO_ARG_OPTS:
+                    val = a[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
+                    if not a[j + 1:]:
+                        i += 1
+                    if c == "u":
+                        user = val
+                    break
+                if c == "H":
+                    set_home = True
+                elif c == "E":
+                    preserve = True
+                elif c == "i":
+                    login = True
+                elif c == "s":
+                    shell = True
+                elif c in "vkK":
+                    if len(args) == i + 1:
+                        return 0
+                elif c == "l":
+                    out(f"User root may run the following commands on {ctx.host}:\n    (ALL) NOPASSWD: ALL")
+                    return 0
+                elif c in "SnAbPBN":
+                    pass
+                else:
+                    die(f"sudo: invalid option -- '{c}'\nusage: sudo -h | -K | -k | -V", 1)
+                j += 1
+            i += 1
+            continue
+        cmd = args[i:]
+        break
+    if user not in ("root", "#0", "0", "admin"):
+        die(f"sudo: unknown user {user}", 1)
+    if not cmd and not (login or shell):
+        die("usage: sudo -h | -K | -k | -V\nusage: sudo -v [-ABkNnS] [-g group] [-h host] [-p prompt] [-u user]\n"
+            "usage: sudo [-ABbEHkNnPS] [-C num] [-D directory] [-g group] [-h host] [-p prompt] [-R directory] "
+            "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]", 1)
+    env = dict(os.environ) if preserve else {k: v for k, v in os.environ.items()
+                                              if k in SUDO_KEEP or k.startswith("LC_")}
+    invoking = os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
+    root_home = os.path.join(ctx.mountpoint, "root")
+    env.update({"USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
+                "SUDO_USER": invoking, "SUDO_UID": str(os.getuid()), "SUDO_GID": str(os.getgid()),
+                "SUDO_COMMAND": " ".join(cmd or [])})
+    env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+    if set_home or login:
+        env["HOME"] = root_home
+    if user == "admin":
+        # back to the unprivileged admin user
+        for k in ("SUDO_USER", "SUDO_UID", "SUDO_GID", "SUDO_COMMAND"):
+            env.pop(k, None)
+        env.update({"USER": "admin", "LOGNAME": "admin"})
+        if set_home or login:
+            env["HOME"] = os.path.join(ctx.mountpoint, "admin")
+    # leading VAR=value words set variables, as with the real sudo
+    while cmd and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", cmd[0]):
+        k, _, v = cmd[0].partition("=")
+        env[k] = v
+        cmd = cmd[1:]
+    if login or shell:
+        sh = env["SHELL"]
+        argv = [sh, "-l"] if login else [sh]
+        if cmd:
+            argv += ["-c", " ".join(_shell_quote(c) for c in cmd)]
+        if login:
+            os.chdir(root_home)
+        os.execve(sh, argv, env)
+    path = _which(cmd[0], env["PATH"]) if "/" not in cmd[0] else cmd[0]
+    if path is None or not os.path.exists(path):
+        die(f"sudo: {cmd[0]}: command not found", 1)
+    sys.stdout.flush()
+    if os.path.realpath(path) == os.path.realpath(__file__) and os.path.basename(path) in COMMANDS:
+        # another shim: run it in this process (the same as exec'ing it, one Python less)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [path, *cmd[1:]]
+        raise ReDispatch()
+    os.execve(path, cmd, env)
+
+
+class ReDispatch(Exception):
+    """sudo handing over to another shim in the same process."""
+
+
+def _which(name, path):
+    for d in path.split(os.pathsep):
+        p = os.path.join(d or ".", name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def _shell_quote(s):
+    return s if re.match(r"^[A-Za-z0-9_./=:,+-]+$", s) else "'" + s.replace("'", "'\\''") + "'"
+
+
+# ---------------------------------------------------------------------------------------
+# ping (macOS flags over iputils ping; macOS output)
+# ---------------------------------------------------------------------------------------
+
+def cmd_ping(ctx, args):
+    count = timeout = wait_ms = src = bound = interval = size = ttl = None
+    quiet = dont_frag = once = False
+    host = None
+    with_arg = set("ctWSbiImlpTkKzGghM")
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not (a.startswith("-") and len(a) > 1) or host is not None:
+            if host is None:
+                host = a
+            i += 1
+            continue
+        j = 1
+        while j < len(a):
+            c = a[j]
+            if c in with_arg:
+                v = a[j + 1:]
+                if not v:
+                    i += 1
+                    if i >= len(args):
+                        die(f"ping: option requires an argument -- {c}", 64)
+                    v = args[i]
+                if c == "c":
+                    count = v
+                elif c == "t":
+                    timeout = v
+                elif c == "W":
+                    wait_ms = v
+                elif c == "S":
+                    src = v
+                elif c in "bI":
+                    bound = v
+                elif c == "i":
+                    interval = v
+                elif c == "s":
+                    size = v
+                elif c == "m":
+                    ttl = v
+                break
+            if c == "q":
+                quiet = True
+            elif c == "D":
+                dont_frag = True
+            elif c == "o":
+                once = True
+            elif c not in "naAdfLQRrvC":
+                die(f"ping: invalid option -- {c}\nusage: ping [-AaDdfnoQqRrv] [-c count] "
+                    f"[-G sweepmaxsize] [-g sweepminsize] [-h sweepincrsize] [-i wait] ... host", 64)
+            j += 1
+        i += 1
+    if host is None:
+        die("usage: ping [-AaDdfnoQqRrv] [-c count] [-i wait] [-S src_addr] [-s packetsize] [-t timeout] "
+            "[-W waittime] host", 64)
+    argv = [PING, "-n"]
+    if count:
+        argv += ["-c", count]
+    elif once:
+        argv += ["-c", "1"]
+    if timeout and (count or ("1" if once else None)) == "1" and not wait_ms:
+        # macOS sends one packet and waits up to -t seconds; iputils' -w would keep
+        # sending one a second until the deadline
+        argv += ["-W", timeout]
+    elif timeout:
+        argv += ["-w", timeout]
+    if wait_ms:
+        argv += ["-W", f"{max(int(wait_ms), 1) / 1000:g}"]
+    if bound:
+        argv += ["-I", linux_name(bound)]
+    elif src:
+        argv += ["-I", src]
+    if interval:
+        argv += ["-i", interval]
+    if size:
+        argv += ["-s", size]
+    if ttl:
+        argv += ["-t", ttl]
+    if dont_frag:
+        argv += ["-M", "do"]
+    if quiet:
+        argv.append("-q")
+    argv.append(host)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    blanks = 0
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if not line.strip():
+            blanks += 1      # printed only when more output follows (no trailing blank line)
+            continue
+        sys.stdout.write("\n" * blanks)
+        blanks = 0
+        m = re.match(r"^PING (\S+) \(([\d.]+)\)(?: from \S+ \S+:)? (\d+)\(\d+\) bytes of data\.", line)
+        if m:
+            out(f"PING {m.group(1)} ({m.group(2)}): {m.group(3)} data bytes")
+            continue
+        m = re.match(r"^(\d+) bytes from ([\d.]+): icmp_seq=(\d+) (ttl=\d+) time=([\d.]+) ms", line)
+        if m:
+            out(f"{m.group(1)} bytes from {m.group(2)}: icmp_seq={int(m.group(3)) - 1} {m.group(4)} "
+                f"time={float(m.group(5)):.3f} ms")
+            sys.stdout.flush()
+            continue
+        m = re.match(r"^(\d+) packets transmitted, (\d+) received,.*?([\d.]+)% packet loss", line)
+        if m:
+            out(f"{m.group(1)} packets transmitted, {m.group(2)} packets received, "
+                f"{float(m.group(3)):.1f}% packet loss")
+            continue
+        m = re.match(r"^rtt min/avg/max/mdev = (\S+) ms", line)
+        if m:
+            out(f"round-trip min/avg/max/stddev = {m.group(1)} ms")
+            continue
+        m = re.match(r"^From (\S+) icmp_seq=\d+ Destination (Host|Net|Port) Unreachable", line)
+        if m:
+            out(f"92 bytes from {m.group(1)}: Destination {m.group(2)} Unreachable")
+            continue
+        if line.startswith("---"):
+            out(line)
+            continue
+        if "errors" in line and "packets transmitted" in line:
+            m = re.match(r"^(\d+) packets transmitted, (\d+) received", line)
+            if m:
+                t, r = int(m.group(1)), int(m.group(2))
+                loss = 100.0 * (t - r) / t if t else 0.0
+                out(f"{t} packets transmitted, {r} packets received, {loss:.1f}% packet loss")
+            continue
+        out(line)
+    errors = proc.stderr.read()
+    rc = proc.wait()
+    if errors:
+        for e in errors.splitlines():
+            if "Name or service not known" in e or "Temporary failure in name resolution" in e:
+                err(f"ping: cannot resolve {host}: Unknown host")
+                return 68
+            if "Network is unreachable" in e:
+                err("ping: sendto: Network is unreachable")
+            elif "Cannot assign requested address" in e or "bind" in e:
+                err(f"ping: bind: Can't assign requested address")
+                return 64
+            else:
+                err(e)
+    return {0: 0, 1: 2}.get(rc, 2)
+
+
+# ---------------------------------------------------------------------------------------
+
+COMMANDS = {
+    "system_profiler": cmd_system_profiler, "networksetup": cmd_networksetup,
+    "ifconfig": cmd_ifconfig, "route": cmd_route, "ipconfig": cmd_ipconfig,
+    "ibv_devices": cmd_ibv_devices, "ibv_devinfo": cmd_ibv_devinfo, "rdma_ctl": cmd_rdma_ctl,
+    "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
+}
+
+
+def main():
+    if CMD in ("macos.py", "macos"):
+        # internal entry points used by the harness (never by the product):
+        #   macos.py boot STATE HOST   apply the persistent preferences the way a Mac boots
+        if len(sys.argv) == 4 and sys.argv[1] == "boot":
+            boot(Ctx(os.path.abspath(sys.argv[2]), sys.argv[3]))
+            return 0
+        err("usage: macos.py boot STATE HOST  (the shims are run through their command names)")
+        return 64
+    if CMD not in COMMANDS:
+        err(f"{CMD}: not a simulated macOS command")
+        return 127
+    state = find_state()
+    if state is None:
+        err(f"{CMD}: the macOS shims must be run from <state>/hosts/<host>/bin of a simulated "
+            f"cluster (ran as {sys.argv[0]})")
+        return 70
+    ctx = Ctx(state, os.uname().nodename)
+    while True:
+        log_argv(ctx)
+        try:
+            rc = COMMANDS[CMD](ctx, sys.argv[1:])
+        except ReDispatch:
+            _set_cmd(os.path.basename(sys.argv[0]))
+            continue
+        except ShimExit as exc:
+            rc = exc.rc
+        except IPError as exc:
+            err(f"{CMD}: {exc.msg}")
+            rc = 1
+        sys.stdout.flush()
+        return rc or 0
+
+
+def _set_cmd(name):
+    global CMD
+    CMD = name
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except ShimExit as exc:
+        sys.stdout.flush()
+        sys.exit(exc.rc)
+    except BrokenPipeError:
+        sys.exit(141)

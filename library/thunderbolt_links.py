@@ -41,6 +41,18 @@ options:
         description: The other end's address (gets a host route over I(iface)).
         type: str
         required: true
+      netmask:
+        description: Netmask of I(prefix) (informational; I(prefix) is what is applied).
+        type: str
+      cable:
+        description: Id of the cable (informational).
+        type: str
+      peer_host:
+        description: Inventory name of the peer (informational).
+        type: str
+      peer_iface:
+        description: Interface of the peer (informational).
+        type: str
   protected_ifaces:
     description: Interfaces that must never be changed (the management interface).
     type: list
@@ -130,6 +142,9 @@ def main():
                 address=dict(type="str", required=True),
                 prefix=dict(type="int", default=30),
                 peer_address=dict(type="str", required=True),
+                # carried along from the plan, for messages only
+                netmask=dict(type="str"), cable=dict(type="str"),
+                peer_host=dict(type="str"), peer_iface=dict(type="str"),
             )),
             protected_ifaces=dict(type="list", elements="str", default=[]),
             bridge=dict(type="str", default="bridge0"),

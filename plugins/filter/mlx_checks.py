@@ -54,10 +54,29 @@ def mlx_coordinator(host_vars):
         raise AnsibleFilterError("mlx_coordinator: expects hostvars[host]") from exc
 
 
+def mlx_plan_artifact(plan):
+    """The plan as written to plan.json: only what follows from the wiring and settings.
+
+    Drops the per-run `kept` markers of the IP plan (true once addresses exist), so an
+    unchanged cluster writes an unchanged file and a second run reports no change.
+    """
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("mlx_plan_artifact: expects the mlx_cluster_plan dict")
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "kept"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return strip(plan)
+
+
 class FilterModule:
     def filters(self):
         return {
             "mlx_preflight": mlx_preflight,
             "mlx_preflight_report": mlx_preflight_report,
             "mlx_coordinator": mlx_coordinator,
+            "mlx_plan_artifact": mlx_plan_artifact,
         }

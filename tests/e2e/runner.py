@@ -1,0 +1,109 @@
+"""Run the real playbooks over real SSH against a simulated cluster (ansible_runner)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from importlib import metadata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ansible_runner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MUTATING = (
+    ("networksetup", "-setmanual"), ("networksetup", "-createnetworkservice"),
+    ("networksetup", "-setnetworkserviceenabled"), ("networksetup", "-removenetworkservice"),
+    ("networksetup", "-setdhcp"), ("ifconfig", "deletem"), ("ifconfig", "addm"), ("ifconfig", "inet"),
+    ("ifconfig", "down"), ("ifconfig", "up"), ("route", "add"), ("route", "change"), ("route", "delete"),
+    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"),
+)
+
+
+def is_mutating(argv):
+    """True for a macOS command line that changes the host (the shims log every argv)."""
+    if not argv:
+        return False
+    # sudo X ... -> judge X
+    while argv and os.path.basename(argv[0]) == "sudo":
+        argv = [a for a in argv[1:] if not a.startswith("-")]
+    if not argv:
+        return False
+    cmd = os.path.basename(argv[0])
+    return any(cmd == c and flag in argv[1:] for c, flag in MUTATING)
+
+
+@dataclass
+class Run:
+    rc: int
+    status: str
+    stats: dict
+    events: list = field(repr=False)
+    stdout: str = field(repr=False, default="")
+
+    def changed(self):
+        return sum((self.stats or {}).get("changed", {}).values())
+
+    def failures(self):
+        """[(host, task, msg)] of failed / unreachable task results (or the output's tail)."""
+        out = []
+        if self.rc != 0 and not any(e.get("event") in ("runner_on_failed", "runner_on_unreachable")
+                                    for e in self.events):
+            out.append((None, None, self.stdout[-3000:]))
+        for e in self.events:
+            if e.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+                d = e["event_data"]
+                res = d.get("res") or {}
+                out.append((d.get("host"), d.get("task"), res.get("msg") or json.dumps(res)[:500]))
+        return out
+
+    def results(self, task_name):
+        return [e["event_data"] for e in self.events
+                if e.get("event") in ("runner_on_ok", "runner_on_failed")
+                and e["event_data"].get("task") == task_name]
+
+
+def sim_vars():
+    """Settings a simulated cluster needs: the Macs run the test venv's interpreter (no
+    package index here), pinned to what it has."""
+    return {
+        "python_env_mode": "existing",
+        "python_env_interpreter": sys.executable,
+        "python_env_mlx_version": metadata.version("mlx"),
+        "python_env_mlx_lm_version": metadata.version("mlx-lm"),
+    }
+
+
+def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600):
+    """Run `playbook` against the cluster's inventory; return a Run."""
+    work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
+    env = {
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_HOME": str(work / "ansible-home"),
+        "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), cluster.env()["PATH"]]),
+    }
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    r = ansible_runner.run(
+        private_data_dir=str(work),
+        project_dir=str(ROOT),
+        playbook=str(ROOT / playbook),
+        inventory=str(cluster.inventory_path),
+        envvars=env,
+        extravars={**sim_vars(), **(extravars or {})},
+        tags=",".join(tags) if tags else None,
+        cmdline=" ".join(cmdline) or None,
+        quiet=True,
+        timeout=timeout,
+    )
+    stdout = r.stdout.read() if r.stdout else ""
+    return Run(rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=stdout)

@@ -1,0 +1,114 @@
+"""site.yml end to end: real ansible-playbook over real SSH against the simulated Macs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.runner import ROOT, is_mutating, run_site
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def artifacts(cluster):
+    return cluster.inventory_path.parent / "artifacts"
+
+
+def load_plan(cluster):
+    return json.loads((artifacts(cluster) / "plan.json").read_text())
+
+
+def ping(cluster, host, src, dst):
+    """Linux ping inside the simulated Mac, bound to the cable's own address."""
+    return cluster.exec(host, ["/usr/bin/ping", "-c", "1", "-W", "2", "-I", src, dst], timeout=10).returncode == 0
+
+
+def mutations(cluster):
+    return {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in cluster.hosts}
+
+
+@pytest.mark.parametrize("spec", ["mesh4", "ring4", "mesh4_double", "mesh3_dock"])
+def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
+    cluster = sim_cluster(spec)
+    cluster.reset()
+    cluster.clear_argv_logs()
+
+    # --check --diff on a fresh cluster: reports what it would change, changes nothing.
+    dry = run_site(cluster, check=True, diff=True)
+    assert dry.rc == 0, dry.failures()
+    assert dry.changed() > 0
+    assert mutations(cluster) == {h: [] for h in cluster.hosts}
+    would = [r for r in dry.results("Apply this Mac's Thunderbolt links (bridge, services, addresses, host routes)")
+             if r.get("res", {}).get("changed")]
+    assert {r["host"] for r in would} == set(cluster.hosts)
+
+    # First run converges; every cable answers both ways over its own /30.
+    first = run_site(cluster)
+    assert first.rc == 0, first.failures()
+    plan = load_plan(cluster)
+    cables = plan["ip_plan"]["cables"]
+    assert len(cables) == len(cluster.spec.cables)
+    for cable in cables.values():
+        a, b = cable["a"], cable["b"]
+        assert ping(cluster, a["host"], a["address"], b["address"]), cable
+        assert ping(cluster, b["host"], b["address"], a["address"]), cable
+    hostfile = json.loads((artifacts(cluster) / "hostfile.json").read_text())
+    assert hostfile["backend"] == plan["topology"]["backend"]
+    for host in cluster.hosts:  # the same hostfile at the same path on every Mac
+        remote = Path(plan["remote_dir"]) / "hostfile.json"
+        got = cluster.exec(host, ["cat", str(remote)]).stdout
+        assert json.loads(got) == hostfile, host
+
+    # Second run: nothing to do.
+    second = run_site(cluster)
+    assert second.rc == 0, second.failures()
+    assert second.changed() == 0, second.stats
+
+
+def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    cluster.set_host("m3", rdma=False)
+    try:
+        cluster.clear_argv_logs()
+        run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
+        assert run.rc != 0
+        msgs = "\n".join(m for _, _, m in run.failures())
+        assert "m3" in msgs and "rdma_ctl enable" in msgs, msgs
+        assert mutations(cluster) == {h: [] for h in cluster.hosts}
+        assert run.changed() == 0
+        ran = {e["event_data"].get("task") for e in run.events if e.get("event") == "runner_on_ok"}
+        assert not any("Thunderbolt links" in (t or "") for t in ran)
+    finally:
+        cluster.set_host("m3", rdma=True)
+
+
+def iface_bytes(cluster, host):
+    out = cluster.exec(host, ["ip", "-j", "-s", "link"]).stdout
+    return {i["ifname"]: i["stats64"]["tx"]["bytes"] + i["stats64"]["rx"]["bytes"]
+            for i in json.loads(out) if i["ifname"].startswith("en") and i["ifname"] != "en0"}
+
+
+def test_ring_hostfile_runs_all_sum_over_the_cables(sim_cluster):
+    cluster = sim_cluster("ring4")
+    cluster.reset()
+    run = run_site(cluster, extravars={"mlx_cluster_backend": "ring"})
+    assert run.rc == 0, run.failures()
+    hostfile = artifacts(cluster) / "hostfile.json"
+    assert json.loads(hostfile.read_text())["backend"] == "ring"
+    before = {h: iface_bytes(cluster, h) for h in cluster.hosts}
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile),
+         "--python", sys.executable, "--", str(ROOT / "tests" / "e2e" / "allsum.py")],
+        env=cluster.env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
+    out = json.loads(line)
+    assert out == {"world_size": 4, "ok": True, "value": 10.0, "host": out["host"]}
+    after = {h: iface_bytes(cluster, h) for h in cluster.hosts}
+    for h in cluster.hosts:  # traffic crossed the Thunderbolt cables of every Mac
+        assert sum(after[h].values()) - sum(before[h].values()) > 4096, (h, before[h], after[h])

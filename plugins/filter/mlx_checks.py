@@ -72,6 +72,60 @@ def mlx_plan_artifact(plan):
     return strip(plan)
 
 
+def mlx_cable_hostfiles(plan, envs=None):
+    """One 2-rank hostfile per cable, so each cable can be measured alone.
+
+    `plan` is mlx_cluster_plan. With a jaccl/jaccl-ring backend the pair talks RDMA over
+    that cable's devices (coordinator: the first end's management address); otherwise the
+    TCP ring over the cable's own /30 addresses.
+    """
+    try:
+        backend = (plan.get("topology") or {}).get("backend")
+        coords = plan.get("coordinators") or {}
+        out = []
+        for cid, c in sorted((plan.get("ip_plan") or {}).get("cables", {}).items()):
+            a, b = c["a"], c["b"]
+            if backend in ("jaccl", "jaccl-ring"):
+                hosts = [{"ssh": a["host"], "ips": [coords.get(a["host"])], "rdma": [None, f"rdma_{a['iface']}"]},
+                         {"ssh": b["host"], "ips": [coords.get(b["host"])], "rdma": [f"rdma_{b['iface']}", None]}]
+                kind = "jaccl"
+            else:
+                hosts = [{"ssh": a["host"], "ips": [a["address"]], "rdma": []},
+                         {"ssh": b["host"], "ips": [b["address"]], "rdma": []}]
+                kind = "ring"
+            out.append({"cable": cid, "name": f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}",
+                        "file": cid.replace(":", "_").replace("~", "__") + ".json",
+                        "hostfile": {"backend": kind, "envs": list(envs or []), "hosts": hosts}})
+        return out
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"mlx_cable_hostfiles: malformed plan ({exc})") from exc
+
+
+def mlx_cable_results(loop_results):
+    """[{name, gbps}] from the registered results of the per-cable mlx_launch loop."""
+    out = []
+    for r in loop_results or []:
+        if not isinstance(r, dict) or r.get("skipped"):
+            continue
+        sizes = ((r.get("result") or {}).get("results") or [])
+        out.append({"name": (r.get("item") or {}).get("name"),
+                    "gbps": sizes[-1].get("bus_bandwidth_gbps") if sizes else None})
+    return out
+
+
+def mlx_slow_cables(results, ratio=0.5):
+    """Cables whose bandwidth is below `ratio` x the median of all cables."""
+    if not isinstance(results, list):
+        raise AnsibleFilterError("mlx_slow_cables: expects a list of {name, gbps}")
+    speeds = sorted(r["gbps"] for r in results if isinstance(r.get("gbps"), (int, float)))
+    if not speeds:
+        return []
+    mid = len(speeds) // 2
+    median = speeds[mid] if len(speeds) % 2 else (speeds[mid - 1] + speeds[mid]) / 2
+    return [dict(r, median_gbps=median) for r in results
+            if isinstance(r.get("gbps"), (int, float)) and r["gbps"] < ratio * median]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -79,4 +133,7 @@ class FilterModule:
             "mlx_preflight_report": mlx_preflight_report,
             "mlx_coordinator": mlx_coordinator,
             "mlx_plan_artifact": mlx_plan_artifact,
+            "mlx_cable_hostfiles": mlx_cable_hostfiles,
+            "mlx_slow_cables": mlx_slow_cables,
+            "mlx_cable_results": mlx_cable_results,
         }

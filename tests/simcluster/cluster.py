@@ -551,7 +551,7 @@ class SimCluster:
             self._link_shims(h, self.spec.host(h).macos)
             path = self.host_path_env(h)
             sshd = [f"# sshd of simulated Mac {h} (spec {self.spec.name})",
-                    f"ListenAddress {self.mgmt_address(h)}:22",
+                    "ListenAddress 0.0.0.0:22",  # like Remote Login on a Mac: every interface
                     f"HostKey \"{hd / 'ssh_host_ed25519_key'}\"",
                     f"PidFile \"{hd / 'sshd.pid'}\"",
                     f"AuthorizedKeysFile \"{st / 'authorized_keys'}\"",

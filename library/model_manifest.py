@@ -1,0 +1,177 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_manifest
+short_description: List a model directory (sizes, sha256 of the weight files) and compare it with the source
+description:
+  - Walks O(path) and returns every file with its size, relative to O(path); with O(sha256=true)
+    also the sha256 of the weight files (C(*.safetensors), C(*.gguf), C(*.npz), C(*.bin)).
+  - Symbolic links are followed, as the sync copies them (a Hugging Face cache snapshot is links
+    to blobs); a link to nothing is skipped with a warning.
+  - With O(expected) (the source's RV(files)), compares this copy with it and returns every
+    missing file, wrong size, different sha256 and extra weight file in RV(problems), naming
+    this host and the file. Finding problems is not a failure of the module; the caller decides.
+  - Read-only; a missing directory is RV(exists=false), not a failure. Runs the same in check mode.
+version_added: "0.1.0"
+options:
+  path:
+    description: The model directory.
+    type: path
+    required: true
+  sha256:
+    description: Also hash the weight files (reads them whole, about a minute per 100 GB on an SSD).
+    type: bool
+    default: false
+  expected:
+    description: The source's RV(files), to compare this copy with.
+    type: dict
+  label:
+    description: Name of this host in RV(problems) and messages. Empty = its host name.
+    type: str
+    default: ""
+  safe_dest:
+    description:
+      - Fail unless O(path) is a safe directory to sync into (the rules of M(model_rsync), with this
+        user's home), that is not C(/), not the home directory or above it, at least two levels below it.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Measure the source on the controller
+  model_manifest:
+    path: /data/models/Qwen3-4B-4bit
+    sha256: true
+  delegate_to: localhost
+  run_once: true
+  register: source
+
+- name: Compare every Mac's copy with it
+  model_manifest:
+    path: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    sha256: true
+    expected: "{{ source.files }}"
+    label: "{{ inventory_hostname }}"
+"""
+
+RETURN = r"""
+exists:
+  description: Whether O(path) is a directory.
+  returned: always
+  type: bool
+  sample: true
+files:
+  description: Every file, by path relative to O(path); C(sha256) only for weight files with O(sha256).
+  returned: always
+  type: dict
+  sample: {"config.json": {"size": 912}, "model.safetensors": {"size": 2264924160, "sha256": "9f2c..."}}
+total_bytes:
+  description: Sum of the file sizes.
+  returned: always
+  type: int
+  sample: 2264925072
+home:
+  description: Home directory of the user the module runs as (for the destination safety rules of M(model_rsync)).
+  returned: always
+  type: str
+  sample: /Users/admin
+problems:
+  description: Differences from O(expected) (empty without it), each naming the host and the file.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"host": "m2", "file": "model.safetensors", "kind": "size", "expected": 2264924160,
+            "got": 1048576, "msg": "m2: model.safetensors is 1048576 bytes, expected 2264924160 (as on the source)"}]
+"""
+
+import hashlib
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
+
+_CHUNK = 8 * 1024 * 1024
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def walk(module, root, with_sha):
+    """{rel: {"size", "sha256"?}} of every file under root, links followed, loops cut."""
+    files, seen = {}, set()
+    for top, dirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:  # a link back up the tree: rsync --copy-links would not end either
+            module.warn(f"{top} is a link loop; not walked again")
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(top, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            try:
+                size = os.stat(full).st_size
+            except OSError as exc:
+                module.warn(f"{rel}: {exc.strerror} (a link to nothing?); skipped")
+                continue
+            entry = {"size": size}
+            if with_sha and is_weight_file(rel):
+                try:
+                    entry["sha256"] = sha256_of(full)
+                except OSError as exc:
+                    module.fail_json(msg=f"cannot read {full}: {exc.strerror}")
+            files[rel] = entry
+    return files
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            sha256=dict(type="bool", default=False),
+            expected=dict(type="dict"),
+            label=dict(type="str", default=""),
+            safe_dest=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    label = module.params["label"] or socket.gethostname()
+    home = os.path.expanduser("~")
+    if module.params["safe_dest"]:
+        problem = check_dest(path, home)
+        if problem:
+            module.fail_json(msg=f"refusing to sync the model into {path} on {label}: {problem}. "
+                                 "Fix: set model_sync_dest to a dedicated directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
+    exists = os.path.isdir(path)
+    files = walk(module, path, module.params["sha256"]) if exists else {}
+    expected = module.params["expected"]
+    problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []
+    module.exit_json(changed=False, exists=exists, files=files,
+                     total_bytes=sum(e["size"] for e in files.values()),
+                     home=home, problems=problems)
+
+
+if __name__ == "__main__":
+    main()

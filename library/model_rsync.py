@@ -1,0 +1,240 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_rsync
+short_description: Copy a model directory with rsync, from where the task runs to a host over ssh
+description:
+  - Copies the contents of the directory O(src) into the directory O(dest) on O(host) with rsync
+    over ssh (or locally when O(host) is empty). Runs wherever the task runs, on the controller
+    (C(delegate_to) localhost) or on the Mac that already has the model (rank 0), which then
+    pushes to its peers over their Thunderbolt addresses.
+  - C(changed) is measured from rsync's itemized changes (C(--out-format=%i %n%L), the portable
+    spelling of C(-i)), that is a file sent, a directory or link created, or a file deleted. Time or
+    permission fixes alone are reported in RV(attrs_only) and do not count.
+  - Only the model directory is written; the source and destination both get a trailing slash,
+    and C(--delete) is passed only with O(delete=true). A destination of C(/), the home directory,
+    anything above it or fewer than two levels below it is refused before rsync runs.
+  - Works with GNU rsync 3.x and with macOS's openrsync (C(/usr/bin/rsync) on macOS 15.4+), since only
+    long options both take are used.
+  - Runs with C(HF_HUB_OFFLINE=1) and C(TRANSFORMERS_OFFLINE=1) and a C locale; nothing is downloaded.
+version_added: "0.1.0"
+options:
+  src:
+    description: Directory whose contents are copied (on the machine the task runs on).
+    type: path
+    required: true
+  dest:
+    description: Absolute path of the model directory on O(host). Its parent must exist (rsync creates only the last level).
+    type: str
+    required: true
+  host:
+    description:
+      - ssh destination (C(name), C(address), C(user@address)). Empty for a local copy.
+    type: str
+    default: ""
+  ssh_args:
+    description:
+      - Extra ssh options, one word per item, e.g. C([-F, /path/ssh_config]) or
+        C([-o, HostKeyAlias=m2, -o, BatchMode=yes]). Words may not hold whitespace or quotes
+        (rsync takes its remote shell as one string).
+    type: list
+    elements: str
+    default: []
+  dest_home:
+    description:
+      - Home directory of the user on O(host), for the destination safety rules. Empty means this
+        machine's home for a local copy; for a remote one the destination must then have at
+        least four path components.
+    type: str
+    default: ""
+  delete:
+    description: Delete files in O(dest) that are not in O(src) (inside O(dest) only).
+    type: bool
+    default: false
+  checksum:
+    description: Compare files by checksum instead of size and modification time (slow on big models).
+    type: bool
+    default: false
+  log_file:
+    description:
+      - File rsync appends its itemized progress to, one line per file as it completes
+        (C(tail -f) it during a long copy). GNU rsync 3.x only; openrsync has no client log
+        file, so with openrsync the module warns and copies without one.
+    type: path
+  rsync_path:
+    description:
+      - The rsync to start on O(host) (C(--rsync-path)), e.g. C(/opt/homebrew/bin/rsync) for
+        Homebrew's rsync 3.x instead of macOS's openrsync. Empty = the far end's default.
+    type: str
+    default: ""
+  source_name:
+    description: Name of the machine the task runs on, for messages. Empty = its host name.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+    details: Runs rsync with C(--dry-run); C(changed) and the lists say what would change.
+  diff_mode:
+    support: full
+    details: The itemized changes, as rsync printed them.
+notes:
+  - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Push the model from the controller
+  model_rsync:
+    src: /data/models/Qwen3-4B-4bit
+    dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    host: admin@studio-2.local
+    ssh_args: [-o, BatchMode=yes]
+  delegate_to: localhost
+
+- name: Push from rank 0 to a peer over a Thunderbolt cable
+  model_rsync:
+    src: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    host: admin@10.208.0.2
+    ssh_args: [-o, HostKeyAlias=studio-2, -o, BatchMode=yes]
+    dest_home: /Users/admin
+    log_file: /Users/admin/mlx-cluster/logs/model_sync.log
+  delegate_to: studio-1
+"""
+
+RETURN = r"""
+transferred:
+  description: Files whose data was (or, in check mode, would be) copied, relative to O(dest).
+  returned: always
+  type: list
+  elements: str
+  sample: ["config.json", "model.safetensors"]
+created:
+  description: Directories and links created.
+  returned: always
+  type: list
+  elements: str
+  sample: ["./", "sub/"]
+deleted:
+  description: Files deleted (only with O(delete)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["old.safetensors"]
+attrs_only:
+  description: Items whose time or permissions only were fixed (not a change of the model).
+  returned: always
+  type: list
+  elements: str
+  sample: ["tokenizer.json"]
+rc:
+  description: rsync's exit code.
+  returned: always
+  type: int
+  sample: 0
+cmd:
+  description: The rsync argv that ran.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/usr/bin/rsync", "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
+           "--out-format=%i %n%L", "--rsh", "/usr/bin/ssh -o BatchMode=yes", "/src/", "m2:/dest/"]
+log_file:
+  description: The progress file rsync wrote, or null when none was written.
+  returned: always
+  type: str
+  sample: /Users/admin/mlx-cluster/logs/model_sync.log
+"""
+
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_rsync import (
+    OFFLINE_ENV,
+    check_dest,
+    explain_failure,
+    parse_itemized,
+    parse_rsync_version,
+    remote_spec,
+    rsync_argv,
+    ssh_command,
+)
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+def usable_log_file(module, rsync, log_file, source):
+    """log_file when this rsync can write it (GNU 3.x), else None with a warning."""
+    if not log_file:
+        return None
+    rc, out, err = module.run_command([rsync, "--version"], environ_update=C_LOCALE)
+    info = parse_rsync_version(out if rc == 0 else "")
+    if not info["log_file"]:
+        module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
+                    + f", which cannot write a progress file: copying without {log_file} "
+                    "(watch the destination grow instead, e.g. `du -sh` on it)")
+        return None
+    parent = os.path.dirname(log_file)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return log_file
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path", required=True),
+            dest=dict(type="str", required=True),
+            host=dict(type="str", default=""),
+            ssh_args=dict(type="list", elements="str", default=[]),
+            dest_home=dict(type="str", default=""),
+            delete=dict(type="bool", default=False),
+            checksum=dict(type="bool", default=False),
+            log_file=dict(type="path"),
+            rsync_path=dict(type="str", default=""),
+            source_name=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    host, dest = p["host"], p["dest"]
+    source = p["source_name"] or socket.gethostname()
+    home = p["dest_home"] or ("" if host else os.path.expanduser("~"))
+    problem = check_dest(dest, home)
+    if problem:
+        module.fail_json(msg=f"refusing to sync into {remote_spec(host, dest)}: {problem}")
+    if not os.path.isdir(p["src"]):
+        module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
+                             "downloaded by this stage; put the model there first")
+    rsync = module.get_bin_path("rsync", required=True)
+    rsh = None
+    if host:
+        try:
+            rsh = ssh_command(module.get_bin_path("ssh", required=True), p["ssh_args"])
+        except ValueError as exc:
+            module.fail_json(msg=f"ssh_args: {exc}")
+    log_file = usable_log_file(module, rsync, p["log_file"], source)
+    argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
+                      delete=p["delete"], checksum=p["checksum"], log_file=log_file,
+                      rsync_path=p["rsync_path"] if host else None)
+    rc, out, err = module.run_command(argv, environ_update=dict(C_LOCALE, **OFFLINE_ENV))
+    if rc != 0:
+        module.fail_json(msg=explain_failure(rc, err, host, dest, source), rc=rc, cmd=argv, stderr=err,
+                         stdout=out)
+    items = parse_itemized(out)
+    result = dict(items, rc=rc, cmd=argv, log_file=log_file)
+    if module._diff and items["changed"]:
+        result["diff"] = {"prepared": out}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

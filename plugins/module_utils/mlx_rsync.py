@@ -1,0 +1,318 @@
+# -*- coding: utf-8 -*-
+"""Pure helpers for copying a model directory with rsync (the model sync stage).
+
+Nothing here runs a command or touches a file: `library/model_rsync.py` runs rsync and hands
+its output to `parse_itemized`; `library/model_manifest.py` walks a directory and hands the
+listings to `compare_manifests`.
+
+Two rsync implementations have to work, because the sending side is either the controller
+(GNU rsync 3.x on Linux, or a Mac) or rank 0 (a Mac):
+
+- GNU rsync 3.x (samba.org), and Apple's old 2.6.9 before macOS 15.4;
+- openrsync, `/usr/bin/rsync` on macOS 15.4 and later ("openrsync: protocol version 29,
+  rsync version 2.6.9 compatible").
+
+openrsync has no `-i`/`--itemize-changes` and no client `--log-file` (only its daemon logs to
+a file), but both implementations take `--out-format` with `%i %n%L`, which is exactly what
+GNU's `-i` means. So the argv asks for `--out-format=%i %n%L`, only long options both
+understand, and the itemize strings are read in both dialects:
+
+    GNU 3.x   YXcstpoguax   `>f+++++++++ model.safetensors`   (11 characters)
+    openrsync YXcstpog.     `>f+++++++ model.safetensors`     (9 characters)
+
+Y is the update type (`<` sent, `>` received, `c` local change or creation, `h` hard link,
+`.` no data moved, `*` a message such as `*deleting`), X the file type (f d L D S).
+openrsync also puts `c` in front of *every* directory it lists, changed or not, so a
+directory line counts as a creation only when its flags carry `+`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+try:  # inside an Ansible module
+    from ansible.module_utils.mlx_tb import to_text
+except ImportError:  # unit tests: plugins/module_utils is on sys.path
+    from mlx_tb import to_text  # type: ignore[no-redef]
+
+RSYNC_COMMAND = "rsync"
+# GNU rsync's `-i` spelled so that openrsync understands it too.
+OUT_FORMAT = "%i %n%L"
+# Weight files: the ones the sha256 manifest covers (a divergent shard is what breaks a run).
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin")
+# Offline for every run: nothing in this stage may reach a model hub.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+FIX_SSH_KEYS = ("set up key-based ssh between nodes: on {source}, `ssh-keygen -t ed25519` (once) and "
+                "append ~/.ssh/id_ed25519.pub to ~/.ssh/authorized_keys on {host}")
+FIX_HOST_KEY = ("put {host}'s host key in ~/.ssh/known_hosts on {source} under the name the sync checks "
+                "it by (HostKeyAlias): `ssh -o HostKeyAlias=<inventory name> <address> true` once, "
+                "after checking the fingerprint")
+
+_ITEM = re.compile(r"^([<>ch.])([fdLDS])([.+?cstTpoguaxnbz]{7,9}) (.*)$")
+_DELETING = re.compile(r"^\*deleting\s+(.*)$")
+# Characters a remote path may hold: the far end's shell reads it (openrsync and rsync < 3.2.4
+# do not protect it), so anything it could interpret is refused rather than quoted.
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+@%=,:-]+$")
+_SAFE_SSH_WORD = re.compile(r"^[^'\"\\\s]+$")
+
+
+def is_weight_file(rel):
+    """True for the weight files the sha256 manifest covers (by suffix, case-insensitive)."""
+    return rel.lower().endswith(WEIGHT_SUFFIXES)
+
+
+def _strip_link(kind, name):
+    """`%L` appends ` -> target` to a symlink and ` => target` to a hard link: keep the name."""
+    for sep, kinds in ((" -> ", "L"), (" => ", "fLDS")):
+        if kind in kinds and sep in name:
+            return name.split(sep, 1)[0]
+    return name
+
+
+def parse_itemized(text):
+    """Read rsync's itemized output (`--out-format=%i %n%L` or `-i`), real run or `--dry-run`.
+
+    Returns {"changed", "transferred", "created", "deleted", "attrs_only"}:
+    - transferred: file data sent or received (Y is `<` or `>`), or changed in place
+      (`.` with a checksum `c` or size `s` flag: a symlink target, a device);
+    - created: a new directory, symlink or special file (`+` flags), a hard link (`h`), or a
+      changed symlink (`cL` without `+`);
+    - deleted: `*deleting` lines (only with --delete);
+    - attrs_only: only time, permission, owner or group differ (`.f..t......`, `.d..t......`,
+      and openrsync's `cd..t....`): rsync fixes them, but nothing in the model changed.
+    changed is true when anything was transferred, created or deleted. Lines that are not
+    items ("created directory x", warnings, a stats block) are ignored.
+    """
+    text, _ = to_text(text, RSYNC_COMMAND)
+    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": []}
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        m = _DELETING.match(line)
+        if m:
+            out["deleted"].append(m.group(1))
+            continue
+        m = _ITEM.match(line)
+        if not m:
+            continue
+        update, kind, flags, name = m.groups()
+        name = _strip_link(kind, name)
+        new = "+" in flags
+        content = flags[0] == "c" or flags[1] == "s"
+        others = any(ch not in ".+" for ch in flags)
+        if update in "<>":
+            out["transferred"].append(name)
+        elif update == "h" or (update == "c" and (new or kind != "d")):
+            out["created"].append(name)
+        elif new:
+            out["created"].append(name)
+        elif content and kind != "d":
+            out["transferred"].append(name)
+        elif others:
+            out["attrs_only"].append(name)
+    out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
+    return out
+
+
+def _with_slash(path):
+    return path if path.endswith("/") else path + "/"
+
+
+def ssh_command(ssh, ssh_args=()):
+    """The `-e` value for rsync: the ssh program and its options as one string.
+
+    rsync takes its remote shell as one string and splits it on whitespace itself (GNU honours
+    quotes, openrsync only roughly), so there is no argv form to hand over. Words are therefore
+    refused, not quoted, when they hold whitespace, quotes or backslashes: write
+    `-oHostKeyAlias=m2` or `-o HostKeyAlias=m2` as two words, never a quoted string.
+    """
+    words = [ssh] + [str(a) for a in ssh_args]
+    bad = [w for w in words if not _SAFE_SSH_WORD.match(w)]
+    if bad:
+        raise ValueError(f"ssh argument {bad[0]!r} holds whitespace, a quote or a backslash; "
+                         "rsync's -e cannot carry it: pass each option and value as separate plain words")
+    return " ".join(words)  # one string is what -e takes (see above); every word was checked
+
+
+def remote_spec(host, path):
+    """`host:path` for rsync over ssh; just `path` for a local copy (host empty)."""
+    return f"{host}:{path}" if host else path
+
+
+def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
+               log_file=None, rsync_path=None):
+    """The rsync argv copying the *contents* of directory `src` into directory `dest`.
+
+    `dest` is a local path or `host:path` (see remote_spec); both get a trailing slash, so the
+    transfer (and any deletion) is confined to the model directory. Only long options that GNU
+    rsync 3.x and openrsync both take are used:
+      --recursive --copy-links --perms --times   the tree, symlinks (Hugging Face cache
+                                                 snapshots) copied as the files they point to
+      --whole-file                               no delta: the Thunderbolt link is faster than
+                                                 re-reading 100 GB on both ends
+      --out-format=%i %n%L                       the itemized changes `changed` is measured from
+    log_file adds GNU rsync's `--log-file` (openrsync has none: the module checks first);
+    rsync_path names the rsync to start on the far end (`--rsync-path`, both take it).
+    """
+    argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
+            f"--out-format={OUT_FORMAT}"]
+    if checksum:
+        argv.append("--checksum")
+    if delete:
+        argv.append("--delete")
+    if dry_run:
+        argv.append("--dry-run")
+    if log_file:
+        argv.append(f"--log-file={log_file}")
+    if ssh_command:
+        argv += ["--rsh", ssh_command]
+    if rsync_path:
+        argv.append(f"--rsync-path={rsync_path}")
+    argv += [_with_slash(src), _with_slash(dest)]
+    return argv
+
+
+def check_dest(path, home):
+    """None when `path` is a safe model directory to copy into (and maybe delete in), else why not.
+
+    Refused: a relative path, `..`, whitespace or shell characters (the far end's shell reads
+    the path), `/`, the home directory itself or any directory above it, a path fewer than two
+    components below home (`~/models` could be a directory of the user's own), and a path
+    outside home with fewer than two components (`/tmp`, `/Volumes`). `home` may be None or
+    empty when unknown: the path must then have at least four components (two below a
+    `/Users/<name>` home).
+    """
+    if not isinstance(path, str) or not path:
+        return "the destination is empty"
+    if not path.startswith("/"):
+        return f"the destination {path!r} is not an absolute path"
+    if not _SAFE_PATH.match(path):
+        return (f"the destination {path!r} holds whitespace or shell characters: use letters, digits "
+                "and . _ - + @ % = , : only")
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return f"the destination {path!r} holds '.' or '..' components"
+    norm = "/" + "/".join(parts)
+    if norm == "/":
+        return "the destination is / (the whole disk)"
+    if home:
+        home_parts = [p for p in posixpath.normpath(home).split("/") if p]
+        if parts == home_parts:
+            return f"the destination {norm} is the home directory itself"
+        if home_parts[:len(parts)] == parts:
+            return f"the destination {norm} is above the home directory {home}"
+        if parts[:len(home_parts)] == home_parts:
+            below = len(parts) - len(home_parts)
+            if below < 2:
+                return (f"the destination {norm} is only {below} level below the home directory {home}: "
+                        "use a dedicated directory at least two levels down (e.g. ~/mlx-cluster/models/<name>)")
+            return None
+    if not home and len(parts) < 4:
+        return (f"the destination {norm} has fewer than four components and the home directory of the "
+                "destination is not known: use a dedicated directory (e.g. ~/mlx-cluster/models/<name>)")
+    if len(parts) < 2:
+        return f"the destination {norm} is a top-level directory: use a dedicated directory below it"
+    return None
+
+
+def _size(entry):
+    return entry.get("size") if isinstance(entry, dict) else None
+
+
+def _problem(host, rel, kind, expected, got, msg):
+    return {"host": host, "file": rel, "kind": kind, "expected": expected, "got": got, "msg": msg}
+
+
+def compare_manifests(source, by_host):
+    """Problems between the source manifest and each host's: [] when every host matches.
+
+    source:  {rel: {"size": int, "sha256": str (optional)}}
+    by_host: {host: {rel: {...}} or None (directory missing)}
+    A problem is {"host", "file", "kind", "expected", "got", "msg"}, kind one of:
+    missing_dir (nothing of the model on the host), missing (a source file absent), size,
+    sha256 (compared only where both sides carry one), extra_weight (a weight file the source
+    does not have: MLX would load a stale shard). Extra non-weight files are not problems.
+    Hosts and files come out sorted, so the result is deterministic.
+    """
+    problems = []
+    for host in sorted(by_host):
+        files = by_host[host] or {}
+        if source and not any(rel in files for rel in source):
+            total = sum(_size(e) or 0 for e in source.values())
+            problems.append(_problem(host, "*", "missing_dir", f"{len(source)} files, {total} bytes",
+                                     f"{len(files)} of them",
+                                     f"{host}: none of the model's {len(source)} files is there"))
+            continue
+        for rel in sorted(source):
+            want, have = source[rel], files.get(rel)
+            if have is None:
+                problems.append(_problem(host, rel, "missing", _size(want), None,
+                                         f"{host}: {rel} is missing ({_size(want)} bytes on the source)"))
+                continue
+            if _size(want) != _size(have):
+                problems.append(_problem(host, rel, "size", _size(want), _size(have),
+                                         f"{host}: {rel} is {_size(have)} bytes, expected {_size(want)} "
+                                         "(as on the source)"))
+                continue
+            want_sha = want.get("sha256") if isinstance(want, dict) else None
+            have_sha = have.get("sha256") if isinstance(have, dict) else None
+            if want_sha and have_sha and want_sha != have_sha:
+                problems.append(_problem(host, rel, "sha256", want_sha, have_sha,
+                                         f"{host}: {rel} has sha256 {have_sha[:16]}..., expected "
+                                         f"{want_sha[:16]}... (divergent copy)"))
+        for rel in sorted(set(files) - set(source)):
+            if is_weight_file(rel):
+                problems.append(_problem(host, rel, "extra_weight", None, _size(files[rel]),
+                                         f"{host}: {rel} is a weight file the source does not have "
+                                         "(MLX would load it): remove it or sync with delete"))
+    return problems
+
+
+def explain_failure(rc, stderr, host, dest, source):
+    """One message for a failed rsync: what failed, between which machines, and the fix."""
+    err = stderr or ""
+    low = err.lower()
+    where = f"{host}:{dest}" if host else dest
+    first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}")
+    if host:
+        if "host key verification failed" in low or "remote host identification has changed" in low:
+            return (f"ssh from {source} to {host} failed: the host key was not accepted ({first}). Fix: "
+                    + FIX_HOST_KEY.format(host=host, source=source))
+        if "permission denied" in low and ("publickey" in low or "password" in low or "keyboard" in low):
+            return (f"ssh from {source} to {host} failed: {first}. Fix: "
+                    + FIX_SSH_KEYS.format(host=host, source=source))
+        if any(s in low for s in ("connection refused", "timed out", "no route to host",
+                                  "could not resolve", "network is unreachable", "connection closed by")):
+            return (f"ssh from {source} to {host} failed: {first}. Fix: turn Remote Login on for {host} "
+                    "(System Settings > General > Sharing) and check the address is reachable from "
+                    f"{source}")
+        if ("command not found" in low or "rsync: not found" in low) and "rsync" in low:
+            return (f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
+                    "ships /usr/bin/rsync; on another system install rsync")
+        if "unknown option" in low or "unrecognized option" in low:
+            return (f"rsync into {where} failed: one rsync does not understand an option of the other "
+                    f"({first}). Fix: install rsync 3.x on {host} (e.g. `brew install rsync`) and point "
+                    "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)")
+        if rc == 255:
+            return (f"ssh from {source} to {host} failed ({first}). Fix: "
+                    + FIX_SSH_KEYS.format(host=host, source=source))
+    if "no space left on device" in low:
+        return f"rsync into {where} failed: the disk is full ({first}). Fix: free space on {host or source}"
+    return f"rsync into {where} failed with exit code {rc}: {first}"
+
+
+def parse_rsync_version(text):
+    """`rsync --version` -> {"flavour": "openrsync"|"rsync", "version": str|None, "log_file": bool}.
+
+    log_file says whether the client takes `--log-file`: GNU rsync 3.0 and later only.
+    """
+    text, _ = to_text(text, "rsync --version")
+    if "openrsync" in text.lower():
+        m = re.search(r"rsync version (\d+(?:\.\d+)*) compatible", text)
+        return {"flavour": "openrsync", "version": m.group(1) if m else None, "log_file": False}
+    m = re.search(r"rsync\s+version\s+v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return {"flavour": "unknown", "version": None, "log_file": False}
+    version = ".".join(g for g in m.groups() if g is not None)
+    return {"flavour": "rsync", "version": version, "log_file": int(m.group(1)) >= 3}

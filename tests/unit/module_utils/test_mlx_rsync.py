@@ -1,0 +1,327 @@
+"""plugins/module_utils/mlx_rsync.py: itemized output, argv, destination safety, manifests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mlx_rsync import (
+    OUT_FORMAT,
+    check_dest,
+    compare_manifests,
+    explain_failure,
+    is_weight_file,
+    parse_itemized,
+    parse_rsync_version,
+    remote_spec,
+    rsync_argv,
+    ssh_command,
+)
+
+# Captured from GNU rsync 3.5.0 (`--out-format=%i %n%L`), the runs of tests/unit/modules/
+# test_model_rsync_local.py; the openrsync lines follow its log.c (9-character item strings,
+# `>` for what the sender sends, `c` in front of every directory).
+GNU_FIRST = """\
+created directory /tmp/m2/models/qwen
+cd+++++++++ ./
+>f+++++++++ config.json
+>f+++++++++ model-00001-of-00002.safetensors
+>f+++++++++ model-00002-of-00002.safetensors
+cd+++++++++ sub/
+>f+++++++++ sub/tokenizer.json
+"""
+GNU_UPDATE = """\
+*deleting   old.npz
+>f..t...... config.json
+.f...p..... sub/a.bin
+.d..t...... sub/
+"""
+GNU_CHECKSUM_DRY = ">fc........ model.safetensors\n"
+GNU_ATTRS = ".f..t...... model.safetensors\n.d..t...... ./\n.f...p..... tokenizer.json\n.f....og... x.bin\n"
+OPENRSYNC_FIRST = "cd+++++++ ./\n>f+++++++ config.json\n>f+++++++ model.safetensors\ncd+++++++ sub/\n"
+OPENRSYNC_DIRS = "cd....... ./\ncd..t.... sub/\n"
+LINKS = "cL+++++++++ link.safetensors -> model.safetensors\nhf+++++++++ b.bin => a.bin\n" \
+        "cL......... relink -> elsewhere\n.L..t...... same-link -> target\n"
+
+
+def items(**kw):
+    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": []}
+    out.update(kw)
+    out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
+    return out
+
+
+@pytest.mark.parametrize("text, expected", [
+    pytest.param(GNU_FIRST, items(created=["./", "sub/"], transferred=[
+        "config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+        "sub/tokenizer.json"]), id="gnu-first-copy"),
+    pytest.param("", items(), id="gnu-nothing-to-do"),
+    pytest.param(GNU_UPDATE, items(deleted=["old.npz"], transferred=["config.json"],
+                                   attrs_only=["sub/a.bin", "sub/"]), id="gnu-delete-and-update"),
+    pytest.param(GNU_CHECKSUM_DRY, items(transferred=["model.safetensors"]), id="gnu-checksum-dry-run"),
+    pytest.param(GNU_ATTRS, items(attrs_only=["model.safetensors", "./", "tokenizer.json", "x.bin"]),
+                 id="gnu-attributes-only"),
+    pytest.param(OPENRSYNC_FIRST, items(created=["./", "sub/"],
+                                        transferred=["config.json", "model.safetensors"]), id="openrsync-first"),
+    pytest.param(OPENRSYNC_DIRS, items(attrs_only=["sub/"]), id="openrsync-unchanged-directories"),
+    pytest.param("<f+++++++++ model.safetensors\n<f.st...... config.json\n",
+                 items(transferred=["model.safetensors", "config.json"]), id="gnu-push-sender-side"),
+    pytest.param(LINKS, items(created=["link.safetensors", "b.bin", "relink"], attrs_only=["same-link"]),
+                 id="links"),
+    pytest.param(">f+++++++++ my model.safetensors\r\n*deleting   old dir/\r\n",
+                 items(transferred=["my model.safetensors"], deleted=["old dir/"]), id="spaces-and-crlf"),
+    pytest.param(".Lc........ changed-link -> new\n.D.s....... dev\n",
+                 items(transferred=["changed-link", "dev"]), id="in-place-content-change"),
+    pytest.param("sending incremental file list\nsent 1,234 bytes  received 35 bytes\n"
+                 "total size is 9  speedup is 0.01 (DRY RUN)\nrsync: warning: some files vanished\n",
+                 items(), id="non-item-lines-ignored"),
+])
+def test_parse_itemized(text, expected):
+    assert parse_itemized(text) == expected
+
+
+def test_parse_itemized_takes_bytes():
+    assert parse_itemized(b">f+++++++++ caf\xc3\xa9.bin\n")["transferred"] == ["caf\u00e9.bin"]
+
+
+def test_the_brief_examples():
+    assert parse_itemized(">f+++++++++ model.safetensors")["changed"] is True
+    assert parse_itemized("cd+++++++++ sub/")["created"] == ["sub/"]
+    assert parse_itemized(".f..t...... x")["changed"] is False
+    assert parse_itemized("*deleting   x")["deleted"] == ["x"]
+
+
+_NAME = st.text(alphabet=st.characters(whitelist_categories=("L", "N"), whitelist_characters="._- /"),
+                min_size=1, max_size=20).map(str.strip).filter(lambda s: s and " -> " not in s
+                                                                  and " => " not in s)
+_ATTR = st.sampled_from(["..t......", "...p.....", "....og...", "..T......"])
+_ENTRY = st.one_of(
+    st.tuples(st.just("transferred"), st.sampled_from([">f+++++++++", "<f+++++++++", ">f.st......",
+                                                       ">fc........", ">f+++++++", ">f..t......"]), _NAME),
+    st.tuples(st.just("created"), st.sampled_from(["cd+++++++++", "cd+++++++", "cL+++++++++"]), _NAME),
+    st.tuples(st.just("deleted"), st.just("*deleting  "), _NAME),
+    st.tuples(st.just("attrs_only"), _ATTR.map(lambda a: ".f" + a), _NAME),
+    st.tuples(st.just("none"), st.just("cd......."), _NAME),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ENTRY, max_size=30))
+def test_parse_itemized_invariants(entries):
+    text = "".join(f"{item} {name}\n" for _, item, name in entries)
+    got = parse_itemized(text)
+    for key in ("transferred", "created", "deleted", "attrs_only"):
+        assert got[key] == [name for kind, _, name in entries if kind == key]
+    assert got["changed"] == any(kind in ("transferred", "created", "deleted") for kind, _, _ in entries)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_parse_itemized_never_raises(text):
+    got = parse_itemized(text)
+    assert got["changed"] == bool(got["transferred"] or got["created"] or got["deleted"])
+
+
+# --- argv -----------------------------------------------------------------------------------
+
+BASE = ["/usr/bin/rsync", "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
+        f"--out-format={OUT_FORMAT}"]
+
+
+@pytest.mark.parametrize("kwargs, extra, tail", [
+    pytest.param({}, [], ["/src/", "/dest/"], id="local"),
+    pytest.param({"dry_run": True}, ["--dry-run"], ["/src/", "/dest/"], id="dry-run"),
+    pytest.param({"delete": True, "checksum": True}, ["--checksum", "--delete"], ["/src/", "/dest/"],
+                 id="delete-checksum"),
+    pytest.param({"log_file": "/tmp/sync.log"}, ["--log-file=/tmp/sync.log"], ["/src/", "/dest/"], id="log-file"),
+    pytest.param({"ssh_command": "/usr/bin/ssh -o BatchMode=yes"}, ["--rsh", "/usr/bin/ssh -o BatchMode=yes"],
+                 ["/src/", "/dest/"], id="ssh"),
+    pytest.param({"rsync_path": "/opt/homebrew/bin/rsync"}, ["--rsync-path=/opt/homebrew/bin/rsync"],
+                 ["/src/", "/dest/"], id="rsync-path"),
+])
+def test_rsync_argv(kwargs, extra, tail):
+    assert rsync_argv("/usr/bin/rsync", "/src", "/dest", **kwargs) == BASE + extra + tail
+
+
+def test_rsync_argv_remote_and_trailing_slashes():
+    argv = rsync_argv("/usr/bin/rsync", "/src/", remote_spec("admin@10.208.0.2", "/Users/admin/m/x"),
+                      ssh_command=ssh_command("/usr/bin/ssh", ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"]))
+    assert argv[-4:] == ["--rsh", "/usr/bin/ssh -o HostKeyAlias=m2 -o BatchMode=yes", "/src/",
+                         "admin@10.208.0.2:/Users/admin/m/x/"]
+    assert "--delete" not in argv and "--dry-run" not in argv
+
+
+def test_remote_spec():
+    assert remote_spec("", "/a/b") == "/a/b"
+    assert remote_spec("m2", "/a/b") == "m2:/a/b"
+
+
+@pytest.mark.parametrize("word", ["-o Host Key", "'quoted'", 'a"b', "back\\slash", "tab\there", ""])
+def test_ssh_command_refuses_words_rsync_would_split(word):
+    with pytest.raises(ValueError, match="separate plain words"):
+        ssh_command("/usr/bin/ssh", ["-F", word])
+
+
+def test_ssh_command_joins_plain_words():
+    assert ssh_command("/usr/bin/ssh", ["-F", "/tmp/sim/ssh_config", "-p", "2222"]) == \
+        "/usr/bin/ssh -F /tmp/sim/ssh_config -p 2222"
+
+
+# --- destination safety ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, home, fragment", [
+    pytest.param("/", "/Users/admin", "whole disk", id="root"),
+    pytest.param("//", "/Users/admin", "whole disk", id="root-slashes"),
+    pytest.param("/Users/admin", "/Users/admin", "home directory itself", id="home"),
+    pytest.param("/Users/admin/", "/Users/admin", "home directory itself", id="home-slash"),
+    pytest.param("/Users", "/Users/admin", "above the home", id="above-home"),
+    pytest.param("/Users/admin/models", "/Users/admin", "only 1 level below", id="one-below-home"),
+    pytest.param("/Users/admin/mlx/../x/y", "/Users/admin", "'..'", id="dotdot"),
+    pytest.param("relative/models/x", "/Users/admin", "not an absolute", id="relative"),
+    pytest.param("/Users/admin/my models/x", "/Users/admin", "shell characters", id="space"),
+    pytest.param("/Users/admin/m/$(reboot)", "/Users/admin", "shell characters", id="shell"),
+    pytest.param("~/mlx/models/x", "/Users/admin", "not an absolute", id="tilde"),
+    pytest.param("/tmp", "/Users/admin", "top-level", id="top-level"),
+    pytest.param("/Users/admin/x", None, "fewer than four", id="home-unknown-short"),
+    pytest.param("", "/Users/admin", "empty", id="empty"),
+])
+def test_check_dest_refuses(path, home, fragment):
+    problem = check_dest(path, home)
+    assert problem is not None and fragment in problem
+
+
+@pytest.mark.parametrize("path, home", [
+    pytest.param("/Users/admin/mlx-cluster/models/Qwen3-4B", "/Users/admin", id="default-layout"),
+    pytest.param("/Users/admin/models/Qwen3-4B/", "/Users/admin/", id="two-below-home"),
+    pytest.param("/Volumes/Models/Qwen3-4B", "/Users/admin", id="outside-home"),
+    pytest.param("/Users/admin/mlx-cluster/models/x", None, id="home-unknown-long"),
+    pytest.param("/srv/admin/mlx-cluster/models/tiny", "/srv/admin", id="simulated-mac"),
+])
+def test_check_dest_accepts(path, home):
+    assert check_dest(path, home) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["Users", "admin", "models", "x", "..", "."]), max_size=6))
+def test_check_dest_never_accepts_home_or_above(parts):
+    path = "/" + "/".join(parts)
+    if check_dest(path, "/Users/admin") is None:
+        assert ".." not in parts and "." not in parts
+        home = ["Users", "admin"]
+        assert home[:len(parts)] != parts  # neither home nor a directory above it
+        if parts[:2] == home:
+            assert len(parts) >= 4  # at least two levels below home
+        assert len(parts) >= 2
+
+
+# --- manifests ------------------------------------------------------------------------------
+
+SOURCE = {"config.json": {"size": 10}, "model.safetensors": {"size": 1000, "sha256": "a" * 64},
+          "sub/tokenizer.json": {"size": 20}}
+
+
+def test_compare_identical_is_clean():
+    assert compare_manifests(SOURCE, {"m1": dict(SOURCE), "m2": dict(SOURCE)}) == []
+
+
+def test_compare_names_host_file_expected_and_got():
+    m2 = dict(SOURCE, **{"model.safetensors": {"size": 999, "sha256": "a" * 64}})
+    m3 = dict(SOURCE, **{"model.safetensors": {"size": 1000, "sha256": "b" * 64}})
+    m4 = {k: v for k, v in SOURCE.items() if k != "config.json"}
+    m4["old.npz"] = {"size": 5}
+    m4["notes.txt"] = {"size": 1}
+    problems = compare_manifests(SOURCE, {"m4": m4, "m3": m3, "m2": m2, "m1": SOURCE})
+    assert [(p["host"], p["file"], p["kind"], p["expected"], p["got"]) for p in problems] == [
+        ("m2", "model.safetensors", "size", 1000, 999),
+        ("m3", "model.safetensors", "sha256", "a" * 64, "b" * 64),
+        ("m4", "config.json", "missing", 10, None),
+        ("m4", "old.npz", "extra_weight", None, 5),
+    ]
+    for p in problems:
+        assert p["msg"].startswith(f"{p['host']}: ") and (p["file"] in p["msg"])
+    assert "999 bytes, expected 1000" in problems[0]["msg"]
+
+
+def test_compare_missing_directory_is_one_problem():
+    [problem] = compare_manifests(SOURCE, {"m2": None})
+    assert (problem["host"], problem["kind"], problem["file"]) == ("m2", "missing_dir", "*")
+    assert "none of the model's 3 files" in problem["msg"]
+
+
+def test_compare_sha256_only_where_both_have_one():
+    no_sha = {k: {"size": v["size"]} for k, v in SOURCE.items()}
+    assert compare_manifests(SOURCE, {"m2": no_sha}) == []
+    assert compare_manifests(no_sha, {"m2": SOURCE}) == []
+
+
+_MANIFEST = st.dictionaries(
+    st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8})?\.(json|safetensors|bin|txt)", fullmatch=True),
+    st.fixed_dictionaries({"size": st.integers(0, 10**12), "sha256": st.from_regex(r"[0-9a-f]{64}", fullmatch=True)}),
+    min_size=1, max_size=8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_MANIFEST, st.data())
+def test_compare_finds_exactly_the_changed_file(source, data):
+    rel = data.draw(st.sampled_from(sorted(source)))
+    host = data.draw(st.sampled_from(["m1", "m2", "studio-3"]))
+    bad = dict(source, **{rel: {"size": source[rel]["size"] + 1, "sha256": source[rel]["sha256"]}})
+    problems = compare_manifests(source, {host: bad, "ok": dict(source)})
+    assert [(p["host"], p["file"], p["kind"]) for p in problems] == [(host, rel, "size")]
+    assert compare_manifests(source, {host: dict(source)}) == []
+
+
+@pytest.mark.parametrize("rel, weight", [
+    ("model.safetensors", True), ("x/model-00001-of-00004.SAFETENSORS", True), ("m.gguf", True),
+    ("w.npz", True), ("pytorch_model.bin", True), ("config.json", False), ("tokenizer.model", False),
+    ("model.safetensors.index.json", False),
+])
+def test_is_weight_file(rel, weight):
+    assert is_weight_file(rel) is weight
+
+
+# --- failures and versions ------------------------------------------------------------------
+
+@pytest.mark.parametrize("rc, stderr, fragments", [
+    pytest.param(255, "admin@10.208.0.2: Permission denied (publickey,password,keyboard-interactive).\n"
+                      "rsync: connection unexpectedly closed (0 bytes received so far) [sender]\n",
+                 ["ssh from m1 to admin@10.208.0.2 failed", "key-based ssh between nodes", "authorized_keys"],
+                 id="no-key"),
+    pytest.param(255, "Host key verification failed.\nrsync: connection unexpectedly closed\n",
+                 ["ssh from m1 to admin@10.208.0.2 failed", "HostKeyAlias", "known_hosts"], id="host-key"),
+    pytest.param(255, "ssh: connect to host 10.208.0.2 port 22: Connection refused\n",
+                 ["ssh from m1 to admin@10.208.0.2 failed", "Remote Login"], id="refused"),
+    pytest.param(12, "sh: rsync: command not found\nrsync: connection unexpectedly closed\n",
+                 ["rsync is not installed on admin@10.208.0.2"], id="no-remote-rsync"),
+    pytest.param(255, "kex_exchange_identification: read: Connection reset by peer\n",
+                 ["ssh from m1 to admin@10.208.0.2 failed", "key-based ssh"], id="other-255"),
+    pytest.param(1, "rsync: on remote machine: --log-format=%i: unknown option\n",
+                 ["does not understand an option", "model_sync_rsync_path"], id="openrsync-server-option"),
+    pytest.param(11, "rsync: write failed on \"/x/model.safetensors\": No space left on device (28)\n",
+                 ["the disk is full", "admin@10.208.0.2:/Users/admin/m/x"], id="disk-full"),
+    pytest.param(23, "rsync: some error\n", ["rsync into admin@10.208.0.2:/Users/admin/m/x failed with exit code 23",
+                                             "some error"], id="other"),
+])
+def test_explain_failure(rc, stderr, fragments):
+    msg = explain_failure(rc, stderr, "admin@10.208.0.2", "/Users/admin/m/x", "m1")
+    for fragment in fragments:
+        assert fragment in msg
+
+
+def test_explain_failure_local():
+    assert explain_failure(11, "", "", "/d/x/y", "m1") == "rsync into /d/x/y failed with exit code 11: exit code 11"
+
+
+@pytest.mark.parametrize("text, expected", [
+    pytest.param("rsync  version 3.5.0  protocol version 32\nCopyright (C) 1996-2026\n",
+                 {"flavour": "rsync", "version": "3.5.0", "log_file": True}, id="gnu-3.5"),
+    pytest.param("rsync  version v3.2.7  protocol version 31\n",
+                 {"flavour": "rsync", "version": "3.2.7", "log_file": True}, id="gnu-3.2.7"),
+    pytest.param("rsync  version 2.6.9  protocol version 29\n",
+                 {"flavour": "rsync", "version": "2.6.9", "log_file": False}, id="apple-2.6.9"),
+    pytest.param("openrsync: protocol version 29\nrsync version 2.6.9 compatible\n",
+                 {"flavour": "openrsync", "version": "2.6.9", "log_file": False}, id="openrsync"),
+    pytest.param("", {"flavour": "unknown", "version": None, "log_file": False}, id="empty"),
+])
+def test_parse_rsync_version(text, expected):
+    assert parse_rsync_version(text) == expected

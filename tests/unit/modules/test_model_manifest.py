@@ -1,0 +1,125 @@
+"""library/model_manifest.py: main() on temporary directories (it runs no command at all)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+
+def make_model(root, files=None):
+    files = files or {"config.json": b"{}", "model.safetensors": b"weights-1", "sub/tokenizer.json": b"tok",
+                      "sub/w.npz": b"npz", "adapter.bin": b"bin", "m.gguf": b"gguf"}
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_sizes_only_by_default(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    out = module_runner("model_manifest", args={"path": str(root)})
+    assert not out.failed, out.result
+    assert out.calls == []  # read-only, no command
+    r = out.result
+    assert r["changed"] is False and r["exists"] is True and r["problems"] == []
+    assert r["files"] == {"adapter.bin": {"size": 3}, "config.json": {"size": 2}, "m.gguf": {"size": 4},
+                          "model.safetensors": {"size": 9}, "sub/tokenizer.json": {"size": 3},
+                          "sub/w.npz": {"size": 3}}
+    assert r["total_bytes"] == 24
+
+
+def test_sha256_for_weight_files_only(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    files = module_runner("model_manifest", args={"path": str(root), "sha256": True}).result["files"]
+    assert files["model.safetensors"]["sha256"] == sha(b"weights-1")
+    assert files["sub/w.npz"]["sha256"] == sha(b"npz")
+    assert files["adapter.bin"]["sha256"] == sha(b"bin") and files["m.gguf"]["sha256"] == sha(b"gguf")
+    assert "sha256" not in files["config.json"] and "sha256" not in files["sub/tokenizer.json"]
+
+
+def test_missing_directory_is_not_a_failure(module_runner, tmp_path):
+    out = module_runner("model_manifest", args={"path": str(tmp_path / "absent")})
+    assert not out.failed
+    assert out.result["exists"] is False and out.result["files"] == {} and out.result["total_bytes"] == 0
+
+
+def test_a_file_in_the_way_fails(module_runner, tmp_path):
+    (tmp_path / "f").write_text("x")
+    out = module_runner("model_manifest", args={"path": str(tmp_path / "f"), "label": "m2"})
+    assert out.failed and "on m2 is not a directory" in out.result["msg"]
+
+
+def test_check_mode_reads_all_the_same(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    out = module_runner("model_manifest", args={"path": str(root), "sha256": True, "_ansible_check_mode": True})
+    assert not out.failed and out.result["files"]["model.safetensors"]["sha256"] == sha(b"weights-1")
+
+
+def test_links_are_followed_as_the_copy_follows_them(module_runner, tmp_path):
+    blobs = make_model(tmp_path / "blobs", {"abc": b"weights"})
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    os.symlink(blobs / "abc", snap / "model.safetensors")
+    os.symlink(tmp_path / "nowhere", snap / "broken.json")
+    out = module_runner("model_manifest", args={"path": str(snap), "sha256": True})
+    assert out.result["files"] == {"model.safetensors": {"size": 7, "sha256": sha(b"weights")}}
+    assert any("broken.json" in w for w in out.warnings)
+
+
+def test_a_link_loop_is_walked_once(module_runner, tmp_path):
+    root = make_model(tmp_path / "m", {"a/x.json": b"1"})
+    os.symlink(root, root / "a" / "up")
+    out = module_runner("model_manifest", args={"path": str(root)})
+    assert not out.failed
+    assert out.result["files"] == {"a/x.json": {"size": 1}}
+    assert any("link loop" in w for w in out.warnings)
+
+
+def test_compare_with_the_source_names_host_and_file(module_runner, tmp_path):
+    source = module_runner("model_manifest", args={"path": str(make_model(tmp_path / "src")),
+                                                   "sha256": True}).result["files"]
+    copy = make_model(tmp_path / "copy")
+    (copy / "model.safetensors").write_bytes(b"weights-2")  # same size, other content
+    (copy / "sub" / "tokenizer.json").write_bytes(b"tokenizer")
+    (copy / "config.json").unlink()
+    (copy / "stale.safetensors").write_bytes(b"old")
+    out = module_runner("model_manifest", args={"path": str(copy), "sha256": True, "expected": source,
+                                                "label": "m3"})
+    assert not out.failed  # problems are data; the role decides
+    assert [(p["host"], p["file"], p["kind"]) for p in out.result["problems"]] == [
+        ("m3", "config.json", "missing"),
+        ("m3", "model.safetensors", "sha256"),
+        ("m3", "sub/tokenizer.json", "size"),
+        ("m3", "stale.safetensors", "extra_weight"),
+    ]
+
+
+def test_compare_when_the_copy_is_missing(module_runner, tmp_path):
+    out = module_runner("model_manifest", args={"path": str(tmp_path / "absent"), "label": "m2",
+                                                "expected": {"model.safetensors": {"size": 9}}})
+    [problem] = out.result["problems"]
+    assert (problem["host"], problem["kind"]) == ("m2", "missing_dir")
+
+
+@pytest.mark.parametrize("rel, ok", [
+    pytest.param("mlx-cluster/models/qwen", True, id="default-layout"),
+    pytest.param("models", False, id="one-below-home"),
+    pytest.param("", False, id="home-itself"),
+])
+def test_safe_dest_uses_this_users_home(module_runner, tmp_path, rel, ok):
+    home = tmp_path / "home"
+    home.mkdir()
+    path = str(home / rel) if rel else str(home)
+    out = module_runner("model_manifest", args={"path": path, "safe_dest": True, "label": "m2"},
+                        env={"HOME": str(home)})
+    assert out.failed is not ok
+    assert out.result.get("home", str(home)) == str(home)
+    if not ok:
+        assert out.result["msg"].startswith(f"refusing to sync the model into {path} on m2")

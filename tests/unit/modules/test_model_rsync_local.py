@@ -1,0 +1,257 @@
+"""library/model_rsync.py and model_manifest.py for real: rsync copies temporary directories.
+
+Nothing is mocked: main() runs the real rsync (GNU rsync here; the argv uses only options
+openrsync shares). A fake `ssh` on PATH runs the far end's command locally through sh, as
+sshd would, so the `host:path` form and `--rsh` are exercised too. One test goes through
+`ansible localhost -m model_rsync` with the project's ansible.cfg.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+RSYNC = shutil.which("rsync")
+pytestmark = pytest.mark.skipif(RSYNC is None, reason="rsync is not installed")
+
+FAKE_SSH = """#!/bin/sh
+# ssh stand-in: log the argv, skip the options and the host, run the command as sshd would
+echo "$*" >> "{log}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|-F|-p|-i|-l) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift
+exec /bin/sh -c "$*"
+"""
+DENIED_SSH = """#!/bin/sh
+echo "admin@10.208.0.2: Permission denied (publickey)." >&2
+exit 255
+"""
+
+
+def load_library(name):
+    spec = importlib.util.spec_from_file_location(f"mlx_real_{name}", ROOT / "library" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def run(capsys):
+    """run(name, args, env=None) -> the module's JSON result, its real main() run in-process."""
+    from ansible.module_utils.common import warnings as ansible_warnings
+    from ansible.module_utils.testing import patch_module_args
+
+    def _run(name, args, env=None):
+        for store in ("_global_warnings", "_global_deprecations"):
+            getattr(ansible_warnings, store, {}).clear()
+        try:
+            from ansible.module_utils import _internal as ansible_internal
+            controller_flag = mock.patch.object(ansible_internal, "is_controller", False)
+        except (ImportError, AttributeError):
+            controller_flag = contextlib.nullcontext()
+        module = load_library(name)
+        with controller_flag, patch_module_args(args), mock.patch.dict("os.environ", env or {}):
+            capsys.readouterr()
+            with pytest.raises(SystemExit):
+                module.main()
+        return json.loads(capsys.readouterr().out)
+    return _run
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A source model, a home with the destination's parent, and the destination path."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "config.json").write_text('{"model_type": "qwen3"}\n')
+    (src / "model.safetensors").write_bytes(os.urandom(64 * 1024))
+    (src / "sub" / "tokenizer.json").write_text("{}\n")
+    home = tmp_path / "home"
+    (home / "mlx-cluster" / "models").mkdir(parents=True)
+    (home / "keep.txt").write_text("not the model's\n")
+    dest = home / "mlx-cluster" / "models" / "qwen"
+    return src, home, dest
+
+
+def sync(run, src, home, dest, **extra):
+    return run("model_rsync", dict({"src": str(src), "dest": str(dest)}, **extra), env={"HOME": str(home)})
+
+
+def manifest(run, path, expected=None, label="m2", sha256=True):
+    args = {"path": str(path), "sha256": sha256, "label": label}
+    if expected is not None:
+        args["expected"] = expected
+    return run("model_manifest", args)
+
+
+def test_copy_then_nothing_to_do(run, tree):
+    src, home, dest = tree
+    first = sync(run, src, home, dest)
+    assert not first.get("failed"), first
+    assert first["changed"] is True
+    assert sorted(first["transferred"]) == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert "./" in first["created"] and "sub/" in first["created"]
+    assert (dest / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+
+    second = sync(run, src, home, dest)
+    assert not second.get("failed"), second
+    assert second["changed"] is False and second["transferred"] == [] and second["created"] == []
+
+    source = manifest(run, src)["files"]
+    assert manifest(run, dest, expected=source)["problems"] == []
+
+
+def test_check_mode_reports_and_copies_nothing(run, tree):
+    src, home, dest = tree
+    sync(run, src, home, dest)
+    (src / "config.json").write_text('{"model_type": "qwen3", "changed": true}\n')
+    (src / "extra.safetensors").write_bytes(b"new shard")
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+
+    dry = sync(run, src, home, dest, _ansible_check_mode=True)
+    assert not dry.get("failed"), dry
+    assert "--dry-run" in dry["cmd"]
+    assert dry["changed"] is True
+    assert sorted(dry["transferred"]) == ["config.json", "extra.safetensors"]
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+    assert not (dest / "extra.safetensors").exists()
+
+    real = sync(run, src, home, dest)
+    assert real["changed"] is True and sorted(real["transferred"]) == ["config.json", "extra.safetensors"]
+
+
+def test_a_corrupted_copy_is_named_then_repaired_with_checksum(run, tree):
+    src, home, dest = tree
+    sync(run, src, home, dest)
+    source = manifest(run, src)["files"]
+    weights = dest / "model.safetensors"
+    stat = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[1000] ^= 0xFF  # same size, same mtime: the quick check cannot see it
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    (dest / "sub" / "tokenizer.json").write_text("{truncated")
+
+    problems = manifest(run, dest, expected=source, label="m3")["problems"]
+    assert [(p["host"], p["file"], p["kind"]) for p in problems] == [
+        ("m3", "model.safetensors", "sha256"), ("m3", "sub/tokenizer.json", "size")]
+    assert all(p["msg"].startswith("m3: ") for p in problems)
+
+    quick = sync(run, src, home, dest)
+    assert quick["transferred"] == ["sub/tokenizer.json"]  # size differs: found by the quick check
+    assert [p["file"] for p in manifest(run, dest, expected=source)["problems"]] == ["model.safetensors"]
+
+    repaired = sync(run, src, home, dest, checksum=True)
+    assert repaired["changed"] is True and repaired["transferred"] == ["model.safetensors"]
+    assert manifest(run, dest, expected=source)["problems"] == []
+
+
+def test_delete_stays_inside_the_model_directory(run, tree):
+    src, home, dest = tree
+    sync(run, src, home, dest)
+    (dest / "old-00001.safetensors").write_bytes(b"stale")
+    (home / "mlx-cluster" / "models" / "other-model").mkdir()
+
+    kept = sync(run, src, home, dest)
+    assert kept["changed"] is False and (dest / "old-00001.safetensors").exists()
+    problems = manifest(run, dest, expected=manifest(run, src)["files"])["problems"]
+    assert [(p["file"], p["kind"]) for p in problems] == [("old-00001.safetensors", "extra_weight")]
+
+    dry = sync(run, src, home, dest, delete=True, _ansible_check_mode=True)
+    assert dry["changed"] is True and dry["deleted"] == ["old-00001.safetensors"]
+    assert (dest / "old-00001.safetensors").exists()
+
+    deleted = sync(run, src, home, dest, delete=True)
+    assert deleted["changed"] is True and deleted["deleted"] == ["old-00001.safetensors"]
+    assert not (dest / "old-00001.safetensors").exists()
+    assert (home / "keep.txt").exists() and (home / "mlx-cluster" / "models" / "other-model").is_dir()
+
+
+def test_refuses_the_home_directory_even_with_delete(run, tree):
+    src, home, _ = tree
+    out = sync(run, src, home, home, delete=True)
+    assert out.get("failed") and "home directory itself" in out["msg"]
+    assert (home / "keep.txt").exists()
+
+
+def test_push_through_ssh(run, tree, tmp_path):
+    src, home, dest = tree
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "ssh.log"
+    (bindir / "ssh").write_text(FAKE_SSH.format(log=log))
+    (bindir / "ssh").chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    args = {"src": str(src), "dest": str(dest), "host": "admin@10.208.0.2", "dest_home": str(home),
+            "ssh_args": ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"], "source_name": "m1"}
+
+    first = run("model_rsync", args, env=env)
+    assert not first.get("failed"), first
+    assert first["cmd"][-4:] == ["--rsh", f"{bindir}/ssh -o HostKeyAlias=m2 -o BatchMode=yes", f"{src}/",
+                                 f"admin@10.208.0.2:{dest}/"]
+    assert first["changed"] is True
+    assert sorted(first["transferred"]) == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    # rsync hands ssh the user as -l (GNU) or keeps user@host (openrsync)
+    assert log.read_text().startswith(("-o HostKeyAlias=m2 -o BatchMode=yes -l admin 10.208.0.2 rsync --server",
+                                       "-o HostKeyAlias=m2 -o BatchMode=yes admin@10.208.0.2 rsync --server"))
+    assert run("model_rsync", args, env=env)["changed"] is False
+
+    (bindir / "ssh").write_text(DENIED_SSH)
+    denied = run("model_rsync", args, env=env)
+    assert denied.get("failed") and denied["rc"] == 255
+    assert "ssh from m1 to admin@10.208.0.2 failed" in denied["msg"]
+    assert "set up key-based ssh between nodes" in denied["msg"]
+
+
+def test_progress_log_file(run, tree, tmp_path):
+    src, home, dest = tree
+    version = subprocess.run([RSYNC, "--version"], capture_output=True, text=True).stdout
+    if "openrsync" in version or "version 2." in version:
+        pytest.skip("this rsync writes no client log file")
+    log = tmp_path / "logs" / "model_sync.log"
+    out = sync(run, src, home, dest, log_file=str(log))
+    assert out["log_file"] == str(log)
+    text = log.read_text()
+    for rel in ("config.json", "model.safetensors", "sub/tokenizer.json"):
+        assert f">f+++++++++ {rel}" in text
+
+
+def test_through_the_ansible_command(tree, tmp_path):
+    ansible = Path(sys.executable).parent / "ansible"
+    if not ansible.exists():
+        pytest.skip("no ansible command beside this Python")
+    src, home, dest = tree
+    env = dict(os.environ, HOME=str(home), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"))
+
+    def adhoc(*extra):
+        proc = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local",
+                               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "model_rsync",
+                               "-a", json.dumps({"src": str(src), "dest": str(dest)}), *extra],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        head, _, body = proc.stdout.partition(" => ")  # minimal callback: "localhost | CHANGED => {...}"
+        assert head.startswith("localhost | "), proc.stdout
+        return json.loads(body)
+
+    dry = adhoc("--check")
+    assert dry["changed"] is True and not dest.exists()
+    first = adhoc()
+    assert first["changed"] is True and "model.safetensors" in first["transferred"]
+    assert adhoc()["changed"] is False

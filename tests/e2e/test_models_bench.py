@@ -1,0 +1,177 @@
+"""Issue 4 on the simulated cluster: python env, model sync and the distributed benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.runner import ROOT, run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+PROMPT = "Tell me about Thunderbolt cables."
+TOKENS = 16
+BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def single_run(tiny):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    res = subprocess.run([sys.executable, str(BENCH), "--model", str(tiny), "--prompt", PROMPT,
+                          "--max-tokens", str(TOKENS), "--expect-world", "1"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def settings(cluster, tiny, **extra):
+    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
+            "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
+            "benchmark_modes": ["tensor", "pipeline"], "benchmark_max_tokens": TOKENS,
+            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240,
+            "benchmark_launcher_path": [str(cluster.bin_dir)], **extra}
+
+
+def bench_procs(cluster, host):
+    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
+    return [ln for ln in out.splitlines() if "mlx_cluster_bench.py" in ln]  # test-side check only
+
+
+def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    run = run_site(cluster, extravars=settings(cluster, tiny))
+    assert run.rc == 0, run.failures()
+
+    # The model reached every Mac's private home, identical to the source.
+    src = {p.relative_to(tiny): p.read_bytes() for p in tiny.rglob("*") if p.is_file()}
+    for h in cluster.hosts:
+        dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny"
+        got = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+        assert got == src, h
+
+    # Two runs (tensor, pipeline) over 2 ranks; greedy fp32 tokens equal the single process.
+    bench = cluster.inventory_path.parent / "artifacts" / "bench"
+    results = [json.loads(p.read_text()) for p in sorted(bench.glob("*.json"))]
+    assert sorted(r["mode"] for r in results) == ["pipeline", "tensor"]
+    for r in results:
+        assert r["world_size"] == 2 and r["backend"] == "ring"
+        assert r["tokens"] == single_run["tokens"], r["mode"]
+        assert r["generation_tokens"] == TOKENS
+    assert (bench / "results.md").exists()
+
+    # A second run copies nothing.
+    again = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats
+
+
+def test_corrupted_weight_file_on_one_mac_is_named(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    run = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
+    assert run.rc == 0, run.failures()
+    shard = sorted((cluster.home("m2") / "mlx-cluster" / "models" / "tiny").glob("*.safetensors"))[0]
+    st = shard.stat()
+    original = shard.read_bytes()
+    data = bytearray(original)
+    data[-10] ^= 0xFF  # same size, same mtime: rsync's quick check does not see it
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        bad = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
+        assert bad.rc != 0
+        msgs = "\n".join(m for _, _, m in bad.failures())
+        assert "m2" in msgs and shard.name in msgs, msgs
+        # The fix the message names repairs it.
+        fixed = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny, model_sync_checksum=True))
+        assert fixed.rc == 0, fixed.failures()
+        assert shard.read_bytes() == original
+    finally:
+        shard.write_bytes(original)
+
+
+def launch_bench(cluster, tiny_remote, timeout=60):
+    """The benchmark's launch step alone (the module the role uses), from the controller."""
+    art = cluster.inventory_path.parent / "artifacts"
+    args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable,
+            "script": "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py",
+            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", "4", "--expect-world", "2",
+                     "--init-timeout", "20", "--run-id", "e2etestrunid0123456789"],
+            "timeout": timeout, "path_prepend": [str(cluster.bin_dir)]}
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx_launch",
+                           "-a", json.dumps(args)], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=timeout + 60)
+
+
+def test_rank_that_cannot_start_fails_in_time_naming_the_host(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
+    assert ok.rc == 0, ok.failures()
+    cluster.stop_sshd("m2")
+    try:
+        # The playbook stops at once, naming the Mac it cannot reach.
+        start = time.monotonic()
+        run = run_site(cluster, tags=["benchmark"], extravars=settings(cluster, tiny))
+        assert run.rc != 0 and time.monotonic() - start < 120
+        assert any(h == "m2" for h, _, _ in run.failures()), run.failures()
+        # The launch step itself refuses before starting anything, naming rank 1 / m2.
+        start = time.monotonic()
+        res = launch_bench(cluster, "/srv/admin/mlx-cluster/models/tiny")
+        assert res.returncode != 0 and time.monotonic() - start < 60
+        assert "rank 1 (m2) does not answer SSH" in res.stdout, res.stdout[-2000:]
+        assert bench_procs(cluster, "m1") == []
+    finally:
+        cluster.start_sshd("m2")
+    assert bench_procs(cluster, "m2") == []
+
+
+def test_rank_killed_mid_run_ends_within_the_timeout_and_leaves_nothing(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    ok = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
+    assert ok.rc == 0, ok.failures()
+    # m2's rank never gets its peer: the bench's bounded init gives up, and the launcher
+    # timeout is the backstop; either way the run ends and no bench process stays behind.
+    cluster.exec("m2", ["mv", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py", "/srv/admin/bench.moved"])
+    try:
+        start = time.monotonic()
+        res = launch_bench(cluster, "/srv/admin/mlx-cluster/models/tiny", timeout=45)
+        assert res.returncode != 0 and time.monotonic() - start < 110
+        assert "m2" in res.stdout, res.stdout[-2000:]
+    finally:
+        cluster.exec("m2", ["mv", "/srv/admin/bench.moved", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"])
+    for h in cluster.hosts:
+        assert bench_procs(cluster, h) == [], h
+
+
+def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny):
+    import shutil
+
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    seeded = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
+    shutil.copytree(tiny, seeded)
+    run = run_site(cluster, tags=["network", "hostfile", "models"],
+                   extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
+    assert run.rc == 0, run.failures()
+    got = cluster.home("m2") / "mlx-cluster" / "models" / "tiny"
+    assert sorted(p.name for p in got.iterdir()) == sorted(p.name for p in tiny.iterdir())
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    m1_cable_addr = plan["ip_plan"]["hosts"]["m1"][0]["address"]
+    # m2's sshd saw rank 0 arrive from its Thunderbolt address, not the LAN.
+    assert f"from {m1_cable_addr} " in cluster.sshd_log("m2")

@@ -29,11 +29,11 @@ def _load(name):
     return sys.modules[key]
 
 
-def mlx_preflight(facts_by_host, links=None, topology=None, settings=None):
+def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
     if not isinstance(facts_by_host, dict):
         raise AnsibleFilterError("mlx_preflight: expects a dict of host -> mlx_cluster facts")
     try:
-        return _load("mlx_checks").preflight(facts_by_host, links, topology, settings)
+        return _load("mlx_checks").preflight(facts_by_host, links, topology, settings, ip_plan)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError(f"mlx_preflight: malformed facts ({exc})") from exc
 

@@ -9,6 +9,7 @@ controller.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 
 DEFAULTS = {
@@ -34,7 +35,7 @@ def _p(severity, check, host, msg, fix, port=None):
     return {"severity": severity, "check": check, "host": host, "port": port, "msg": msg, "fix": fix}
 
 
-def preflight(facts_by_host, links=None, topology=None, settings=None):
+def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
     s = dict(DEFAULTS, **(settings or {}))
     rdma_sev = "error" if s["rdma_required"] else "warning"
     problems = []
@@ -63,6 +64,7 @@ def preflight(facts_by_host, links=None, topology=None, settings=None):
         problems.extend(_resource_problems(h, f, s))
 
     problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
+    problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
     if topology and not topology.get("backend"):
         problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
                            _missing_fix(topology)))
@@ -148,6 +150,46 @@ def _link_problems(links, slow_sev):
             out.append(_p(slow_sev, "link_speed", a["host"],
                           f"cable {name} runs at {c.get('speed_gbps')} Gb/s ({c['link_class']}); RDMA needs Thunderbolt 5",
                           "use a Thunderbolt 5 cable between Thunderbolt 5 ports (no dock)", a["iface"]))
+    return out
+
+
+def _stale_links(facts_by_host, cabled, pool):
+    """Ports that still hold a cluster address but no longer have a cable: unplugged or moved.
+
+    The address's /30 partner, when another host still has it, names the old peer.
+    """
+    if not pool:
+        return []
+    try:
+        pool = ipaddress.ip_network(pool, strict=False)
+    except ValueError:
+        return []
+    owners = {}
+    for h, f in facts_by_host.items():
+        for iface, info in ((f.get("interfaces") or {}).items()):
+            for a in info.get("ipv4") or []:
+                owners[a.get("address")] = (h, iface)
+    out = []
+    for h in sorted(facts_by_host):
+        for iface, info in sorted(((facts_by_host[h].get("interfaces") or {}).items())):
+            if iface in cabled.get(h, set()):
+                continue
+            for a in info.get("ipv4") or []:
+                try:
+                    addr = ipaddress.ip_address(a.get("address"))
+                    net = ipaddress.ip_network(f"{addr}/{int(a.get('prefix', 32))}", strict=False)
+                except (TypeError, ValueError):
+                    continue
+                if addr not in pool or net.prefixlen != 30:
+                    continue
+                partner = [str(x) for x in net.hosts() if x != addr]
+                peer = owners.get(partner[0]) if partner else None
+                was = f" (it was the cable to {peer[0]}:{peer[1]})" if peer and peer[0] != h else ""
+                out.append(_p("warning", "stale_link", h,
+                              f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
+                              f"{was}: unplugged or moved",
+                              f"plug the cable back into {h}:{iface}, or re-run the network stage to plan the new wiring",
+                              iface))
     return out
 
 

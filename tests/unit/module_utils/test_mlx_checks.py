@@ -90,3 +90,17 @@ def test_disk_and_topology_errors_and_report_order():
 def test_version_tuple():
     assert version_tuple("26.2") == version_tuple("26.2.0") < version_tuple("26.10")
     assert version_tuple(None) == ()
+
+
+def test_unplugged_cable_is_named_by_its_stale_address():
+    m1 = host_facts()
+    m1["interfaces"] = {"en2": {"ipv4": [{"address": "10.208.7.1", "prefix": 30}]},
+                        "en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}]}}
+    m2 = host_facts()
+    m2["interfaces"] = {"en3": {"ipv4": [{"address": "10.208.7.2", "prefix": 30}]}}
+    probs = preflight({"m1": m1, "m2": m2}, {"cables": []}, ip_plan={"pool": "10.208.0.0/16"})
+    stale = only(probs, "stale_link")
+    assert [(p["host"], p["port"]) for p in stale] == [("m1", "en2"), ("m2", "en3")]
+    assert "cable to m2:en3" in stale[0]["msg"] and "unplugged or moved" in stale[0]["msg"]
+    # An address outside the pool (the LAN) or on a cabled port is not stale.
+    assert preflight({"m1": m1, "m2": m2}, LINKS, ip_plan={"pool": "10.209.0.0/16"}) == []

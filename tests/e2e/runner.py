@@ -86,6 +86,8 @@ def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbo
         "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"),
         "ANSIBLE_NOCOLOR": "1",
+        # ansible-runner turns host-key checking OFF unless told otherwise: keep ours on.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), cluster.env()["PATH"]]),
     }
     cmdline = []

@@ -1,0 +1,265 @@
+"""The fault suite: each fault ends in bounded time with a message naming host, port/cable
+and fix; nothing hangs; after repair a re-run converges with no manual step.
+Writes docs/reliability.md (tests/e2e/reliability.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e import reliability
+from tests.e2e.reliability import Fault
+from tests.e2e.runner import ROOT, is_mutating, run_site
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield
+    reliability.write()
+
+
+def plan_of(cluster):
+    return json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+
+
+def fail_text(run):
+    return "\n".join(m for _, _, m in run.failures())
+
+
+def summary(run):
+    """The preflight summary lines (warnings included) from the run's events."""
+    for e in run.events:
+        d = e.get("event_data", {})
+        if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
+            return "\n".join(d["res"].get("msg") or [])
+    return ""
+
+
+def converge(cluster, **kw):
+    first = run_site(cluster, **kw)
+    assert first.rc == 0, first.failures()
+    return first
+
+
+def mutations(cluster):
+    return [a for h in cluster.hosts for a in cluster.argv_log(h) if is_mutating(a)]
+
+
+def test_unplugged_cable_is_named_and_replanning_touches_only_it(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    converge(cluster)
+    before = plan_of(cluster)["ip_plan"]["cables"]
+    cid = sorted(before)[0]
+    with Fault("cable unplugged (mesh4)") as f:
+        cluster.unplug(cid)
+        try:
+            check = run_site(cluster, tags=["rdma_check"])
+            text = summary(check)
+            f.message(next(ln for ln in text.splitlines() if "stale" in ln or "no cable" in ln))
+            a, b = before[cid]["a"], before[cid]["b"]
+            assert f"{a['host']}:{a['iface']}" in text and "unplugged or moved" in text, text
+            after_run = converge(cluster)
+            after = plan_of(cluster)["ip_plan"]["cables"]
+            assert cid not in after
+            assert {k: v["network"] for k, v in after.items()} == {k: v["network"] for k, v in before.items() if k != cid}
+            assert plan_of(cluster)["topology"]["backend"] == "jaccl-ring"
+            assert after_run.changed() > 0
+        finally:
+            cluster.plug(cid)
+        again = converge(cluster)
+        assert plan_of(cluster)["ip_plan"]["cables"][cid]["network"] == before[cid]["network"]
+        f.converged(again.rc == 0 and plan_of(cluster)["topology"]["backend"] == "jaccl")
+
+
+def test_tb4_hardware_with_rdma_enabled_is_named(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    with Fault("RDMA enabled but no devices (Thunderbolt 4 Mac)") as f:
+        cluster.set_host("m2", tb_version=4)
+        cluster.clear_argv_logs()
+        try:
+            run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
+            assert run.rc != 0
+            text = fail_text(run)
+            f.message(next(ln for ln in text.splitlines() if "no RDMA devices" in ln))
+            assert "m2 has no RDMA devices" in text and "Thunderbolt 5" in text, text
+            assert "40 Gb/s (TB4)" in text, text  # its cables negotiated TB4 speed
+            assert mutations(cluster) == []
+        finally:
+            cluster.set_host("m2", tb_version=5)
+        f.converged(run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True}).rc == 0)
+
+
+def test_macos_versions_differ(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    with Fault("macOS versions differ (26.1 on one Mac)") as f:
+        cluster.set_host("m4", macos="26.1")
+        try:
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            text = fail_text(run)
+            f.message(next(ln for ln in text.splitlines() if "m4 runs macOS 26.1" in ln))
+            assert "m4 runs macOS 26.1 while m1, m2, m3 run 26.2" in text
+        finally:
+            cluster.set_host("m4", macos="26.2")
+        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+
+
+def test_mlx_versions_differ(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    fake = cluster.home("m2") / "fakepy"
+    fake.write_text("#!/bin/sh\necho '{\"python\": \"3.11.7\", \"executable\": \"/srv/admin/fakepy\", "
+                    "\"mlx\": \"0.31.0\", \"mlx_lm\": \"0.30.0\"}'\n")
+    fake.chmod(0o755)
+    host_vars = cluster.inventory_path.parent / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    with Fault("mlx versions differ between nodes") as f:
+        (host_vars / "m2.yml").write_text("test_python: /srv/admin/fakepy\n")
+        per_host = {"python_env_interpreter": "{{ test_python | default('%s') }}" % sys.executable}
+        try:
+            run = run_site(cluster, tags=["env"], extravars=per_host)
+            assert run.rc != 0
+            text = fail_text(run)
+            f.message(text)
+            assert "m2 has mlx 0.31.0 and mlx-lm 0.30.0" in text, text
+            assert "m1 has" not in text
+        finally:
+            (host_vars / "m2.yml").unlink()
+        f.converged(run_site(cluster, tags=["env"]).rc == 0)
+
+
+def test_lan_using_the_pool_pushes_the_plan_around_it(sim_cluster, tmp_path):
+    spec = yaml.safe_load((ROOT / "tests" / "simcluster" / "specs" / "mesh3_dock.yml").read_text())
+    spec["name"] = "lanpool"
+    spec["management"] = {"cidr": "10.208.0.0/22"}  # the LAN sits inside the default pool
+    path = tmp_path / "lanpool.yml"
+    path.write_text(yaml.safe_dump(spec))
+    cluster = sim_cluster(str(path))
+    with Fault("the LAN already uses part of the planned pool") as f:
+        run = converge(cluster)
+        f.message(f"plan avoids {spec['management']['cidr']}: converged with changed={run.changed()}")
+        lan = __import__("ipaddress").ip_network("10.208.0.0/22")
+        nets = [__import__("ipaddress").ip_network(c["network"]) for c in plan_of(cluster)["ip_plan"]["cables"].values()]
+        assert nets and not any(n.overlaps(lan) for n in nets), nets
+        f.converged(run_site(cluster).changed() == 0)
+
+
+def test_reboot_restores_addresses_and_a_rerun_repairs_the_rest(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    converge(cluster)
+    plan = plan_of(cluster)
+    with Fault("reboot: runtime addresses flushed on one Mac") as f:
+        cluster.reboot("m2")
+        for link in plan["ip_plan"]["hosts"]["m2"]:  # persistent services brought them back
+            out = cluster.exec("m2", ["ip", "-j", "addr", "show", "dev", link["iface"]]).stdout
+            assert link["address"] in out, (link, out)
+        run = run_site(cluster)
+        assert run.rc == 0, run.failures()
+        changed_hosts = {h for h, n in run.stats.get("changed", {}).items() if n}
+        f.message(f"re-run reports changes on {sorted(changed_hosts)}")
+        assert "m2" in changed_hosts
+        f.converged(run_site(cluster).changed() == 0)
+
+
+def test_thunderbolt_bridge_loop_is_named_then_fixed(sim_cluster):
+    cluster = sim_cluster("ring4")
+    cluster.reset()
+    with Fault("Thunderbolt Bridge active with the ports as members") as f:
+        run = run_site(cluster, tags=["rdma_check"])
+        text = summary(run)
+        line = next(ln for ln in text.splitlines() if "Thunderbolt Bridge on m1" in ln)
+        f.message(line)
+        assert "broadcast loop" in line
+        converge(cluster)
+        for h in cluster.hosts:
+            members = cluster.exec(h, ["ip", "-j", "link", "show", "master", "bridge0"]).stdout.strip()
+            assert members in ("", "[]"), (h, members)
+        f.converged(run_site(cluster).changed() == 0)
+
+
+def test_management_interface_is_never_touched(sim_cluster):
+    cluster = sim_cluster("pair")
+    before = cluster.exec("m1", ["ip", "-j", "addr", "show", "dev", "en0"]).stdout
+    cluster.clear_argv_logs()
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    args = {"links": [{"iface": "en0", "address": "10.208.99.1", "peer_address": "10.208.99.2"}],
+            "protected_ifaces": ["en0"]}
+    with Fault("a plan that would touch the management interface") as f:
+        res = subprocess.run([str(Path(sys.executable).parent / "ansible"), "m1", "-i", str(cluster.inventory_path),
+                              "-m", "thunderbolt_links", "-a", json.dumps(args), "--become"],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        f.message(res.stdout[res.stdout.find("refusing"):])
+        assert res.returncode != 0 and "refusing to configure en0: it is the management interface" in res.stdout
+        f.converged(None)
+    assert cluster.exec("m1", ["ip", "-j", "addr", "show", "dev", "en0"]).stdout == before
+    assert mutations(cluster) == []
+
+
+def test_host_key_checking_stays_on(sim_cluster):
+    cluster = sim_cluster("pair")
+    kh = cluster.known_hosts_path
+    original = kh.read_text()
+    lines = original.splitlines()
+    m2_key = next(ln.split(None, 1)[1] for ln in lines if ln.split(None, 1)[0].split(",")[0] == "m2")
+    forged = [(ln.split(None, 1)[0] + " " + m2_key) if ln.split(None, 1)[0].split(",")[0] == "m1" else ln
+              for ln in lines]
+    with Fault("a Mac's host key changed") as f:
+        kh.write_text("\n".join(forged) + "\n")
+        try:
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            text = "\n".join(f"{h}: {m}" for h, _, m in run.failures())
+            f.message(text)
+            assert "m1" in text and "Host key verification failed" in text, text
+        finally:
+            kh.write_text(original)
+        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+
+
+def test_hostile_paths_cannot_inject_shell(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    odd = "/srv/admin/odd dir'\"; touch /tmp/pwned #"
+    run = run_site(cluster, tags=["hostfile"], extravars={"mlx_cluster_remote_dir": odd})
+    assert run.rc == 0, run.failures()
+    for h in cluster.hosts:
+        st = cluster.exec(h, ["stat", "-c", "%a", f"{odd}/hostfile.json"])
+        assert st.returncode == 0 and st.stdout.strip() == "600", (h, st.stdout, st.stderr)
+        assert cluster.exec(h, ["test", "-e", "/tmp/pwned"]).returncode != 0
+    assert oct((cluster.inventory_path.parent / "artifacts" / "hostfile.json").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("hosts_yaml, extravars, fragment", [
+    pytest.param({"m1": {"ansible_host": "10.0.0.1"}, "m2": {"ansible_host": "10.0.0.1"}}, {},
+                 "ansible_host values repeat", id="duplicate-hosts"),
+    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_ip_pool": "10.208.0.0/33x"}, "mlx_cluster_ip_pool", id="bad-cidr"),
+    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_backend": "nccl"}, "mlx_cluster_backend", id="unknown-backend"),
+    pytest.param({"m1": {}}, {}, "at least 2 distinct Macs", id="one-host"),
+    pytest.param({"m1": {}, "m2": {"mlx_cluster_coordinator_address": "fe80::1"}}, {},
+                 "mlx_cluster_coordinator_address of m2", id="bad-coordinator"),
+])
+def test_inventory_mistakes_fail_in_validate_naming_the_variable(tmp_path, hosts_yaml, extravars, fragment):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts_yaml}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
+    for k, v in extravars.items():
+        argv += ["-e", json.dumps({k: v})]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode != 0
+    assert fragment in res.stdout, res.stdout[-2000:]
+    assert "mlx_cluster_facts" not in res.stdout  # stopped before contacting any Mac

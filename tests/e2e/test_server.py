@@ -1,0 +1,225 @@
+"""The MLX server stage end to end: real ansible-playbook over real SSH against two simulated
+Macs (spec `pair`, ring backend over the simulated Thunderbolt cable), the tiny generated
+qwen2 model at the same path in both Macs' homes, the `process` supervisor (no launchd here).
+
+HTTP is queried from inside rank 0's Mac (its loopback: the server listens on 127.0.0.1),
+which is where a client on a real cluster would tunnel to.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.runner import ROOT, run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+MODEL = "/srv/admin/models/tiny"   # the same path inside every simulated Mac
+RUN_DIR = "/srv/admin/mlx-cluster/server"
+PORT = 8080
+EXTRA = {
+    "mlx_cluster_backend": "ring",
+    "mlx_server_supervisor": "process",
+    "mlx_server_model": MODEL,
+    "mlx_server_port": PORT,
+    "mlx_server_init_timeout": 20,
+    "mlx_server_health_timeout": 180,
+    "mlx_server_stop_timeout": 20,
+}
+
+HTTP_CLIENT = r"""
+import json, sys, urllib.error, urllib.request
+url, body = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(url, data=body.encode() if body else None, headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=120) as r:
+        print(json.dumps({"status": r.status, "body": json.loads(r.read())}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": json.loads(e.read() or b"null")}))
+"""
+
+
+def playbook(tmp_path_factory):
+    """site.yml once it imports the server plays; until then the same plays in a wrapper
+    (discover, env, server: what `--tags server` runs of site.yml)."""
+    site = (ROOT / "site.yml").read_text()
+    if "playbooks/server.yml" in site:
+        return "site.yml"
+    wrapper = tmp_path_factory.mktemp("playbook") / "site_server.yml"
+    wrapper.write_text("---\n" + "".join(
+        f"- name: {name}\n  ansible.builtin.import_playbook: {ROOT / 'playbooks' / name}.yml\n"
+        for name in ("discover", "env", "server")))
+    return str(wrapper)
+
+
+@pytest.fixture(scope="module")
+def pair(sim_cluster, tmp_path_factory):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    for h in cluster.hosts:
+        make_tiny_model(cluster.home(h) / "models" / "tiny")
+    # network, hostfile, env: the stages the server builds on (a plain run leaves the server off)
+    base = run_site(cluster, extravars=EXTRA)
+    assert base.rc == 0, base.failures()
+    cluster.server_playbook = playbook(tmp_path_factory)
+    cluster.rank0 = json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"][0]["ssh"]
+    yield cluster
+    run_site(cluster, tags=["server_stop"], extravars=EXTRA, playbook=cluster.server_playbook)
+    cluster.reset()
+
+
+def server(cluster, tag="server", check=False, **extra):
+    t0 = time.monotonic()
+    run = run_site(cluster, tags=[tag], check=check, extravars={**EXTRA, **extra}, playbook=cluster.server_playbook)
+    run.seconds = round(time.monotonic() - t0, 1)
+    print(f"{tag}{' --check' if check else ''} {extra or ''}: rc {run.rc}, changed {run.changed()}, {run.seconds}s")
+    return run
+
+
+def http(cluster, path, body=None):
+    res = cluster.exec(cluster.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}{path}",
+                                       json.dumps(body) if body is not None else ""], timeout=180)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def rank_pids(cluster):
+    """{host: PID of its rank} from the PID files, checked against the Mac's process list."""
+    out = {}
+    for h in cluster.hosts:
+        res = cluster.exec(h, ["sh", "-c", f"cat {RUN_DIR}/rank*.pid 2>/dev/null"])
+        out[h] = int(res.stdout.split()[0]) if res.stdout.strip() else None
+    return out
+
+
+def server_processes(cluster):
+    """{host: [ps lines]} of processes on each Mac that belong to the server (its run dir is
+    on their command line), whatever their name."""
+    out = {}
+    for h in cluster.hosts:
+        ps = cluster.exec(h, ["ps", "-eo", "pid=,args="]).stdout
+        out[h] = [line.strip() for line in ps.splitlines() if RUN_DIR in line.split()]
+    return out
+
+
+def status_lines(run):
+    return {r["host"]: r["res"]["msg"] for r in run.results("Show whether each Mac's rank runs, and since when")}
+
+
+def test_start_query_leave_alone_restart_on_change_stop(pair):
+    first = server(pair)
+    assert first.rc == 0, first.failures()
+    assert first.changed() > 0
+    restarted = {r["host"] for r in first.results("Restart every rank when the server is not running with these settings")
+                 if r["res"].get("changed")}
+    assert restarted == set(pair.hosts)
+
+    models = http(pair, "/v1/models")
+    assert models["status"] == 200
+    assert [m["id"] for m in models["body"]["data"]] == ["tiny"]
+
+    ask = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world!"}], "max_tokens": 8, "temperature": 0}
+    chat = http(pair, "/v1/chat/completions", ask)
+    assert chat["status"] == 200, chat
+    assert chat["body"]["object"] == "chat.completion"
+    assert chat["body"]["choices"][0]["message"]["role"] == "assistant"
+    assert 0 < chat["body"]["usage"]["completion_tokens"] <= 8
+    assert http(pair, "/v1/chat/completions", ask)["body"]["choices"] == chat["body"]["choices"]  # greedy: the same
+    completion = http(pair, "/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 4})
+    assert completion["status"] == 200 and completion["body"]["object"] == "text_completion"
+    assert http(pair, "/v1/chat/completions", {**ask, "model": "other"})["status"] == 404
+
+    pids = rank_pids(pair)
+    assert all(pids.values()) and all(len(v) == 1 for v in server_processes(pair).values())
+
+    status = server(pair, "server_status")
+    assert status.rc == 0 and status.changed() == 0
+    lines = status_lines(status)
+    assert set(lines) == set(pair.hosts)
+    for h, line in lines.items():
+        assert f"running since 20" in line and f"pid {pids[h]}" in line, line
+
+    # a second start changes nothing and leaves the very same processes
+    second = server(pair)
+    assert second.rc == 0, second.failures()
+    assert second.changed() == 0, second.stats
+    assert rank_pids(pair) == pids
+
+    # --check with other settings: says it would restart, restarts nothing
+    dry = server(pair, check=True, mlx_server_max_tokens=64)
+    assert dry.rc == 0, dry.failures()
+    assert dry.changed() > 0
+    assert rank_pids(pair) == pids
+
+    # other settings: the handler restarts every rank
+    changed = server(pair, mlx_server_max_tokens=64)
+    assert changed.rc == 0, changed.failures()
+    assert changed.changed() > 0
+    new = rank_pids(pair)
+    assert all(new.values()) and all(new[h] != pids[h] for h in pair.hosts)
+    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65})["status"] == 400  # the new limit
+    assert server(pair, mlx_server_max_tokens=64).changed() == 0
+
+    stop = server(pair, "server_stop")
+    assert stop.rc == 0, stop.failures()
+    assert stop.changed() > 0
+    reports = {r["host"]: r["res"]["msg"] for r in stop.results("Report what was stopped and anything left behind")}
+    assert all(f"stopped {new[h]} (SIGTERM)" in reports[h] for h in pair.hosts), reports
+    assert server_processes(pair) == {h: [] for h in pair.hosts}   # no stray process on any Mac
+    again = server(pair, "server_stop")
+    assert again.rc == 0 and again.changed() == 0
+    for h, line in status_lines(server(pair, "server_status")).items():
+        assert "not running (stopped at" in line, line
+
+
+def test_a_rank_that_dies_is_reported_by_the_health_check(pair):
+    # m2's copy of the model is broken: its rank exits at once; rank 0 waits for it in vain
+    broken = pair.home("m2") / "models" / "tiny" / "config.json"
+    aside = broken.with_name("config.json.aside")
+    shutil.move(broken, aside)
+    try:
+        run = server(pair)
+        assert run.rc != 0
+        msgs = "\n".join(m for _, _, m in run.failures())
+        assert "did not come up on" in msgs
+        rank_of = {h: i for i, h in enumerate(json.loads(
+            (pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"][0:2] and
+            [x["ssh"] for x in json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"]])}
+        assert f"- m2: rank {rank_of['m2']} is not running" in msgs, msgs
+        assert "not a local model directory (no config.json)" in msgs, msgs   # the tail of m2's log
+        assert run.seconds < EXTRA["mlx_server_health_timeout"]  # reported when it died, not at the timeout
+    finally:
+        shutil.move(aside, broken)
+        stop = server(pair, "server_stop")
+        assert stop.rc == 0, stop.failures()
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
+
+
+def test_a_rank_killed_while_serving_takes_the_group_down_and_the_next_start_restores_it(pair):
+    up = server(pair)
+    assert up.rc == 0, up.failures()
+    pids = rank_pids(pair)
+    other = next(h for h in pair.hosts if h != pair.rank0)
+    assert pair.exec(other, ["kill", "-9", str(pids[other])]).returncode == 0
+    # rank 0 sees the peer go at its next turn and leaves too (no half-alive server)
+    deadline = time.monotonic() + 30
+    while server_processes(pair)[pair.rank0] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
+    lines = status_lines(server(pair, "server_status"))
+    assert "not running" in lines[other] and "not running" in lines[pair.rank0]
+    assert "group broke" in lines[pair.rank0], lines
+
+    again = server(pair)
+    assert again.rc == 0, again.failures()
+    assert again.changed() > 0
+    assert http(pair, "/v1/models")["status"] == 200
+    stop = server(pair, "server_stop")
+    assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}

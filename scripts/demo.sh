@@ -13,7 +13,15 @@ bash scripts/bootstrap.sh
 export PATH="$here/.venv/bin:$PATH" ANSIBLE_CONFIG="$here/ansible.cfg"
 
 python -m tests.simcluster up "$spec" --state "$state"
-ansible-playbook site.yml -i "$state/inventory.yml"
+# The simulated Macs have no package index: they use this venv's Python, pinned to what it has.
+python - "$state/sim_vars.json" <<'PY'
+import json, sys
+from importlib import metadata
+json.dump({"python_env_mode": "existing", "python_env_interpreter": sys.executable,
+           "python_env_mlx_version": metadata.version("mlx"),
+           "python_env_mlx_lm_version": metadata.version("mlx-lm")}, open(sys.argv[1], "w"))
+PY
+ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json"
 
 python - "$state/artifacts" <<'PY'
 import json, os, sys

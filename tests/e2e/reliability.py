@@ -26,7 +26,8 @@ class Fault:
         self.row["message"] = (lines[0] if lines else "")[:300]
 
     def converged(self, ok):
-        self.row["converged"] = bool(ok)
+        """True/False after a re-run; None where there is nothing to re-run (a refusal)."""
+        self.row["converged"] = None if ok is None else bool(ok)
 
     def __exit__(self, exc_type, exc, tb):
         self.row["passed"] = exc_type is None

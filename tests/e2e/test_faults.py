@@ -222,7 +222,7 @@ def test_host_key_checking_stays_on(sim_cluster):
             run = run_site(cluster, tags=["rdma_check"])
             assert run.rc != 0
             text = "\n".join(f"{h}: {m}" for h, _, m in run.failures())
-            f.message(text)
+            f.message("m1: " + next(ln.strip() for ln in text.splitlines() if "Host key" in ln))
             assert "m1" in text and "Host key verification failed" in text, text
         finally:
             kh.write_text(original)

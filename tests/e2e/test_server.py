@@ -9,6 +9,7 @@ which is where a client on a real cluster would tunnel to.
 from __future__ import annotations
 
 import json
+import plistlib
 import shutil
 import sys
 import time
@@ -47,16 +48,9 @@ except urllib.error.HTTPError as e:
 
 
 def playbook(tmp_path_factory):
-    """site.yml once it imports the server plays; until then the same plays in a wrapper
-    (discover, env, server: what `--tags server` runs of site.yml)."""
-    site = (ROOT / "site.yml").read_text()
-    if "playbooks/server.yml" in site:
-        return "site.yml"
-    wrapper = tmp_path_factory.mktemp("playbook") / "site_server.yml"
-    wrapper.write_text("---\n" + "".join(
-        f"- name: {name}\n  ansible.builtin.import_playbook: {ROOT / 'playbooks' / name}.yml\n"
-        for name in ("discover", "env", "server")))
-    return str(wrapper)
+    """The server plays run from site.yml, as a user runs them (`--tags server`)."""
+    assert "playbooks/server.yml" in (ROOT / "site.yml").read_text()
+    return "site.yml"
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +138,7 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     lines = status_lines(status)
     assert set(lines) == set(pair.hosts)
     for h, line in lines.items():
-        assert f"running since 20" in line and f"pid {pids[h]}" in line, line
+        assert "running since 20" in line and f"pid {pids[h]}" in line, line
 
     # a second start changes nothing and leaves the very same processes
     second = server(pair)
@@ -189,10 +183,9 @@ def test_a_rank_that_dies_is_reported_by_the_health_check(pair):
         assert run.rc != 0
         msgs = "\n".join(m for _, _, m in run.failures())
         assert "did not come up on" in msgs
-        rank_of = {h: i for i, h in enumerate(json.loads(
-            (pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"][0:2] and
-            [x["ssh"] for x in json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"]])}
-        assert f"- m2: rank {rank_of['m2']} is not running" in msgs, msgs
+        hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
+        rank = [x["ssh"] for x in hostfile["hosts"]].index("m2")
+        assert f"- m2: rank {rank} is not running" in msgs, msgs
         assert "not a local model directory (no config.json)" in msgs, msgs   # the tail of m2's log
         assert run.seconds < EXTRA["mlx_server_health_timeout"]  # reported when it died, not at the timeout
     finally:
@@ -223,3 +216,60 @@ def test_a_rank_killed_while_serving_takes_the_group_down_and_the_next_start_res
     assert http(pair, "/v1/models")["status"] == 200
     stop = server(pair, "server_stop")
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
+
+
+FAKE_LAUNCHCTL = r"""#!/usr/bin/env python3
+# Test stand-in for macOS launchctl (the simulated Macs have no launchd): records its argv,
+# knows no job.
+import json, os, sys
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "launchctl.calls"), "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+if sys.argv[1:2] == ["print"]:
+    sys.stderr.write('Could not find service "%s" in domain for system\n' % sys.argv[2].split("/", 1)[-1])
+    sys.exit(113)
+"""
+
+
+def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
+    """launchd cannot run here: `--check --diff` takes the launchd path up to the rendered
+    plists (one per Mac, each with its own rank's environment), with a stand-in `launchctl`
+    that only answers `print`. Nothing is written, bootstrapped or booted out."""
+    plist_path = Path("/Library/LaunchDaemons/org.mlx-cluster.server.plist")
+    assert not plist_path.exists()
+    fakes = [pair.host_dir(h) / "bin" / "launchctl" for h in pair.hosts]
+    for fake in fakes:
+        fake.write_text(FAKE_LAUNCHCTL)
+        fake.chmod(0o755)
+    try:
+        run = run_site(pair, tags=["server"], check=True, diff=True,
+                       extravars={**EXTRA, "mlx_server_supervisor": "launchd"}, playbook=pair.server_playbook)
+        assert run.rc == 0, run.failures()
+        hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
+        ranks = {x["ssh"]: i for i, x in enumerate(hostfile["hosts"])}
+        rendered = run.results("Write the rank's launchd job on every Mac (LaunchDaemon, runs as the SSH user)")
+        assert {r["host"] for r in rendered} == set(pair.hosts)
+        run_ids = set()
+        for r in rendered:
+            diff = r["res"]["diff"]
+            diff = diff[0] if isinstance(diff, list) else diff
+            plist = plistlib.loads(diff["after"].encode())
+            assert plist["Label"] == "org.mlx-cluster.server"
+            assert plist["UserName"] == "admin"
+            assert plist["EnvironmentVariables"]["MLX_RANK"] == str(ranks[r["host"]])
+            assert plist["EnvironmentVariables"]["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
+            assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
+            argv = plist["ProgramArguments"]
+            assert argv[1] == f"{RUN_DIR}/mlx_cluster_server.py"
+            assert argv[argv.index("--model") + 1] == MODEL
+            run_ids.add(argv[argv.index("--run-id") + 1])
+            assert plist["StandardOutPath"] == f"{RUN_DIR}/rank{ranks[r['host']]}.log"
+        assert len(run_ids) == 1  # one start, every rank
+        for h in pair.hosts:
+            calls = [json.loads(x) for x in (pair.host_dir(h) / "bin" / "launchctl.calls").read_text().splitlines()]
+            assert calls and all(c[0] == "print" for c in calls), calls  # no bootstrap, no bootout
+        assert not plist_path.exists()
+        assert server_processes(pair) == {h: [] for h in pair.hosts}
+    finally:
+        for fake in fakes:
+            fake.unlink(missing_ok=True)
+            fake.with_name("launchctl.calls").unlink(missing_ok=True)

@@ -1,0 +1,271 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mlx_server_spec
+short_description: Work out how this Mac's rank of the MLX server starts, and write its files
+description:
+  - Finds this Mac's rank in the hostfile and computes the environment C(mlx.launch) would give
+    that rank (ring, jaccl, jaccl-ring), so the rank can be started without C(mlx.launch), by
+    launchd or as a detached process.
+  - Writes the backend's data file (ring addresses or RDMA device matrix, as C(mlx.launch)
+    writes them) and C(rank<N>.env.json) (the rank's environment) into I(run_dir), only when
+    their content differs; C(changed) is measured from the files.
+  - Returns the rank's command line and the settings hash (model, backend, hostfile, address,
+    port, mode, interpreter, script checksum and the other settings); a running server with the
+    same hash is left alone.
+version_added: "0.1.0"
+options:
+  hostfile:
+    description: The MLX hostfile (the plan's C(mlx_cluster_plan.hostfile)).
+    type: dict
+    required: true
+  host:
+    description: This Mac's inventory name (its C(ssh) name in the hostfile).
+    type: str
+    required: true
+  run_dir:
+    description: The server's directory on this Mac (must exist, except in check mode).
+    type: path
+    required: true
+  python:
+    description: Interpreter on the Macs.
+    type: str
+    required: true
+  script:
+    description: The deployed server program on this Mac.
+    type: path
+    required: true
+  model:
+    description: Model directory on every Mac.
+    type: str
+    required: true
+  model_id:
+    description: Model name in the API; empty = the model directory's name.
+    type: str
+    default: ""
+  mode:
+    description: Sharding across the ranks.
+    type: str
+    choices: [tensor, pipeline]
+    default: tensor
+  address:
+    description: Address rank 0's HTTP server binds.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: Port rank 0's HTTP server binds.
+    type: int
+    default: 8080
+  ring_port:
+    description: First port of the ring backend (one per rank and address), or the JACCL coordinator port.
+    type: int
+    default: 42323
+  init_timeout:
+    description: Seconds a rank keeps trying to join the group.
+    type: int
+    default: 120
+  max_tokens:
+    description: Tokens a request gets when it names none, and the most it may ask for.
+    type: int
+    default: 2048
+  poll_interval:
+    description: Seconds between idle turns of the serving loop.
+    type: float
+    default: 0.5
+  request_timeout:
+    description: Seconds an HTTP request waits for its generation.
+    type: int
+    default: 600
+  env:
+    description: Extra KEY=VALUE environment for every rank.
+    type: list
+    elements: str
+    default: []
+  supervisor:
+    description: What keeps the rank running (part of the settings).
+    type: str
+    choices: [launchd, process]
+    default: launchd
+  label:
+    description: launchd label (part of the settings).
+    type: str
+    default: org.mlx-cluster.server
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Work out this Mac's rank
+  mlx_server_spec:
+    hostfile: "{{ mlx_cluster_plan.hostfile }}"
+    host: "{{ inventory_hostname }}"
+    run_dir: /Users/admin/mlx-cluster/server
+    python: /Users/admin/mlx-cluster/venv/bin/python
+    script: /Users/admin/mlx-cluster/server/mlx_cluster_server.py
+    model: /Users/admin/mlx-cluster/models/Qwen3-4B-Instruct-4bit
+    supervisor: process
+  register: mlx_server_rank
+"""
+
+RETURN = r"""
+rank:
+  description: This Mac's rank.
+  returned: always
+  type: int
+  sample: 1
+world_size:
+  description: Number of ranks.
+  returned: always
+  type: int
+  sample: 2
+backend:
+  description: The hostfile's backend.
+  returned: always
+  type: str
+  sample: ring
+settings_hash:
+  description: sha256 of the settings (equal on every Mac of one cluster).
+  returned: always
+  type: str
+  sample: 9f2c...
+settings:
+  description: What the hash covers.
+  returned: always
+  type: dict
+  sample: {"model": "/Users/admin/mlx-cluster/models/qwen", "port": 8080}
+argv:
+  description: The rank's command line, without C(--run-id) (each start adds its own).
+  returned: always
+  type: list
+  elements: str
+  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_cluster_server.py, --model, "..."]
+env:
+  description: The rank's environment (what mlx.launch would set, plus the extras).
+  returned: always
+  type: dict
+  sample: {"MLX_RANK": "1", "MLX_HOSTFILE": "/Users/admin/mlx-cluster/server/ring_hosts.json"}
+env_file:
+  description: Where the environment is written (JSON object), for the process supervisor.
+  returned: always
+  type: str
+  sample: /Users/admin/mlx-cluster/server/rank1.env.json
+user:
+  description: The user the module ran as (the launchd job's C(UserName)).
+  returned: always
+  type: str
+  sample: admin
+home:
+  description: That user's home directory (C(HOME) of the launchd job).
+  returned: always
+  type: str
+  sample: /Users/admin
+"""
+
+import hashlib
+import json
+import os
+import pwd
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_server import SpecError, launch_env, rank_of, server_argv, settings_hash
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            hostfile=dict(type="dict", required=True), host=dict(type="str", required=True),
+            run_dir=dict(type="path", required=True), python=dict(type="str", required=True),
+            script=dict(type="path", required=True), model=dict(type="str", required=True),
+            model_id=dict(type="str", default=""),
+            mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
+            address=dict(type="str", default="127.0.0.1"), port=dict(type="int", default=8080),
+            ring_port=dict(type="int", default=42323), init_timeout=dict(type="int", default=120),
+            max_tokens=dict(type="int", default=2048), poll_interval=dict(type="float", default=0.5),
+            request_timeout=dict(type="int", default=600),
+            env=dict(type="list", elements="str", default=[]),
+            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+            label=dict(type="str", default="org.mlx-cluster.server"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    run_dir = p["run_dir"].rstrip("/") or "/"
+    try:
+        rank = rank_of(p["hostfile"], p["host"])
+        env, files = launch_env(p["hostfile"], rank, run_dir, p["ring_port"], p["env"])
+    except SpecError as exc:
+        module.fail_json(msg=f"{p['host']}: {exc}")
+    if not os.path.isdir(run_dir) and not module.check_mode:
+        module.fail_json(msg=f"{run_dir} does not exist: create the server directory first")
+    script_sum = sha256_of(p["script"]) if os.path.isfile(p["script"]) else None
+    if script_sum is None and not module.check_mode:
+        module.fail_json(msg=f"the server program {p['script']} is missing: deploy it first")
+    model_id = p["model_id"] or os.path.basename(p["model"].rstrip("/"))
+    world = len(p["hostfile"]["hosts"])
+    settings = {
+        "model": p["model"], "model_id": model_id, "mode": p["mode"], "backend": p["hostfile"].get("backend"),
+        "hostfile": p["hostfile"], "address": p["address"], "port": p["port"], "ring_port": p["ring_port"],
+        "python": p["python"], "script": p["script"], "script_sha256": script_sum, "run_dir": run_dir,
+        "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
+        "request_timeout": p["request_timeout"], "env": p["env"], "supervisor": p["supervisor"],
+        "label": p["label"],
+    }
+    digest = settings_hash(settings)
+    argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
+                       backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
+                       model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
+                       request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
+                       settings_hash_value=digest)
+    env_file = f"{run_dir}/rank{rank}.env.json"
+    files = dict(files)
+    files[os.path.basename(env_file)] = json.dumps(env, indent=2, sort_keys=True) + "\n"
+    before, after, written = {}, {}, []
+    for name, content in sorted(files.items()):
+        path = f"{run_dir}/{name}"
+        old = read_text(path)
+        if old == content:
+            continue
+        before[path], after[path] = old or "", content
+        written.append(path)
+        if not module.check_mode:
+            tmp = f"{path}.tmp{os.getpid()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(content)
+            os.replace(tmp, path)
+    diff = {"before": "".join(f"# {k}\n{v}" for k, v in before.items()),
+            "after": "".join(f"# {k}\n{v}" for k, v in after.items())}
+    me = pwd.getpwuid(os.getuid())
+    module.exit_json(changed=bool(written), rank=rank, world_size=world, backend=p["hostfile"].get("backend"),
+                     settings_hash=digest, settings=settings, argv=argv, env=env, env_file=env_file,
+                     files=written, user=me.pw_name, home=me.pw_dir, diff=diff)
+
+
+if __name__ == "__main__":
+    main()

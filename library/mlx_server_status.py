@@ -1,0 +1,354 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mlx_server_status
+short_description: Show (or wait for) this Mac's rank of the MLX server
+description:
+  - Reads the rank's files in I(run_dir) (C(rank<N>.pid), C(rank<N>.json), the log) and checks
+    that the recorded PID still runs our rank (its command line names the run directory and
+    the run id). Processes are never looked up by name.
+  - With I(supervisor=launchd), also reads C(launchctl print system/<label>).
+  - With I(wait) > 0, polls until the rank is ready (for rank 0 with I(url), C(/v1/models) lists
+    the model and, with I(chat), a short chat completion returns) or has died, or the time is
+    up. The module itself does not fail on an unhealthy rank, it returns C(healthy) and
+    C(reason), so the caller can report every rank together.
+  - Read-only; runs the same in check mode.
+version_added: "0.1.0"
+options:
+  run_dir:
+    description: The server's directory on this Mac.
+    type: path
+    required: true
+  rank:
+    description: This Mac's rank; default the rank whose files are in I(run_dir) (one rank per Mac).
+    type: int
+  supervisor:
+    description: What keeps the rank running.
+    type: str
+    choices: [launchd, process]
+    default: launchd
+  label:
+    description: launchd label.
+    type: str
+    default: org.mlx-cluster.server
+  want_hash:
+    description: Settings hash the rank should run with; sets C(problems).
+    type: str
+    default: ""
+  wait:
+    description: Seconds to wait for the rank to be ready (0 = look once).
+    type: int
+    default: 0
+  url:
+    description: Rank 0's base URL (C(http://address:port)), probed when this Mac runs rank 0.
+    type: str
+    default: ""
+  model_id:
+    description: Model name C(/v1/models) must list (empty = any).
+    type: str
+    default: ""
+  chat:
+    description: Also run one short chat completion (rank 0 with I(url)).
+    type: bool
+    default: false
+  log_lines:
+    description: Lines of the rank's log to return.
+    type: int
+    default: 20
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Wait for every rank, chat once through rank 0
+  mlx_server_status:
+    run_dir: /Users/admin/mlx-cluster/server
+    rank: "{{ mlx_server_rank.rank }}"
+    supervisor: process
+    wait: 300
+    url: "{{ 'http://127.0.0.1:8080' if mlx_server_rank.rank == 0 else '' }}"
+    chat: true
+  register: mlx_server_health
+"""
+
+RETURN = r"""
+status:
+  description: The rank as found.
+  returned: always
+  type: dict
+  sample:
+    rank: 0
+    running: true
+    pid: 4242
+    phase: ready
+    message: serving qwen on http://127.0.0.1:8080/v1
+    started: 1763700000.5
+    since: "2025-11-21T05:40:00+00:00"
+    until: null
+    settings_hash: 9f2c...
+    run_id: k2x9...
+    launchd: null
+    log_tail: "..."
+    problems: []
+    http: {"models": ["qwen"], "chat": "Hello"}
+healthy:
+  description: With I(wait), whether the rank became ready in time.
+  returned: always
+  type: bool
+  sample: true
+reason:
+  description: Why the rank is not healthy (empty when it is).
+  returned: always
+  type: str
+  sample: "rank 1 exited (phase failed: loading /models/qwen failed: ...)"
+"""
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_server import parse_launchctl_print, problems, process_matches, ranks_in
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+# Seconds a rank that is not (yet) running gets before the wait calls it dead.
+STARTUP_GRACE = 5.0
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def read_pid(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def tail(path, n):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            lines = f.read().decode(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+    except OSError:
+        return ""
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def ours(module, pid, run_dir, run_id):
+    if not pid or not alive(pid):
+        return False
+    ps = module.get_bin_path("ps", required=True)
+    rc, out, _err = module.run_command([ps, "-ww", "-p", str(pid), "-o", "pid=,args="], environ_update=C_LOCALE)
+    return rc == 0 and process_matches(out, pid, run_dir, run_id)
+
+
+def launchd_job(module, label):
+    launchctl = module.get_bin_path("launchctl")
+    if launchctl is None:
+        module.warn("launchctl is not on this host: the launchd job cannot be read (not macOS?)")
+        return {"loaded": False, "state": None, "pid": None, "last_exit_code": None, "path": None,
+                "error": "no launchctl"}
+    rc, out, err = module.run_command([launchctl, "print", f"system/{label}"], environ_update=C_LOCALE)
+    # exit 113: "Could not find service ... in domain for system" = not loaded
+    job = parse_launchctl_print(out if rc == 0 else "")
+    if rc not in (0, 113):
+        job["error"] = (err or out).strip()[:500]
+    return job
+
+
+def look(module, p, rank):
+    run_dir = p["run_dir"].rstrip("/") or "/"
+    info = read_json(f"{run_dir}/rank{rank}.json")
+    pid = read_pid(f"{run_dir}/rank{rank}.pid")
+    # The last stopped start's state, shown only while nothing newer was started (a PID file
+    # without a state file is a start that died before it wrote one: its log says why).
+    last = read_json(f"{run_dir}/rank{rank}.last.json") if not info and pid is None else {}
+    job = launchd_job(module, p["label"]) if p["supervisor"] == "launchd" else None
+    if job and job.get("pid") and job["pid"] != pid:
+        pid = job["pid"]  # launchd knows best (the pidfile may not be written yet)
+    if info and info.get("pid") not in (None, pid) and not alive(pid or 0):
+        pid = info.get("pid")
+    running = ours(module, pid, run_dir, info.get("run_id") or None)
+    shown = info or last
+    started = shown.get("started")
+    st = {
+        "rank": rank, "running": running, "pid": pid if running else None,
+        "phase": shown.get("phase") if shown else None, "message": shown.get("message", "") if shown else "",
+        "started": started,
+        "since": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds") if started else None,
+        "updated": shown.get("updated"),
+        "until": None if running or not shown.get("updated") else
+        datetime.fromtimestamp(shown["updated"], timezone.utc).isoformat(timespec="seconds"),
+        "settings_hash": shown.get("settings_hash"),
+        "run_id": shown.get("run_id"), "host": shown.get("host"), "world_size": shown.get("world_size"),
+        "launchd": job, "log": f"{run_dir}/rank{rank}.log",
+        "log_tail": tail(f"{run_dir}/rank{rank}.log", p["log_lines"]),
+    }
+    if running and info.get("phase") in ("stopped", "failed"):
+        st["phase"] = info["phase"]  # exiting: it said so already
+    st["problems"] = problems(st, p["want_hash"], p["supervisor"]) if p["want_hash"] else []
+    return st
+
+
+def http(url, body=None, timeout=10.0):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET",
+                                 headers={"Content-Type": "application/json"} if data else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our own URL
+        return resp.status, json.loads(resp.read().decode() or "null")
+
+
+def probe(p, deadline):
+    """-> (ok, detail dict or error text)."""
+    base = p["url"].rstrip("/")
+    try:
+        status, body = http(f"{base}/v1/models", timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+        ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
+        if status != 200 or (p["model_id"] and p["model_id"] not in ids):
+            return False, f"/v1/models answered {status} with {ids}"
+        detail = {"models": ids}
+        if p["chat"]:
+            left = max(5.0, deadline - time.monotonic())
+            status, body = http(f"{base}/v1/chat/completions",
+                                {"messages": [{"role": "user", "content": "Say hello."}],
+                                 "max_tokens": 1, "temperature": 0}, timeout=left)
+            choice = ((body or {}).get("choices") or [{}])[0]
+            if status != 200 or "message" not in choice:
+                return False, f"/v1/chat/completions answered {status}: {json.dumps(body)[:300]}"
+            detail["chat"] = choice["message"].get("content", "")
+            detail["usage"] = (body or {}).get("usage")
+        return True, detail
+    except urllib.error.HTTPError as exc:
+        return False, f"{exc.url} answered HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return False, f"{base} did not answer: {getattr(exc, 'reason', exc)}"
+
+
+def describe(st):
+    """The rank's last word: its phase and message (a dead rank's phase says where it died)."""
+    phase, msg = st["phase"], st["message"]
+    if phase is None:
+        return "it wrote no state: it exited at once or never started; see its log"
+    if not st["running"] and phase in ("starting", "init", "loading", "ready", "stopping"):
+        return f"it died in phase {phase}{': ' + msg if msg else ''}"
+    return f"{phase}{': ' + msg if msg else ''}"
+
+
+def launchd_pending(st):
+    """launchd has the job and will (re)start it: worth waiting for."""
+    job = st.get("launchd") or {}
+    return bool(job.get("loaded")) and job.get("state") in ("running", "spawn scheduled", "spawning", "xpcproxy")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path", required=True), rank=dict(type="int"),
+            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+            label=dict(type="str", default="org.mlx-cluster.server"), want_hash=dict(type="str", default=""),
+            wait=dict(type="int", default=0), url=dict(type="str", default=""),
+            model_id=dict(type="str", default=""), chat=dict(type="bool", default=False),
+            log_lines=dict(type="int", default=20),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    rank = p["rank"]
+    if rank is None:
+        try:
+            found = ranks_in(os.listdir(p["run_dir"]))
+        except OSError:
+            found = []
+        if not found:
+            module.exit_json(changed=False, status={"rank": None, "running": False, "phase": None, "message": "",
+                                                    "pid": None, "since": None, "started": None,
+                                                    "settings_hash": None, "run_id": None, "launchd": None,
+                                                    "log_tail": "", "problems": ["no rank of the server on this host"]},
+                             healthy=False, reason="no rank of the server on this host")
+        rank = found[0]
+    if rank != 0:
+        p["url"] = ""  # only rank 0 serves HTTP
+    began = time.monotonic()
+    deadline = began + p["wait"]
+    st = look(module, p, rank)
+    if p["wait"] <= 0:
+        healthy, reason = st["running"] and st["phase"] == "ready", ""
+        if not st["running"]:
+            reason = f"rank {rank} is not running ({describe(st)})"
+        elif not healthy:
+            reason = f"rank {rank} is not ready ({describe(st)})"
+        elif p["url"]:
+            healthy, st["http"] = probe(p, time.monotonic() + 10)
+            if not healthy:
+                reason = f"rank {rank}'s API does not answer: {st['http']}"
+                if p["want_hash"]:
+                    st["problems"].append(reason)
+        module.exit_json(changed=False, status=st, healthy=healthy, reason=reason)
+    reason, http_detail = "", None
+    while True:
+        if not st["running"]:
+            # A rank that said it failed or stopped is done; one without a word may not have
+            # written its files yet (just started), and launchd may start it again.
+            if st["phase"] in ("failed", "stopped") and not launchd_pending(st) or \
+                    time.monotonic() - began >= STARTUP_GRACE and not launchd_pending(st):
+                reason = f"rank {rank} is not running ({describe(st)})"
+                break
+        elif st["phase"] in ("stopped", "failed"):
+            reason = f"rank {rank} is exiting ({describe(st)})"
+            break
+        elif st["phase"] == "ready":
+            if not p["url"]:
+                module.exit_json(changed=False, status=st, healthy=True, reason="")
+            ok, http_detail = probe(p, deadline)
+            st["http"] = http_detail
+            if ok:
+                module.exit_json(changed=False, status=st, healthy=True, reason="")
+        if time.monotonic() >= deadline:
+            if st["running"] and st["phase"] == "ready":
+                reason = f"rank {rank} is up but its API is not healthy after {p['wait']}s: {http_detail}"
+            elif st["running"]:
+                reason = f"rank {rank} did not come up within {p['wait']}s ({describe(st)})"
+            else:
+                reason = f"rank {rank} is not running ({describe(st)})"
+            break
+        time.sleep(1.0)
+        st = look(module, p, rank)
+    st["http"] = http_detail
+    module.exit_json(changed=False, status=st, healthy=False, reason=reason)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mlx_server_stop
+short_description: Stop this Mac's rank of the MLX server by its recorded PID or launchd label
+description:
+  - With I(supervisor=launchd), boots the job out of the system domain by its label
+    (C(launchctl bootout system/<label>)) and removes its plist, so it does not come back at boot.
+  - Sends SIGTERM to the recorded PID (C(rank<N>.pid), checked to still be our rank by its command
+    line, which names the run directory and the run id), waits up to I(grace) seconds for the rank to
+    leave (every rank stops at the next turn of the serving loop), then sends SIGKILL.
+  - Then lists processes with C(ps -ax -o pid=,args=) and ends those that carry the stopped
+    start's run id as an argument (left behind); processes are never matched by name.
+  - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(state.json) to
+    C(state.last.json)) so a new start never reads a stale state.
+version_added: "0.1.0"
+options:
+  run_dir:
+    description: The server's directory on this Mac.
+    type: path
+    required: true
+  rank:
+    description: The rank to stop; default every rank whose files are in I(run_dir).
+    type: int
+  supervisor:
+    description: What keeps the rank running.
+    type: str
+    choices: [launchd, process]
+    default: launchd
+  label:
+    description: launchd label.
+    type: str
+    default: org.mlx-cluster.server
+  plist:
+    description: The launchd job's plist (removed with I(supervisor=launchd)).
+    type: path
+  grace:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be stopped; sends nothing and removes nothing.
+  diff_mode:
+    support: none
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Stop the server's rank on every Mac
+  mlx_server_stop:
+    run_dir: /Users/admin/mlx-cluster/server
+    rank: "{{ mlx_server_rank.rank }}"
+    supervisor: process
+"""
+
+RETURN = r"""
+stopped:
+  description: The rank's process, as it was ended.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "how": "SIGTERM", "seconds": 1.2}]
+leftovers:
+  description: Other processes of the same start (by run id) that were still alive, and were ended.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4250, "args": "python mlx_cluster_server.py ... --run-id k2x9..."}]
+remaining:
+  description: Processes that did not end even after SIGKILL (the task fails when any).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+launchd:
+  description: What was done with the launchd job (booted out, plist removed).
+  returned: always
+  type: dict
+  sample: {"booted_out": true, "plist_removed": true}
+run_ids:
+  description: Run ids of the stopped starts (empty when nothing was recorded).
+  returned: always
+  type: list
+  elements: str
+  sample: [k2x9...]
+ranks:
+  description: The ranks whose files were found (and handled) on this Mac.
+  returned: always
+  type: list
+  elements: int
+  sample: [1]
+"""
+
+import json
+import os
+import signal
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_server import parse_launchctl_print, process_matches, processes_with, ranks_in
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def read_pid(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped by its parent) is gone for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    pending = [p for p in pids if alive(p)]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pending = [p for p in pending if alive(p)]
+    return pending
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
+    """SIGTERM the rank's recorded PID if it is still our rank; SIGKILL after `grace`.
+    Returns (changed, run_id)."""
+    info = read_json(f"{run_dir}/rank{rank}.json")
+    run_id = info.get("run_id") or ""
+    pid = pid or read_pid(f"{run_dir}/rank{rank}.pid") or info.get("pid")
+    if not pid or not alive(pid):
+        return False, run_id
+    rc, out, _err = module.run_command([ps, "-ww", "-p", str(pid), "-o", "pid=,args="], environ_update=C_LOCALE)
+    if rc != 0 or not process_matches(out, pid, run_dir, run_id or None):
+        return False, run_id
+    if module.check_mode:
+        stopped.append({"pid": pid, "rank": rank, "how": "would send SIGTERM", "seconds": 0.0})
+        return True, run_id
+    start = time.monotonic()
+    signal_all([pid], signal.SIGTERM)
+    how = "SIGTERM"
+    if wait_gone([pid], grace):
+        signal_all([pid], signal.SIGKILL)
+        how = f"SIGKILL after {grace}s"
+        if wait_gone([pid], 10):
+            remaining.append({"pid": pid, "args": out.strip()})
+    stopped.append({"pid": pid, "rank": rank, "how": how, "seconds": round(time.monotonic() - start, 2)})
+    return True, run_id
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path", required=True), rank=dict(type="int"),
+            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+            label=dict(type="str", default="org.mlx-cluster.server"), plist=dict(type="path"),
+            grace=dict(type="int", default=30),
+        ),
+        required_if=[("supervisor", "launchd", ("plist",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    run_dir = p["run_dir"].rstrip("/") or "/"
+    ps = module.get_bin_path("ps", required=True)
+    if p["rank"] is not None:
+        ranks = [p["rank"]]
+    else:
+        try:
+            ranks = ranks_in(os.listdir(run_dir))
+        except OSError:
+            ranks = []
+    changed = False
+    launchd = {"booted_out": False, "plist_removed": False}
+    stopped, leftovers, remaining, run_ids = [], [], [], []
+    # The run ids of what runs now, before anything moves: leftovers are found by them.
+    for rank in ranks:
+        rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
+        if rid and rid not in run_ids:
+            run_ids.append(rid)
+
+    if p["supervisor"] == "launchd":
+        launchctl = module.get_bin_path("launchctl", required=True)
+        target = f"system/{p['label']}"
+        rc, out, _err = module.run_command([launchctl, "print", target], environ_update=C_LOCALE)
+        job = parse_launchctl_print(out if rc == 0 else "")
+        if job["loaded"]:
+            changed = True
+            if not module.check_mode:
+                start = time.monotonic()
+                cmd = [launchctl, "bootout", target]
+                rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+                # 3 / 113: the job went away meanwhile (not loaded)
+                if rc not in (0, 3, 113):
+                    module.fail_json(msg=f"launchctl bootout {target} failed: {(err or out).strip()}; "
+                                         "run the stop with become (sudo)", rc=rc, cmd=cmd, stderr=err)
+                launchd["booted_out"] = True
+                if job["pid"]:
+                    stopped.append({"pid": job["pid"], "rank": None, "how": "launchctl bootout",
+                                    "seconds": round(time.monotonic() - start, 2)})
+        if p["plist"] and os.path.exists(p["plist"]):
+            changed = True
+            if not module.check_mode:
+                os.unlink(p["plist"])
+                launchd["plist_removed"] = True
+
+    for rank in ranks:
+        did, _rid = stop_rank(module, ps, run_dir, rank, None, p["grace"], stopped, remaining)
+        changed = changed or did
+
+    # Anything else of those starts still alive on this Mac (by run id, never by name).
+    if run_ids:
+        cmd = [ps, "-ax", "-ww", "-o", "pid=,args="]
+        rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+        if rc != 0:
+            module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
+        done = {s["pid"] for s in stopped if not module.check_mode}
+        found = [f for rid in run_ids for f in processes_with(out, rid, own_pid=os.getpid())
+                 if f["pid"] not in done and alive(f["pid"])]
+        if found:
+            changed = True
+            leftovers = found
+            if not module.check_mode:
+                pids = [f["pid"] for f in found]
+                signal_all(pids, signal.SIGTERM)
+                left = wait_gone(pids, 5)
+                signal_all(left, signal.SIGKILL)
+                left = wait_gone(left, 5)
+                remaining += [f for f in found if f["pid"] in left]
+
+    # A stopped rank leaves no state a new start could mistake for its own.
+    tidy = []
+    for rank in ranks:
+        for name, aside in ((f"rank{rank}.json", f"rank{rank}.last.json"), (f"rank{rank}.pid", None)) \
+                + ((("state.json", "state.last.json"),) if rank == 0 else ()):
+            if os.path.exists(f"{run_dir}/{name}"):
+                tidy.append((f"{run_dir}/{name}", f"{run_dir}/{aside}" if aside else None))
+    changed = changed or bool(tidy)
+    if not module.check_mode:
+        for path, aside in tidy:
+            if aside:
+                os.replace(path, aside)
+            else:
+                os.unlink(path)
+    result = dict(changed=changed, stopped=stopped, leftovers=leftovers, remaining=remaining,
+                  launchd=launchd, run_ids=run_ids, ranks=ranks)
+    if remaining:
+        module.fail_json(msg=f"processes {[r['pid'] for r in remaining]} did not end even after SIGKILL; "
+                             "look at them with `ps -p PID` on this Mac", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+# -*- coding: utf-8 -*-
+"""Pure helpers for the MLX server role (no I/O): importable and testable without Ansible.
+
+- `rank_of()` / `launch_env()`: a Mac's rank in the hostfile and the environment plus files
+  `mlx.launch` would give that rank (ring: MLX_RANK + MLX_HOSTFILE; jaccl and jaccl-ring:
+  MLX_RANK + MLX_IBV_DEVICES + MLX_JACCL_COORDINATOR [+ MLX_JACCL_RING]), so a rank started
+  by launchd or as a detached process joins exactly as under `mlx.launch`.
+- `settings_hash()`: what identifies a server's settings; equal hashes mean "leave it alone".
+- `server_argv()`: the rank's command line.
+- `parse_launchctl_print()`: state and PID of a launchd job from `launchctl print`.
+- `process_matches()`: is a recorded PID still our rank (its command line names our run
+  directory and run id)? PIDs are never looked up by process name.
+- `problems()`: why a rank does not count as "running with these settings".
+- `ranks_in()`: which rank(s) a Mac's run directory holds files of (stop and status find
+  them there, so they need neither the hostfile nor the model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+# mlx.launch's defaults (mlx/_distributed_utils/launch.py): one connection per address.
+RING_FILE = "ring_hosts.json"
+IBV_FILE = "ibv_devices.json"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BACKENDS = ("ring", "jaccl", "jaccl-ring")
+
+
+class SpecError(ValueError):
+    """The hostfile or the settings cannot give a rank its launch environment."""
+
+
+def hostfile_hosts(hostfile):
+    hosts = hostfile.get("hosts") if isinstance(hostfile, dict) else hostfile
+    if not isinstance(hosts, list) or not hosts:
+        raise SpecError("the hostfile lists no hosts")
+    for i, h in enumerate(hosts):
+        if not isinstance(h, dict) or not isinstance(h.get("ssh"), str):
+            raise SpecError(f"hostfile entry {i} has no 'ssh' name")
+    return hosts
+
+
+def rank_of(hostfile, host):
+    """The rank of inventory host `host`: its position in the hostfile (ssh names)."""
+    names = [h["ssh"] for h in hostfile_hosts(hostfile)]
+    if host not in names:
+        raise SpecError(f"{host} is not in the hostfile ({', '.join(names)}): re-run the hostfile stage")
+    if names.count(host) > 1:
+        raise SpecError(f"{host} appears {names.count(host)} times in the hostfile; one rank per Mac")
+    return names.index(host)
+
+
+def split_env(items, what="environment"):
+    """["KEY=VALUE", ...] -> {KEY: VALUE}, in order; a bad name is an error (mlx.launch skips it)."""
+    out = {}
+    for item in items or []:
+        key, sep, value = str(item).partition("=")
+        if not sep or not ENV_NAME.match(key):
+            raise SpecError(f"{what} entry {item!r} is not KEY=VALUE with a valid variable name")
+        out[key] = value
+    return out
+
+
+def launch_env(hostfile, rank, run_dir, port, extra_env=()):
+    """-> (env {name: value}, files {file name in run_dir: content}) for one rank.
+
+    Mirrors mlx.launch: the hostfile's envs, then the extra ones, then the backend's
+    variables; the backend's data files hold exactly what mlx.launch writes into its mktemp
+    files (json.dumps of the ring addresses / RDMA device matrix, plus the newline `echo`
+    adds). `port` is mlx.launch's --starting-port.
+    """
+    hosts = hostfile_hosts(hostfile)
+    backend = hostfile.get("backend") if isinstance(hostfile, dict) else None
+    if backend not in BACKENDS:
+        raise SpecError(f"backend {backend!r}: the server starts ranks for {', '.join(BACKENDS)} only")
+    if not 0 <= rank < len(hosts):
+        raise SpecError(f"rank {rank} is outside the hostfile's {len(hosts)} host(s)")
+    if not 0 < int(port) < 65536 - 64:
+        raise SpecError(f"port {port} is not a usable starting port")
+    env = split_env(hostfile.get("envs") or [], "hostfile envs")
+    env.update(split_env(extra_env, "mlx_server_env"))
+    files = {}
+    run_dir = str(run_dir).rstrip("/")
+    if backend == "ring":
+        if any(not h.get("ips") for h in hosts):
+            raise SpecError("the ring backend needs addresses ('ips') for every host in the hostfile")
+        p, ring = int(port), []
+        for h in hosts:
+            node = []
+            for ip in h["ips"]:
+                node.append(f"{ip}:{p}")
+                p += 1
+            ring.append(node)
+        # mlx.launch writes "" for a single host (and `echo` adds the newline either way)
+        files[RING_FILE] = (json.dumps(ring) if len(ring) > 1 else "") + "\n"
+        env["MLX_HOSTFILE"] = f"{run_dir}/{RING_FILE}"
+    else:
+        if not hosts[0].get("ips"):
+            raise SpecError("jaccl needs rank 0's coordinator address ('ips') in the hostfile")
+        n = len(hosts)
+        rdma = [h.get("rdma") or [] for h in hosts]
+        if any(len(r) != n for r in rdma):
+            raise SpecError("the hostfile is malformed: number of RDMA devices does not match hosts")
+        if any(r[i] is not None for i, r in enumerate(rdma)):
+            raise SpecError("the hostfile is malformed: RDMA device of self should be null")
+        ring = backend == "jaccl-ring"
+        missing = [(i, j) for i in range(n)
+                   for j in (((i - 1) % n, (i + 1) % n) if ring else range(n))
+                   if i != j and rdma[i][j] is None]
+        if missing:
+            raise SpecError("the hostfile is malformed: no RDMA device is listed for "
+                            + ", ".join(f"{hosts[i]['ssh']} to {hosts[j]['ssh']}" for i, j in missing[:3]))
+        env["MLX_JACCL_COORDINATOR"] = f"{hosts[0]['ips'][0]}:{int(port)}"
+        if ring:
+            env["MLX_JACCL_RING"] = "1"
+        files[IBV_FILE] = json.dumps(rdma) + "\n"
+        env["MLX_IBV_DEVICES"] = f"{run_dir}/{IBV_FILE}"
+    env["MLX_RANK"] = str(rank)
+    return env, files
+
+
+def init_backend(hostfile_backend):
+    """mx.distributed.init's name for a hostfile backend (jaccl-ring is jaccl + MLX_JACCL_RING)."""
+    return "jaccl" if str(hostfile_backend).startswith("jaccl") else str(hostfile_backend)
+
+
+def settings_hash(settings):
+    """sha256 of the settings as canonical JSON (sorted keys, no spaces): key order and
+    formatting never change it, any value does."""
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def server_argv(python, script, *, model, run_dir, mode, world, backend, host, port, model_id,
+                max_tokens, poll_interval, request_timeout, init_timeout, settings_hash_value):
+    """The rank's command line (without --run-id, which each start adds)."""
+    return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
+            "--expect-world", str(world), "--init-timeout", _num(init_timeout),
+            "--backend", init_backend(backend), "--host", host, "--port", str(port),
+            "--model-id", model_id, "--max-tokens", str(max_tokens),
+            "--poll-interval", _num(poll_interval), "--request-timeout", _num(request_timeout),
+            "--settings-hash", settings_hash_value]
+
+
+def _num(x):
+    x = float(x)
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
+LAUNCHCTL_KEY = re.compile(r"^\t(state|pid|last exit code|path|program) = (.*)$")
+
+
+def parse_launchctl_print(text):
+    """`launchctl print system/<label>` -> {"loaded", "state", "pid", "last_exit_code", "path"}.
+
+    Only the job's own top-level keys (one tab deep) are read; nested blocks (environment,
+    endpoints) are indented further and ignored. An empty text means "not loaded"."""
+    out = {"loaded": bool((text or "").strip()), "state": None, "pid": None, "last_exit_code": None,
+           "path": None}
+    for line in (text or "").splitlines():
+        m = LAUNCHCTL_KEY.match(line)
+        if not m:
+            continue
+        key, value = m.group(1), m.group(2).strip()
+        if key == "pid":
+            out["pid"] = int(value) if value.isdigit() else None
+        elif key == "last exit code":
+            out["last_exit_code"] = int(value) if re.fullmatch(r"-?\d+", value) else value
+        elif key in ("state", "path"):
+            out[key] = value
+    return out
+
+
+def process_matches(ps_line, pid, run_dir, run_id=None):
+    """True when `ps -ww -p PID -o pid=,args=` shows PID running our rank: its arguments name
+    `--run-dir <run_dir>` and, when known, `--run-id <run_id>`. A reused PID fails this."""
+    for line in (ps_line or "").splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) != int(pid):
+            continue
+        words = parts[1].split()
+        if not _has_option(words, "--run-dir", str(run_dir)):
+            return False
+        return not run_id or _has_option(words, "--run-id", run_id)
+    return False
+
+
+def _has_option(words, flag, value):
+    return any(w == flag and i + 1 < len(words) and words[i + 1] == value for i, w in enumerate(words)) \
+        or f"{flag}={value}" in words
+
+
+def processes_with(ps_text, token, own_pid=None):
+    """[{"pid", "args"}] from `ps -ax -o pid=,args=` carrying `token` as a whole argument."""
+    found = []
+    for line in (ps_text or "").splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) == own_pid:
+            continue
+        if token in parts[1].split():
+            found.append({"pid": int(parts[0]), "args": parts[1]})
+    return found
+
+
+def problems(status, want_hash, supervisor="process"):
+    """Why one rank does not count as running with the wanted settings ([] = it does)."""
+    out = []
+    if not status.get("running"):
+        what = status.get("phase") or "never started"
+        msg = status.get("message")
+        out.append(f"rank {status.get('rank')} is not running ({what}{': ' + msg if msg else ''})")
+        return out
+    if status.get("settings_hash") != want_hash:
+        out.append(f"rank {status.get('rank')} runs other settings "
+                   f"({(status.get('settings_hash') or 'unknown')[:12]}, want {want_hash[:12]})")
+    if supervisor == "launchd" and not (status.get("launchd") or {}).get("loaded"):
+        out.append(f"rank {status.get('rank')} is not a loaded launchd job")
+    if status.get("phase") == "failed":
+        out.append(f"rank {status.get('rank')} reports failure: {status.get('message')}")
+    return out
+
+
+
+RANK_FILE = re.compile(r"^rank(\d+)\.(pid|json|last\.json|log)$")
+
+
+def ranks_in(names):
+    """Ranks that have files among `names` (a run directory's listing), most recent kind
+    first: ranks with a PID file, then with a state file, then with only old files or a log."""
+    score = {}
+    for name in names:
+        m = RANK_FILE.match(name)
+        if m:
+            r, kind = int(m.group(1)), m.group(2)
+            score[r] = min(score.get(r, 3), {"pid": 0, "json": 1}.get(kind, 2))
+    return sorted(score, key=lambda r: (score[r], r))

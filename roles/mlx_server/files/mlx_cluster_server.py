@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""mlx-cluster OpenAI-compatible server: one rank per Mac, rank 0 answers HTTP.
+
+Deployed alone to every Mac (stdlib + mlx + mlx_lm only) and started on every Mac at once
+(launchd job or detached process, with the environment `mlx.launch` would give the rank):
+
+    mlx_cluster_server.py --model PATH --run-dir DIR [--mode tensor|pipeline]
+        [--expect-world N] [--init-timeout SECONDS] [--backend any|ring|jaccl|mpi|nccl]
+        [--host ADDRESS] [--port N] [--model-id NAME] [--max-tokens N]
+        [--poll-interval SECONDS] [--request-timeout SECONDS] [--settings-hash HEX]
+        [--run-id TOKEN]
+
+Every rank joins the distributed group (retried for --init-timeout seconds: the Macs start
+out of order), loads its shard with mlx_lm.utils.sharded_load and enters the serving loop.
+Rank 0 also runs a small HTTP server (ThreadingHTTPServer) on --host:--port:
+
+    GET  /v1/models, /v1/models/<id>, /health
+    POST /v1/chat/completions, /v1/completions   ("stream": true gives server-sent events)
+
+Every rank must take part in every generation (each forward pass has collectives), so rank 0
+does not generate alone: each turn of the serving loop is a broadcast that all ranks enter.
+
+    header  int32[4] all_sum: [kind, payload bytes, stop votes, sequence]
+            kind and payload length come from rank 0 (0 elsewhere); every rank adds 1 to
+            "stop votes" when it was asked to stop (SIGTERM/SIGINT), so a signal to ANY
+            rank stops ALL ranks at the next turn.
+    payload uint8[n] all_sum (only for kind GENERATE): rank 0's request as UTF-8 JSON
+            {"tokens", "max_tokens", "temperature", "top_p", "seed", "stop"}; 0 elsewhere.
+
+With no request, rank 0 sends an IDLE turn every --poll-interval seconds; after an idle turn
+the other ranks sleep 90% of that interval before entering the next one (the ring backend
+spins while it waits), so a request waits at most one interval. Then every rank generates the
+same tokens: same prompt, same seed, same sampler (greedy at temperature 0), the same stop
+decisions (EOS, max_tokens, stop strings).
+
+Files in --run-dir (created if missing), with N the rank:
+    rank<N>.pid   this process's PID (removed on a clean exit)
+    rank<N>.json  {"rank", "pid", "host", "phase", "message", "started", "updated",
+                   "settings_hash", "run_id", "world_size"}; phase is starting, init,
+                   loading, ready, stopping, stopped or failed
+    state.json    rank 0 only, once serving: {"settings_hash", "run_id", "started",
+                   "ready_at", "model", "model_id", "mode", "backend", "endpoint",
+                   "ranks": [{"rank", "host", "pid"}]}
+Logs go to stderr (the supervisor sends them to rank<N>.log) as "[time rank R/N host] ...".
+
+Exit codes: 0 stopped on request; 2 bad arguments or model directory; 3 distributed init
+failed or gave another world size than --expect-world; 5 loading the model failed; 6 the HTTP
+port could not be bound; 7 a peer was lost or a collective failed while serving.
+"""
+
+import os
+
+# Never reach for the Hugging Face Hub: the model is a local directory on every node.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import queue  # noqa: E402
+import secrets  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from http import HTTPStatus  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import mlx.core as mx  # noqa: E402
+
+EXIT_INIT, EXIT_LOAD, EXIT_BIND, EXIT_PEER = 3, 5, 6, 7  # 2: bad arguments (argparse)
+HOSTNAME_BYTES = 256
+_PREFIX = [f"rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}"]
+
+
+def log(msg):
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} {_PREFIX[0]}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- distributed init: the same helper as mlx_cluster_bench.py (each file stands alone) ---
+
+# Variables the MLX launchers set (ring, jaccl, nccl, mpirun): without any of them nothing
+# will ever join this process, so waiting for peers is pointless.
+LAUNCHER_ENV = ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
+                "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+# Runs beside init: an accepting ring rank blocks in accept() holding the GIL, so no Python
+# timer in this process can fire. Ends quietly when its stdin closes (init returned, or this
+# process died); at the deadline it logs and sends SIGTERM.
+_WATCHDOG = (
+    "import os, select, signal, sys\n"
+    "if not select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:\n"
+    "    sys.stderr.write(sys.argv[3] + '\\n'); sys.stderr.flush()\n"
+    "    os.kill(int(sys.argv[1]), signal.SIGTERM)\n"
+)
+
+
+class InitError(Exception):
+    """Distributed init failed or gave the wrong world size; the message says where and why."""
+
+
+def init_distributed(backend, expect_world, timeout):
+    """The global group of exactly `expect_world` ranks, or InitError naming rank and host."""
+    rank = os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    who = f"rank {rank} on {socket.gethostname()}"
+    if expect_world <= 1:
+        group = mx.distributed.init(backend=backend)
+    elif not any(v in os.environ for v in LAUNCHER_ENV):
+        raise InitError(
+            f"{who}: --expect-world {expect_world} but no distributed launcher started this "
+            f"process (none of {', '.join(LAUNCHER_ENV)} is set); refusing to run as a "
+            "single rank: start it on every host with mlx.launch")
+    else:
+        msg = (f"{who}: distributed init (backend {backend}) did not complete in {timeout:g}s; "
+               "a peer is not running or not reachable: check every host started and the "
+               "addresses in the hostfile")
+        watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
+                                     str(timeout + 1), msg], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL)
+        try:
+            group = _init_with_backoff(backend, time.monotonic() + timeout, who)
+        finally:
+            watchdog.stdin.close()
+            watchdog.wait()
+    if group.size() != expect_world:
+        raise InitError(
+            f"{who}: distributed init (backend {backend}) gave {group.size()} rank(s), "
+            f"expected {expect_world}; refusing to run as a silent fallback: check the "
+            "hostfile and the launcher")
+    return group
+
+
+def _init_with_backoff(backend, deadline, who):
+    delay = 0.5
+    while True:
+        try:
+            return mx.distributed.init(strict=True, backend=backend)
+        except RuntimeError as err:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InitError(f"{who}: distributed init (backend {backend}) failed until "
+                                f"the deadline: {err}") from err
+            log(f"distributed init failed ({err}); retrying in {min(delay, left):.1f}s")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 8.0)
+
+
+def backend_name(requested, size):
+    """What ran: init(backend="any") tries ring, then mpi, then jaccl, by the launcher's env."""
+    if size == 1:
+        return "none"
+    if requested != "any":
+        return requested
+    env = os.environ
+    if "MLX_HOSTFILE" in env and "MLX_RANK" in env:
+        return "ring"
+    if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
+        return "mpi"
+    return "jaccl" if "MLX_IBV_DEVICES" in env else "any"
+
+# --- end of the shared helper ---
+
+
+# --- the request broadcast (pure: encoding and decoding, no collectives) ---
+
+KIND_IDLE, KIND_GENERATE = 0, 1
+HEADER_LEN = 4
+MAX_PAYLOAD = 64 * 1024 * 1024
+REQUEST_KEYS = ("tokens", "max_tokens", "temperature", "top_p", "seed", "stop")
+
+
+def encode_request(request):
+    """Rank 0's request -> the UTF-8 JSON payload every rank receives (keys sorted, compact)."""
+    missing = [k for k in REQUEST_KEYS if k not in request]
+    if missing:
+        raise ValueError(f"request lacks {', '.join(missing)}")
+    if not request["tokens"] or not all(isinstance(t, int) and t >= 0 for t in request["tokens"]):
+        raise ValueError("tokens must be a non-empty list of token ids")
+    data = json.dumps({k: request[k] for k in REQUEST_KEYS}, sort_keys=True,
+                      separators=(",", ":")).encode()
+    if len(data) > MAX_PAYLOAD:
+        raise ValueError(f"request of {len(data)} bytes exceeds {MAX_PAYLOAD}")
+    return data
+
+
+def decode_request(data):
+    return json.loads(bytes(data).decode())
+
+
+def header_row(is_root, kind=KIND_IDLE, payload_len=0, stop=False, seq=0):
+    """What one rank contributes to the header all_sum: kind, length and sequence come from
+    rank 0 only; every rank adds its stop vote."""
+    if is_root:
+        return [int(kind), int(payload_len), int(bool(stop)), int(seq)]
+    return [0, 0, int(bool(stop)), 0]
+
+
+def read_header(summed):
+    kind, length, votes, seq = (int(x) for x in summed)
+    if kind not in (KIND_IDLE, KIND_GENERATE) or not 0 <= length <= MAX_PAYLOAD:
+        raise RuntimeError(f"corrupt broadcast header {list(summed)}: the ranks are out of step")
+    return {"kind": kind, "length": length, "stop_votes": votes, "seq": seq}
+
+
+def payload_row(is_root, data, length):
+    """What one rank contributes to the payload all_sum: the bytes on rank 0, zeros elsewhere."""
+    if is_root:
+        if len(data) != length:
+            raise ValueError("payload length differs from the header")
+        return list(data)
+    return [0] * length
+
+
+def broadcast(group, request_bytes, stop, seq):
+    """One turn: every rank calls this; returns (header, request dict or None)."""
+    root = group.rank() == 0
+    kind = KIND_GENERATE if (root and request_bytes is not None) else KIND_IDLE
+    length = len(request_bytes) if kind == KIND_GENERATE else 0
+    hdr = mx.distributed.all_sum(mx.array(header_row(root, kind, length, stop, seq), dtype=mx.int32),
+                                 group=group, stream=mx.cpu)
+    header = read_header(hdr.tolist())
+    if header["kind"] != KIND_GENERATE or header["length"] == 0:
+        return header, None
+    buf = mx.array(payload_row(root, request_bytes or b"", header["length"]), dtype=mx.uint8)
+    summed = mx.distributed.all_sum(buf, group=group, stream=mx.cpu)
+    return header, decode_request(bytes(summed.tolist()))
+
+# --- end of the request broadcast ---
+
+
+def write_json_atomic(path, data):
+    tmp = Path(f"{path}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class RankState:
+    """rank<N>.json and rank<N>.pid in the run directory."""
+
+    def __init__(self, run_dir, rank, settings_hash, run_id):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rank = rank
+        self.data = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                     "phase": "starting", "message": "", "started": time.time(),
+                     "updated": time.time(), "settings_hash": settings_hash, "run_id": run_id,
+                     "world_size": None}
+        self.pidfile = self.dir / f"rank{rank}.pid"
+        tmp = Path(f"{self.pidfile}.tmp{os.getpid()}")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, self.pidfile)
+        self.save()
+
+    def save(self):
+        write_json_atomic(self.dir / f"rank{self.rank}.json", self.data)
+
+    def phase(self, phase, message="", **extra):
+        self.data.update(phase=phase, message=message, updated=time.time(), **extra)
+        self.save()
+        log(f"{phase}{': ' + message if message else ''}")
+
+    def set_rank(self, rank):
+        """MLX_RANK was unset or wrong (mpirun): the files follow the rank init gave."""
+        self.clear_pid()
+        with contextlib.suppress(OSError):
+            (self.dir / f"rank{self.rank}.json").unlink()
+        self.rank = self.data["rank"] = rank
+        self.pidfile = self.dir / f"rank{rank}.pid"
+        self.pidfile.write_text(f"{os.getpid()}\n")
+        self.save()
+
+    def clear_pid(self):
+        with contextlib.suppress(OSError):
+            if self.pidfile.read_text().strip() == str(os.getpid()):
+                self.pidfile.unlink()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--model", required=True, help="local model directory (never downloaded)")
+    p.add_argument("--run-dir", required=True, help="directory for pid, state and rank files")
+    p.add_argument("--mode", choices=("tensor", "pipeline"), default="tensor",
+                   help="tensor parallel or pipeline sharding across the ranks")
+    p.add_argument("--expect-world", type=int, default=1,
+                   help="number of ranks this run must have; anything else fails")
+    p.add_argument("--init-timeout", type=float, default=120.0,
+                   help="seconds to keep retrying distributed init")
+    p.add_argument("--backend", choices=("any", "ring", "jaccl", "mpi", "nccl"), default="any",
+                   help="mx.distributed.init backend (any: the first one the launcher set up)")
+    p.add_argument("--host", default="127.0.0.1", help="address rank 0's HTTP server binds")
+    p.add_argument("--port", type=int, default=8080, help="port rank 0's HTTP server binds")
+    p.add_argument("--model-id", default="", help="model name in the API (default: the directory name)")
+    p.add_argument("--max-tokens", type=int, default=2048,
+                   help="tokens a request gets when it names none, and the most it may ask for")
+    p.add_argument("--poll-interval", type=float, default=0.5,
+                   help="seconds between idle turns of the serving loop")
+    p.add_argument("--request-timeout", type=float, default=600.0,
+                   help="seconds an HTTP request waits for its generation")
+    p.add_argument("--settings-hash", default="", help="recorded in the state files")
+    p.add_argument("--run-id", default="",
+                   help="unique id of this start, so its processes can be found (and only they)")
+    args = p.parse_args(argv)
+    if args.expect_world < 1 or args.init_timeout <= 0 or args.max_tokens < 1 \
+            or args.poll_interval <= 0 or not 0 < args.port < 65536:
+        p.error("--expect-world and --max-tokens must be >= 1, --init-timeout and "
+                "--poll-interval > 0, --port in 1..65535")
+    if not (Path(args.model) / "config.json").is_file():
+        p.error(f"--model {args.model}: not a local model directory (no config.json)")
+    args.model_id = args.model_id or Path(args.model).name
+    return args
+
+
+def load_shard(model_path, mode, group):
+    from mlx_lm import load
+    from mlx_lm.utils import sharded_load
+
+    if group.size() == 1:
+        return load(str(model_path))
+    if mode == "tensor":
+        return sharded_load(str(model_path), pipeline_group=None, tensor_group=group)
+    return sharded_load(str(model_path), pipeline_group=group, tensor_group=None)
+
+
+# --- generation (every rank, the same decisions) ---
+
+def generate(model, tokenizer, req, on_text=None):
+    """Generate for one broadcast request. Every rank runs this with the same request and
+    reaches the same stop decision (EOS, max_tokens, a stop string), so every rank runs the
+    same number of forward passes. Returns {"text", "tokens", "finish_reason"}."""
+    from mlx_lm.generate import generation_stream, stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    mx.random.seed(int(req["seed"]))
+    sampler = make_sampler(temp=float(req["temperature"]), top_p=float(req["top_p"]))
+    stops = [s for s in req["stop"] if s]
+    text, tokens, finish, sent = "", [], "length", 0
+    # Hold back what could be the start of a stop string before handing text out.
+    hold = max((len(s) for s in stops), default=1) - 1
+    try:
+        for resp in stream_generate(model, tokenizer, mx.array(req["tokens"]),
+                                    max_tokens=int(req["max_tokens"]), sampler=sampler):
+            if resp.finish_reason is None or resp.token not in tokenizer.eos_token_ids:
+                tokens.append(int(resp.token))
+            text += resp.text
+            if resp.finish_reason is not None:
+                finish = resp.finish_reason
+            hit = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+            if hit >= 0:
+                text, finish = text[:hit], "stop"
+            if on_text is not None:
+                upto = len(text) if (hit >= 0 or resp.finish_reason is not None) else max(sent, len(text) - hold)
+                if upto > sent:
+                    on_text(text[sent:upto])
+                    sent = upto
+            if hit >= 0:
+                break
+    finally:
+        # generate_step leaves the step after the last token in flight (async_eval), with its
+        # collectives; a collective issued before it ends interleaves with it on the wire.
+        mx.synchronize(generation_stream)
+    if on_text is not None and len(text) > sent:
+        on_text(text[sent:])
+    return {"text": text, "tokens": tokens, "finish_reason": finish}
+
+
+# --- HTTP (rank 0 only) ---
+
+class ApiError(Exception):
+    def __init__(self, status, message, param=None, kind="invalid_request_error", code=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+
+    def body(self):
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def _number(body, key, default, lo, hi, kind=float):
+    value = body.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and int(value) != value):
+        raise ApiError(400, f"'{key}' must be a{'n integer' if kind is int else ' number'}", key)
+    if not lo <= value <= hi:
+        raise ApiError(400, f"'{key}' must be between {lo} and {hi}", key)
+    return kind(value)
+
+
+def message_text(content):
+    """OpenAI message content: a string or a list of {"type": "text", "text"} parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        if any(p.get("type") not in ("text", "input_text") for p in content):
+            raise ApiError(400, "only text content parts are supported", "messages")
+        return "".join(str(p.get("text", "")) for p in content)
+    raise ApiError(400, "message content must be a string or a list of text parts", "messages")
+
+
+def sampling_params(body, max_tokens_limit):
+    """The request fields every rank needs, checked. max_completion_tokens is the newer name."""
+    if body.get("n", 1) not in (1, None):
+        raise ApiError(400, "only n=1 is supported", "n")
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = _number({"max_tokens": limit}, "max_tokens", max_tokens_limit, 1, max_tokens_limit, int)
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
+        raise ApiError(400, "'stop' must be a string or a list of up to 4 strings", "stop")
+    seed = body.get("seed")
+    if seed is None:
+        seed = secrets.randbits(31)
+    seed = _number({"seed": seed}, "seed", 0, -(2 ** 63), 2 ** 63 - 1, int) % (2 ** 31)
+    return {"max_tokens": max_tokens,
+            "temperature": _number(body, "temperature", 0.0, 0.0, 2.0),
+            "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
+            "seed": seed, "stop": stop}
+
+
+def chat_prompt(tokenizer, messages):
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", "messages")
+    msgs = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(400, "every message needs a 'role'", "messages")
+        msgs.append({"role": m["role"], "content": message_text(m.get("content"))})
+    if getattr(tokenizer, "has_chat_template", False) or getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + "assistant: "
+    return list(tokenizer.encode(text))
+
+
+def completion_prompt(tokenizer, prompt):
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return list(tokenizer.encode(prompt))
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    raise ApiError(400, "'prompt' must be a non-empty string or a list of token ids (one prompt)", "prompt")
+
+
+class Job:
+    def __init__(self, request, stream):
+        self.request = request
+        self.done = threading.Event()
+        self.result = None
+        self.error = None
+        self.chunks = queue.Queue() if stream else None
+
+
+class Server:
+    """Rank 0's side: the HTTP front and the queue the serving loop takes requests from."""
+
+    def __init__(self, args, tokenizer, world):
+        self.args = args
+        self.tokenizer = tokenizer
+        self.world = world
+        self.jobs = queue.Queue()
+        self.created = int(time.time())
+        self.last_turn = time.monotonic()
+        self.busy_since = None
+        self.stopping = False
+        self.httpd = None
+
+    # -- the serving loop's side
+    def next_job(self, timeout):
+        try:
+            return self.jobs.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def fail_pending(self, message):
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            job.error = ApiError(503, message, kind="server_error")
+            job.done.set()
+            if job.chunks is not None:
+                job.chunks.put(None)
+
+    # -- the HTTP side
+    def models(self):
+        return {"object": "list", "data": [self.model_card()]}
+
+    def model_card(self):
+        return {"id": self.args.model_id, "object": "model", "created": self.created, "owned_by": "mlx-cluster"}
+
+    def health(self):
+        age = time.monotonic() - self.last_turn
+        busy = self.busy_since is not None
+        stale = not busy and age > max(10 * self.args.poll_interval, 30.0)
+        return (503 if (stale or self.stopping) else 200), {
+            "status": "stopping" if self.stopping else ("stale" if stale else "ok"),
+            "world_size": self.world["size"], "ranks": self.world["ranks"],
+            "generating": busy, "seconds_since_last_turn": round(age, 3), "model": self.args.model_id}
+
+    def check_model(self, body):
+        name = body.get("model")
+        if name not in (None, "", self.args.model_id, self.args.model):
+            raise ApiError(404, f"model '{name}' is not served here; this server serves "
+                                f"'{self.args.model_id}'", "model", code="model_not_found")
+
+    def submit(self, params, tokens, stream):
+        if self.stopping:
+            raise ApiError(503, "the server is stopping", kind="server_error")
+        job = Job(dict(params, tokens=tokens), stream)
+        self.jobs.put(job)
+        return job
+
+
+def make_handler(server):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "mlx-cluster"
+
+        def log_message(self, fmt, *a):
+            log(f"http {self.address_string()} {fmt % a}")
+
+        def send_json(self, status, body):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def read_body(self):
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                n = -1
+            if n < 0 or n > MAX_PAYLOAD:
+                raise ApiError(400, "missing or bad Content-Length")
+            try:
+                body = json.loads(self.rfile.read(n) or b"null")
+            except ValueError as exc:
+                raise ApiError(400, f"the body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise ApiError(400, "the body must be a JSON object")
+            return body
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0].rstrip("/")
+            if path == "/v1/models":
+                self.send_json(200, server.models())
+            elif path.startswith("/v1/models/"):
+                if path[len("/v1/models/"):] == server.args.model_id:
+                    self.send_json(200, server.model_card())
+                else:
+                    self.send_json(404, ApiError(404, "no such model", code="model_not_found").body())
+            elif path == "/health":
+                self.send_json(*server.health())
+            else:
+                self.send_json(404, ApiError(404, f"no route {path}").body())
+
+        def do_POST(self):  # noqa: N802
+            path = self.path.split("?", 1)[0].rstrip("/")
+            try:
+                if path not in ("/v1/chat/completions", "/v1/completions"):
+                    raise ApiError(404, f"no route {path}")
+                body = self.read_body()
+                server.check_model(body)
+                params = sampling_params(body, server.args.max_tokens)
+                chat = path == "/v1/chat/completions"
+                tokens = (chat_prompt(server.tokenizer, body.get("messages")) if chat
+                          else completion_prompt(server.tokenizer, body.get("prompt")))
+                stream = bool(body.get("stream"))
+                job = server.submit(params, tokens, stream)
+            except ApiError as err:
+                self.send_json(err.status, err.body())
+                return
+            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+            if stream:
+                self.stream(job, rid, chat)
+                return
+            if not job.done.wait(server.args.request_timeout):
+                self.send_json(504, ApiError(504, "generation did not finish in time", kind="server_error").body())
+                return
+            if job.error is not None:
+                self.send_json(job.error.status, job.error.body())
+                return
+            self.send_json(200, self.final_body(job, rid, chat))
+
+        def final_body(self, job, rid, chat):
+            res = job.result
+            usage = {"prompt_tokens": len(job.request["tokens"]), "completion_tokens": len(res["tokens"]),
+                     "total_tokens": len(job.request["tokens"]) + len(res["tokens"])}
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": res["text"]},
+                          "finish_reason": res["finish_reason"], "logprobs": None}
+            else:
+                choice = {"index": 0, "text": res["text"], "finish_reason": res["finish_reason"], "logprobs": None}
+            return {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                    "created": int(time.time()), "model": server.args.model_id,
+                    "choices": [choice], "usage": usage}
+
+        def stream(self, job, rid, chat):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            created = int(time.time())
+
+            def event(delta=None, finish=None):
+                if chat:
+                    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
+                else:
+                    choice = {"index": 0, "text": (delta or {}).get("content", ""), "finish_reason": finish,
+                              "logprobs": None}
+                body = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                        "created": created, "model": server.args.model_id, "choices": [choice]}
+                self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
+                self.wfile.flush()
+
+            try:
+                if chat:
+                    event({"role": "assistant", "content": ""})
+                deadline = time.monotonic() + server.args.request_timeout
+                while True:
+                    try:
+                        piece = job.chunks.get(timeout=max(0.1, deadline - time.monotonic()))
+                    except queue.Empty:
+                        break
+                    if piece is None:
+                        break
+                    event({"content": piece})
+                if job.error is None and job.result is not None:
+                    event(finish=job.result["finish_reason"])
+                else:
+                    err = job.error or ApiError(504, "generation did not finish in time", kind="server_error")
+                    self.wfile.write(b"data: " + json.dumps(err.body()).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                log("http client went away during a stream (the generation still runs to its end)")
+
+    return Handler
+
+
+# --- the serving loop (every rank) ---
+
+class Stop:
+    """Set by SIGTERM/SIGINT; read at every turn of the serving loop."""
+
+    def __init__(self):
+        self.requested = False
+        self.signal = None
+
+    def __call__(self, signum, _frame):
+        self.requested = True
+        self.signal = signum
+
+
+def serve(group, model, tokenizer, server, stop, poll):
+    """Turns of the loop until a stop vote. Raises RuntimeError when a collective fails."""
+    root = group.rank() == 0
+    seq, idle = 0, False
+    while True:
+        if not root and idle:
+            time.sleep(0.9 * poll)  # rank 0 comes back no sooner than `poll` after an idle turn
+        job = server.next_job(poll) if (root and not stop.requested) else None
+        data = None
+        if job is not None:
+            try:
+                data = encode_request(job.request)
+            except ValueError as err:
+                job.error = ApiError(400, str(err))
+                job.done.set()
+                if job.chunks is not None:
+                    job.chunks.put(None)
+                job = None
+        seq += 1
+        header, req = broadcast(group, data, stop.requested, seq)
+        if root:
+            server.last_turn = time.monotonic()
+        if header["stop_votes"] > 0:
+            if job is not None:
+                job.error = ApiError(503, "the server is stopping", kind="server_error")
+                job.done.set()
+                if job.chunks is not None:
+                    job.chunks.put(None)
+            return header["stop_votes"]
+        idle = req is None
+        if req is None:
+            continue
+        if root:
+            server.busy_since = time.monotonic()
+        t0 = time.perf_counter()
+        try:
+            on_text = job.chunks.put if (root and job.chunks is not None) else None
+            result = generate(model, tokenizer, req, on_text)
+        finally:
+            if root:
+                server.busy_since = None
+                server.last_turn = time.monotonic()
+        took = time.perf_counter() - t0
+        log(f"request {header['seq']}: {len(req['tokens'])} prompt tokens, {len(result['tokens'])} "
+            f"generated ({result['finish_reason']}) in {took:.2f}s")
+        if root:
+            job.result = result
+            job.done.set()
+            if job.chunks is not None:
+                job.chunks.put(None)
+
+
+def gather_ranks(group):
+    """[{"rank", "host", "pid"}] of every rank (all_gather of a fixed-size row)."""
+    raw = socket.gethostname().encode()[:HOSTNAME_BYTES].ljust(HOSTNAME_BYTES, b"\0")
+    row = mx.array([os.getpid() % (2 ** 31)] + list(raw), dtype=mx.int32)
+    rows = mx.distributed.all_gather(row, group=group, stream=mx.cpu).reshape(group.size(), -1).tolist()
+    return [{"rank": r, "host": bytes(x[1:]).rstrip(b"\0").decode(errors="replace"), "pid": x[0]}
+            for r, x in enumerate(rows)]
+
+
+def run(args):
+    rank_guess = int(os.environ.get("MLX_RANK", "0") or 0)
+    state = RankState(args.run_dir, rank_guess, args.settings_hash, args.run_id)
+    try:
+        return _run(args, state)
+    except BaseException as err:  # noqa: BLE001 - recorded, then re-raised
+        if state.data["phase"] not in ("stopped", "failed"):
+            state.phase("failed", f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        state.clear_pid()
+
+
+def _run(args, state):
+    state.phase("init", f"joining {args.expect_world} rank(s) over {args.backend}")
+    try:
+        group = init_distributed(args.backend, args.expect_world, args.init_timeout)
+    except InitError as err:
+        state.phase("failed", str(err))
+        return EXIT_INIT
+    rank, size = group.rank(), group.size()
+    _PREFIX[0] = f"rank {rank}/{size} {socket.gethostname()}"
+    if rank != state.rank:
+        state.set_rank(rank)
+    state.phase("loading", f"{args.model} ({args.mode} over {size} rank(s))", world_size=size)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            model, tokenizer = load_shard(Path(args.model), args.mode, group)
+    except Exception as err:  # noqa: BLE001 - any loader error ends this rank, named
+        state.phase("failed", f"loading {args.model} failed: {type(err).__name__}: {err}")
+        return EXIT_LOAD
+    # Everyone loaded; who is who (for state.json and the status view).
+    ranks = gather_ranks(group)
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server = Server(args, tokenizer, {"size": size, "ranks": ranks})
+    if rank == 0:
+        try:
+            server_class = ThreadingHTTPServer
+            if ":" in args.host:  # an IPv6 address
+                server_class = type("ThreadingHTTPServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+            server.httpd = server_class((args.host, args.port), make_handler(server))
+            server.httpd.daemon_threads = True
+        except OSError as err:
+            state.phase("failed", f"cannot serve HTTP on {args.host}:{args.port}: {err}")
+            stop.requested = True  # the other ranks leave at the first turn
+        else:
+            threading.Thread(target=server.httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                             name="http", daemon=True).start()
+            write_json_atomic(Path(args.run_dir) / "state.json", {
+                "settings_hash": args.settings_hash, "run_id": args.run_id,
+                "started": state.data["started"], "ready_at": time.time(), "model": args.model,
+                "model_id": args.model_id, "mode": args.mode, "backend": backend_name(args.backend, size),
+                "endpoint": f"http://{args.host}:{args.port}/v1", "ranks": ranks})
+    if not stop.requested:
+        state.phase("ready", f"serving {args.model_id}" + (f" on http://{args.host}:{args.port}/v1" if rank == 0 else ""))
+    code = 0
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            votes = serve(group, model, tokenizer, server, stop, args.poll_interval)
+        if state.data["phase"] == "failed":
+            code = EXIT_BIND
+        else:
+            why = f"signal {stop.signal}" if stop.requested else f"a stop vote from {votes} other rank(s)"
+            state.phase("stopped", f"stopped on {why}")
+    except RuntimeError as err:
+        state.phase("failed", f"the group broke while serving (a peer stopped or was lost): {err}")
+        code = EXIT_PEER
+    finally:
+        if server.httpd is not None:
+            server.stopping = True
+            server.fail_pending("the server is stopping")
+            server.httpd.shutdown()
+            server.httpd.server_close()
+    return code
+
+
+def main(argv=None):
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""plugins/module_utils/mlx_server.py: the rank environment (checked against mlx.launch's own
+code), the settings hash, launchctl parsing, PID checks and restart reasons."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+
+import pytest
+
+import mlx_server as ms
+from mlx._distributed_utils import launch as mlx_launch
+from mlx._distributed_utils.common import Hostfile
+
+RUN_DIR = "/Users/admin/mlx-cluster/server"
+
+RING2 = {"backend": "ring", "envs": ["MLX_FOO=1"],
+         "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+                   {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
+RING3_MULTI = {"backend": "ring", "envs": [],
+               "hosts": [{"ssh": "a", "ips": ["10.0.0.1", "10.0.1.1"], "rdma": []},
+                         {"ssh": "b", "ips": ["10.0.0.2", "10.0.2.1"], "rdma": []},
+                         {"ssh": "c", "ips": ["10.0.1.2", "10.0.2.2"], "rdma": []}]}
+RING1 = {"backend": "ring", "envs": [], "hosts": [{"ssh": "solo", "ips": ["10.0.0.9"], "rdma": []}]}
+JACCL3 = {"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"],
+          "hosts": [{"ssh": "m1", "ips": ["192.168.1.10"], "rdma": [None, "rdma_en2", "rdma_en3"]},
+                    {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": ["rdma_en2", None, "rdma_en3"]},
+                    {"ssh": "m3", "ips": ["192.168.1.12"], "rdma": ["rdma_en2", "rdma_en3", None]}]}
+JACCL_RING4 = {"backend": "jaccl-ring", "envs": [],
+               "hosts": [{"ssh": f"m{i}", "ips": [f"10.1.0.{i}"],
+                          "rdma": [None if j == i else (f"rdma_en{j}" if abs(i - j) in (1, 3) else None)
+                                   for j in range(4)]} for i in range(4)]}
+
+
+def mlx_launch_view(hostfile, port, extra_env, monkeypatch, tmp_path):
+    """What mlx.launch's own launch_ring / launch_jaccl hand every rank: the effective
+    environment after its launch script's exports, with file variables replaced by the
+    content its `echo ... > $fname` writes."""
+    path = tmp_path / "hostfile.json"
+    path.write_text(json.dumps(hostfile))
+    hf = Hostfile.from_file(path)
+    args = Namespace(starting_port=port, connections_per_ip=1, env=hf.envs + list(extra_env), verbose=False,
+                     cwd=None, python="/usr/bin/python3", backend=hf.backend)
+    captured = []
+    monkeypatch.setattr(mlx_launch, "_launch_with_io", lambda cls, arguments, verbose: captured.extend(arguments))
+    parser = Namespace(error=lambda msg: pytest.fail(msg))
+    if hf.backend == "ring":
+        mlx_launch.launch_ring(parser, hf.hosts, args, ["script.py"])
+    else:
+        mlx_launch.launch_jaccl(parser, hf.hosts, args, ["script.py"])
+    views = []
+    for (rank, _host, _python, _cwd, files, env, _cmd), _kw in captured:
+        effective = {}
+        for e in env:  # `export KEY=VALUE` in order
+            key, _, value = e.partition("=")
+            effective[key] = value
+        contents = {}
+        for name, content in files.items():  # `echo CONTENT > $fname; export NAME=$fname`
+            effective[name] = "<file>"
+            contents[name] = content + "\n"
+        effective["MLX_RANK"] = str(rank)
+        views.append((effective, contents))
+    return views
+
+
+def our_view(hostfile, port, extra_env):
+    views = []
+    for rank in range(len(hostfile["hosts"])):
+        env, files = ms.launch_env(hostfile, rank, RUN_DIR, port, extra_env)
+        effective, contents = dict(env), {}
+        for name, value in env.items():
+            if value.startswith(RUN_DIR + "/"):
+                contents[name] = files[value[len(RUN_DIR) + 1:]]
+                effective[name] = "<file>"
+        views.append((effective, contents))
+    return views
+
+
+@pytest.mark.parametrize("hostfile", [RING2, RING3_MULTI, RING1, JACCL3, JACCL_RING4],
+                         ids=["ring2", "ring3-two-ips", "ring1", "jaccl3", "jaccl-ring4"])
+def test_rank_environment_is_what_mlx_launch_gives(hostfile, monkeypatch, tmp_path):
+    extra = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]
+    assert our_view(hostfile, 42323, extra) == mlx_launch_view(hostfile, 42323, extra, monkeypatch, tmp_path)
+
+
+def test_ring_files_and_paths():
+    env, files = ms.launch_env(RING3_MULTI, 2, RUN_DIR + "/", 5000)
+    assert env == {"MLX_HOSTFILE": f"{RUN_DIR}/ring_hosts.json", "MLX_RANK": "2"}
+    assert json.loads(files["ring_hosts.json"]) == [["10.0.0.1:5000", "10.0.1.1:5001"],
+                                                    ["10.0.0.2:5002", "10.0.2.1:5003"],
+                                                    ["10.0.1.2:5004", "10.0.2.2:5005"]]
+
+
+def test_jaccl_ring_sets_the_ring_flag_and_coordinator():
+    env, files = ms.launch_env(JACCL_RING4, 3, RUN_DIR, 42323)
+    assert env["MLX_JACCL_RING"] == "1"
+    assert env["MLX_JACCL_COORDINATOR"] == "10.1.0.0:42323"
+    assert env["MLX_IBV_DEVICES"] == f"{RUN_DIR}/ibv_devices.json"
+    assert json.loads(files["ibv_devices.json"]) == [h["rdma"] for h in JACCL_RING4["hosts"]]
+
+
+@pytest.mark.parametrize("hostfile, match", [
+    ({"backend": "mpi", "hosts": RING2["hosts"]}, "ring, jaccl, jaccl-ring only"),
+    ({"backend": "ring", "hosts": [{"ssh": "a"}, {"ssh": "b", "ips": ["1.2.3.4"]}]}, "needs addresses"),
+    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None]},
+                                    {"ssh": "b", "ips": [], "rdma": ["x", None]}]}, "does not match hosts"),
+    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": ["x", "y"]},
+                                    {"ssh": "b", "rdma": ["x", None]}]}, "self should be null"),
+    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None, None]},
+                                    {"ssh": "b", "rdma": ["x", None]}]}, "no RDMA device is listed for a to b"),
+    ({"backend": "ring", "hosts": []}, "lists no hosts"),
+], ids=["mpi", "ring-no-ips", "jaccl-short-matrix", "jaccl-self", "jaccl-missing", "empty"])
+def test_bad_hostfiles_are_refused_with_the_reason(hostfile, match):
+    with pytest.raises(ms.SpecError, match=match):
+        ms.launch_env(hostfile, 0, RUN_DIR, 42323)
+
+
+def test_bad_extra_env_is_refused():
+    with pytest.raises(ms.SpecError, match="KEY=VALUE"):
+        ms.launch_env(RING2, 0, RUN_DIR, 42323, ["NOT-A-NAME=1"])
+    with pytest.raises(ms.SpecError, match="KEY=VALUE"):
+        ms.launch_env(RING2, 0, RUN_DIR, 42323, ["NOEQUALS"])
+
+
+def test_extra_env_comes_after_the_hostfile_envs_and_before_the_backend():
+    env, _ = ms.launch_env(RING2, 1, RUN_DIR, 42323, ["MLX_FOO=2", "MLX_RANK=7"])
+    assert env["MLX_FOO"] == "2"       # overrides the hostfile's
+    assert env["MLX_RANK"] == "1"      # the backend's last word, as in mlx.launch
+
+
+def test_rank_of():
+    assert ms.rank_of(RING2, "m2") == 1
+    with pytest.raises(ms.SpecError, match="not in the hostfile"):
+        ms.rank_of(RING2, "m9")
+    with pytest.raises(ms.SpecError, match="appears 2 times"):
+        ms.rank_of({"hosts": [{"ssh": "a"}, {"ssh": "a"}]}, "a")
+
+
+# --- settings hash ---
+
+SETTINGS = {"model": "/m/qwen", "backend": "ring", "hostfile": RING2, "port": 8080, "mode": "tensor",
+            "python": "/venv/bin/python", "env": ["HF_HUB_OFFLINE=1"]}
+
+
+def test_settings_hash_ignores_key_order_and_is_stable():
+    reordered = dict(reversed(list(SETTINGS.items())))
+    reordered["hostfile"] = dict(reversed(list(RING2.items())))
+    assert ms.settings_hash(reordered) == ms.settings_hash(SETTINGS)
+    assert len(ms.settings_hash(SETTINGS)) == 64
+    assert ms.settings_hash(SETTINGS) == ms.settings_hash(json.loads(json.dumps(SETTINGS)))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("model", "/m/other"), ("backend", "jaccl"), ("port", 8081), ("mode", "pipeline"),
+    ("python", "/other/python"), ("env", ["HF_HUB_OFFLINE=1", "X=1"]),
+    ("hostfile", {**RING2, "hosts": list(reversed(RING2["hosts"]))}),
+])
+def test_settings_hash_changes_with_any_setting(key, value):
+    assert ms.settings_hash({**SETTINGS, key: value}) != ms.settings_hash(SETTINGS)
+
+
+def test_server_argv():
+    argv = ms.server_argv("/py", "/srv/s.py", model="/m", run_dir="/r", mode="tensor", world=2,
+                          backend="jaccl-ring", host="0.0.0.0", port=8080, model_id="m", max_tokens=64,
+                          poll_interval=0.5, request_timeout=600, init_timeout=120, settings_hash_value="abc")
+    assert argv[:2] == ["/py", "/srv/s.py"]
+    opts = dict(zip(argv[2::2], argv[3::2]))
+    assert opts == {"--model": "/m", "--run-dir": "/r", "--mode": "tensor", "--expect-world": "2",
+                    "--init-timeout": "120", "--backend": "jaccl", "--host": "0.0.0.0", "--port": "8080",
+                    "--model-id": "m", "--max-tokens": "64", "--poll-interval": "0.5",
+                    "--request-timeout": "600", "--settings-hash": "abc"}
+
+
+# --- launchctl, processes, rank files ---
+
+# Built from the layout `launchctl print` uses on macOS 14/15 (top-level keys one tab deep,
+# nested blocks deeper); not a capture from a real Mac.
+LAUNCHCTL_RUNNING = """system/org.mlx-cluster.server = {
+\tactive count = 1
+\tpath = /Library/LaunchDaemons/org.mlx-cluster.server.plist
+\ttype = LaunchDaemon
+\tstate = running
+
+\tprogram = /Users/admin/mlx-cluster/venv/bin/python
+\targuments = {
+\t\t/Users/admin/mlx-cluster/venv/bin/python
+\t\t--run-dir
+\t}
+
+\tenvironment = {
+\t\tMLX_RANK => 1
+\t\tpid = 999
+\t}
+
+\tpid = 4242
+\timmediate reason = speculative
+\tforks = 0
+\texecs = 1
+\tlast exit code = (never exited)
+}
+"""
+LAUNCHCTL_WAITING = LAUNCHCTL_RUNNING.replace("\tstate = running", "\tstate = not running") \
+    .replace("\tpid = 4242\n", "").replace("(never exited)", "7")
+
+
+def test_parse_launchctl_print():
+    assert ms.parse_launchctl_print(LAUNCHCTL_RUNNING) == {
+        "loaded": True, "state": "running", "pid": 4242, "last_exit_code": "(never exited)",
+        "path": "/Library/LaunchDaemons/org.mlx-cluster.server.plist"}
+    waiting = ms.parse_launchctl_print(LAUNCHCTL_WAITING)
+    assert (waiting["state"], waiting["pid"], waiting["last_exit_code"]) == ("not running", None, 7)
+    assert ms.parse_launchctl_print("") == {"loaded": False, "state": None, "pid": None,
+                                            "last_exit_code": None, "path": None}
+
+
+PS_LINE = "  4242 /venv/bin/python /r/mlx_cluster_server.py --model /m --run-dir /r --run-id abc123"
+
+
+@pytest.mark.parametrize("line, pid, run_dir, run_id, want", [
+    (PS_LINE, 4242, "/r", "abc123", True),
+    (PS_LINE, 4242, "/r", None, True),
+    (PS_LINE, 4242, "/r", "other", False),           # another start's process
+    (PS_LINE, 4242, "/elsewhere", "abc123", False),  # another server
+    (PS_LINE, 4243, "/r", "abc123", False),          # not the PID asked about
+    ("  4242 /usr/bin/vim /r --run-dir", 4242, "/r", None, False),  # a reused PID
+    ("", 4242, "/r", None, False),
+])
+def test_process_matches_by_pid_run_dir_and_run_id(line, pid, run_dir, run_id, want):
+    assert ms.process_matches(line, pid, run_dir, run_id) is want
+
+
+def test_processes_with_a_run_id_only_whole_arguments():
+    ps = "\n".join(["  1 /sbin/launchd", PS_LINE, "  77 python other.py --run-id abc1234",
+                    "  78 python watchdog.py abc123", "  99 ps -ax"])
+    assert [p["pid"] for p in ms.processes_with(ps, "abc123", own_pid=99)] == [4242, 78]
+
+
+def test_ranks_in_prefers_live_files():
+    assert ms.ranks_in(["rank1.log", "rank1.last.json", "state.json", "x.pid"]) == [1]
+    assert ms.ranks_in(["rank3.log", "rank1.json", "rank2.pid"]) == [2, 1, 3]
+    assert ms.ranks_in(["mlx_cluster_server.py"]) == []
+
+
+@pytest.mark.parametrize("status, want", [
+    ({"rank": 0, "running": True, "settings_hash": "h", "phase": "ready"}, []),
+    ({"rank": 0, "running": True, "settings_hash": "h", "phase": "loading"}, []),
+    ({"rank": 1, "running": False, "phase": "failed", "message": "boom"}, ["rank 1 is not running (failed: boom)"]),
+    ({"rank": 1, "running": False, "phase": None}, ["rank 1 is not running (never started)"]),
+    ({"rank": 0, "running": True, "settings_hash": "old0000000000000", "phase": "ready"},
+     ["rank 0 runs other settings (old000000000, want h)"]),
+])
+def test_problems(status, want):
+    assert ms.problems(status, "h") == want
+
+
+def test_problems_launchd_needs_a_loaded_job():
+    st = {"rank": 0, "running": True, "settings_hash": "h", "phase": "ready", "launchd": {"loaded": False}}
+    assert ms.problems(st, "h", "launchd") == ["rank 0 is not a loaded launchd job"]
+    assert ms.problems({**st, "launchd": {"loaded": True}}, "h", "launchd") == []

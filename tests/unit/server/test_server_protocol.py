@@ -1,0 +1,142 @@
+"""The pure parts of roles/mlx_server/files/mlx_cluster_server.py: the request broadcast
+(header and payload rows every rank contributes to the all_sum), request checking and
+prompt building. Collectives are simulated by summing the rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SERVER = ROOT / "roles" / "mlx_server" / "files" / "mlx_cluster_server.py"
+BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
+
+
+@pytest.fixture(scope="module")
+def srv():
+    spec = importlib.util.spec_from_file_location("mlx_cluster_server_under_test", SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REQ = {"tokens": [1, 2, 300, 7], "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 42,
+       "stop": ["\n\n", "é"]}
+
+
+def all_sum(rows):
+    return [sum(col) for col in zip(*rows)]
+
+
+@pytest.mark.parametrize("world", [2, 3, 8])
+@pytest.mark.parametrize("stoppers", [(), (1,), (0, 2)])
+def test_a_broadcast_turn_gives_every_rank_rank0s_request_and_the_stop_votes(srv, world, stoppers):
+    stoppers = [r for r in stoppers if r < world]
+    data = srv.encode_request(REQ)
+    header = srv.read_header(all_sum([srv.header_row(r == 0, srv.KIND_GENERATE if r == 0 else srv.KIND_IDLE,
+                                                     len(data) if r == 0 else 0, r in stoppers, 9 if r == 0 else 0)
+                                      for r in range(world)]))
+    assert header == {"kind": srv.KIND_GENERATE, "length": len(data), "stop_votes": len(stoppers), "seq": 9}
+    payload = all_sum([srv.payload_row(r == 0, data if r == 0 else None, header["length"]) for r in range(world)])
+    assert all(0 <= b < 256 for b in payload)  # no overflow: one rank contributes, the rest add 0
+    assert srv.decode_request(bytes(payload)) == REQ
+
+
+def test_an_idle_turn_carries_no_payload(srv):
+    header = srv.read_header(all_sum([srv.header_row(True), srv.header_row(False)]))
+    assert header == {"kind": srv.KIND_IDLE, "length": 0, "stop_votes": 0, "seq": 0}
+
+
+def test_workers_never_contribute_a_kind_or_length(srv):
+    assert srv.header_row(False, srv.KIND_GENERATE, 99, True, 5) == [0, 0, 1, 0]
+
+
+def test_encoding_is_canonical_json(srv):
+    data = srv.encode_request(dict(reversed(list(REQ.items())), extra="ignored"))
+    assert data == json.dumps({k: REQ[k] for k in srv.REQUEST_KEYS}, sort_keys=True,
+                              separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({**REQ, "tokens": []}, "non-empty"), ({**REQ, "tokens": [1, -2]}, "token ids"),
+    ({k: v for k, v in REQ.items() if k != "seed"}, "lacks seed"),
+])
+def test_bad_requests_are_refused_before_the_broadcast(srv, bad, match):
+    with pytest.raises(ValueError, match=match):
+        srv.encode_request(bad)
+
+
+@pytest.mark.parametrize("summed", [[7, 0, 0, 1], [1, -1, 0, 1], [0, 2 ** 30, 0, 0]])
+def test_a_corrupt_header_is_an_error_not_a_hang(srv, summed):
+    with pytest.raises(RuntimeError, match="out of step"):
+        srv.read_header(summed)
+
+
+def test_sampling_params_defaults_and_limits(srv):
+    p = srv.sampling_params({"seed": 5}, 128)
+    assert p == {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "seed": 5, "stop": []}
+    p = srv.sampling_params({"max_completion_tokens": 3, "temperature": 1, "stop": "END", "seed": -1}, 128)
+    assert (p["max_tokens"], p["temperature"], p["stop"], p["seed"]) == (3, 1.0, ["END"], 2 ** 31 - 1)
+    assert 0 <= srv.sampling_params({}, 8)["seed"] < 2 ** 31  # a fresh seed, shared by every rank
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 129}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"),
+    ({"temperature": 3}, "temperature"), ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"),
+    ({"n": 2}, "n"), ({"stop": [1]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"max_tokens": True}, "max_tokens"),
+])
+def test_sampling_params_refuse_bad_values_naming_the_field(srv, body, param):
+    with pytest.raises(srv.ApiError) as err:
+        srv.sampling_params(body, 128)
+    assert err.value.status == 400 and err.value.param == param
+    assert err.value.body()["error"]["param"] == param
+
+
+def test_message_text(srv):
+    assert srv.message_text("hi") == "hi"
+    assert srv.message_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "ab"
+    assert srv.message_text(None) == ""
+    with pytest.raises(srv.ApiError, match="only text"):
+        srv.message_text([{"type": "image_url", "image_url": {}}])
+
+
+class FakeTokenizer:
+    has_chat_template = True
+
+    def apply_chat_template(self, msgs, tokenize, add_generation_prompt):
+        assert not tokenize and add_generation_prompt
+        return "".join(f"<{m['role']}>{m['content']}" for m in msgs) + "<assistant>"
+
+    def encode(self, text, add_special_tokens=True):
+        return ([0] if add_special_tokens else []) + [ord(c) for c in text]
+
+
+def test_chat_prompt_uses_the_chat_template_without_extra_special_tokens(srv):
+    tokens = srv.chat_prompt(FakeTokenizer(), [{"role": "user", "content": "hi"}])
+    assert tokens == [ord(c) for c in "<user>hi<assistant>"]
+    with pytest.raises(srv.ApiError, match="non-empty list"):
+        srv.chat_prompt(FakeTokenizer(), [])
+    with pytest.raises(srv.ApiError, match="role"):
+        srv.chat_prompt(FakeTokenizer(), [{"content": "x"}])
+
+
+def test_completion_prompt_accepts_text_or_token_ids(srv):
+    assert srv.completion_prompt(FakeTokenizer(), "ab") == [0, 97, 98]
+    assert srv.completion_prompt(FakeTokenizer(), ["ab"]) == [0, 97, 98]
+    assert srv.completion_prompt(FakeTokenizer(), [5, 6]) == [5, 6]
+    for bad in ("", [], ["a", "b"], [True]):
+        with pytest.raises(srv.ApiError):
+            srv.completion_prompt(FakeTokenizer(), bad)
+
+
+def test_init_helper_is_the_benchmarks(srv):
+    def helper(path):
+        text = path.read_text()
+        start = text.index("# --- distributed init")
+        return text[text.index("\n", start):text.index("# --- end of the shared helper ---")]
+
+    assert helper(SERVER) == helper(BENCH)

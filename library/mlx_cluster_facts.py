@@ -36,10 +36,10 @@ attributes:
     support: full
     description: Returns C(ansible_facts.mlx_cluster).
 notes:
-  - macOS only. Commands run, in order, C(sysctl -n hw.memsize hw.model hw.ncpu),
+  - macOS only. Commands run, four at a time (they only read), C(sysctl -n hw.memsize hw.model hw.ncpu),
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
-    C(networksetup -listnetworkserviceorder), C(ifconfig bridge0), C(ibv_devices), C(ibv_devinfo -v),
-    C(rdma_ctl status), C(ifconfig), C(route -n get default) (only when needed) and C(sw_vers).
+    C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
+    C(ifconfig) (bridge0 included), C(route -n get default) (only when needed) and C(sw_vers).
 seealso:
   - module: thunderbolt_facts
   - module: rdma_facts
@@ -83,6 +83,15 @@ ansible_facts:
           type: dict
           sample: {"en0": {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": true, "mtu": 1500,
                    "status": "active", "members": []}}
+        services:
+          description:
+            - Every network service in service order (C(networksetup -listnetworkserviceorder)); null
+              when it could not be read. The network stage applies against it instead of reading it again.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0",
+                    "enabled": true}]
         mgmt:
           description: The interface the SSH session arrived on and its address; nulls when unknown.
           returned: always
@@ -106,23 +115,58 @@ ansible_facts:
 """
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import collect_cluster, label
+from ansible.module_utils.mlx_collect import CLUSTER_ARGVS, IBV_DEVICES_ARGV, IBV_DEVINFO_ARGV, collect_cluster, label
 from ansible.module_utils.mlx_tb import ParseError
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+# Commands run side by side at most (system_profiler beside the quick ones).
+PREFETCH_WORKERS = 4
 
 
-def runner(module, record):
-    """run(argv, required) for mlx_collect: argv[0] from PATH, C locale, results kept in `record`."""
-    def run(argv, required=True):
-        path = module.get_bin_path(argv[0], required=required)
-        if path is None:
+def prefetch(module):
+    """Run every command collect_cluster() will run, a few side by side (they only read), and
+    return {label: (cmd, (rc, out, err))}. system_profiler alone takes most of a second on a
+    Mac; beside it the others cost no extra time. A tool that is missing, or whose run
+    raised, is left out: runner() then runs it itself, failing as it should."""
+    paths = {label(argv): module.get_bin_path(argv[0]) for argv in CLUSTER_ARGVS}
+    if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
+        paths[label(IBV_DEVINFO_ARGV)] = None
+    cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in CLUSTER_ARGVS if paths[label(argv)]}
+
+    def one(cmd):
+        try:
+            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
+        except Exception:  # noqa: BLE001 - runner() runs it again and reports it properly
             return None
-        cmd = [path] + list(argv[1:])
-        rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
-        record[label(argv)] = {"rc": rc, "cmd": cmd, "stderr": err}
+
+    with ThreadPoolExecutor(max_workers=PREFETCH_WORKERS) as pool:
+        results = dict(zip(cmds, pool.map(one, cmds.values())))
+    # Each of these commands prints something. Nothing at all with status 0 is
+    # ansible-core's run_command losing the output of a command that exits just after a
+    # quiet second (seen under load): runner() runs it again.
+    return {key: (cmds[key], res) for key, res in results.items()
+            if res is not None and (res[0] != 0 or res[1] or res[2])}
+
+
+def runner(module, record, done=None):
+    """run(argv, required) for mlx_collect: argv[0] from PATH, C locale, results kept in `record`;
+    answered from `done` (prefetch()) when the command already ran."""
+    done = dict(done or {})
+
+    def run(argv, required=True):
+        key = label(argv)
+        if key in done:
+            cmd, (rc, out, err) = done.pop(key)
+        else:
+            path = module.get_bin_path(argv[0], required=required)
+            if path is None:
+                return None
+            cmd = [path] + list(argv[1:])
+            rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+        record[key] = {"rc": rc, "cmd": cmd, "stderr": err}
         return rc, out, err
     return run
 
@@ -142,7 +186,8 @@ def main():
     record = {}
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     try:
-        facts, warnings = collect_cluster(runner(module, record), os.environ.get("SSH_CONNECTION"), disk)
+        facts, warnings = collect_cluster(runner(module, record, prefetch(module)),
+                                          os.environ.get("SSH_CONNECTION"), disk)
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     for warning in warnings:

@@ -17,6 +17,8 @@ description:
   - Refuses (fails) a plan that would touch the management interface or any interface
     that is not a Thunderbolt hardware port.
   - Never disables a bridge that carries interfaces other than Thunderbolt ports.
+  - The state is read with the read-only commands a few at a time, side by side; the
+    changes run one after the other, in order.
 version_added: "0.1.0"
 options:
   links:
@@ -70,6 +72,48 @@ options:
     description: Add a host route to each peer over its cable, as MLX's own setup does.
     type: bool
     default: true
+  state:
+    description:
+      - The Mac's hardware ports, network services and interfaces as M(mlx_cluster_facts) read
+        them earlier in this run (C(thunderbolt.hardware_ports), C(services), C(interfaces) of
+        its fact). Given (every part not null), they are not read again, three commands fewer
+        per Mac and run. The persistent addresses (C(networksetup -getinfo)) and the host
+        routes are always read here.
+    type: dict
+    suboptions:
+      hardware_ports:
+        description: Hardware port name to device (C(networksetup -listallhardwareports)).
+        type: dict
+      services:
+        description: Network services in order (C(networksetup -listnetworkserviceorder)).
+        type: list
+        elements: dict
+      interfaces:
+        description: Interfaces with their IPv4 addresses, bridge members and status (C(ifconfig)).
+        type: dict
+  verify:
+    description:
+      - After applying, ping every cable from this end's address, as M(thunderbolt_ping) with
+        C(first_end_only) does (one ping per cable, from the end its id starts with), and fail
+        naming every cable that did not answer.
+      - Meant for a task that runs on every Mac of the plan at the same time (forks at least
+        the number of Macs). A cable whose other end is still being applied gets up to
+        I(verify_wait) seconds, a port without a cable (no carrier) gets none. Nothing is sent
+        in check mode.
+    type: bool
+    default: false
+  verify_count:
+    description: Echo requests per cable and attempt at most (C(ping -o) stops at the first answer).
+    type: int
+    default: 2
+  verify_timeout:
+    description: Seconds one attempt waits for an answer (macOS C(ping -t)).
+    type: int
+    default: 3
+  verify_wait:
+    description: Seconds a cable with carrier may stay silent while its other end is being applied.
+    type: int
+    default: 60
 attributes:
   check_mode:
     support: full
@@ -89,24 +133,57 @@ EXAMPLES = r"""
 
 RETURN = r"""
 actions:
-  description: The commands run (or, in check mode, that would run), with the reason.
+  description:
+    - The commands run (or, in check mode, that would run), with the reason. Runtime address
+      changes come after every C(networksetup) change and carry C(runtime).
   returned: always
   type: list
   elements: dict
   sample: [{"argv": ["ifconfig", "bridge0", "deletem", "en2"], "why": "take en2 out of bridge0"}]
+applied_by_networksetup:
+  description:
+    - Runtime address changes not run because C(networksetup) had already made them (macOS
+      applies the manual address of an enabled service at once); read back with one C(ifconfig).
+  returned: when some were skipped
+  type: list
+  elements: dict
+  sample: [{"argv": ["ifconfig", "en2", "inet", "10.208.3.1", "netmask", "255.255.255.252"],
+            "why": "set 10.208.3.1/30 on en2 now"}]
 links:
   description: The links as applied.
   returned: always
   type: list
   elements: dict
   sample: [{"iface": "en2", "address": "10.208.3.1", "prefix": 30, "peer_address": "10.208.3.2"}]
+verified:
+  description: With I(verify), one entry per cable this Mac pinged.
+  returned: when verify is set and not in check mode
+  type: list
+  elements: dict
+  sample: [{"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.3.1",
+            "peer_address": "10.208.3.2", "ok": true, "attempts": 1}]
 """
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_netcfg import LinkPlanError, parse_getinfo, parse_route_get, plan_links
+from ansible.module_utils.mlx_netcfg import (
+    NO_ANSWER_FIX,
+    LinkPlanError,
+    describe_link,
+    parse_getinfo,
+    parse_route_get,
+    pinged_from_the_other_end,
+    ping_argv,
+    plan_links,
+    runtime_done,
+)
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+# Read-only commands run side by side at most.
+READ_WORKERS = 4
 
 
 def run(module, argv, check_rc=True):
@@ -117,21 +194,85 @@ def run(module, argv, check_rc=True):
     return rc, out, err
 
 
+def run_all(module, argvs, check_rc=True):
+    """run() of every argv, a few side by side (read-only commands only); results in order.
+    Paths are resolved and failures reported here, in the module's own thread."""
+    cmds = [[module.get_bin_path(a[0], required=True)] + list(a[1:]) for a in argvs]
+
+    def attempt(cmd):
+        try:
+            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
+        except Exception:  # noqa: BLE001 - run again below, where a failure is reported properly
+            return None
+
+    with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
+        results = list(pool.map(attempt, cmds))
+    # Every one of these commands prints something: nothing at all with status 0 is
+    # ansible-core's run_command losing the output of a command that exits just after a
+    # quiet second (seen under load). Run it again, alone (so is one whose run raised).
+    results = [module.run_command(c, environ_update=C_LOCALE) if r is None or (r[0] == 0 and not r[1] and not r[2])
+               else r for c, r in zip(cmds, results)]
+    for cmd, (rc, out, err) in zip(cmds, results):
+        if check_rc and rc != 0:
+            module.fail_json(msg=f"{' '.join(cmd[:3])} failed: {(err or out).strip()}", rc=rc, cmd=cmd, stderr=err)
+    return results
+
+
 def read_state(module, links):
-    hwports = parse_hardware_ports(run(module, ["networksetup", "-listallhardwareports"])[1])
-    services = parse_service_order(run(module, ["networksetup", "-listnetworkserviceorder"])[1])
-    interfaces = parse_ifconfig(run(module, ["ifconfig"])[1])
+    routes_wanted = [link["peer_address"] for link in links] if module.params["host_routes"] else []
+    known = module.params["state"] or {}
+    reuse = all(known.get(k) is not None for k in ("hardware_ports", "services", "interfaces"))
+    lists = [] if reuse else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"],
+                              ["ifconfig"]]
+    # `route -n get` exits 1 when there is no route: not a failure
+    first = run_all(module, lists)
+    route_out = run_all(module, [["route", "-n", "get", peer] for peer in routes_wanted], check_rc=False)
+    if reuse:
+        hwports, services, interfaces = known["hardware_ports"], known["services"], known["interfaces"]
+    else:
+        hwports = parse_hardware_ports(first[0][1])
+        services = parse_service_order(first[1][1])
+        interfaces = parse_ifconfig(first[2][1])
     wanted = {link["iface"] for link in links}
-    info = {}
-    for svc in services:
-        if svc.get("device") in wanted and svc.get("name"):
-            info[svc["name"]] = parse_getinfo(run(module, ["networksetup", "-getinfo", svc["name"]])[1])
-    routes = {}
-    if module.params["host_routes"]:
-        for link in links:
-            rc, out, _ = run(module, ["route", "-n", "get", link["peer_address"]], check_rc=False)
-            routes[link["peer_address"]] = parse_route_get(out if rc == 0 else "")
+    names = [svc["name"] for svc in services if svc.get("device") in wanted and svc.get("name")]
+    info = {name: parse_getinfo(res[1])
+            for name, res in zip(names, run_all(module, [["networksetup", "-getinfo", n] for n in names]))}
+    routes = {peer: parse_route_get(out if rc == 0 else "") for peer, (rc, out, _) in zip(routes_wanted, route_out)}
     return hwports, services, interfaces, info, routes
+
+
+def verify(module, links, interfaces):
+    """Ping the cables this end pings, side by side; [result] and [failed cable]. A silent
+    cable with carrier is tried again until verify_wait: its other end may still be applying."""
+    p = module.params
+    ping = module.get_bin_path("ping", required=True)
+    start = time.monotonic()
+
+    def probe(link):
+        carrier = (interfaces.get(link["iface"]) or {}).get("status") != "inactive"
+        deadline = start + (p["verify_wait"] if carrier else 0)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                rc = module.run_command(ping_argv(ping, link, p["verify_count"], p["verify_timeout"]),
+                                        environ_update=C_LOCALE, handle_exceptions=False)[0]
+            except OSError:  # could not start ping at all: that cable is not verified
+                return False, attempts, carrier
+            if rc == 0 or time.monotonic() + p["verify_timeout"] > deadline:
+                return rc == 0, attempts, carrier
+
+    mine = [x for x in links if not pinged_from_the_other_end(x)]
+    with ThreadPoolExecutor(max_workers=max(1, len(mine))) as pool:
+        outcomes = list(pool.map(probe, mine))
+    results, failed = [], []
+    for link, (ok, attempts, carrier) in zip(mine, outcomes):
+        res = {k: link.get(k) for k in ("cable", "iface", "address", "peer_host", "peer_iface", "peer_address")}
+        res.update(ok=ok, attempts=attempts)
+        results.append(res)
+        if not ok:
+            failed.append(describe_link(link) + ("" if carrier else f" ({link['iface']} has no carrier)"))
+    return results, failed
 
 
 def main():
@@ -150,6 +291,15 @@ def main():
             bridge=dict(type="str", default="bridge0"),
             bridge_service=dict(type="str", default="Thunderbolt Bridge"),
             host_routes=dict(type="bool", default=True),
+            state=dict(type="dict", options=dict(
+                hardware_ports=dict(type="dict"),
+                services=dict(type="list", elements="dict"),
+                interfaces=dict(type="dict"),
+            )),
+            verify=dict(type="bool", default=False),
+            verify_count=dict(type="int", default=2),
+            verify_timeout=dict(type="int", default=3),
+            verify_wait=dict(type="int", default=60),
         ),
         supports_check_mode=True,
     )
@@ -163,11 +313,29 @@ def main():
         module.fail_json(msg=str(exc), links=p["links"])
     for w in warnings:
         module.warn(w)
-    if not module.check_mode:
-        for action in actions:
-            run(module, action["argv"])
-    module.exit_json(changed=bool(actions), actions=actions, links=p["links"],
-                     diff={"before": before, "after": after})
+    if module.check_mode:
+        module.exit_json(changed=bool(actions), actions=actions, links=p["links"],
+                         diff={"before": before, "after": after})
+    ran, already, now = [], [], None
+    for action in actions:
+        if action.get("runtime") and any(a["argv"][0] == "networksetup" for a in ran):
+            # networksetup may have applied the address already: look once, skip what is done
+            if now is None:
+                now = parse_ifconfig(run(module, ["ifconfig"])[1])
+            if runtime_done(action, now):
+                already.append(action)
+                continue
+        run(module, action["argv"])
+        ran.append(action)
+    out = dict(changed=bool(actions), actions=ran, links=p["links"], diff={"before": before, "after": after})
+    if already:
+        out["applied_by_networksetup"] = already
+    if p["verify"]:
+        out["verified"], failed = verify(module, p["links"], state[2])
+        if failed:
+            module.fail_json(msg="no answer over " + "; ".join(failed) + ". " + NO_ANSWER_FIX
+                             + " When another Mac failed to apply its side, fix that first.", **out)
+    module.exit_json(**out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ short_description: Verify every Thunderbolt cable of a Mac with a ping over its 
 description:
   - Pings the peer address of each planned link from this end's address (C(ping -S)),
     so the answer can only come back over that cable.
+  - All cables of the Mac are pinged at the same time (one C(ping) per cable, each on its own
+    link), so the check takes as long as the slowest cable, not the sum of them. Each C(ping)
+    stops at the first answer (C(-o)); a cable passes when it answered at least once within
+    I(count) requests and I(timeout) seconds, as C(ping)'s exit status says.
   - Fails naming every cable that did not answer, with the fix. Read-only; in check mode
     nothing is sent (the planned addresses may not exist yet) and the result says so.
 version_added: "0.1.0"
@@ -21,13 +25,21 @@ options:
     elements: dict
     required: true
   count:
-    description: Echo requests per cable.
+    description: Echo requests per cable at most (one answer is enough).
     type: int
     default: 2
   timeout:
     description: Seconds to wait for each cable (macOS C(ping -t)).
     type: int
     default: 3
+  first_end_only:
+    description:
+      - Ping only the cables whose id (C(host:iface~host:iface), ends sorted) starts with this
+        Mac's end. An echo request and its reply cross the cable both ways and use both ends'
+        addresses and routes, so one ping per cable checks it; the other end skips it (run the
+        module on both ends, as the role does).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -45,7 +57,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 results:
-  description: One entry per cable.
+  description: One entry per cable pinged (with I(first_end_only), only those this Mac pings).
   returned: always
   type: list
   elements: dict
@@ -53,12 +65,10 @@ results:
             "peer_address": "10.208.3.2", "ok": true}]
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible.module_utils.basic import AnsibleModule
-
-
-def describe(link):
-    return (f"cable {link.get('cable', '?')}: {link.get('iface')} {link.get('address')} -> "
-            f"{link.get('peer_host', '?')}:{link.get('peer_iface', '?')} {link.get('peer_address')}")
+from ansible.module_utils.mlx_netcfg import NO_ANSWER_FIX, describe_link, pinged_from_the_other_end, ping_argv
 
 
 def main():
@@ -67,29 +77,35 @@ def main():
             links=dict(type="list", elements="dict", required=True),
             count=dict(type="int", default=2),
             timeout=dict(type="int", default=3),
+            first_end_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     links = module.params["links"]
+    if module.params["first_end_only"]:
+        links = [x for x in links if not pinged_from_the_other_end(x)]
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, results=[],
                          msg="check mode: the cables are not pinged (planned addresses may not exist yet)")
     ping = module.get_bin_path("ping", required=True)
+
+    def probe(link):
+        argv = ping_argv(ping, link, module.params["count"], module.params["timeout"])
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})[0]
+
+    # Each ping runs over its own cable: nothing is shared, so they run side by side.
+    with ThreadPoolExecutor(max_workers=max(1, len(links))) as pool:
+        codes = list(pool.map(probe, links))
     results, failed = [], []
-    for link in links:
-        argv = [ping, "-q", "-c", str(module.params["count"]), "-t", str(module.params["timeout"]),
-                "-S", link["address"], link["peer_address"]]
-        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+    for link, rc in zip(links, codes):
         res = {k: link.get(k) for k in ("cable", "iface", "address", "peer_host", "peer_iface", "peer_address")}
         res["ok"] = rc == 0
         results.append(res)
         if rc != 0:
-            failed.append(describe(link))
+            failed.append(describe_link(link))
     if failed:
         module.fail_json(
-            msg="no answer over " + "; ".join(failed)
-            + ". Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
-              "shows the peer), then re-run the network stage.",
+            msg="no answer over " + "; ".join(failed) + ". " + NO_ANSWER_FIX,
             results=results)
     module.exit_json(changed=False, results=results)
 

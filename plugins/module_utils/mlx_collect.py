@@ -26,7 +26,7 @@ try:  # inside an Ansible module
         ssh_server_address,
     )
     from ansible.module_utils.mlx_rdma import rdma_facts
-    from ansible.module_utils.mlx_tb import ParseError, thunderbolt_facts
+    from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
     from mlx_host import (  # type: ignore[no-redef]
         cabled_ifaces,
@@ -39,7 +39,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         ssh_server_address,
     )
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
-    from mlx_tb import ParseError, thunderbolt_facts  # type: ignore[no-redef]
+    from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
 HWPORTS_ARGV = ["networksetup", "-listallhardwareports"]
@@ -52,6 +52,14 @@ IFCONFIG_ARGV = ["ifconfig"]
 ROUTE_ARGV = ["route", "-n", "get", "default"]
 SW_VERS_ARGV = ["sw_vers"]
 SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
+
+# What collect_cluster() runs on every Mac (`route -n get default` only when SSH_CONNECTION
+# does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).
+# All read-only and independent: a module may start them at once and answer `run` from
+# their results, in any order.
+# bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
+CLUSTER_ARGVS = (SYSCTL_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
+                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV)
 
 
 def label(argv):
@@ -84,24 +92,43 @@ def optional(run, argv, warnings, missing_ok=True):
     return out
 
 
-def collect_thunderbolt(run, model_id=None):
-    """mlx_thunderbolt facts: system_profiler, networksetup (x2), ifconfig bridge0."""
+def ifconfig_block(text, name):
+    """The lines of interface `name` in plain `ifconfig` output; None when it is not listed."""
+    lines, inside = [], False
+    for line in (text or "").splitlines():
+        if line and not line[0].isspace():
+            inside = line.startswith(name + ":")
+        if inside:
+            lines.append(line)
+    return "\n".join(lines) + "\n" if lines else None
+
+
+def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None):
+    """mlx_thunderbolt facts: system_profiler, networksetup (x2), ifconfig bridge0 (or the
+    bridge0 block of `ifconfig_text`, plain `ifconfig` already read). `raw`, a dict, receives
+    the `-listnetworkserviceorder` text (None when it could not be read)."""
     sp = required(run, SP_ARGV)
     hwports = required(run, HWPORTS_ARGV)
     warnings = []
     order = optional(run, SERVICE_ORDER_ARGV, warnings, missing_ok=False)
-    rc, out, err = run(BRIDGE_ARGV)
-    if rc == 0:
-        bridge = out
-    elif "does not exist" in f"{err}{out}":
-        bridge = None  # no bridge0 at all: nothing to take apart
+    if raw is not None:
+        raw["service_order"] = order
+    if ifconfig_text is not None:
+        bridge, bridge_label = ifconfig_block(ifconfig_text, "bridge0"), label(IFCONFIG_ARGV)
     else:
-        raise ParseError(label(BRIDGE_ARGV), f"exited with {rc}: {_first_line(err or out)}")
+        bridge_label = label(BRIDGE_ARGV)
+        rc, out, err = run(BRIDGE_ARGV)
+        if rc == 0:
+            bridge = out
+        elif "does not exist" in f"{err}{out}":
+            bridge = None  # no bridge0 at all: nothing to take apart
+        else:
+            raise ParseError(bridge_label, f"exited with {rc}: {_first_line(err or out)}")
     try:
         facts = thunderbolt_facts(sp, hwports, bridge, order, model_id=model_id)
     except ParseError as exc:
         if exc.command == "ifconfig":  # the only ifconfig output read here is bridge0's
-            raise ParseError(label(BRIDGE_ARGV), exc.message) from None
+            raise ParseError(bridge_label, exc.message) from None
         raise
     facts["warnings"] = warnings + facts["warnings"]
     return facts, facts["warnings"]
@@ -145,14 +172,18 @@ def _mgmt(run, interfaces, ssh_connection, warnings):
 def collect_cluster(run, ssh_connection, disk):
     """mlx_cluster facts: everything in one run. `disk` is {"path", "free_bytes"} from the module."""
     hw = parse_sysctl_hw(required(run, SYSCTL_ARGV))
-    thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"])
+    ifconfig_text = required(run, IFCONFIG_ARGV)
+    raw = {}
+    thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text)
     rdma, rdma_warnings = collect_rdma(run, cabled_ifaces(thunderbolt))
     warnings = list(warnings) + rdma_warnings
-    interfaces = interfaces_facts(required(run, IFCONFIG_ARGV))
+    interfaces = interfaces_facts(ifconfig_text)
     facts = {
         "thunderbolt": thunderbolt,
         "rdma": rdma,
         "interfaces": interfaces,
+        # every network service in order (the network stage applies against these, read once)
+        "services": parse_service_order(raw["service_order"]) if raw["service_order"] is not None else None,
         "mgmt": _mgmt(run, interfaces, ssh_connection, warnings),
         "os": parse_sw_vers(required(run, SW_VERS_ARGV)),
         "hw": hw,

@@ -139,10 +139,12 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
     bridge_svc = next((s for s in services if s.get("name") == bridge_service), None)
     foreign = [m for m in members if m not in tb_ifaces]
     before["bridge"] = {"members": members, "service_enabled": bool(bridge_svc and bridge_svc.get("enabled"))}
-    for m in members:
-        if m in planned:
-            actions.append({"argv": ["ifconfig", bridge, "deletem", m],
-                            "why": f"take {m} out of {bridge} (a bridged port cannot carry its own address)"})
+    take_out = [m for m in members if m in planned]
+    if take_out:
+        # One ifconfig for all of them (`ifconfig bridge0 deletem en2 deletem en3`, as BSD
+        # ifconfig takes any number of operations): one command instead of one per port.
+        actions.append({"argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
+                        "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)"})
     if planned and bridge_svc and bridge_svc.get("enabled"):
         if foreign:
             warnings.append(
@@ -157,8 +159,12 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         # disabled only when every member is a Thunderbolt port (see above)
     }
 
-    # 2. One network service per planned port, manual /30, enabled.
+    # 2. One network service per planned port, manual /30, enabled; then the runtime
+    # addresses, then the host routes. Runtime actions come after every networksetup change
+    # and carry `runtime` (what they do), so the module can skip one networksetup already did
+    # (macOS applies a manual address of an enabled service at once).
     by_device = {s.get("device"): s for s in services if s.get("device")}
+    runtime, route_actions = [], []
     for iface in sorted(planned):
         link = planned[iface]
         address, prefix, peer = link["address"], int(link.get("prefix", 30)), link["peer_address"]
@@ -180,18 +186,20 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         have = any(a.get("address") == address and int(a.get("prefix", -1)) == prefix for a in current)
         for a in current:
             if a.get("address") != address:
-                actions.append({"argv": ["ifconfig", iface, "inet", a["address"], "delete"],
-                                "why": f"remove stale {a['address']} from {iface}"})
+                runtime.append({"argv": ["ifconfig", iface, "inet", a["address"], "delete"],
+                                "why": f"remove stale {a['address']} from {iface}",
+                                "runtime": {"iface": iface, "op": "delete", "address": a["address"]}})
         if not have:
-            actions.append({"argv": ["ifconfig", iface, "inet", address, "netmask", mask],
-                            "why": f"set {address}/{prefix} on {iface} now"})
+            runtime.append({"argv": ["ifconfig", iface, "inet", address, "netmask", mask],
+                            "why": f"set {address}/{prefix} on {iface} now",
+                            "runtime": {"iface": iface, "op": "set", "address": address, "prefix": prefix}})
         if host_routes:
             r = routes.get(peer) or {}
             ok = r.get("interface") == iface and "HOST" in (r.get("flags") or []) and r.get("destination") == peer
             if not ok:
-                actions.append({"argv": ["route", "-n", "add" if not _has_host_route(r, peer) else "change",
-                                         "-host", peer, "-interface", iface],
-                                "why": f"host route to {peer} over {iface}"})
+                route_actions.append({"argv": ["route", "-n", "add" if not _has_host_route(r, peer) else "change",
+                                               "-host", peer, "-interface", iface],
+                                      "why": f"host route to {peer} over {iface}"})
         before[iface] = {
             "service": name if svc else None,
             "persistent": f"{info.get('address')}/{info.get('subnet')}" if info.get("method") == "manual" else info.get("method"),
@@ -199,8 +207,47 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         }
         after[iface] = {"service": name, "persistent": f"{address}/{mask}", "runtime": [f"{address}/{prefix}"],
                         "peer": peer}
-    return actions, warnings, before, after
+    return actions + runtime + route_actions, warnings, before, after
+
+
+def runtime_done(action, interfaces):
+    """True when a `runtime` action of plan_links() is already true of `interfaces` (parsed
+    `ifconfig`): the address is there with its prefix (set), or gone (delete)."""
+    rt = action.get("runtime")
+    if not rt:
+        return False
+    have = (interfaces.get(rt["iface"]) or {}).get("ipv4") or []
+    if rt["op"] == "set":
+        return any(a.get("address") == rt["address"] and int(a.get("prefix", -1)) == rt["prefix"] for a in have)
+    return not any(a.get("address") == rt["address"] for a in have)
 
 
 def _has_host_route(route, peer):
     return route.get("destination") == peer and "HOST" in (route.get("flags") or [])
+
+
+# ---- verification: one ping per cable ------------------------------------------------
+
+NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
+                 "shows the peer), then re-run the network stage.")
+
+
+def ping_argv(ping, link, count, timeout):
+    """macOS `ping` of the peer from this end's address (`-S`), so only this cable can carry
+    the answer; `-o` stops at the first reply, `-c`/`-t` bound the requests and the seconds.
+    Exit status 0: at least one reply."""
+    return [ping, "-q", "-o", "-c", str(count), "-t", str(timeout), "-S", link["address"], link["peer_address"]]
+
+
+def describe_link(link):
+    return (f"cable {link.get('cable', '?')}: {link.get('iface')} {link.get('address')} -> "
+            f"{link.get('peer_host', '?')}:{link.get('peer_iface', '?')} {link.get('peer_address')}")
+
+
+def pinged_from_the_other_end(link):
+    """True when the cable id's first end (ids are `host:iface~host:iface`, ends sorted) is
+    the peer's: the peer pings this cable. An echo request and its reply cross the cable
+    both ways, using both ends' addresses and routes, so one ping per cable checks it."""
+    first = str(link.get("cable") or "").split("~")[0]
+    return bool(first) and first == f"{link.get('peer_host')}:{link.get('peer_iface')}"
+

@@ -198,7 +198,7 @@ def test_collect_cluster(read_fixture):
     disk = {"path": "/Users/admin", "free_bytes": 5}
     run = FakeRun(read_fixture, answers)
     facts, warnings = collect_cluster(run, "10.1.2.99 50000 10.1.2.3 22", disk)
-    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "mgmt", "os", "hw", "disk"}
+    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk"}
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert ["route", "-n", "get", "default"] not in run.calls  # SSH_CONNECTION was enough
     assert facts["thunderbolt"]["mac"]["model_id"] == "Mac16,9"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links
+from mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links, runtime_done
 
 HWPORTS = {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
            "Thunderbolt 3": "en4", "Thunderbolt Bridge": "bridge0"}
@@ -48,18 +48,19 @@ def converged_state():
 def test_fresh_mac_gets_bridge_removal_services_addresses_and_routes():
     actions, warnings, before, after = plan_links(LINKS, HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {})
     assert argvs(actions) == [
-        ["ifconfig", "bridge0", "deletem", "en2"],
-        ["ifconfig", "bridge0", "deletem", "en3"],
+        ["ifconfig", "bridge0", "deletem", "en2", "deletem", "en3"],
         ["networksetup", "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"],
         ["networksetup", "-createnetworkservice", "Thunderbolt 1", "Thunderbolt 1"],
         ["networksetup", "-setmanual", "Thunderbolt 1", "10.208.0.1", "255.255.255.252"],
-        ["ifconfig", "en2", "inet", "10.208.0.1", "netmask", "255.255.255.252"],
-        ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"],
         ["networksetup", "-createnetworkservice", "Thunderbolt 2", "Thunderbolt 2"],
         ["networksetup", "-setmanual", "Thunderbolt 2", "10.208.0.5", "255.255.255.252"],
+        # runtime addresses after every networksetup change, then the routes
+        ["ifconfig", "en2", "inet", "10.208.0.1", "netmask", "255.255.255.252"],
         ["ifconfig", "en3", "inet", "10.208.0.5", "netmask", "255.255.255.252"],
+        ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"],
         ["route", "-n", "add", "-host", "10.208.0.6", "-interface", "en3"],
     ]
+    assert [a.get("runtime", {}).get("op") for a in actions] == [None] * 6 + ["set", "set", None, None]
     assert warnings == []
     assert before["en2"]["runtime"] == [] and after["en2"]["runtime"] == ["10.208.0.1/30"]
     assert after["bridge"]["members"] == ["en4"]
@@ -113,7 +114,7 @@ def test_bridge_with_foreign_member_is_never_disabled():
     ifaces = dict(FRESH_IFACES, bridge0={"ipv4": [], "members": ["en2", "en0"]})
     actions, warnings, _, after = plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES, ifaces, {}, {}, host_routes=False)
     assert ["ifconfig", "bridge0", "deletem", "en2"] in argvs(actions)
-    assert ["ifconfig", "bridge0", "deletem", "en0"] not in argvs(actions)
+    assert not any("en0" in a for a in argvs(actions))  # also not batched with en2
     assert not any("-setnetworkserviceenabled" in a for a in argvs(actions))
     assert warnings and "en0" in warnings[0]
     assert after["bridge"]["service_enabled"] is True
@@ -130,3 +131,16 @@ def test_parse_getinfo_and_route_get():
                  "flags": ["UP", "HOST", "DONE", "STATIC"]}
     assert parse_route_get("route: writing to routing socket: not in table")["interface"] is None
     assert netmask(30) == "255.255.255.252"
+
+
+def test_runtime_done_tells_what_networksetup_already_applied():
+    actions, _, _, _ = plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES,
+                                  dict(FRESH_IFACES, en2={"ipv4": [{"address": "10.208.9.1", "prefix": 30}]}), {}, {})
+    delete, add = [a for a in actions if a.get("runtime")]
+    assert delete["runtime"]["op"] == "delete" and add["runtime"]["op"] == "set"
+    applied = {"en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}]}}  # what macOS did on -setmanual
+    assert runtime_done(add, applied) and runtime_done(delete, applied)
+    untouched = {"en2": {"ipv4": [{"address": "10.208.9.1", "prefix": 30}]}}
+    assert not runtime_done(add, untouched) and not runtime_done(delete, untouched)
+    assert not runtime_done(add, {"en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 24}]}})  # wrong prefix
+    assert not runtime_done(actions[0], applied)  # not a runtime action

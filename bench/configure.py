@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Benchmark: time to a configured cluster, ours against `mlx.distributed_config`.
+
+    .venv/bin/python bench/configure.py [--topologies mesh4,mesh8,ring16] [--runs N] [--quick]
+                                        [--json [FILE]] [--markdown FILE]
+
+On each simulated cluster (tests/simcluster; needs root) it times, interleaved:
+- ours, first run: `ansible-playbook site.yml --tags network,hostfile` on a fresh cluster
+  (validate, discover and plan always run): addresses on every cable, persistent, pinged,
+  hostfile on the controller and every Mac;
+- ours, re-run: the same command again at once, nothing to change (must report changed=0);
+- `mlx.distributed_config --over thunderbolt --hosts ... --auto-setup --output-hostfile F`,
+  MLX's own tool, unmodified, on a fresh cluster: addresses on every cable, hostfile written.
+
+"Fresh" is `cluster.reset()` plus removing the hostfiles left by the previous run (on the
+controller and on the Macs), so every first run starts from factory state. Every run starts
+without SSH master connections (its own ControlPath directory, masters closed after it),
+as a user's run a few minutes after the previous one would. Each first run is checked: exit
+status 0, the hostfile written, an IPv4 address on both ends of every cable. The runs of one
+round alternate their order (ours first, then MLX first) so a load change on the machine
+hits both.
+
+SSH columns come from the Macs' sshd logs (LogLevel VERBOSE): connections are
+"Accepted publickey" lines, commands are "Starting session" lines (one per remote command or
+file transfer, also over a multiplexed connection), both per host (max over hosts) and run.
+The ratio is ours (first run) / distributed_config, taken per round, then min/median/max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.runner import sim_vars  # noqa: E402
+from tests.simcluster import SimCluster  # noqa: E402
+from tests.simcluster.cluster import unavailable_reason  # noqa: E402
+
+TOPOLOGIES = ("mesh4", "mesh8", "ring16")
+BIN = Path(sys.executable).parent
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+class BenchError(RuntimeError):
+    """A run that did not reach the configured state: its time would mean nothing."""
+
+
+def ssh_counts(cluster):
+    """{host: (connections, commands)} so far, from the Mac's sshd log."""
+    out = {}
+    for h in cluster.hosts:
+        log = cluster.sshd_log(h)
+        out[h] = (log.count("Accepted publickey"), log.count("Starting session"))
+    return out
+
+
+def ssh_delta(before, after):
+    """(max connections, max commands) per host between two ssh_counts()."""
+    return (max(after[h][0] - before[h][0] for h in after),
+            max(after[h][1] - before[h][1] for h in after))
+
+
+def fresh(cluster, mlx_hostfile):
+    """Factory state: reset the Macs and drop every hostfile a previous run left."""
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster", ignore_errors=True)
+    shutil.rmtree(cluster.inventory_path.parent / "artifacts", ignore_errors=True)
+    mlx_hostfile.unlink(missing_ok=True)
+
+
+def check_configured(cluster, hostfile, who):
+    """Both ends of every cable carry an IPv4 address and the hostfile exists."""
+    if not hostfile.is_file():
+        raise BenchError(f"{who}: no hostfile at {hostfile}")
+    links = {h: cluster.links(h) for h in cluster.hosts}
+    for cable in cluster.spec.cables:
+        for end in (cable.a, cable.b):
+            host, iface = end.host, end.iface
+            addrs = [a for a in links[host].get(iface, {}).get("addr_info", []) if a.get("family") == "inet"]
+            if not addrs:
+                raise BenchError(f"{who}: no IPv4 address on {host}:{iface} (cable {cable.id})")
+
+
+def close_masters(cp_dir):
+    """End the SSH master connections a run left (ControlPersist) without waiting for them."""
+    for sock in Path(cp_dir).glob("*"):
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                       capture_output=True, timeout=10, check=False)
+
+
+def run_ours(cluster, work, tag):
+    """One `ansible-playbook site.yml --tags network,hostfile`; (seconds, changed, ssh)."""
+    base = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=work))
+    env = cluster.env()
+    env.update({
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_HOME": str(base / "home"),
+        "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": os.pathsep.join([str(BIN), env["PATH"]]),
+    })
+    (base / "extravars.json").write_text(json.dumps(sim_vars()))
+    argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
+            "--tags", "network,hostfile", "-e", f"@{base / 'extravars.json'}"]
+    before = ssh_counts(cluster)
+    t = time.perf_counter()
+    res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         stdin=subprocess.DEVNULL, check=False)
+    seconds = time.perf_counter() - t
+    ssh = ssh_delta(before, ssh_counts(cluster))
+    close_masters(base / "cp")
+    (base / "stdout.txt").write_text(res.stdout + res.stderr)
+    recap = RECAP.findall(res.stdout)
+    if res.returncode != 0 or not recap or any(int(r[3]) or int(r[4]) for r in recap):
+        raise BenchError(f"ansible-playbook exited with {res.returncode} (output in {base / 'stdout.txt'}):\n"
+                         + (res.stdout + res.stderr)[-3000:])
+    return seconds, sum(int(r[2]) for r in recap), ssh
+
+
+def run_mlx(cluster, hostfile):
+    """One `mlx.distributed_config --over thunderbolt --auto-setup`; (seconds, ssh)."""
+    argv = [str(BIN / "mlx.distributed_config"), "--over", "thunderbolt", "--hosts", ",".join(cluster.hosts),
+            "--auto-setup", "--output-hostfile", str(hostfile)]
+    before = ssh_counts(cluster)
+    t = time.perf_counter()
+    res = subprocess.run(argv, env=cluster.env(), capture_output=True, text=True, timeout=900,
+                         stdin=subprocess.DEVNULL, check=False)
+    seconds = time.perf_counter() - t
+    if res.returncode != 0:
+        raise BenchError(f"mlx.distributed_config exited with {res.returncode}:\n{res.stderr[-3000:]}")
+    return seconds, ssh_delta(before, ssh_counts(cluster))
+
+
+def bench_topology(spec, runs, warmup, state_root, log):
+    """Samples of one topology: {"first", "rerun", "mlx", "ratio", "rerun_ratio", "ssh_*", "changed_rerun"}."""
+    cluster = SimCluster(spec, state_dir=state_root / spec)
+    work = state_root / f"{spec}-runs"
+    work.mkdir(parents=True, exist_ok=True)
+    mlx_hostfile = work / "mlx_hostfile.json"
+    ours_hostfile = cluster.inventory_path.parent / "artifacts" / "hostfile.json"
+    s = {k: [] for k in ("first", "rerun", "mlx", "ratio", "rerun_ratio", "changed_first", "changed_rerun",
+                         "ssh_first", "ssh_rerun", "ssh_mlx")}
+    t0 = time.monotonic()
+    cluster.up()
+    log(f"{spec}: {len(cluster.hosts)} Macs, {len(cluster.spec.cables)} cables, up in {time.monotonic() - t0:.1f} s")
+    try:
+        for i in range(-warmup, runs):
+            def ours():
+                fresh(cluster, mlx_hostfile)
+                first, changed_first, ssh_first = run_ours(cluster, work, f"r{i}-first")
+                check_configured(cluster, ours_hostfile, "ours")
+                rerun, changed_rerun, ssh_rerun = run_ours(cluster, work, f"r{i}-rerun")
+                return first, changed_first, ssh_first, rerun, changed_rerun, ssh_rerun
+
+            def mlx():
+                fresh(cluster, mlx_hostfile)
+                seconds, ssh = run_mlx(cluster, mlx_hostfile)
+                check_configured(cluster, mlx_hostfile, "mlx.distributed_config")
+                return seconds, ssh
+
+            if i % 2 == 0:
+                o, m = ours(), mlx()
+            else:
+                m, o = mlx(), ours()
+            first, changed_first, ssh_first, rerun, changed_rerun, ssh_rerun = o
+            log(f"{spec} {'warm-up' if i < 0 else f'run {i + 1}/{runs}'}: ours {first:.2f} s "
+                f"(changed={changed_first}), re-run {rerun:.2f} s (changed={changed_rerun}), "
+                f"distributed_config {m[0]:.2f} s")
+            if i < 0:
+                continue
+            s["first"].append(first)
+            s["rerun"].append(rerun)
+            s["mlx"].append(m[0])
+            s["ratio"].append(first / m[0])
+            s["rerun_ratio"].append(rerun / first)
+            s["changed_first"].append(changed_first)
+            s["changed_rerun"].append(changed_rerun)
+            s["ssh_first"].append(ssh_first)
+            s["ssh_rerun"].append(ssh_rerun)
+            s["ssh_mlx"].append(m[1])
+    finally:
+        cluster.down()
+    return {"topology": spec, "hosts": len(cluster.hosts), "cables": len(cluster.spec.cables), "samples": s}
+
+
+def stats(values):
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def summarize(result):
+    s = result["samples"]
+    out = {k: stats(s[k]) for k in ("first", "rerun", "mlx", "ratio", "rerun_ratio")}
+    for k in ("ssh_first", "ssh_rerun", "ssh_mlx"):
+        out[k] = {"connections": max(c for c, _ in s[k]), "commands": max(n for _, n in s[k])}
+    out["changed_rerun"] = max(s["changed_rerun"])
+    return out
+
+
+def machine():
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for dist in ("ansible-core", "mlx"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+            "ansible_core": versions["ansible-core"], "mlx": versions["mlx"], "kernel": platform.release(),
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "loadavg_start": round(os.getloadavg()[0], 2)}
+
+
+HEADER = ("topology", "Macs", "cables", "ours first (s)", "ours re-run (s)", "distributed_config (s)",
+          "ours/dc", "re-run/first", "SSH conn/cmds per Mac: ours first", "ours re-run", "dc")
+
+
+def fmt(st, digits=2):
+    return f"{st['median']:.{digits}f} ({st['min']:.{digits}f}–{st['max']:.{digits}f})"
+
+
+def table_rows(results):
+    rows = []
+    for r in results:
+        x = summarize(r)
+        rows.append((r["topology"], str(r["hosts"]), str(r["cables"]), fmt(x["first"]), fmt(x["rerun"]), fmt(x["mlx"]),
+                     fmt(x["ratio"]), fmt(x["rerun_ratio"]),
+                     *(f"{x[k]['connections']} / {x[k]['commands']}" for k in ("ssh_first", "ssh_rerun", "ssh_mlx"))))
+    return rows
+
+
+def text_table(results, runs):
+    rows = table_rows(results)
+    widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    out = [f"median (min–max) of {runs} interleaved run(s) per topology; SSH: connections / remote commands",
+           line(HEADER), "  ".join("-" * w for w in widths)]
+    out += [line(row) for row in rows]
+    return "\n".join(out)
+
+
+def markdown(results, runs, info, command):
+    rows = table_rows(results)
+    out = ["# Benchmarks", "",
+           "Generated by `bench/configure.py` (do not edit by hand; re-run it with `--markdown docs/benchmarks.md`).",
+           "", "## Time to a configured cluster", "",
+           "Ours: `ansible-playbook site.yml --tags network,hostfile` (validate, discover and plan always run;",
+           "addresses on every cable, persistent, pinged; hostfile on the controller and on every Mac).",
+           "distributed_config: MLX's own `mlx.distributed_config --over thunderbolt --auto-setup",
+           "--output-hostfile F`, unmodified. Both on the same simulated cluster (tests/simcluster: network",
+           "namespaces, real sshd, macOS command shims), from factory state for every first run, no SSH",
+           "master connection left from a previous run. The re-run follows the first run at once and",
+           "changes nothing (changed=0). Ratios are taken per round (the two tools run back to back,",
+           "order alternating), then min/median/max.", "",
+           f"Median (min–max) of {runs} interleaved run(s) per topology. SSH per Mac (max over the Macs):",
+           "connections (`Accepted publickey` in its sshd log) / remote commands (`Starting session`).", "",
+           "| " + " | ".join(HEADER) + " |",
+           "|" + "|".join("---" for _ in HEADER) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += ["", "## Machine", "",
+            f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
+            f"- Python {info['python']}, ansible-core {info['ansible_core']}, mlx {info['mlx']}",
+            f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
+            f"at end {info['loadavg_end']} (a shared machine: other work ran beside the benchmark)",
+            f"- command: `{command}`", ""]
+    return "\n".join(out)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--topologies", default=None,
+                        help=f"comma-separated specs of tests/simcluster/specs (default {','.join(TOPOLOGIES)}; "
+                             f"--quick: mesh4)")
+    parser.add_argument("--runs", type=int, default=None, help="timed rounds per topology (default 5; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: one round, no warm-up, mesh4 by default")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="JSON (machine, samples, summary): alone, printed instead of the table; "
+                             "with FILE, written there and the table printed as well")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table and the machine as Markdown to FILE")
+    parser.add_argument("--state-root", metavar="DIR",
+                        help="where the clusters' state goes (default: a new directory under /tmp, removed at the end)")
+    args = parser.parse_args(argv)
+    topologies = [t for t in (args.topologies or ("mesh4" if args.quick else ",".join(TOPOLOGIES))).split(",") if t]
+    runs = args.runs if args.runs is not None else (1 if args.quick else 5)
+    if runs < 1:
+        parser.error("--runs must be at least 1")
+    warmup = 0 if args.quick else 1
+    reason = unavailable_reason()
+    if reason:
+        print(f"cannot run the simulated cluster here: {reason}", file=sys.stderr)
+        return 2
+
+    info = machine()
+    state_root = Path(args.state_root or tempfile.mkdtemp(prefix="mlxc-bench-", dir="/tmp"))
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    results = []
+    try:
+        for spec in topologies:
+            results.append(bench_topology(spec, runs, warmup, state_root, log))
+    except BenchError as exc:
+        print(f"benchmark run failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.state_root:
+            shutil.rmtree(state_root, ignore_errors=True)
+    info["loadavg_end"] = round(os.getloadavg()[0], 2)
+
+    if args.markdown:
+        command = " ".join(["python bench/configure.py", "--topologies", ",".join(topologies), "--runs", str(runs)]
+                           + (["--quick"] if args.quick else []) + ["--markdown", args.markdown])
+        Path(args.markdown).write_text(markdown(results, runs, info, command))
+    doc = json.dumps({"machine": info, "runs": runs,
+                      "results": [{**r, "summary": summarize(r)} for r in results]}, indent=2)
+    if args.json and args.json != "-":
+        Path(args.json).write_text(doc + "\n")
+    if args.json == "-":
+        print(doc)
+    else:
+        print(text_table(results, runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

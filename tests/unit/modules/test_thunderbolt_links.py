@@ -1,0 +1,149 @@
+"""library/thunderbolt_links.py: main() with get_bin_path/run_command mocked (studio fixtures:
+en2 has carrier, en3 has none and sits in bridge0)."""
+
+from __future__ import annotations
+
+from mac_commands import BINS, HWPORTS, IFCONFIG, ORDER
+
+PING = "/sbin/ping"
+NS, IFC, ROUTE = BINS["networksetup"], BINS["ifconfig"], BINS["route"]
+EN2 = {"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.0.1", "peer_address": "10.208.0.2",
+       "peer_host": "m2", "peer_iface": "en2"}
+EN3 = {"cable": "m1:en3~m3:en2", "iface": "en3", "address": "10.208.0.5", "peer_address": "10.208.0.6",
+       "peer_host": "m3", "peer_iface": "en2"}
+# m0 sorts first: the peer's end starts the cable id, so the peer pings this one
+EN4 = {"cable": "m0:en2~m1:en4", "iface": "en4", "address": "10.208.0.10", "peer_address": "10.208.0.9",
+       "peer_host": "m0", "peer_iface": "en2"}
+NO_ROUTE = (1, "", "route: writing to routing socket: not in table")
+
+
+class Answers(dict):
+    """argv -> answer; a list answers successive runs of the same argv (the last one repeats)."""
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if isinstance(value, list):
+            return value.pop(0) if len(value) > 1 else value[0]
+        return value
+
+
+def ping(link):
+    return (PING, "-q", "-o", "-c", "2", "-t", "3", "-S", link["address"], link["peer_address"])
+
+
+def commands(read_fixture, links, pings):
+    table = Answers({
+        HWPORTS: (0, read_fixture("networksetup_hwports_studio_with_bridge.txt"), ""),
+        ORDER: (0, read_fixture("networksetup_order_bridge_enabled.txt"), ""),
+        # the second ifconfig (after networksetup) shows en3 with the address -setmanual applied
+        IFCONFIG: [(0, read_fixture("ifconfig_all_studio.txt"), ""),
+                   (0, read_fixture("ifconfig_all_studio.txt").replace(
+                       "\tether 36:b4:7a:19:c0:44\n",
+                       "\tether 36:b4:7a:19:c0:44\n\tinet 10.208.0.5 netmask 0xfffffffc broadcast 10.208.0.7\n"), "")],
+        (IFC, "bridge0", *[w for x in links if x["iface"] in ("en3", "en4", "en5") for w in ("deletem", x["iface"])]):
+            (0, "", ""),
+        (NS, "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"): (0, "", ""),
+        (IFC, "en2", "inet", "169.254.17.42", "delete"): (0, "", ""),  # en2's stale link-local address
+    })
+    for link in links:
+        n = int(link["iface"][2:]) - 1
+        mask = "255.255.255.252"
+        table[(ROUTE, "-n", "get", link["peer_address"])] = NO_ROUTE
+        table[(NS, "-createnetworkservice", f"Thunderbolt {n}", f"Thunderbolt {n}")] = (0, "", "")
+        table[(NS, "-setmanual", f"Thunderbolt {n}", link["address"], mask)] = (0, "", "")
+        table[(IFC, link["iface"], "inet", link["address"], "netmask", mask)] = (0, "", "")
+        table[(ROUTE, "-n", "add", "-host", link["peer_address"], "-interface", link["iface"])] = (0, "", "")
+    for link, codes in pings:
+        table[ping(link)] = [(rc, "", "") for rc in codes]
+    return table
+
+
+def run(module_runner, read_fixture, links, pings, check=False, **args):
+    module_args = {"links": links, "protected_ifaces": ["en0"], "verify": True, **args}
+    if check:
+        module_args["_ansible_check_mode"] = True
+    by_iface = {x["iface"]: x for x in links}
+    return module_runner("thunderbolt_links", args=module_args, bins=dict(BINS, ping=PING),
+                         commands=commands(read_fixture, links, [(by_iface[i], c) for i, c in pings.items()]))
+
+
+def test_reads_first_then_changes_in_order_then_one_ping_per_cable_from_its_first_end(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2, EN3, EN4], {"en2": [0], "en3": [0]})
+    assert not out.failed, out.result
+    calls = [tuple(c) for c in out.calls]
+    reads = {HWPORTS, ORDER, IFCONFIG} | {(ROUTE, "-n", "get", x["peer_address"]) for x in (EN2, EN3, EN4)}
+    assert set(calls[:len(reads)]) == reads  # every read before any change
+    changes = [c for c in calls[len(reads):] if c[0] != PING]
+    assert changes[:2] == [(IFC, "bridge0", "deletem", "en3", "deletem", "en4"),
+                           (NS, "-setnetworkserviceenabled", "Thunderbolt Bridge", "off")]
+    # networksetup first, then one ifconfig to see what it applied (en3's address), then the
+    # runtime changes still needed (en2 had its address before), then the routes
+    reread = changes.index(IFCONFIG)
+    assert all(c[0] == NS or c[1] == "bridge0" for c in changes[:reread])
+    assert changes[reread + 1:] == [
+        (IFC, "en2", "inet", "169.254.17.42", "delete"),
+        (IFC, "en4", "inet", "10.208.0.10", "netmask", "255.255.255.252"),
+        (ROUTE, "-n", "add", "-host", "10.208.0.2", "-interface", "en2"),
+        (ROUTE, "-n", "add", "-host", "10.208.0.6", "-interface", "en3"),
+        (ROUTE, "-n", "add", "-host", "10.208.0.9", "-interface", "en4"),
+    ]
+    assert [a["argv"][1] for a in out.result["applied_by_networksetup"]] == ["en3"]
+    assert [a["argv"] for a in out.result["actions"]] == [[c[0].rsplit("/", 1)[1], *c[1:]]
+                                                          for c in changes if c != IFCONFIG]
+    assert sorted(c for c in calls if c[0] == PING) == sorted([ping(EN2), ping(EN3)])  # not EN4: m0 pings it
+    assert [(v["cable"], v["ok"], v["attempts"]) for v in out.result["verified"]] == [
+        ("m1:en2~m2:en2", True, 1), ("m1:en3~m3:en2", True, 1)]
+    assert out.result["changed"] is True
+
+
+def test_a_silent_cable_with_carrier_is_tried_again_while_its_peer_applies(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2], {"en2": [2, 2, 0]})
+    assert not out.failed, out.result
+    assert out.result["verified"][0]["attempts"] == 3
+
+
+def test_a_cable_without_carrier_fails_at_once_naming_it(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2, EN3], {"en2": [0], "en3": [2]})
+    assert out.failed
+    msg = out.result["msg"]
+    assert "m1:en3~m3:en2" in msg and "en3 has no carrier" in msg and "m1:en2~m2:en2" not in msg
+    assert "plugged in at both ends" in msg
+    assert [c for c in out.calls if c[0] == PING].count(list(ping(EN3))) == 1
+    assert out.result["changed"] is True  # the changes were made; the failure says what is still wrong
+
+
+def test_the_wait_is_bounded(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2], {"en2": [2]}, verify_wait=0)
+    assert out.failed and "m1:en2~m2:en2" in out.result["msg"]
+    assert [c for c in out.calls if c[0] == PING] == [list(ping(EN2))]
+
+
+def test_check_mode_reads_only_and_pings_nothing(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2, EN3], {"en2": [0], "en3": [0]}, check=True)
+    assert not out.failed, out.result
+    reads = {HWPORTS, ORDER, IFCONFIG} | {(ROUTE, "-n", "get", x["peer_address"]) for x in (EN2, EN3)}
+    assert sorted(tuple(c) for c in out.calls) == sorted(reads)
+    assert out.result["changed"] is True and "verified" not in out.result
+
+
+def test_state_from_discovery_is_not_read_again(module_runner, read_fixture):
+    from mlx_host import interfaces_facts
+    from mlx_tb import parse_hardware_ports, parse_service_order
+
+    state = {"hardware_ports": parse_hardware_ports(read_fixture("networksetup_hwports_studio_with_bridge.txt")),
+             "services": parse_service_order(read_fixture("networksetup_order_bridge_enabled.txt")),
+             "interfaces": interfaces_facts(read_fixture("ifconfig_all_studio.txt"))}
+    out = run(module_runner, read_fixture, [EN2, EN3], {"en2": [0], "en3": [0]}, state=state)
+    assert not out.failed, out.result
+    calls = [tuple(c) for c in out.calls]
+    assert HWPORTS not in calls and ORDER not in calls
+    assert set(calls[:2]) == {(ROUTE, "-n", "get", "10.208.0.2"), (ROUTE, "-n", "get", "10.208.0.6")}
+    assert calls.count(IFCONFIG) == 1  # only the look after networksetup
+    assert (IFC, "bridge0", "deletem", "en3") in calls
+
+
+def test_incomplete_state_is_read_again(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2], {"en2": [0]},
+              state={"hardware_ports": {"Thunderbolt 1": "en2"}, "services": None, "interfaces": {}})
+    assert not out.failed, out.result
+    assert {HWPORTS, ORDER, IFCONFIG} <= {tuple(c) for c in out.calls}

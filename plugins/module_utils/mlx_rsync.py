@@ -274,7 +274,7 @@ def explain_failure(rc, stderr, host, dest, source):
     err = stderr or ""
     low = err.lower()
     where = f"{host}:{dest}" if host else dest
-    first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}")
+    first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}").rstrip(".")
     if host:
         if "host key verification failed" in low or "remote host identification has changed" in low:
             return (f"ssh from {source} to {host} failed: the host key was not accepted ({first}). Fix: "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.simcluster.cluster import SimCluster, _cmdline, list_namespaces, mentions, prefix_for
+from tests.simcluster.cluster import SimCluster, SimError, _cmdline, list_namespaces, mentions, prefix_for
 from tests.simcluster.spec import SpecError, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -549,6 +549,92 @@ def test_unplug_plug_and_live_overrides(own_pair):
     finally:
         c.set_host("m2", tb_version=5, macos="26.2", build="25C56", rdma=True)
     assert sh(c, "m2", ["rdma_ctl", "status"]).stdout == "enabled\n"
+
+
+@pytest.mark.sim
+def test_cable_moved_to_another_port_and_rdma_port_down(own_pair):
+    c = own_pair
+
+    def ports(host):
+        d = json.loads(sh(c, host, ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
+        return {b["receptacle_1_tag"]["receptacle_id_key"]: b for b in d["SPThunderboltDataType"]}
+
+    def peer_port(bus):
+        items = bus.get("_items") or []
+        return items[0]["domain_uuid_key"] if items else None
+
+    c.reset()  # the tests before left addresses on en2
+    m2_port1 = ports("m2")["1"]["domain_uuid_key"]
+    c.move("m1:en2", "m1:en4")
+    try:
+        with pytest.raises(SimError, match="not empty"):
+            c.move("m2:en2", "m1:en4")
+        with pytest.raises(SimError, match="no cable is plugged into m1:en2"):
+            c.move("m1:en2", "m1:en5")
+        m1 = ports("m1")
+        assert m1["1"]["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_no_devices_connected"
+        assert m1["3"]["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_connected"
+        assert peer_port(m1["3"]) == m2_port1
+        # m2 now sees m1's receptacle 3 (its domain) behind its port 1
+        assert peer_port(ports("m2")["1"]) == m1["3"]["domain_uuid_key"]
+        assert "status: inactive" in sh(c, "m1", ["ifconfig", "en2"]).stdout
+        assert wait_until(lambda: "status: active" in sh(c, "m1", ["ifconfig", "en4"]).stdout)
+        sh(c, "m1", ["ifconfig", "en4", "10.208.0.1/30", "up"], sudo=True)
+        sh(c, "m2", ["ifconfig", "en2", "10.208.0.2/30", "up"], sudo=True)
+        sh(c, "m1", ["ifconfig", "bridge0", "deletem", "en4"], sudo=True)
+        sh(c, "m2", ["ifconfig", "bridge0", "deletem", "en2"], sudo=True)
+        # real traffic on the new port (the moved end's carrier comes up within a moment)
+        assert wait_until(lambda: ping(c, "m2", "10.208.0.1", "en2").returncode == 0, timeout=15)
+        # a cable that is seen but whose RDMA port stays down
+        c.set_host("m2", rdma_port_down=["en2"])
+        assert "PORT_DOWN (1)" in sh(c, "m2", ["ibv_devinfo", "-d", "rdma_en2"]).stdout
+        assert ports("m2")["1"]["receptacle_1_tag"]["receptacle_status_key"] == "receptacle_connected"
+    finally:
+        c.reset()
+    assert peer_port(ports("m1")["1"]) == m2_port1
+    assert "status: inactive" in sh(c, "m1", ["ifconfig", "en4"]).stdout
+    assert wait_until(lambda: "PORT_ACTIVE" in sh(c, "m2", ["ibv_devinfo", "-d", "rdma_en2"]).stdout)
+
+
+@pytest.mark.sim
+def test_sshd_that_dies_on_a_command(own_pair):
+    c = own_pair
+    with c.die_on("m2", ["sw_vers", "-productVersion"], nth=2) as died:
+        assert c.ssh("m2", "sw_vers -productVersion").stdout == "26.2\n"
+        assert c.ssh("m2", "sw_vers").returncode == 0          # no match: not counted
+        start = time.monotonic()
+        r = c.ssh("m2", "sw_vers -productVersion; echo survived", timeout=30)
+        assert r.returncode == 255 and "survived" not in r.stdout   # the session died with sshd
+        assert time.monotonic() - start < 10                       # closed, not silent
+        assert wait_until(lambda: died["fired"] is not None)
+        assert c.is_up("m2") and c.ssh("m2", "true", timeout=30).returncode == 255
+        assert c.exec("m2", ["true"]).returncode == 0               # the Mac itself runs on
+        c.start_sshd("m2")
+        assert c.ssh("m2", "sw_vers -productVersion").returncode == 0  # fired once
+    assert c._live()["hosts"]["m2"]["die_on"] is None                # the rule is gone
+    assert c.ssh("m2", "sw_vers -productVersion").returncode == 0
+
+
+@pytest.mark.sim
+def test_a_mac_that_loses_power_on_a_command(own_pair):
+    c = own_pair
+    c.reset()
+    assert "status: active" in sh(c, "m1", ["ifconfig", "en2"]).stdout
+    try:
+        with c.die_on("m2", ["sw_vers"], mode="power") as died:
+            start = time.monotonic()
+            r = c.exec("m2", ["sw_vers"], timeout=60)
+            assert r.returncode != 0 and not r.stdout and time.monotonic() - start < 20
+            assert died["fired"] is not None and not c.is_up("m2") and c.is_up("m1")
+            assert "status: inactive" in sh(c, "m1", ["ifconfig", "en2"]).stdout   # no carrier
+            r = c.ssh("m2", "true", timeout=30)                   # nothing answers on the LAN
+            assert r.returncode == 255, r.stderr
+        c.reboot("m2")
+        assert c.is_up("m2") and c.ssh("m2", "sw_vers").returncode == 0
+        assert wait_until(lambda: "status: active" in sh(c, "m1", ["ifconfig", "en2"]).stdout)
+    finally:
+        if not c.is_up("m2"):
+            c.reboot("m2")
 
 
 @pytest.mark.sim

@@ -34,7 +34,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -53,7 +55,7 @@ HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
 LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu",
-             "require_sudo"}
+             "require_sudo", "rdma_port_down", "die_on"}
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
 
@@ -777,12 +779,86 @@ class SimCluster:
             time.sleep(0.01)
         raise SimError(f"processes of {host} did not end within {timeout}s")
 
+    def _port_wires(self, host, live=None):
+        """[(wire-side veth, plugged)] of the cables at `host` now (moved ends followed)."""
+        live = live or self._live()
+        out = []
+        for c in self.spec.cables:
+            ends = self._ends(live, c)
+            if any(ends[s]["host"] == host for s in "ab"):
+                plugged = bool(live.get("cables", {}).get(c.id, {}).get("plugged", True))
+                out += [(self._wire_end(ends[s]["host"], ends[s]["iface"]), plugged) for s in "ab"]
+        return out
+
+    def power_off(self, host):
+        """Cut the Mac's power: its cables and its LAN port go dark first (its peers lose
+        carrier; open TCP connections to it get no FIN and just go silent, as with a real
+        power cut), then every process of the Mac ends. `reboot(host)` powers it on."""
+        fd = self._lock()
+        try:
+            i = self.hosts.index(host)
+            _batch([f"link set h{i} down"], self.ctl_ns)
+            _batch([f"link set {w} down" for w, _ in self._port_wires(host)], self.wire_ns)
+            parent = self._harness().get("pids", {}).get(host)
+            if parent:
+                _kill_verified(parent, self.state_dir)
+                _wait_gone([parent])
+            proc = self._procs.pop(host, None)
+            if proc is not None:
+                proc.wait(timeout=5)
+            self._wait_host_gone(host)
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def die_on(self, host, argv, nth=1, mode="sshd"):
+        """Within the block, the `nth` run on `host` of the command `argv` (its name, then
+        words its argv must hold) kills sshd with every process it started (mode "sshd"),
+        or cuts the Mac's power (mode "power", done by a watcher thread here when the shim
+        asks for it). Yields a dict that gets "fired" (monotonic time) when it happened.
+        The rule fires once; the repair (start_sshd / reboot) is the caller's."""
+        request = self.host_dir(host) / "die_request"
+        request.unlink(missing_ok=True)
+        count = self.host_dir(host) / "die_on.count"
+        count.unlink(missing_ok=True)
+        event = {"fired": None}
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                if mode == "power" and request.exists():
+                    event["fired"] = time.monotonic()
+                    request.unlink(missing_ok=True)
+                    self.power_off(host)
+                    return
+                if mode != "power" and count.exists() and count.read_text().strip() == str(nth):
+                    event["fired"] = time.monotonic()
+                    return
+                stop.wait(0.02)
+
+        self.set_host(host, die_on={"argv": list(argv), "nth": nth, "mode": mode})
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            yield event
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
+            self.set_host(host, die_on=None)
+            request.unlink(missing_ok=True)
+
     def reboot(self, host, timeout=30):
         """Restart one Mac: every process ends, /tmp and /run are emptied, runtime network
         state (addresses, host routes, bridge membership) is dropped, bridge0 is rebuilt from
-        the persistent preferences and the enabled services are applied again."""
+        the persistent preferences and the enabled services are applied again. A Mac whose
+        power was cut gets its cables and LAN port back (plugged cables only)."""
         fd = self._lock()
         try:
+            i = self.hosts.index(host)
+            _batch([f"link set h{i} up"], self.ctl_ns)
+            wires = [w for w, plugged in self._port_wires(host) if plugged]
+            if wires:
+                _batch([f"link set {w} up" for w in wires], self.wire_ns)
             parent = self._harness().get("pids", {}).get(host)
             if parent:
                 _kill_verified(parent, self.state_dir)
@@ -822,9 +898,22 @@ class SimCluster:
             for h in self.hosts:
                 self._wait_host_gone(h)
             self._write_live({"hosts": {}, "cables": {c.id: {"plugged": True} for c in self.spec.cables}})
-            _batch([f"link set c{c.index}{s} up" for c in self.spec.cables for s in "ab"], self.wire_ns)
+            # the wiring of the spec again (moved cables back), every cable up, empty ports dark
+            wire = []
+            for c in self.spec.cables:
+                wire += [f"link set c{c.index}{s} master w{c.index}" for s in "ab"]
+                wire += [f"link set c{c.index}{s} up" for s in "ab"]
+            for h in self.spec.hosts:
+                cabled = self.spec.cables_of(h.name)
+                wire += [f"link set {self._wire_end(h.name, h.iface(k))} nomaster" for k in range(1, h.tb_ports + 1)
+                         if h.iface(k) not in cabled]
+                wire += [f"link set {self._wire_end(h.name, h.iface(k))} down" for k in range(1, h.tb_ports + 1)
+                         if h.iface(k) not in cabled]
+            _batch(wire, self.wire_ns)
+            _batch([f"link set h{i} up" for i in range(len(self.hosts))], self.ctl_ns)  # power cuts
             for h in self.hosts:
                 hd = self.host_dir(h)
+                (hd / "die_on.count").unlink(missing_ok=True)
                 for f in ("netprefs.json", "runtime.json"):
                     (hd / f).unlink(missing_ok=True)
                 if (hd / "tmp").exists():
@@ -849,14 +938,79 @@ class SimCluster:
         except SpecError as exc:
             raise SimError(str(exc)) from None
         state = "up" if plugged else "down"
-        _batch([f"link set c{c.index}a {state}", f"link set c{c.index}b {state}"], self.wire_ns)
         live = self._live()
-        live.setdefault("cables", {})[c.id] = {"plugged": plugged}
+        ends = self._ends(live, c)
+        _batch([f"link set {self._wire_end(ends[s]['host'], ends[s]['iface'])} {state}" for s in "ab"],
+               self.wire_ns)
+        live.setdefault("cables", {}).setdefault(c.id, {})["plugged"] = plugged
         self._write_live(live)
+
+    def _wire_end(self, host, iface) -> str:
+        """The wire-side name of the veth behind host:iface (fixed by the spec)."""
+        h = self.spec.host(host)
+        for c in self.spec.cables:
+            for side, end in (("a", c.a), ("b", c.b)):
+                if (end.host, end.iface) == (host, iface):
+                    return f"c{c.index}{side}"
+        for k in range(1, h.tb_ports + 1):
+            if h.iface(k) == iface:
+                return f"x{[x.name for x in self.spec.hosts].index(host)}_{k}"
+        raise SimError(f"{host} has no Thunderbolt port {iface} (it has en2..en{h.tb_ports + 1})")
+
+    def _ends(self, live, c) -> dict:
+        cur = live.get("cables", {}).get(c.id, {})
+        return {s: cur.get(s) or {"host": e.host, "receptacle": e.receptacle, "iface": e.iface}
+                for s, e in (("a", c.a), ("b", c.b))}
+
+    def move(self, frm, to):
+        """Move one end of a cable: `frm` is where that end is plugged now (`m1:en2`), `to` an
+        empty Thunderbolt port of the same or another Mac (`m1:en5`, `m3:en5`). The old port
+        goes dark, the new one carries the cable (real carrier; system_profiler sees the new
+        peers on both sides). `reset()` puts every cable back where the spec has it."""
+        fd = self._lock()
+        try:
+            live = self._live()
+            fh, _, fi = str(frm).partition(":")
+            th, _, ti = str(to).partition(":")
+            thost = self.spec.host(th)
+            trec = next((k for k in range(1, thost.tb_ports + 1) if thost.iface(k) == ti), None)
+            if trec is None:
+                raise SimError(f"move: {th} has no Thunderbolt port {ti!r}")
+            found = None
+            for c in self.spec.cables:
+                ends = self._ends(live, c)
+                for s in "ab":
+                    if (ends[s]["host"], ends[s]["iface"]) == (fh, fi):
+                        found = (c, s, ends)
+                    if (ends[s]["host"], ends[s]["iface"]) == (th, ti):
+                        raise SimError(f"move: {to} is not empty (cable {c.id})")
+            if found is None:
+                raise SimError(f"move: no cable is plugged into {frm}")
+            c, side, ends = found
+            old_wire = self._wire_end(fh, fi)
+            new_wire = self._wire_end(th, ti)
+            _batch([f"link set {old_wire} nomaster", f"link set {old_wire} down",
+                    f"link set {new_wire} master w{c.index}", f"link set {new_wire} up"], self.wire_ns)
+            ends[side] = {"host": th, "receptacle": trec, "iface": ti}
+            live.setdefault("cables", {}).setdefault(c.id, {"plugged": True}).update(ends)
+            self._write_live(live)
+        finally:
+            os.close(fd)
+
+    def is_up(self, host) -> bool:
+        """True while the Mac runs (its PID 1 is alive); a Mac killed by `die_on` is down
+        until `reboot(host)` starts it again."""
+        try:
+            self._init_pid(host)
+        except SimError:
+            return False
+        return True
 
     def set_host(self, host, **overrides):
         """Change what a Mac reports, live (rdma, macos, build, tb_version, model, model_id,
-        chip, memory_gb, ncpu, require_sudo). macOS before 26.2 has no rdma_ctl/ibv_* at all."""
+        chip, memory_gb, ncpu, require_sudo, rdma_port_down: [iface], die_on: {"argv": [cmd,
+        word...], "nth": n} (the Mac dies when the product runs that command; see
+        shims/macos.py maybe_die)). macOS before 26.2 has no rdma_ctl/ibv_* at all."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS
         if bad:

@@ -24,6 +24,7 @@ import ipaddress
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -84,6 +85,24 @@ class Ctx:
 
     def plugged(self, cable_id):
         return bool(self.live.get("cables", {}).get(cable_id, {}).get("plugged", True))
+
+    def cable(self, cable_id):
+        """A cable of the spec with its live ends (a moved cable has other ends)."""
+        cable = dict(self.cluster["cables"][cable_id])
+        for side in ("a", "b"):
+            end = self.live.get("cables", {}).get(cable_id, {}).get(side)
+            if end:
+                cable[side] = end
+        return cable
+
+    def cable_at(self, receptacle, host=None):
+        """(cable id, cable) plugged into host:receptacle now, or (None, None)."""
+        host = host or self.host
+        for cid in self.cluster["cables"]:
+            c = self.cable(cid)
+            if any(c[s]["host"] == host and int(c[s]["receptacle"]) == int(receptacle) for s in "ab"):
+                return cid, c
+        return None, None
 
     def ports(self):
         """[(receptacle:int, port dict)] sorted by receptacle."""
@@ -1319,7 +1338,9 @@ def cmd_ibv_devinfo(ctx, args):
         die("No IB devices found", 255)
     blocks = []
     for dev, iface, link, p in devs:
-        active = has_carrier(link) if link else False
+        # `rdma_port_down` (a live override, a list of interfaces): the cable is seen but the
+        # RDMA port stays down, as with a bad cable
+        active = (has_carrier(link) if link else False) and iface not in (ctx.cfg.get("rdma_port_down") or [])
         L = [f"hca_id:\t{dev}",
              "\ttransport:\t\t\tThunderbolt (100)",
              f"\tnode_guid:\t\t\t{node_guid(p['mac'])}",
@@ -1394,8 +1415,8 @@ def thunderbolt_data(ctx):
         bus = {"_name": f"thunderboltusb4_bus_{k - 1}", "device_name_key": cfg["model"],
                "domain_uuid_key": p["domain_uuid"], "route_string_key": "0",
                "switch_uid_key": p["switch_uid"], "vendor_name_key": "Apple Inc."}
-        cable = ctx.cluster["cables"].get(p["cable"]) if p.get("cable") else None
-        if cable is not None and ctx.plugged(p["cable"]):
+        cid, cable = ctx.cable_at(k)
+        if cable is not None and ctx.plugged(cid):
             speed = _tb_speed(ctx, cable)
             bus["receptacle_1_tag"] = {"current_speed_key": f"{speed} Gb/s", "link_status_key": "0x2",
                                        "micro_version_key": "0.0.0", "receptacle_id_key": str(k),
@@ -1847,6 +1868,7 @@ def main():
     ctx = Ctx(state, os.uname().nodename)
     while True:
         log_argv(ctx)
+        maybe_die(ctx)
         try:
             rc = COMMANDS[CMD](ctx, sys.argv[1:])
         except ReDispatch:
@@ -1859,6 +1881,59 @@ def main():
             rc = 1
         sys.stdout.flush()
         return rc or 0
+
+
+def maybe_die(ctx):
+    """The `die_on` live override: {"argv": [command, word...], "nth": n, "mode": m}. The
+    n-th run of `command` whose argv holds every word (1 = the first; counted in
+    <host>/die_on.count, which only `reset` clears, so a rule fires once) kills, right there:
+    - mode "sshd" (default): sshd and every process it started (sessions, the module that ran
+      this command, this process). The Mac runs on, its network as the killed run left it;
+      the SSH connections to it close at once. `start_sshd(host)` is the repair.
+    - mode "power": the whole Mac, as a power cut. Only the harness can cut the cables, so
+      this writes <host>/die_request and waits (at most 30 s, then carries on) for the
+      harness's watcher (SimCluster.die_on) to call power_off: the ports go dark (no carrier
+      for the peers, no TCP FIN for the controller: its connections just go silent), then
+      every process of the Mac ends. `reboot(host)` is the repair."""
+    rule = ctx.cfg.get("die_on")
+    if not rule:
+        return
+    words = list(rule.get("argv") or [])
+    if not words or CMD != words[0] or not all(w in sys.argv[1:] for w in words[1:]):
+        return
+    fd = ctx.lock()
+    try:
+        path = ctx.path("die_on.count")
+        n = int(_read_json(path, 0)) + 1
+        with open(path, "w") as f:
+            f.write(str(n))
+    finally:
+        os.close(fd)
+    if n != int(rule.get("nth", 1)):
+        return
+    if rule.get("mode", "sshd") == "power":
+        _write_json(ctx.path("die_request"), {"argv": [CMD, *sys.argv[1:]], "pid": os.getpid()})
+        time.sleep(30)
+        return
+    else:
+        with open(ctx.path("sshd.pid")) as f:
+            listener = int(f.read().split()[0])
+        doomed, todo = [], [listener]
+        while todo:  # the listener's whole process tree (this process is in it)
+            pid = todo.pop()
+            doomed.append(pid)
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    todo += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
+        for pid in doomed:
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _set_cmd(name):

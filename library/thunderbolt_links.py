@@ -91,6 +91,14 @@ options:
       interfaces:
         description: Interfaces with their IPv4 addresses, bridge members and status (C(ifconfig)).
         type: dict
+  pool:
+    description:
+      - The cluster's address pool (the plan's C(ip_plan.pool)). A Thunderbolt port outside
+        the plan, without a cable now, that still holds a /30 from it is the old end of an
+        unplugged or moved cable, so its address is removed and its service set back to DHCP
+        (the macOS default). Without it such ports are left alone. Ports with a cable and
+        protected interfaces are never touched.
+    type: str
   verify:
     description:
       - After applying, ping every cable from this end's address, as M(thunderbolt_ping) with
@@ -111,9 +119,19 @@ options:
     type: int
     default: 3
   verify_wait:
-    description: Seconds a cable with carrier may stay silent while its other end is being applied.
+    description:
+      - Seconds a cable with carrier may stay silent while its other end is being applied.
+      - The wait ends early when the port loses its carrier meanwhile (the Mac at the other
+        end went off, or the cable was pulled).
     type: int
     default: 60
+  fail_on_no_answer:
+    description:
+      - With I(verify), fail when a cable did not answer. With C(false) the silent cables are
+        returned in RV(no_answer) and the task succeeds, so the play can leave out cables to a
+        Mac that dropped out of the run meanwhile (its own failure names it).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -161,23 +179,32 @@ verified:
   type: list
   elements: dict
   sample: [{"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.3.1",
-            "peer_address": "10.208.3.2", "ok": true, "attempts": 1}]
+            "peer_address": "10.208.3.2", "peer_host": "m2", "peer_iface": "en2", "ok": true,
+            "attempts": 1, "carrier": true}]
+no_answer:
+  description: With I(verify), the cables that did not answer, each described for a message.
+  returned: when verify is set and not in check mode
+  type: list
+  elements: dict
+  sample: [{"peer_host": "m2", "problem": "cable m1:en2~m2:en2: en2 10.208.3.1 -> m2:en2 10.208.3.2
+            (en2 lost its carrier while waiting: m2 went off or the cable was pulled)"}]
 """
 
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_checks import no_answer_msg
 from ansible.module_utils.mlx_netcfg import (
-    NO_ANSWER_FIX,
     LinkPlanError,
-    describe_link,
     parse_getinfo,
     parse_route_get,
-    pinged_from_the_other_end,
     ping_argv,
+    ping_result,
+    pinged_from_the_other_end,
     plan_links,
     runtime_done,
+    stale_ports,
 )
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
@@ -233,12 +260,14 @@ def read_state(module, links):
         hwports = parse_hardware_ports(first[0][1])
         services = parse_service_order(first[1][1])
         interfaces = parse_ifconfig(first[2][1])
-    wanted = {link["iface"] for link in links}
+    stale = stale_ports(links, hwports, interfaces, module.params["pool"],
+                        protected=module.params["protected_ifaces"])
+    wanted = {link["iface"] for link in links} | set(stale)
     names = [svc["name"] for svc in services if svc.get("device") in wanted and svc.get("name")]
     info = {name: parse_getinfo(res[1])
             for name, res in zip(names, run_all(module, [["networksetup", "-getinfo", n] for n in names]))}
     routes = {peer: parse_route_get(out if rc == 0 else "") for peer, (rc, out, _) in zip(routes_wanted, route_out)}
-    return hwports, services, interfaces, info, routes
+    return hwports, services, interfaces, info, routes, stale
 
 
 def verify(module, links, interfaces):
@@ -247,6 +276,18 @@ def verify(module, links, interfaces):
     p = module.params
     ping = module.get_bin_path("ping", required=True)
     start = time.monotonic()
+
+    ifconfig = module.get_bin_path("ifconfig")
+
+    def has_carrier(iface):
+        """The port's carrier now (None when ifconfig cannot tell)."""
+        if not ifconfig:
+            return None
+        rc, out, _ = module.run_command([ifconfig, iface], environ_update=C_LOCALE)
+        try:
+            return (parse_ifconfig(out).get(iface) or {}).get("status") != "inactive" if rc == 0 else None
+        except ParseError:
+            return None
 
     def probe(link):
         carrier = (interfaces.get(link["iface"]) or {}).get("status") != "inactive"
@@ -258,21 +299,19 @@ def verify(module, links, interfaces):
                 rc = module.run_command(ping_argv(ping, link, p["verify_count"], p["verify_timeout"]),
                                         environ_update=C_LOCALE, handle_exceptions=False)[0]
             except OSError:  # could not start ping at all: that cable is not verified
-                return False, attempts, carrier
+                return False, attempts, carrier, False
             if rc == 0 or time.monotonic() + p["verify_timeout"] > deadline:
-                return rc == 0, attempts, carrier
+                return rc == 0, attempts, carrier, False
+            if carrier and has_carrier(link["iface"]) is False:
+                return False, attempts, False, True  # no use waiting: the other end is gone
 
     mine = [x for x in links if not pinged_from_the_other_end(x)]
     with ThreadPoolExecutor(max_workers=max(1, len(mine))) as pool:
         outcomes = list(pool.map(probe, mine))
-    results, failed = [], []
-    for link, (ok, attempts, carrier) in zip(mine, outcomes):
-        res = {k: link.get(k) for k in ("cable", "iface", "address", "peer_host", "peer_iface", "peer_address")}
-        res.update(ok=ok, attempts=attempts)
-        results.append(res)
-        if not ok:
-            failed.append(describe_link(link) + ("" if carrier else f" ({link['iface']} has no carrier)"))
-    return results, failed
+    results = []
+    for link, (ok, attempts, carrier, lost) in zip(mine, outcomes):
+        results.append(ping_result(link, ok, attempts=attempts, carrier=carrier, lost=lost))
+    return results
 
 
 def main():
@@ -288,6 +327,7 @@ def main():
                 peer_host=dict(type="str"), peer_iface=dict(type="str"),
             )),
             protected_ifaces=dict(type="list", elements="str", default=[]),
+            pool=dict(type="str"),
             bridge=dict(type="str", default="bridge0"),
             bridge_service=dict(type="str", default="Thunderbolt Bridge"),
             host_routes=dict(type="bool", default=True),
@@ -300,6 +340,7 @@ def main():
             verify_count=dict(type="int", default=2),
             verify_timeout=dict(type="int", default=3),
             verify_wait=dict(type="int", default=60),
+            fail_on_no_answer=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -307,8 +348,8 @@ def main():
     try:
         state = read_state(module, p["links"])
         actions, warnings, before, after = plan_links(
-            p["links"], *state, protected=p["protected_ifaces"], bridge=p["bridge"],
-            bridge_service=p["bridge_service"], host_routes=p["host_routes"])
+            p["links"], *state[:5], protected=p["protected_ifaces"], bridge=p["bridge"],
+            bridge_service=p["bridge_service"], host_routes=p["host_routes"], stale=state[5])
     except (LinkPlanError, ParseError) as exc:
         module.fail_json(msg=str(exc), links=p["links"])
     for w in warnings:
@@ -331,10 +372,11 @@ def main():
     if already:
         out["applied_by_networksetup"] = already
     if p["verify"]:
-        out["verified"], failed = verify(module, p["links"], state[2])
-        if failed:
-            module.fail_json(msg="no answer over " + "; ".join(failed) + ". " + NO_ANSWER_FIX
-                             + " When another Mac failed to apply its side, fix that first.", **out)
+        out["verified"] = verify(module, p["links"], state[2])
+        out["no_answer"] = [{"peer_host": r["peer_host"], "problem": r["problem"]}
+                            for r in out["verified"] if not r["ok"]]
+        if out["no_answer"] and p["fail_on_no_answer"]:
+            module.fail_json(msg=no_answer_msg(out["no_answer"]), **out)
     module.exit_json(**out)
 
 

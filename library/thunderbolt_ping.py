@@ -40,6 +40,13 @@ options:
         module on both ends, as the role does).
     type: bool
     default: false
+  fail_on_no_answer:
+    description:
+      - Fail when a cable did not answer. With C(false) the silent cables are returned in
+        RV(no_answer) and the task succeeds, so the play can leave out cables to a Mac that
+        dropped out of the run (its own failure names it).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -62,13 +69,20 @@ results:
   type: list
   elements: dict
   sample: [{"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.3.1",
-            "peer_address": "10.208.3.2", "ok": true}]
+            "peer_address": "10.208.3.2", "peer_host": "m2", "peer_iface": "en2", "ok": true}]
+no_answer:
+  description: The cables that did not answer, each described for a message.
+  returned: when not in check mode
+  type: list
+  elements: dict
+  sample: [{"peer_host": "m2", "problem": "cable m1:en2~m2:en2: en2 10.208.3.1 -> m2:en2 10.208.3.2"}]
 """
 
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_netcfg import NO_ANSWER_FIX, describe_link, pinged_from_the_other_end, ping_argv
+from ansible.module_utils.mlx_checks import no_answer_msg
+from ansible.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
 
 
 def main():
@@ -78,6 +92,7 @@ def main():
             count=dict(type="int", default=2),
             timeout=dict(type="int", default=3),
             first_end_only=dict(type="bool", default=False),
+            fail_on_no_answer=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -96,18 +111,11 @@ def main():
     # Each ping runs over its own cable: nothing is shared, so they run side by side.
     with ThreadPoolExecutor(max_workers=max(1, len(links))) as pool:
         codes = list(pool.map(probe, links))
-    results, failed = [], []
-    for link, rc in zip(links, codes):
-        res = {k: link.get(k) for k in ("cable", "iface", "address", "peer_host", "peer_iface", "peer_address")}
-        res["ok"] = rc == 0
-        results.append(res)
-        if rc != 0:
-            failed.append(describe_link(link))
-    if failed:
-        module.fail_json(
-            msg="no answer over " + "; ".join(failed) + ". " + NO_ANSWER_FIX,
-            results=results)
-    module.exit_json(changed=False, results=results)
+    results = [ping_result(link, rc == 0) for link, rc in zip(links, codes)]
+    no_answer = [{"peer_host": r["peer_host"], "problem": r["problem"]} for r in results if not r["ok"]]
+    if no_answer and module.params["fail_on_no_answer"]:
+        module.fail_json(msg=no_answer_msg(no_answer), results=results, no_answer=no_answer)
+    module.exit_json(changed=False, results=results, no_answer=no_answer)
 
 
 if __name__ == "__main__":

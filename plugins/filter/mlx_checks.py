@@ -126,6 +126,23 @@ def mlx_slow_cables(results, ratio=0.5):
             if isinstance(r.get("gbps"), (int, float)) and r["gbps"] < ratio * median]
 
 
+def mlx_no_answer_msg(no_answer):
+    """The failure message for the `no_answer` entries of thunderbolt_links / thunderbolt_ping."""
+    if not isinstance(no_answer, list) or not all(isinstance(x, dict) and "problem" in x for x in no_answer):
+        raise AnsibleFilterError("mlx_no_answer_msg: expects the no_answer list of thunderbolt_links/_ping")
+    return _load("mlx_checks").no_answer_msg(no_answer)
+
+
+def mlx_dropped_out(ip_plan, hosts):
+    """Lines naming each Mac that left the run part-way, its cables and the repair."""
+    if not isinstance(ip_plan, dict) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("mlx_dropped_out: expects mlx_cluster_plan.ip_plan and a list of hosts")
+    try:
+        return _load("mlx_checks").dropped_out(ip_plan, hosts)
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"mlx_dropped_out: malformed plan ({exc})") from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -136,4 +153,6 @@ class FilterModule:
             "mlx_cable_hostfiles": mlx_cable_hostfiles,
             "mlx_slow_cables": mlx_slow_cables,
             "mlx_cable_results": mlx_cable_results,
+            "mlx_no_answer_msg": mlx_no_answer_msg,
+            "mlx_dropped_out": mlx_dropped_out,
         }

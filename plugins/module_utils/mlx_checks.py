@@ -65,6 +65,7 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
 
     problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
     problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
+    problems.extend(_unaddressed_cables(facts_by_host, ip_plan))
     if topology and not topology.get("backend"):
         problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
                            _missing_fix(topology)))
@@ -188,8 +189,73 @@ def _stale_links(facts_by_host, cabled, pool):
                 out.append(_p("warning", "stale_link", h,
                               f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
                               f"{was}: unplugged or moved",
-                              f"plug the cable back into {h}:{iface}, or re-run the network stage to plan the new wiring",
+                              f"plug the cable back into {h}:{iface}, or run the network stage: it plans the "
+                              f"new wiring and removes the old address",
                               iface))
+    return out
+
+
+NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
+                 "shows the peer), then re-run the network stage.")
+
+
+def no_answer_msg(no_answer):
+    """The failure message for cables that did not answer a ping ([{"problem": str}, ...])."""
+    return ("no answer over " + "; ".join(x["problem"] for x in no_answer) + ". " + NO_ANSWER_FIX
+            + " When another Mac failed to apply its side, fix that first.")
+
+
+def dropped_out(ip_plan, hosts):
+    """Lines naming the Macs that left a run part-way (unreachable or failed), the cables that
+    lead to them, and the repair. `ip_plan` is the plan's ip_plan, `hosts` the Macs gone."""
+    lines = []
+    for host in sorted(hosts or []):
+        ends = sorted(f"{peer}:{link['iface']} <-> {host}:{link.get('peer_iface', '?')}"
+                      for peer, links in sorted(((ip_plan or {}).get("hosts") or {}).items()) if peer != host
+                      for link in links if link.get("peer_host") == host)
+        waiting = f"; its cables {', '.join(ends)} are configured on the other side only" if ends else ""
+        lines.append(f"{host} dropped out of the network stage (unreachable, or failed above){waiting}. "
+                     f"Fix: bring {host} back (power, LAN, System Settings > General > Sharing > Remote "
+                     f"Login), then re-run the network stage (--tags network): the Macs that finished are "
+                     f"left as they are.")
+    return lines
+
+
+def _pool_addresses(facts_by_host, pool):
+    """Every /30 address inside the pool on any host: the cluster was configured before."""
+    try:
+        pool = ipaddress.ip_network(pool, strict=False)
+    except (TypeError, ValueError):
+        return []
+    out = []
+    for f in facts_by_host.values():
+        for info in (f.get("interfaces") or {}).values():
+            for a in info.get("ipv4") or []:
+                try:
+                    if ipaddress.ip_address(a.get("address")) in pool and int(a.get("prefix", 32)) == 30:
+                        out.append(a.get("address"))
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def _unaddressed_cables(facts_by_host, ip_plan):
+    """Cables of a cluster configured before (cluster addresses exist) whose two ends do not
+    hold the plan's addresses yet: a new cable, one moved to another port, or a network stage
+    that did not finish. The network stage addresses them; until then they carry nothing."""
+    ip_plan = ip_plan or {}
+    if not _pool_addresses(facts_by_host, ip_plan.get("pool")):
+        return []
+    out = []
+    for cid, c in sorted((ip_plan.get("cables") or {}).items()):
+        if c.get("kept") is not False:
+            continue
+        a, b = c["a"], c["b"]
+        out.append(_p("warning", "unaddressed_cable", a["host"],
+                      f"cable {a['host']}:{a['iface']} <-> {b['host']}:{b['iface']} has no cluster address "
+                      f"at both ends yet: a new cable, one moved from another port, or an unfinished run",
+                      "the network stage addresses it: run it (ansible-playbook site.yml --tags network)",
+                      a["iface"]))
     return out
 
 

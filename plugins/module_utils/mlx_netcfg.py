@@ -95,9 +95,38 @@ class LinkPlanError(Exception):
     """A plan that must not be applied (it would touch an interface outside the plan)."""
 
 
+def stale_ports(links, hwports, interfaces, pool, protected=()):
+    """{iface: [address]}: Thunderbolt ports outside the plan, without a cable now (no
+    carrier), that still hold /30 addresses from the cluster's `pool`: the old end of a cable
+    that was unplugged or moved. Ports with a cable, other addresses and protected interfaces
+    are never listed."""
+    if not pool:
+        return {}
+    try:
+        pool = ipaddress.ip_network(pool, strict=False)
+    except ValueError:
+        return {}
+    planned = {link["iface"] for link in links}
+    out = {}
+    for port, iface in sorted(hwports.items()):
+        info = interfaces.get(iface) or {}
+        if not TB_PORT.match(port or "") or iface in planned or iface in protected or info.get("status") != "inactive":
+            continue
+        addrs = []
+        for a in info.get("ipv4") or []:
+            try:
+                if ipaddress.ip_address(a.get("address")) in pool and int(a.get("prefix", -1)) == 30:
+                    addrs.append(a["address"])
+            except (TypeError, ValueError):
+                continue
+        if addrs:
+            out[iface] = addrs
+    return out
+
+
 def plan_links(links, hwports, services, interfaces, service_info, routes,
                protected=(), bridge="bridge0", bridge_service="Thunderbolt Bridge",
-               host_routes=True):
+               host_routes=True, stale=None):
     """Return (actions, warnings, before, after) to converge a Mac on `links`.
 
     links: [{iface, address, prefix, peer_address}]
@@ -106,6 +135,9 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
     interfaces: {iface: {ipv4: [{address, prefix}], members: [...]}} (ifconfig)
     service_info: {service name: parse_getinfo(...)} for the services of planned ifaces
     routes: {peer_address: parse_route_get(...)}
+    stale: {iface: [address]} from stale_ports(): those addresses are removed, and the
+        port's service goes back to DHCP (the macOS default) when it holds one of them
+        (service_info must then have that service too)
     Each action is {"argv": [...], "why": "..."}; argv[0] is a command name the module
     resolves with get_bin_path.
     """
@@ -207,6 +239,25 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         }
         after[iface] = {"service": name, "persistent": f"{address}/{mask}", "runtime": [f"{address}/{prefix}"],
                         "peer": peer}
+    # 3. The old ends of unplugged or moved cables: forget the cluster's addresses there.
+    for iface, addrs in sorted((stale or {}).items()):
+        if iface in planned or iface in protected:
+            continue
+        svc = by_device.get(iface)
+        info = service_info.get(svc["name"]) if svc else None
+        if info and info.get("method") == "manual" and info.get("address") in addrs:
+            actions.append({"argv": ["networksetup", "-setdhcp", svc["name"]],
+                            "why": f"forget {info['address']} on '{svc['name']}' ({iface}): no cable there now"})
+        for a in addrs:
+            runtime.append({"argv": ["ifconfig", iface, "inet", a, "delete"],
+                            "why": f"remove {a} from {iface}: the cable it addressed is gone",
+                            "runtime": {"iface": iface, "op": "delete", "address": a}})
+        before[iface] = {"service": svc["name"] if svc else None, "runtime": [f"{a}/30" for a in addrs],
+                         "persistent": f"{info.get('address')}/{info.get('subnet')}"
+                         if info and info.get("method") == "manual" else (info or {}).get("method")}
+        after[iface] = {"service": svc["name"] if svc else None, "runtime": [],
+                        "persistent": "dhcp" if info and info.get("method") == "manual" and info.get("address") in addrs
+                        else before[iface]["persistent"]}
     return actions + runtime + route_actions, warnings, before, after
 
 
@@ -228,8 +279,6 @@ def _has_host_route(route, peer):
 
 # ---- verification: one ping per cable ------------------------------------------------
 
-NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
-                 "shows the peer), then re-run the network stage.")
 
 
 def ping_argv(ping, link, count, timeout):
@@ -242,6 +291,19 @@ def ping_argv(ping, link, count, timeout):
 def describe_link(link):
     return (f"cable {link.get('cable', '?')}: {link.get('iface')} {link.get('address')} -> "
             f"{link.get('peer_host', '?')}:{link.get('peer_iface', '?')} {link.get('peer_address')}")
+
+
+def ping_result(link, ok, attempts=1, carrier=True, lost=False):
+    """One verified cable for a module's result: the link's names, ok, and for a silent
+    cable a `problem` line that says what was seen (no carrier, carrier lost meanwhile)."""
+    res = {k: link.get(k) for k in ("cable", "iface", "address", "peer_host", "peer_iface", "peer_address")}
+    res.update(ok=bool(ok), attempts=attempts, carrier=bool(carrier) and not lost)
+    if not ok:
+        iface, peer = link.get("iface"), link.get("peer_host", "?")
+        note = (f" ({iface} lost its carrier while waiting: {peer} went off or the cable was pulled)" if lost
+                else "" if carrier else f" ({iface} has no carrier)")
+        res["problem"] = describe_link(link) + note
+    return res
 
 
 def pinged_from_the_other_end(link):

@@ -104,3 +104,50 @@ def test_unplugged_cable_is_named_by_its_stale_address():
     assert "cable to m2:en3" in stale[0]["msg"] and "unplugged or moved" in stale[0]["msg"]
     # An address outside the pool (the LAN) or on a cabled port is not stale.
     assert preflight({"m1": m1, "m2": m2}, LINKS, ip_plan={"pool": "10.209.0.0/16"}) == []
+
+
+def moved_plan(kept):
+    """m1's end of the m1-m2 cable moved from en2 to en4: the plan has the new cable."""
+    return {"pool": "10.208.0.0/16", "cables": {"m1:en4~m2:en2": {
+        "network": "10.208.9.0/30", "kept": kept,
+        "a": {"host": "m1", "iface": "en4", "address": "10.208.9.1"},
+        "b": {"host": "m2", "iface": "en2", "address": "10.208.9.2"}}}}
+
+
+def test_cable_moved_to_another_port_is_named_at_both_ports():
+    m1, m2 = host_facts(devices=("en2", "en4")), host_facts()
+    m1["interfaces"] = {"en2": {"ipv4": [{"address": "10.208.7.1", "prefix": 30}]}, "en4": {"ipv4": []}}
+    m2["interfaces"] = {"en2": {"ipv4": [{"address": "10.208.7.2", "prefix": 30}]}}
+    links = {"cables": [cable("m1", "en4", "m2", "en2")], "problems": [], "external": []}
+    probs = preflight({"m1": m1, "m2": m2}, links, ip_plan=moved_plan(kept=False))
+    (stale,) = only(probs, "stale_link")
+    assert (stale["host"], stale["port"]) == ("m1", "en2") and "cable to m2:en2" in stale["msg"]
+    (new,) = only(probs, "unaddressed_cable")
+    assert (new["host"], new["port"], new["severity"]) == ("m1", "en4", "warning")
+    assert "m1:en4 <-> m2:en2" in new["msg"] and "moved" in new["msg"] and "--tags network" in new["fix"]
+    # once addressed (kept by the planner) nothing is said
+    assert only(preflight({"m1": m1, "m2": m2}, links, ip_plan=moved_plan(kept=True)), "unaddressed_cable") == []
+
+
+def test_a_cluster_never_configured_has_no_unaddressed_warnings():
+    m1, m2 = host_facts(), host_facts()
+    m1["interfaces"] = {"en2": {"ipv4": [{"address": "192.168.1.20", "prefix": 24}]}}
+    assert preflight({"m1": m1, "m2": m2}, LINKS, ip_plan=moved_plan(kept=False)) == []
+
+
+def test_silent_cables_message_and_macs_that_dropped_out():
+    from mlx_checks import dropped_out, no_answer_msg
+
+    msg = no_answer_msg([{"problem": "cable a~b: en2 1.1.1.1 -> m2:en2 1.1.1.2"}, {"problem": "cable c~d: x"}])
+    assert msg.startswith("no answer over cable a~b: en2 1.1.1.1 -> m2:en2 1.1.1.2; cable c~d: x. Fix: ")
+    plan = {"hosts": {
+        "m1": [{"iface": "en2", "peer_host": "m2", "peer_iface": "en2"}, {"iface": "en3", "peer_host": "m3", "peer_iface": "en2"}],
+        "m2": [{"iface": "en2", "peer_host": "m1", "peer_iface": "en2"}, {"iface": "en3", "peer_host": "m3", "peer_iface": "en3"}],
+        "m3": [{"iface": "en2", "peer_host": "m1", "peer_iface": "en3"}, {"iface": "en3", "peer_host": "m2", "peer_iface": "en3"}]}}
+    (line,) = dropped_out(plan, ["m2"])
+    assert line.startswith("m2 dropped out of the network stage")
+    assert "its cables m1:en2 <-> m2:en2, m3:en3 <-> m2:en3 are configured on the other side only" in line
+    assert "Fix: bring m2 back" in line and "--tags network" in line
+    assert dropped_out(plan, []) == []
+    (alone,) = dropped_out({}, ["m9"])  # no plan for it: named, no cables
+    assert alone.startswith("m9 dropped out") and "its cables" not in alone

@@ -144,3 +144,39 @@ def test_runtime_done_tells_what_networksetup_already_applied():
     assert not runtime_done(add, untouched) and not runtime_done(delete, untouched)
     assert not runtime_done(add, {"en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 24}]}})  # wrong prefix
     assert not runtime_done(actions[0], applied)  # not a runtime action
+
+
+def test_old_end_of_a_moved_cable_loses_its_address_and_manual_service():
+    from mlx_netcfg import stale_ports
+
+    services, ifaces, info, routes = converged_state()
+    # en4: the old end of a cable moved away; no carrier, still 10.208.0.9/30 (runtime and
+    # persistent). en0 holds a LAN address, en3 carries a planned cable: never touched.
+    services.append({"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True})
+    ifaces["en4"] = {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"}
+    info["Thunderbolt 3"] = {"method": "manual", "address": "10.208.0.9", "subnet": "255.255.255.252"}
+    stale = stale_ports(LINKS, HWPORTS, ifaces, "10.208.0.0/16", protected=["en0"])
+    assert stale == {"en4": ["10.208.0.9"]}
+    actions, _, before, after = plan_links(LINKS, HWPORTS, services, ifaces, info, routes, stale=stale)
+    assert argvs(actions) == [["networksetup", "-setdhcp", "Thunderbolt 3"],
+                              ["ifconfig", "en4", "inet", "10.208.0.9", "delete"]]
+    assert actions[1]["runtime"] == {"iface": "en4", "op": "delete", "address": "10.208.0.9"}
+    assert before["en4"]["persistent"] == "10.208.0.9/255.255.255.252" and after["en4"]["persistent"] == "dhcp"
+    # a port with a cable (carrier), an address outside the pool, or no pool: left alone
+    ifaces["en4"]["status"] = "active"
+    assert stale_ports(LINKS, HWPORTS, ifaces, "10.208.0.0/16") == {}
+    ifaces["en4"] = {"ipv4": [{"address": "192.168.7.9", "prefix": 30}], "status": "inactive"}
+    assert stale_ports(LINKS, HWPORTS, ifaces, "10.208.0.0/16") == {}
+    assert stale_ports(LINKS, HWPORTS, ifaces, None) == {}
+    # a protected interface is never stale, whatever it holds
+    hw = dict(HWPORTS, **{"Thunderbolt 4": "en5"})
+    ifaces["en5"] = {"ipv4": [{"address": "10.208.0.13", "prefix": 30}], "status": "inactive"}
+    assert stale_ports(LINKS, hw, ifaces, "10.208.0.0/16", protected=["en5"]) == {}
+
+
+def test_stale_port_whose_service_was_changed_by_hand_keeps_its_service():
+    services, ifaces, info, routes = converged_state()
+    services.append({"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True})
+    info["Thunderbolt 3"] = {"method": "manual", "address": "10.208.0.77", "subnet": "255.255.255.252"}
+    actions, _, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes, stale={"en4": ["10.208.0.9"]})
+    assert argvs(actions) == [["ifconfig", "en4", "inet", "10.208.0.9", "delete"]]

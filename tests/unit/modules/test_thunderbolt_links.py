@@ -31,7 +31,14 @@ def ping(link):
     return (PING, "-q", "-o", "-c", "2", "-t", "3", "-S", link["address"], link["peer_address"])
 
 
-def commands(read_fixture, links, pings):
+def en2_block(read_fixture, status="active"):
+    """`ifconfig en2` as macOS prints it (the en2 block of the studio fixture)."""
+    text = read_fixture("ifconfig_all_studio.txt")
+    block = text[text.index("en2: flags"):text.index("en3: flags")]
+    return block.replace("status: active", f"status: {status}")
+
+
+def commands(read_fixture, links, pings, carrier=None):
     table = Answers({
         HWPORTS: (0, read_fixture("networksetup_hwports_studio_with_bridge.txt"), ""),
         ORDER: (0, read_fixture("networksetup_order_bridge_enabled.txt"), ""),
@@ -55,16 +62,19 @@ def commands(read_fixture, links, pings):
         table[(ROUTE, "-n", "add", "-host", link["peer_address"], "-interface", link["iface"])] = (0, "", "")
     for link, codes in pings:
         table[ping(link)] = [(rc, "", "") for rc in codes]
+    # the carrier looked at while a cable with carrier stays silent (en2 only in these tests)
+    table[(IFC, "en2")] = [(0, en2_block(read_fixture, st), "") for st in (carrier or ["active"])]
     return table
 
 
-def run(module_runner, read_fixture, links, pings, check=False, **args):
+def run(module_runner, read_fixture, links, pings, check=False, carrier=None, **args):
     module_args = {"links": links, "protected_ifaces": ["en0"], "verify": True, **args}
     if check:
         module_args["_ansible_check_mode"] = True
     by_iface = {x["iface"]: x for x in links}
     return module_runner("thunderbolt_links", args=module_args, bins=dict(BINS, ping=PING),
-                         commands=commands(read_fixture, links, [(by_iface[i], c) for i, c in pings.items()]))
+                         commands=commands(read_fixture, links, [(by_iface[i], c) for i, c in pings.items()],
+                                           carrier=carrier))
 
 
 def test_reads_first_then_changes_in_order_then_one_ping_per_cable_from_its_first_end(module_runner, read_fixture):
@@ -100,6 +110,23 @@ def test_a_silent_cable_with_carrier_is_tried_again_while_its_peer_applies(modul
     out = run(module_runner, read_fixture, [EN2], {"en2": [2, 2, 0]})
     assert not out.failed, out.result
     assert out.result["verified"][0]["attempts"] == 3
+
+
+def test_the_wait_ends_when_the_port_loses_its_carrier(module_runner, read_fixture):
+    # the Mac at the other end went off while this one waited for it
+    out = run(module_runner, read_fixture, [EN2], {"en2": [2, 2, 2, 2, 0]}, carrier=["active", "inactive"])
+    assert out.failed
+    assert out.result["verified"][0]["attempts"] == 2 and out.result["verified"][0]["carrier"] is False
+    assert "en2 lost its carrier while waiting: m2 went off or the cable was pulled" in out.result["msg"]
+    assert [c for c in out.calls if c[0] == IFC and c[1:] == ["en2"]] == [[IFC, "en2"]] * 2
+
+
+def test_silent_cables_can_be_returned_instead_of_failing(module_runner, read_fixture):
+    out = run(module_runner, read_fixture, [EN2, EN3], {"en2": [0], "en3": [2]}, fail_on_no_answer=False)
+    assert not out.failed, out.result
+    assert out.result["no_answer"] == [
+        {"peer_host": "m3", "problem": "cable m1:en3~m3:en2: en3 10.208.0.5 -> m3:en2 10.208.0.6 (en3 has no carrier)"}]
+    assert [v["ok"] for v in out.result["verified"]] == [True, False]
 
 
 def test_a_cable_without_carrier_fails_at_once_naming_it(module_runner, read_fixture):
@@ -147,3 +174,37 @@ def test_incomplete_state_is_read_again(module_runner, read_fixture):
               state={"hardware_ports": {"Thunderbolt 1": "en2"}, "services": None, "interfaces": {}})
     assert not out.failed, out.result
     assert {HWPORTS, ORDER, IFCONFIG} <= {tuple(c) for c in out.calls}
+
+
+def test_the_old_end_of_a_moved_cable_is_cleared_when_the_pool_is_given(module_runner):
+    # en2 carries the planned cable (converged); en4 has no cable but still 10.208.0.9/30
+    state = {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 3": "en4",
+                                "Thunderbolt Bridge": "bridge0"},
+             "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
+                          {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
+                          {"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True}],
+             "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active"},
+                            "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active"},
+                            "en4": {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"},
+                            "bridge0": {"ipv4": [], "members": []}}}
+    manual = "Manual Configuration\nIP address: {}\nSubnet mask: 255.255.255.252\nRouter: (null)\n"
+    commands = {
+        (ROUTE, "-n", "get", "10.208.0.2"): (0, "   route to: 10.208.0.2\ndestination: 10.208.0.2\n"
+                                                "  interface: en2\n      flags: <UP,HOST,DONE,STATIC>\n", ""),
+        (NS, "-getinfo", "Thunderbolt 1"): (0, manual.format("10.208.0.1"), ""),
+        (NS, "-getinfo", "Thunderbolt 3"): (0, manual.format("10.208.0.9"), ""),
+        (NS, "-setdhcp", "Thunderbolt 3"): (0, "", ""),
+        IFCONFIG: (0, "en4: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n"
+                      "\tether 36:b4:7a:19:c0:48\n\tstatus: inactive\n", ""),
+    }
+    base = {"links": [EN2], "protected_ifaces": ["en0"], "state": state}
+    out = module_runner("thunderbolt_links", args=dict(base, pool="10.208.0.0/16"), bins=BINS, commands=commands)
+    assert not out.failed, out.result
+    assert [a["argv"] for a in out.result["actions"]] == [["networksetup", "-setdhcp", "Thunderbolt 3"]]
+    # DHCP took the manual address away at once: the runtime delete was not needed
+    assert [a["argv"] for a in out.result["applied_by_networksetup"]] == [["ifconfig", "en4", "inet", "10.208.0.9",
+                                                                           "delete"]]
+    # without the pool nothing outside the plan is looked at
+    quiet = module_runner("thunderbolt_links", args=base, bins=BINS, commands=commands)
+    assert not quiet.failed and quiet.result["changed"] is False
+    assert [NS, "-getinfo", "Thunderbolt 3"] not in quiet.calls

@@ -53,6 +53,13 @@ def test_silent_cables_are_all_named_with_the_fix(module_runner):
     assert [r["ok"] for r in out.result["results"]] == [True, False, False]
 
 
+def test_silent_cables_can_be_returned_instead_of_failing(module_runner):
+    out = run(module_runner, codes={"en4": 2}, fail_on_no_answer=False)
+    assert not out.failed, out.result
+    assert out.result["no_answer"] == [{"peer_host": "m4", "problem": "cable m1:en4~m4:en2: en4 10.208.0.9 -> "
+                                                                      "m4:en2 10.208.0.10"}]
+
+
 def test_check_mode_sends_nothing(module_runner):
     out = run(module_runner, check=True)
     assert not out.failed

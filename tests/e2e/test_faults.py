@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,34 @@ def summary(run):
         if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
             return "\n".join(d["res"].get("msg") or [])
     return ""
+
+
+def debug_lines(run, task):
+    """The msg lines of a debug task's result (first host that ran it)."""
+    for e in run.events:
+        d = e.get("event_data", {})
+        if e.get("event") == "runner_on_ok" and d.get("task") == task:
+            msg = d["res"].get("msg")
+            return msg if isinstance(msg, list) else [msg]
+    return []
+
+
+def mutating_hosts(cluster):
+    return {h for h in cluster.hosts if any(is_mutating(a) for a in cluster.argv_log(h))}
+
+
+def cable_answers(cluster, link, host):
+    """A ping over one planned cable from `host`'s end (macOS flags, source address)."""
+    return cluster.exec(host, ["ping", "-c", "2", "-o", "-t", "3", "-S", link["address"],
+                               link["peer_address"]], timeout=30).returncode == 0
+
+
+def addresses(cluster, host, iface):
+    out = json.loads(cluster.exec(host, ["ip", "-j", "addr", "show", "dev", iface]).stdout or "[]")
+    return [a["local"] for d in out for a in d.get("addr_info", []) if a.get("family") == "inet"]
+
+
+DROPPED = "Name the Macs that dropped out of the network stage, and their cables"
 
 
 def converge(cluster, **kw):
@@ -78,6 +107,125 @@ def test_unplugged_cable_is_named_and_replanning_touches_only_it(sim_cluster):
         again = converge(cluster)
         assert plan_of(cluster)["ip_plan"]["cables"][cid]["network"] == before[cid]["network"]
         f.converged(again.rc == 0 and plan_of(cluster)["topology"]["backend"] == "jaccl")
+
+
+@pytest.mark.parametrize("mode", ["sshd", "power"])
+def test_a_mac_lost_in_the_middle_of_the_network_stage(sim_cluster, mode):
+    """m2's sshd (or its power) dies at its second `networksetup -setmanual`: m2 is named,
+    the other Macs finish and are not failed for their cables to it, every cable between
+    them works; once m2 is back, a re-run changes m2 only."""
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    name = {"sshd": "sshd dies in the middle of the network stage",
+            "power": "a Mac loses power in the middle of the network stage"}[mode]
+    with Fault(name) as f:
+        with cluster.die_on("m2", ["networksetup", "-setmanual"], nth=2, mode=mode) as died:
+            start = time.monotonic()
+            run = run_site(cluster, tags=["network", "hostfile"])
+            took = time.monotonic() - start
+        assert died["fired"] is not None, "the fault did not fire"
+        assert run.rc != 0
+        # ServerAliveInterval x ServerAliveCountMax (ansible.cfg) bounds a silent Mac
+        assert took < 150, took
+        assert {h for h, _, _ in run.failures()} == {"m2"}, run.failures()
+        (line,) = debug_lines(run, DROPPED)
+        f.message(line)
+        assert line.startswith("m2 dropped out of the network stage"), line
+        assert "m1:en2 <-> m2:en2" in line and "Fix: bring m2 back" in line, line
+        plan = plan_of(cluster)
+        for h in ("m1", "m3", "m4"):
+            for link in plan["ip_plan"]["hosts"][h]:
+                assert addresses(cluster, h, link["iface"]) == [link["address"]], (h, link)
+                if link["peer_host"] != "m2" and link["cable"].startswith(f"{h}:"):
+                    assert cable_answers(cluster, link, h), (h, link)
+        # repaired: only m2 changes
+        if mode == "power":
+            cluster.reboot("m2")
+        else:
+            cluster.start_sshd("m2")
+        cluster.clear_argv_logs()
+        again = run_site(cluster, tags=["network", "hostfile"])
+        assert again.rc == 0, again.failures()
+        assert mutating_hosts(cluster) == {"m2"}
+        f.converged(again.rc == 0)
+
+
+def test_cable_moved_to_another_port(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    converge(cluster)
+    before = plan_of(cluster)["ip_plan"]["cables"]
+    old_id = "m1:en2~m2:en2"
+    old_addr = before[old_id]["a"]["address"]
+    with Fault("cable moved to another port (m1:en2 -> m1:en5)") as f:
+        cluster.move("m1:en2", "m1:en5")
+        try:
+            text = summary(run_site(cluster, tags=["rdma_check"]))
+            stale = next(ln for ln in text.splitlines() if "m1:en2 still has the cluster address" in ln)
+            f.message(stale)
+            assert "cable to m2:en2" in stale and "unplugged or moved" in stale, text
+            assert "cable m1:en5 <-> m2:en2 has no cluster address at both ends yet" in text, text
+            cluster.clear_argv_logs()
+            run = converge(cluster)
+            after = plan_of(cluster)
+            cables = after["ip_plan"]["cables"]
+            assert old_id not in cables and "m1:en5~m2:en2" in cables
+            assert {k: v["network"] for k, v in cables.items() if k != "m1:en5~m2:en2"} == \
+                {k: v["network"] for k, v in before.items() if k != old_id}
+            assert after["topology"]["backend"] == "jaccl"
+            assert mutating_hosts(cluster) == {"m1", "m2"}
+            assert old_addr not in addresses(cluster, "m1", "en2")   # the old end was cleared
+            new = next(x for x in after["ip_plan"]["hosts"]["m1"] if x["iface"] == "en5")
+            assert cable_answers(cluster, new, "m1")
+            f.converged(run.rc == 0 and run_site(cluster).changed() == 0)
+        finally:
+            cluster.reset()
+
+
+def test_cable_moved_to_another_mac(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    converge(cluster)
+    before = plan_of(cluster)["ip_plan"]["cables"]
+    old_id = "m1:en2~m2:en2"
+    with Fault("cable moved to another Mac (m2:en2 -> m3:en5)") as f:
+        cluster.move("m2:en2", "m3:en5")
+        try:
+            text = summary(run_site(cluster, tags=["rdma_check"]))
+            stale = next(ln for ln in text.splitlines() if "m2:en2 still has the cluster address" in ln)
+            f.message(stale)
+            assert "cable m1:en2 <-> m3:en5 has no cluster address at both ends yet" in text, text
+            cluster.clear_argv_logs()
+            run = converge(cluster)
+            after = plan_of(cluster)
+            cables = after["ip_plan"]["cables"]
+            assert old_id not in cables and "m1:en2~m3:en5" in cables
+            assert {k: v["network"] for k, v in cables.items() if k != "m1:en2~m3:en5"} == \
+                {k: v["network"] for k, v in before.items() if k != old_id}
+            assert after["topology"]["backend"] == "jaccl-ring"   # m1 and m2 no longer share a cable
+            assert mutating_hosts(cluster) == {"m1", "m2", "m3"}   # m4 is left alone
+            assert addresses(cluster, "m2", "en2") == []
+            f.converged(run.rc == 0 and run_site(cluster).changed() == 0)
+        finally:
+            cluster.reset()
+
+
+def test_rdma_port_down_on_a_seen_cable_is_named(sim_cluster):
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    with Fault("an RDMA port PORT_DOWN on a cable that is seen") as f:
+        cluster.set_host("m3", rdma_port_down=["en3"])
+        cluster.clear_argv_logs()
+        try:
+            run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
+            assert run.rc != 0
+            text = fail_text(run)
+            f.message(next(ln for ln in text.splitlines() if "PORT_DOWN" in ln))
+            assert "m3:rdma_en3 is PORT_DOWN" in text and "reseat or replace the cable on m3:en3" in text, text
+            assert mutations(cluster) == []
+        finally:
+            cluster.set_host("m3", rdma_port_down=[])
+        f.converged(run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True}).rc == 0)
 
 
 def test_tb4_hardware_with_rdma_enabled_is_named(sim_cluster):

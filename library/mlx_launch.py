@@ -119,7 +119,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_launch import hostfile_hosts, launch_argv, read_result
+from ansible.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
 
 
 def tail(text, n=40):
@@ -201,10 +201,12 @@ def main():
     parsed = read_result(out, err, hosts)
     info = dict(failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out), stderr_tail=tail(err), cmd=argv)
     if timed_out or rc != 0 or parsed["result"] is None:
-        who = ", ".join(f"rank {f['rank']} ({f['host']}) {'was killed' if f['killed'] else 'exited with ' + str(f['code'])}"
-                        for f in parsed["failed"]) or "no rank reported"
+        who = describe_failed(parsed["failed"]) or "no rank reported"
         why = f"timed out after {p['timeout']}s" if timed_out else f"failed (launcher exit {rc})"
-        module.fail_json(msg=f"{os.path.basename(p['script'])} {why}: {who}. Last error lines:\n{tail(err, 8)}", **info)
+        ranks, launcher = failure_lines(out, err)
+        detail = "".join(f"\n{title}:\n" + "\n".join(lines) for title, lines in
+                         (("Last lines of the ranks", ranks), ("mlx.launch said", launcher)) if lines)
+        module.fail_json(msg=f"{os.path.basename(p['script'])} {why}: {who}.{detail}", **info)
     module.exit_json(changed=False, result=parsed["result"], **info)
 
 

@@ -3,8 +3,9 @@
 
 `launch_argv()` builds the launcher command; `read_result()` finds the job's one JSON line
 and maps `mlx.launch`'s "Node with rank N ..." lines to inventory hosts, so a failure names
-the Mac, not a rank number; `run_processes()` finds leftover processes of one run by its
-unique run id in `ps` output (never by a process name).
+the Mac, not a rank number; `describe_failed()` and `failure_lines()` word the failure
+message; `run_processes()` finds leftover processes of one run by its unique run id in `ps`
+output (never by a process name).
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import json
 import re
 
 RANK_LINE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")
+# What `ssh` exits with when the remote command died of a signal (or the connection failed):
+# the code `mlx.launch` reports for a rank that was killed on its Mac.
+SSH_DIED = 255
 
 
 def launch_argv(launcher, hostfile, backend, python, script, args=(), env=()):
@@ -56,6 +62,55 @@ def read_result(stdout, stderr, hosts):
                        "code": int(m.group(3)) if m.group(3) is not None else None,
                        "killed": m.group(3) is None})
     return {"result": result, "failed": failed}
+
+
+def describe_failed(failed):
+    """read_result()'s failed ranks in words: "rank 1 (m2) exited with 3, ..."."""
+    words = []
+    for f in failed:
+        if f["killed"]:
+            how = "was killed"
+        elif f["code"] == SSH_DIED:
+            how = (f"exited with {SSH_DIED} (its process was killed on the Mac, or the SSH "
+                   "connection to the Mac was lost)")
+        else:
+            how = f"exited with {f['code']}"
+        words.append(f"rank {f['rank']} ({f['host']}) {how}")
+    return ", ".join(words)
+
+
+def failure_lines(stdout, stderr, n=8):
+    """-> (ranks, launcher): the last `n` lines of what the ranks printed and of the launcher's
+    own errors, the lines that say why a job failed.
+
+    `mlx.launch` runs every rank under `ssh -tt`, so a rank's standard error arrives on the
+    launcher's standard output (the job's JSON line is left out). The launcher's standard error
+    is kept without its per-rank summary (the message names the ranks already) and without the
+    traceback of a launcher thread: after one rank fails, `mlx.launch` stops the others and its
+    clean-up over `ssh -tt` can fail with a traceback naming a healthy Mac, which is not the
+    job's error (the ranks still end when their SSH session closes)."""
+    ranks = []
+    for line in (stdout or "").splitlines():
+        line = ANSI.sub("", line).rstrip()
+        if line.strip() and not (line.startswith("{") and line.endswith("}")):
+            ranks.append(line)
+    launcher, skip, header = [], False, False
+    for line in (stderr or "").splitlines():
+        line = ANSI.sub("", line).rstrip()
+        if line.startswith("Exception in thread "):
+            skip, header = True, True
+            continue
+        if skip:  # a thread's traceback: up to the launcher's next log line or traceback
+            if header and line.startswith("Traceback "):
+                header = False
+                continue
+            header = False
+            if not (LAUNCHER_LOG.match(line) or line.startswith("Traceback ")):
+                continue
+            skip = False
+        if line.strip() and not RANK_LINE.search(line):
+            launcher.append(line)
+    return ranks[-n:], launcher[-n:]
 
 
 def run_processes(ps_text, run_id, own_pid=None):

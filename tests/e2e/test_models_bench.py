@@ -7,18 +7,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.runner import ROOT, run_site
+from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, launch_bench, settings
+from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
-
-PROMPT = "Tell me about Thunderbolt cables."
-TOKENS = 16
-BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +30,6 @@ def single_run(tiny):
                          capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
-
-
-def settings(cluster, tiny, **extra):
-    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
-            "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
-            "benchmark_modes": ["tensor", "pipeline"], "benchmark_max_tokens": TOKENS,
-            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240,
-            "benchmark_launcher_path": [str(cluster.bin_dir)], **extra}
-
-
-def bench_procs(cluster, host):
-    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
-    return [ln for ln in out.splitlines() if "mlx_cluster_bench.py" in ln]  # test-side check only
 
 
 def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
@@ -102,21 +85,6 @@ def test_corrupted_weight_file_on_one_mac_is_named(sim_cluster, tiny):
         shard.write_bytes(original)
 
 
-def launch_bench(cluster, tiny_remote, timeout=60):
-    """The benchmark's launch step alone (the module the role uses), from the controller."""
-    art = cluster.inventory_path.parent / "artifacts"
-    args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable,
-            "script": "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py",
-            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", "4", "--expect-world", "2",
-                     "--init-timeout", "20", "--run-id", "e2etestrunid0123456789"],
-            "timeout": timeout, "path_prepend": [str(cluster.bin_dir)]}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    return subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx_launch",
-                           "-a", json.dumps(args)], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=timeout + 60)
-
-
 def test_rank_that_cannot_start_fails_in_time_naming_the_host(sim_cluster, tiny):
     cluster = sim_cluster("pair")
     ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
@@ -139,12 +107,14 @@ def test_rank_that_cannot_start_fails_in_time_naming_the_host(sim_cluster, tiny)
     assert bench_procs(cluster, "m2") == []
 
 
-def test_rank_killed_mid_run_ends_within_the_timeout_and_leaves_nothing(sim_cluster, tiny):
+def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing(sim_cluster, tiny):
+    # (A rank killed in the middle of a run: tests/e2e/test_faults_runtime.py.)
     cluster = sim_cluster("pair")
     ok = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
     assert ok.rc == 0, ok.failures()
-    # m2's rank never gets its peer: the bench's bounded init gives up, and the launcher
-    # timeout is the backstop; either way the run ends and no bench process stays behind.
+    # m2 has no bench script: rank 1 cannot start it and exits at once, so rank 0 never gets
+    # its peer: the launcher stops the group (the bench's bounded init and the launcher
+    # timeout are the backstops); either way the run ends and no bench process stays behind.
     cluster.exec("m2", ["mv", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py", "/srv/admin/bench.moved"])
     try:
         start = time.monotonic()

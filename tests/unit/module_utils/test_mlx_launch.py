@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_launch import hostfile_hosts, launch_argv, read_result, run_processes
+from mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result, run_processes
 
 HOSTS = ["m1", "m2", "m3"]
 
@@ -22,6 +22,57 @@ def test_read_result_takes_the_json_line_and_maps_ranks_to_hosts():
     assert res["failed"] == [{"rank": 2, "host": "m3", "code": 3, "killed": False},
                              {"rank": 1, "host": "m2", "code": None, "killed": True}]
     assert read_result("{not json}\n", "", HOSTS) == {"result": None, "failed": []}
+
+
+# What mlx.launch printed when rank 1 (m2) was SIGKILLed mid-run (tests/e2e/test_faults_runtime.py):
+# its ssh exited 255; rank 0 lost its peer and said so on its pty (the launcher's stdout); the
+# launcher's clean-up of rank 0 failed (the pid file name it read over `ssh -tt` ends in "\r")
+# and its thread died with a traceback naming m1, the healthy Mac.
+KILLED_OUT = (
+    "[rank 0/2 m1] generating 3000 tokens from a 35-token prompt\r\n"
+    "[rank 1/2 m2] generating 3000 tokens from a 35-token prompt\r\n"
+    + "[ring] Socket 3 was closed by the peer\r\n" * 10
+    + "[ring] Too many send/recv errors. Failing pending tasks...\r\n"
+    "Traceback (most recent call last):\r\n"
+    '  File "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py", line 237, in run\r\n'
+    "    tokens, timing = generate_fixed(model, prompt, args.max_tokens)\r\n"
+    "RuntimeError: [ring] connection to a peer was lost\r\n")
+KILLED_ERR = (
+    "\x1b[33m[WARN] Node with rank 1 exited with code 255 \x1b[0m\n"
+    "Exception in thread Thread-1 (_thread_fn):\n"
+    "Traceback (most recent call last):\n"
+    '  File "/v/lib/python3.11/site-packages/mlx/_distributed_utils/launch.py", line 97, in terminate\n'
+    "    c = run(\n"
+    "subprocess.CalledProcessError: Command 'ssh m1 'pid=$(cat /tmp/tmp.s9V2UIQUxb\r\n"
+    "); if ps -p $pid >/dev/null; then     kill $pid;     echo 1; else     echo 0; fi; rm /tmp/tmp.s9V2UIQUxb\r\n"
+    "'' returned non-zero exit status 1.\n")
+
+
+def test_a_rank_killed_mid_run_is_named_with_what_the_ranks_said_not_the_launchers_traceback():
+    res = read_result(KILLED_OUT, KILLED_ERR, ["m1", "m2"])
+    assert res["result"] is None
+    assert res["failed"] == [{"rank": 1, "host": "m2", "code": 255, "killed": False}]
+    assert describe_failed(res["failed"]) == (
+        "rank 1 (m2) exited with 255 (its process was killed on the Mac, or the SSH connection to the Mac was lost)")
+    ranks, launcher = failure_lines(KILLED_OUT, KILLED_ERR)
+    assert len(ranks) == 8 and ranks[-1] == "RuntimeError: [ring] connection to a peer was lost"
+    assert launcher == []  # neither the per-rank summary nor the clean-up thread's traceback
+
+
+def test_failure_lines_keep_the_launchers_own_errors_and_leave_out_the_result():
+    out = "[rank 0/2 m1] loading\n{\"world_size\": 2}\n\n"
+    err = ("\x1b[33m[WARN] Node with rank 0 exited with code 3 \x1b[0m\n"
+           "Exception in thread Thread-2 (_thread_fn):\nTraceback (most recent call last):\n  File \"x\", line 1\n"
+           "OSError: boom\nsecond line of the thread's error\n"
+           "\x1b[31m[ERROR] The ring backend requires IPs \x1b[0m\n"
+           "Traceback (most recent call last):\n  File \"launch\", line 9\nValueError: bad hostfile\n")
+    ranks, launcher = failure_lines(out, err, n=3)
+    assert ranks == ["[rank 0/2 m1] loading"]
+    assert launcher == ["Traceback (most recent call last):", '  File "launch", line 9', "ValueError: bad hostfile"]
+    assert failure_lines(out, err)[1][0] == "[ERROR] The ring backend requires IPs"
+    assert describe_failed([{"rank": 0, "host": "m1", "code": 3, "killed": False},
+                            {"rank": 2, "host": "m3", "code": None, "killed": True}]) == \
+        "rank 0 (m1) exited with 3, rank 2 (m3) was killed"
 
 
 def test_hostfile_hosts_validates():

@@ -1,0 +1,68 @@
+"""Shared by the benchmark end-to-end tests (test_models_bench.py, test_faults_runtime.py):
+the role settings for the tiny model on a simulated cluster, the `mlx_launch` module run on
+its own from the controller (blocking or in the background), and the test-side process checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.e2e.runner import ROOT
+
+PROMPT = "Tell me about Thunderbolt cables."
+TOKENS = 16
+BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
+REMOTE_SCRIPT = "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"   # where the role deploys it
+REMOTE_MODEL = "/srv/admin/mlx-cluster/models/tiny"                    # where model sync puts `tiny`
+RUN_ID = "e2etestrunid0123456789"
+
+
+def settings(cluster, tiny, **extra):
+    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
+            "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
+            "benchmark_modes": ["tensor", "pipeline"], "benchmark_max_tokens": TOKENS,
+            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240,
+            "benchmark_launcher_path": [str(cluster.bin_dir)], **extra}
+
+
+def bench_procs(cluster, host):
+    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
+    return [ln for ln in out.splitlines() if "mlx_cluster_bench.py" in ln]  # test-side check only
+
+
+def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, run_id=RUN_ID):
+    """(argv, env) of the benchmark's launch step alone (the module the role uses), run from
+    the controller with `ansible localhost -m mlx_launch`."""
+    art = cluster.inventory_path.parent / "artifacts"
+    args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable, "script": REMOTE_SCRIPT,
+            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", str(max_tokens),
+                     "--expect-world", "2", "--init-timeout", "20", "--run-id", run_id],
+            "timeout": timeout, "path_prepend": [str(cluster.bin_dir)]}
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx_launch",
+            "-a", json.dumps(args)], env
+
+
+def launch_bench(cluster, tiny_remote=REMOTE_MODEL, timeout=60, **kw):
+    argv, env = launch_command(cluster, tiny_remote, timeout=timeout, **kw)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout + 60)
+
+
+def module_result(stdout):
+    """The module's result from `ansible localhost -m ...` output ("localhost | FAILED! => "
+    then the result in the configured YAML format); {} if it cannot be read."""
+    m = re.search(r"^localhost \| [A-Z]+!? =>", stdout or "", re.M)
+    if not m:
+        return {}
+    try:
+        res = yaml.safe_load(stdout[m.end():])
+    except yaml.YAMLError:
+        return {}
+    return res if isinstance(res, dict) else {}

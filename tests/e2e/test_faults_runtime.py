@@ -1,0 +1,163 @@
+"""Faults while a job runs (issue 7): a rank SIGKILLed in the middle of a benchmark run on
+the simulated pair. The launch ends long before its timeout, names the rank and its Mac,
+leaves no benchmark process on any Mac, and the next launch succeeds.
+Adds its row to docs/reliability.md like tests/e2e/test_faults.py (tests/e2e/reliability.py).
+
+The server's counterpart (a rank SIGKILLed while the group serves) is
+tests/e2e/test_server.py::test_a_rank_killed_while_serving_takes_the_group_down_and_the_next_start_restores_it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e import reliability
+from tests.e2e.benchutil import (REMOTE_SCRIPT, bench_procs, launch_bench, launch_command,
+                                 module_result, settings)
+from tests.e2e.runner import ROOT, run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+# Long enough that the kill lands well inside generation: over the simulated pair the tiny
+# model generates about 155 tokens/s on an idle 2-core runner (about 55/s under load), so
+# 3000 tokens are about 19 s of generation at best. Nothing waits for them: the run is killed
+# within a second or so of its first tokens.
+KILL_TOKENS = 3000
+LAUNCH_TIMEOUT = 180   # the module's own bound; the killed run must end long before it
+AFTER_KILL_BOUND = 30  # seconds from the kill to the module's end (measured: under 1 s)
+RING_MOVING = 32 * 1024  # bytes on the rank's ring sockets that only generation produces
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield
+    reliability.write()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+def rank_pids(cluster, host, run_id):
+    """PIDs of the benchmark interpreter of run `run_id` on `host` (test-side, from ps)."""
+    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
+    pids = []
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        argv = args.split()
+        if argv[:2] == [sys.executable, REMOTE_SCRIPT] and run_id in argv:
+            pids.append(int(pid))
+    return pids
+
+
+def ring_bytes(cluster, host, pid):
+    """Bytes sent + received so far on the TCP connections `pid` holds on `host`, SSH's
+    excepted: the ring backend's sockets to its peer. None while it holds none."""
+    lines = cluster.exec(host, ["ss", "-Htinp"]).stdout.splitlines()
+    total = None
+    for head, info in zip(lines, lines[1:] + [""]):
+        if head[:1].isspace() or f"pid={pid}," not in head:
+            continue
+        local, peer = head.split()[3:5]
+        if local.endswith(":22") or peer.endswith(":22"):
+            continue
+        total = (total or 0) + sum(int(n) for n in re.findall(r"bytes_(?:sent|received):(\d+)", info))
+    return total
+
+
+def wait_generating(cluster, proc, host, run_id, limit=120):
+    """PID of `host`'s rank once the run is generating, polled.
+
+    Mid-run, not mid-start: the ranks log "generating", but that reaches the test only when
+    the launch has ended. What the test can see while it runs is the rank's ring traffic
+    (`ss` on its Mac): distributed init leaves a few bytes on each ring socket (measured: 8),
+    loading the model is local, and generation sends every token's collectives (measured:
+    over 100 KiB in the first half second). So: the rank's process exists, its ring sockets
+    have carried far more than init ever does, and they are still moving between two polls:
+    both ranks are past init and generating, and the group is whole. (A fixed sleep after
+    both processes appear would not tell init from generation on a loaded runner.)"""
+    deadline = time.monotonic() + limit
+    last = (None, None)
+    while True:
+        assert proc.poll() is None, "the launch ended before the fault:\n" + proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, f"{host}'s rank did not start generating within {limit}s"
+        pids = rank_pids(cluster, host, run_id)
+        if len(pids) == 1:
+            moved = ring_bytes(cluster, host, pids[0])
+            if moved is not None and moved >= RING_MOVING and last[0] == pids[0] and moved > last[1]:
+                return pids[0]
+            last = (pids[0], moved or 0)
+        time.sleep(0.2)
+
+
+def leftovers(cluster, grace=10):
+    """{host: bench processes}, polled until none is left or `grace` seconds: the launcher
+    ends rank 0 by closing its SSH session, and the SIGHUP that follows is asynchronous."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = {h: bench_procs(cluster, h) for h in cluster.hosts}
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def test_rank_killed_mid_benchmark_ends_in_time_names_the_mac_and_leaves_nothing(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    # Everything the launch needs on both Macs: env, model, bench script, hostfile.
+    ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
+    assert ok.rc == 0, ok.failures()
+    assert cluster.hosts == ["m1", "m2"]  # rank 1 is m2 (hostfile order = inventory order)
+
+    run_id = "e2ekilledmidrun0123456789"
+    argv, env = launch_command(cluster, timeout=LAUNCH_TIMEOUT, max_tokens=KILL_TOKENS, run_id=run_id)
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        victim = wait_generating(cluster, proc, "m2", run_id)
+        with reliability.Fault("a rank killed mid-benchmark (pair)") as f:
+            killed_at = time.monotonic()
+            kill = cluster.exec("m2", ["kill", "-9", str(victim)])
+            assert kill.returncode == 0, kill.stderr
+            out, err = proc.communicate(timeout=LAUNCH_TIMEOUT + 60)
+            after_kill = time.monotonic() - killed_at
+            total = time.monotonic() - start
+            res = module_result(out)
+            msg = res.get("msg", "")
+            line = next((ln for ln in msg.splitlines() if "rank 1 (m2)" in ln), "")
+            f.message(line or msg or out[-300:])
+            print(f"kill -> module end {after_kill:.2f}s, launch {total:.1f}s; module message:\n{msg}")
+
+            # Failed, well before its own timeout, naming the rank and the Mac that died.
+            assert proc.returncode != 0 and "localhost | FAILED!" in out, out[-3000:]
+            assert after_kill < AFTER_KILL_BOUND and total < LAUNCH_TIMEOUT, (after_kill, total)
+            assert "timed out" not in msg, msg
+            assert line.startswith("mlx_cluster_bench.py failed"), msg
+            assert any(r["rank"] == 1 and r["host"] == "m2" for r in res["failed_ranks"]), res["failed_ranks"]
+            # Nothing of the run stays behind on either Mac.
+            print("bench processes when the module ended:", {h: bench_procs(cluster, h) for h in cluster.hosts})
+            assert leftovers(cluster) == {h: [] for h in cluster.hosts}
+
+            # The next launch needs no repair and runs on both Macs.
+            again = launch_bench(cluster, timeout=LAUNCH_TIMEOUT, run_id="e2eafterthekill0123456789")
+            result = module_result(again.stdout).get("result") or {}
+            f.converged(again.returncode == 0 and result.get("world_size") == 2)
+            assert again.returncode == 0, again.stdout[-3000:]
+            assert result["world_size"] == 2 and result["hostname"] == ["m1", "m2"], result
+            assert leftovers(cluster, grace=0) == {h: [] for h in cluster.hosts}
+    finally:
+        if proc.poll() is None:  # the test failed before the launch ended: end its ranks (by PID)
+            for h in cluster.hosts:
+                for pid in rank_pids(cluster, h, run_id):
+                    cluster.exec(h, ["kill", "-9", str(pid)])
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()

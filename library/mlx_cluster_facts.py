@@ -25,6 +25,16 @@ options:
     description:
       - Path whose file system's free space is reported in C(disk). Defaults to the remote user's home.
     type: path
+  probe_links:
+    description:
+      - Also read what the network stage would read before changing anything, and test the
+        links already there, returned in C(links_state) (the controller can then leave a Mac
+        whose links match the plan and answer alone, without running M(thunderbolt_links)).
+      - Runs C(networksetup -getinfo) for each service on a Thunderbolt port and, for each /30
+        address on a Thunderbolt port, C(route -n get) of the other end and (with carrier) one
+        C(ping) over that port from that address. Nothing more on a Mac never set up.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -112,13 +122,33 @@ ansible_facts:
           returned: always
           type: dict
           sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+        links_state:
+          description:
+            - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
+              routes to the other ends of the /30 addresses (C(routes), keyed by that address)
+              and one ping per addressed port with carrier (C(pings), keyed by interface).
+          returned: when probe_links is set
+          type: dict
+          sample: {"service_info": {"Thunderbolt 1": {"method": "manual", "address": "10.208.0.1",
+                   "subnet": "255.255.255.252", "router": null}}, "routes": {"10.208.0.2":
+                   {"destination": "10.208.0.2", "interface": "en2", "gateway": null,
+                   "flags": ["UP", "HOST", "DONE", "STATIC"]}}, "pings": {"en2": {"address":
+                   "10.208.0.1", "peer_address": "10.208.0.2", "ok": true}}}
 """
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import CLUSTER_ARGVS, IBV_DEVICES_ARGV, IBV_DEVINFO_ARGV, collect_cluster, label
+from ansible.module_utils.mlx_collect import (
+    CLUSTER_ARGVS,
+    IBV_DEVICES_ARGV,
+    IBV_DEVINFO_ARGV,
+    collect_cluster,
+    label,
+    link_probe_argvs,
+    link_probe_facts,
+)
 from ansible.module_utils.mlx_tb import ParseError
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
@@ -181,8 +211,25 @@ def disk_free(module, path):
     return {"path": path, "free_bytes": st.f_bavail * st.f_frsize}
 
 
+def probe_links(module, facts):
+    """links_state: the probes of link_probe_argvs(), all side by side (they only read)."""
+    probes = link_probe_argvs(facts)
+    cmds = [[module.get_bin_path(argv[0]) or argv[0]] + list(argv[1:]) for _, _, argv in probes]
+
+    def one(cmd):
+        try:
+            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
+        except Exception:  # noqa: BLE001 - a probe that cannot run proves nothing: as failed
+            return (127, "", "")
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(cmds)))) as pool:
+        results = list(pool.map(one, cmds))
+    return link_probe_facts(probes, results)
+
+
 def main():
-    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path")), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False)),
+                           supports_check_mode=True)
     record = {}
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     try:
@@ -190,6 +237,8 @@ def main():
                                           os.environ.get("SSH_CONNECTION"), disk)
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
+    if module.params["probe_links"]:
+        facts["links_state"] = probe_links(module, facts)
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"mlx_cluster": facts})

@@ -29,6 +29,12 @@ def _load(name):
     return sys.modules[key]
 
 
+def _netcfg():
+    """mlx_netcfg, whose fallback import `from mlx_tb import ParseError` finds mlx_tb here."""
+    sys.modules.setdefault("mlx_tb", _load("mlx_tb"))
+    return _load("mlx_netcfg")
+
+
 def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
     if not isinstance(facts_by_host, dict):
         raise AnsibleFilterError("mlx_preflight: expects a dict of host -> mlx_cluster facts")
@@ -143,6 +149,39 @@ def mlx_dropped_out(ip_plan, hosts):
         raise AnsibleFilterError(f"mlx_dropped_out: malformed plan ({exc})") from exc
 
 
+def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, verify=True):
+    """True when a Mac's discovery (mlx_cluster_facts with probe_links) shows its planned links
+    exactly in place (thunderbolt_links would run nothing: same bridge, services, addresses,
+    routes; no stale cluster address) and, with `verify`, every planned link answered a ping
+    from its planned address to its planned peer. False on any doubt (no links_state, a
+    refusal the module must report): the network stage then applies and verifies as usual."""
+    if not isinstance(facts, dict) or not isinstance(links, list):
+        raise AnsibleFilterError("mlx_links_in_place: expects the mlx_cluster fact and this Mac's planned links")
+    state = facts.get("links_state")
+    if not links or not isinstance(state, dict) or facts.get("services") is None:
+        return False
+    netcfg = _netcfg()
+    try:
+        hwports = (facts.get("thunderbolt") or {}).get("hardware_ports") or {}
+        interfaces = facts.get("interfaces") or {}
+        stale = netcfg.stale_ports(links, hwports, interfaces, pool, protected=protected)
+        actions, _warnings, _before, _after = netcfg.plan_links(
+            links, hwports, facts["services"], interfaces, state.get("service_info") or {},
+            state.get("routes") or {}, protected=protected, host_routes=host_routes, stale=stale)
+    except (netcfg.LinkPlanError, KeyError, TypeError, ValueError, AttributeError):
+        return False
+    if actions:
+        return False
+    if verify:
+        pings = state.get("pings") or {}
+        for link in links:
+            seen = pings.get(link.get("iface")) or {}
+            if not (seen.get("ok") and seen.get("address") == link.get("address")
+                    and seen.get("peer_address") == link.get("peer_address")):
+                return False
+    return True
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -155,4 +194,5 @@ class FilterModule:
             "mlx_cable_results": mlx_cable_results,
             "mlx_no_answer_msg": mlx_no_answer_msg,
             "mlx_dropped_out": mlx_dropped_out,
+            "mlx_links_in_place": mlx_links_in_place,
         }

@@ -25,6 +25,7 @@ try:  # inside an Ansible module
         parse_sysctl_hw,
         ssh_server_address,
     )
+    from ansible.module_utils.mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv
     from ansible.module_utils.mlx_rdma import rdma_facts
     from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
@@ -38,6 +39,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         parse_sysctl_hw,
         ssh_server_address,
     )
+    from mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv  # type: ignore[no-redef]
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
     from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
@@ -190,3 +192,64 @@ def collect_cluster(run, ssh_connection, disk):
         "disk": disk,
     }
     return facts, warnings
+
+
+# ---- the links as they are: what the network stage would read, read once at discovery ----
+
+def _partner(address, prefix):
+    """The other host address of a /30 (None for any other prefix or a bad address)."""
+    import ipaddress
+    try:
+        iface = ipaddress.ip_interface(f"{address}/{int(prefix)}")
+    except (TypeError, ValueError):
+        return None
+    if iface.network.prefixlen != 30:
+        return None
+    others = [str(h) for h in iface.network.hosts() if h != iface.ip]
+    return others[0] if len(others) == 1 else None
+
+
+def link_probe_argvs(facts, ping="ping", count=2, timeout=2):
+    """The read-only commands that tell whether a Mac's Thunderbolt links are in place and
+    working, from its discovery facts: `networksetup -getinfo` of every service on a
+    Thunderbolt port; for every /30 address on a Thunderbolt port, `route -n get` of the
+    other end and, when the port has carrier, one `ping` over it. [] on a Mac never set up
+    (no such service, no such address): a first run costs nothing more.
+    Returns [(kind, key, argv)], kind "info" (key: service), "route" / "ping" (key: iface)."""
+    tb = {dev for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
+          if dev and TB_PORT.match(port or "")}
+    out = []
+    for svc in facts.get("services") or []:
+        if svc.get("device") in tb and svc.get("name"):
+            out.append(("info", svc["name"], ["networksetup", "-getinfo", svc["name"]]))
+    for iface in sorted(tb):
+        info = (facts.get("interfaces") or {}).get(iface) or {}
+        for a in info.get("ipv4") or []:
+            peer = _partner(a.get("address"), a.get("prefix"))
+            if peer is None:
+                continue
+            out.append(("route", iface, ["route", "-n", "get", peer]))
+            if info.get("status") == "active":
+                link = {"address": a["address"], "peer_address": peer}
+                out.append(("ping", iface, ping_argv(ping, link, count, timeout)))
+            break  # one cluster address per port
+    return out
+
+
+def link_probe_facts(probes, results):
+    """`links_state` of mlx_cluster from link_probe_argvs() and their (rc, out, err):
+    {"service_info": {service: getinfo}, "routes": {peer: route}, "pings": {iface:
+    {"address", "peer_address", "ok"}}}. A getinfo that cannot be parsed is left out (the
+    network stage reads it again)."""
+    state = {"service_info": {}, "routes": {}, "pings": {}}
+    for (kind, key, argv), (rc, out, _err) in zip(probes, results):
+        if kind == "info":
+            try:
+                state["service_info"][key] = parse_getinfo(out if rc == 0 else "")
+            except ParseError:
+                continue
+        elif kind == "route":
+            state["routes"][argv[-1]] = parse_route_get(out if rc == 0 else "")
+        else:
+            state["pings"][key] = {"address": argv[-2], "peer_address": argv[-1], "ok": rc == 0}
+    return state

@@ -112,3 +112,30 @@ def test_a_command_whose_output_was_lost_is_run_again(module_runner, read_fixtur
     assert not out.failed, out.result
     assert out.calls.count(list(SW_VERS)) == 2
     assert out.result["ansible_facts"]["mlx_cluster"]["os"]["product_version"] == "26.2"
+
+
+def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_runner, read_fixture, tmp_path):
+    # the studio's en2 holds 10.208.0.1/30 with carrier; a service "Thunderbolt 1" sits on it
+    order = read_fixture("networksetup_order_bridge_enabled.txt") + \
+        "\n(5) Thunderbolt 1\n(Hardware Port: Thunderbolt 1, Device: en2)\n"
+    commands = answers(read_fixture, STUDIO_A)
+    commands[ORDER] = (0, order, "")
+    getinfo = ("/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1")
+    route = ("/sbin/route", "-n", "get", "10.208.0.2")
+    ping = ("/sbin/ping", "-q", "-o", "-c", "2", "-t", "2", "-S", "10.208.0.1", "10.208.0.2")
+    commands[getinfo] = (0, "Manual Configuration\nIP address: 10.208.0.1\nSubnet mask: 255.255.255.252\n", "")
+    commands[route] = (0, "   route to: 10.208.0.2\ndestination: 10.208.0.2\n  interface: en2\n"
+                          "      flags: <UP,HOST,DONE,STATIC>\n", "")
+    commands[ping] = (0, "", "")
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
+                        bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=commands)
+    assert not out.failed, out.result
+    assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(route), list(ping)])
+    state = out.result["ansible_facts"]["mlx_cluster"]["links_state"]
+    assert state["service_info"]["Thunderbolt 1"]["address"] == "10.208.0.1"
+    assert state["routes"]["10.208.0.2"]["interface"] == "en2"
+    assert state["pings"] == {"en2": {"address": "10.208.0.1", "peer_address": "10.208.0.2", "ok": True}}
+    # without the option nothing more runs
+    plain = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=BINS, env=SSH, commands=commands)
+    assert "links_state" not in plain.result["ansible_facts"]["mlx_cluster"]
+    assert sorted(plain.calls) == sorted(list(a) for a in ORDER_RUN)

@@ -1,0 +1,90 @@
+"""plugins/filter/mlx_checks.py: mlx_links_in_place, the re-run shortcut of the network stage."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+
+import pytest
+from conftest import ROOT, controller_imports
+
+
+@pytest.fixture(scope="module")
+def checks():
+    with controller_imports():
+        spec = importlib.util.spec_from_file_location("_test_mlx_checks_filter", ROOT / "plugins" / "filter" / "mlx_checks.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+LINKS = [{"iface": "en2", "address": "10.208.0.1", "prefix": 30, "peer_address": "10.208.0.2",
+          "peer_host": "m2", "peer_iface": "en2", "cable": "m1:en2~m2:en2"}]
+MANUAL = {"method": "manual", "address": "10.208.0.1", "subnet": "255.255.255.252", "router": None}
+
+
+def in_place_facts():
+    """m1 as discovery (probe_links) sees it after a converged run."""
+    return {
+        "thunderbolt": {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
+                                           "Thunderbolt Bridge": "bridge0"}},
+        "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
+                     {"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0",
+                      "enabled": False},
+                     {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True}],
+        "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active", "members": []},
+                       "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active", "members": []},
+                       "en3": {"ipv4": [], "status": "inactive", "members": []},
+                       "bridge0": {"ipv4": [], "members": ["en3"]}},
+        "links_state": {"service_info": {"Thunderbolt 1": dict(MANUAL)},
+                        "routes": {"10.208.0.2": {"destination": "10.208.0.2", "interface": "en2",
+                                                  "flags": ["UP", "HOST", "DONE", "STATIC"]}},
+                        "pings": {"en2": {"address": "10.208.0.1", "peer_address": "10.208.0.2", "ok": True}}},
+    }
+
+
+def in_place(checks, facts, links=LINKS, **kw):
+    return checks["mlx_links_in_place"](facts, links, protected=["en0"], pool="10.208.0.0/16", **kw)
+
+
+def test_links_in_place_and_answering(checks):
+    assert in_place(checks, in_place_facts()) is True
+
+
+@pytest.mark.parametrize("spoil", [
+    pytest.param(lambda f: f["links_state"]["pings"]["en2"].update(ok=False), id="no-answer"),
+    pytest.param(lambda f: f["links_state"]["pings"].clear(), id="not-pinged"),
+    pytest.param(lambda f: f["links_state"]["service_info"]["Thunderbolt 1"].update(method="dhcp"), id="not-persistent"),
+    pytest.param(lambda f: f["links_state"]["routes"].clear(), id="no-host-route"),
+    pytest.param(lambda f: f["interfaces"]["en2"].update(ipv4=[]), id="address-gone"),
+    pytest.param(lambda f: f["interfaces"]["bridge0"].update(members=["en2", "en3"]), id="back-in-the-bridge"),
+    pytest.param(lambda f: f["services"][2].update(enabled=False), id="service-disabled"),
+    pytest.param(lambda f: f["interfaces"]["en3"].update(ipv4=[{"address": "10.208.0.9", "prefix": 30}]),
+                 id="stale-address-elsewhere"),
+    pytest.param(lambda f: f.pop("links_state"), id="not-probed"),
+])
+def test_any_doubt_means_apply(checks, spoil):
+    facts = copy.deepcopy(in_place_facts())
+    spoil(facts)
+    assert in_place(checks, facts) is False
+
+
+def test_a_changed_plan_means_apply(checks):
+    moved = [dict(LINKS[0], address="10.208.0.5", peer_address="10.208.0.6")]
+    assert in_place(checks, in_place_facts(), links=moved) is False
+
+
+def test_refusals_are_left_to_the_module_and_verify_off_needs_no_ping(checks):
+    mgmt = [dict(LINKS[0], iface="en0")]
+    assert in_place(checks, in_place_facts(), links=mgmt) is False   # the module names the refusal
+    facts = in_place_facts()
+    facts["links_state"]["pings"].clear()
+    assert in_place(checks, facts, verify=False) is True
+    assert in_place(checks, in_place_facts(), links=[]) is False     # nothing planned: nothing to skip
+
+
+def test_wrong_input_is_a_filter_error(checks):
+    with controller_imports():
+        from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="mlx_links_in_place"):
+        checks["mlx_links_in_place"]("nope", LINKS)

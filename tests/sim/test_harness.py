@@ -432,6 +432,12 @@ def test_sw_vers_sysctl_route_ping(sim_cluster):
     assert "round-trip min/avg/max/stddev = " in r.stdout
     r = sh(c, "m3", ["ping", "-c", "1", "-t", "1", "10.99.0.250"], ok=False)
     assert r.returncode == 2 and "100.0% packet loss" in r.stdout
+    # -o: the first reply ends it (one request sent, not five a second apart)
+    r = sh(c, "m3", ["ping", "-o", "-c", "5", "-t", "5", "10.99.0.2"])
+    assert r.stdout.startswith("PING 10.99.0.2 (10.99.0.2): 56 data bytes\n64 bytes from 10.99.0.2: icmp_seq=0 ")
+    assert "1 packets transmitted, 1 packets received, 0.0% packet loss" in r.stdout
+    q = sh(c, "m3", ["ping", "-q", "-o", "-c", "5", "10.99.0.2"]).stdout
+    assert " bytes from " not in q and "1 packets received" in q
 
 
 @pytest.mark.sim

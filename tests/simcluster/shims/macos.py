@@ -1775,12 +1775,35 @@ def cmd_ping(ctx, args):
         argv += ["-t", ttl]
     if dont_frag:
         argv += ["-M", "do"]
-    if quiet:
+    # macOS -o: stop at the first reply. iputils has no such flag: watch for the reply (so
+    # no -q for iputils) and end it there, printing what macOS prints.
+    stop_at_first = once and count is not None and count != "1"
+    if quiet and not stop_at_first:
         argv.append("-q")
     argv.append(host)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     blanks = 0
     for line in proc.stdout:
+        if stop_at_first:
+            m = re.match(r"^(\d+) bytes from ([\d.]+): icmp_seq=(\d+) (ttl=\d+) time=([\d.]+) ms", line)
+            if m:
+                proc.terminate()
+                proc.wait()
+                ms = float(m.group(5))
+                sent = int(m.group(3))
+                if not quiet:
+                    out(f"{m.group(1)} bytes from {m.group(2)}: icmp_seq={sent - 1} {m.group(4)} time={ms:.3f} ms")
+                out(f"\n--- {host} ping statistics ---")
+                out(f"{sent} packets transmitted, 1 packets received, {100.0 * (sent - 1) / sent:.1f}% packet loss")
+                out(f"round-trip min/avg/max/stddev = {ms:.3f}/{ms:.3f}/{ms:.3f}/0.000 ms")
+                return 0
+            if line.startswith("PING ") and quiet:
+                m = re.match(r"^PING (\S+) \(([\d.]+)\)(?: from \S+ \S+:)? (\d+)\(\d+\) bytes of data\.", line)
+                if m:
+                    out(f"PING {m.group(1)} ({m.group(2)}): {m.group(3)} data bytes")
+                continue
+            if quiet and " bytes from " in line:
+                continue
         line = line.rstrip("\n")
         if not line.strip():
             blanks += 1      # printed only when more output follows (no trailing blank line)

@@ -35,6 +35,13 @@ options:
         C(ping) over that port from that address. Nothing more on a Mac never set up.
     type: bool
     default: false
+  read_files:
+    description:
+      - Files (C(~) expanded) whose sha256 and mode are returned in C(files), so the
+        controller can leave a generated file that is already right alone (the hostfile).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -122,6 +129,11 @@ ansible_facts:
           returned: always
           type: dict
           sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+        files:
+          description: With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
+          returned: when read_files is set
+          type: dict
+          sample: {"/Users/admin/mlx-cluster/hostfile.json": {"sha256": "9f86d0...", "mode": "0600"}}
         links_state:
           description:
             - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
@@ -136,7 +148,9 @@ ansible_facts:
                    "10.208.0.1", "peer_address": "10.208.0.2", "ok": true}}}
 """
 
+import hashlib
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
@@ -227,8 +241,23 @@ def probe_links(module, facts):
     return link_probe_facts(probes, results)
 
 
+def read_files(paths):
+    """{expanded path: {"sha256", "mode"} or None}: files that may already be right."""
+    out = {}
+    for path in paths:
+        path = os.path.expanduser(path)
+        try:
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            out[path] = {"sha256": digest, "mode": "%04o" % stat.S_IMODE(os.stat(path).st_mode)}
+        except OSError:
+            out[path] = None
+    return out
+
+
 def main():
-    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False)),
+    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
+                                              read_files=dict(type="list", elements="str", default=[])),
                            supports_check_mode=True)
     record = {}
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
@@ -239,6 +268,8 @@ def main():
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     if module.params["probe_links"]:
         facts["links_state"] = probe_links(module, facts)
+    if module.params["read_files"]:
+        facts["files"] = read_files(module.params["read_files"])
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"mlx_cluster": facts})

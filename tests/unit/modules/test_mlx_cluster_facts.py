@@ -139,3 +139,19 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     plain = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=BINS, env=SSH, commands=commands)
     assert "links_state" not in plain.result["ansible_facts"]["mlx_cluster"]
     assert sorted(plain.calls) == sorted(list(a) for a in ORDER_RUN)
+
+
+def test_read_files_reports_sha256_and_mode_or_none(module_runner, read_fixture, tmp_path):
+    import hashlib
+
+    hostfile = tmp_path / "mlx-cluster" / "hostfile.json"
+    hostfile.parent.mkdir()
+    hostfile.write_text('{"backend": "ring"}\n')
+    hostfile.chmod(0o600)
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path),
+                                                   "read_files": [str(hostfile), str(tmp_path / "absent.json")]},
+                        bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+    assert not out.failed, out.result
+    assert out.result["ansible_facts"]["mlx_cluster"]["files"] == {
+        str(hostfile): {"sha256": hashlib.sha256(b'{"backend": "ring"}\n').hexdigest(), "mode": "0600"},
+        str(tmp_path / "absent.json"): None}

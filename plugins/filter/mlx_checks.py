@@ -182,6 +182,25 @@ def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, 
     return True
 
 
+def mlx_files_differ(files, mode="0600"):
+    """The entries of `files` ([{path, content}], as mlx_files takes them) whose file on the
+    controller is missing or differs in content (UTF-8) or mode: a re-run that would write
+    nothing skips the module run."""
+    if not isinstance(files, list) or not all(isinstance(f, dict) and "path" in f and "content" in f for f in files):
+        raise AnsibleFilterError("mlx_files_differ: expects a list of {path, content}")
+    out = []
+    for f in files:
+        try:
+            with open(os.path.expanduser(f["path"]), "rb") as fh:
+                same = fh.read() == str(f["content"]).encode("utf-8")
+            same = same and "%04o" % (os.stat(os.path.expanduser(f["path"])).st_mode & 0o7777) == f.get("mode", mode)
+        except OSError:
+            same = False
+        if not same:
+            out.append(f)
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -195,4 +214,5 @@ class FilterModule:
             "mlx_no_answer_msg": mlx_no_answer_msg,
             "mlx_dropped_out": mlx_dropped_out,
             "mlx_links_in_place": mlx_links_in_place,
+            "mlx_files_differ": mlx_files_differ,
         }

@@ -71,6 +71,7 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
     assert second.changed() == 0, second.stats
     assert second.results("Apply this Mac's Thunderbolt links (bridge, services, addresses, host routes)") == []
     assert second.results("Write the hostfile at the same path on every Mac") == []  # already right
+    assert second.results("Write the hostfile, the plan and the topology (DOT) on the controller") == []
     pinged = {(h, a[-2], a[-1]) for h in cluster.hosts for a in cluster.argv_log(h) if a[0] == "ping"}
     assert {(c["a"]["host"], c["a"]["address"], c["b"]["address"]) for c in cables.values()} <= pinged
 

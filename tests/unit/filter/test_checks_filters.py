@@ -88,3 +88,15 @@ def test_wrong_input_is_a_filter_error(checks):
         from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="mlx_links_in_place"):
         checks["mlx_links_in_place"]("nope", LINKS)
+
+
+def test_files_differ_by_content_mode_or_absence(checks, tmp_path):
+    same, other, loose = tmp_path / "hostfile.json", tmp_path / "plan.json", tmp_path / "topology.dot"
+    for p, text in ((same, "{}\n"), (other, "old\n"), (loose, "graph\n")):
+        p.write_text(text)
+        p.chmod(0o600)
+    loose.chmod(0o644)
+    files = [{"path": str(same), "content": "{}\n"}, {"path": str(other), "content": "new\n"},
+             {"path": str(loose), "content": "graph\n"}, {"path": str(tmp_path / "new" / "x"), "content": ""}]
+    assert [f["path"] for f in checks["mlx_files_differ"](files)] == [str(other), str(loose), str(tmp_path / "new" / "x")]
+    assert checks["mlx_files_differ"](files[:1]) == []

@@ -150,61 +150,43 @@ def test_a_mac_lost_in_the_middle_of_the_network_stage(sim_cluster, mode):
         f.converged(again.rc == 0)
 
 
-def test_cable_moved_to_another_port(sim_cluster):
+@pytest.mark.parametrize("frm, to, new_id, backend, changed", [
+    pytest.param("m1:en2", "m1:en5", "m1:en5~m2:en2", "jaccl", {"m1", "m2"}, id="port"),
+    # m1 and m2 no longer share a cable: a ring; m4 is left alone
+    pytest.param("m2:en2", "m3:en5", "m1:en2~m3:en5", "jaccl-ring", {"m1", "m2", "m3"}, id="mac"),
+])
+def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backend, changed):
+    """The check names the old port (still addressed, no cable) and the new cable (not
+    addressed yet); the network stage then changes that cable's Macs only, clears the old
+    end and keeps every other cable's /30."""
     cluster = sim_cluster("mesh4")
     cluster.reset()
     converge(cluster)
     before = plan_of(cluster)["ip_plan"]["cables"]
     old_id = "m1:en2~m2:en2"
-    old_addr = before[old_id]["a"]["address"]
-    with Fault("cable moved to another port (m1:en2 -> m1:en5)") as f:
-        cluster.move("m1:en2", "m1:en5")
+    kind = "port" if frm.split(":")[0] == to.split(":")[0] else "Mac"
+    with Fault(f"cable moved to another {kind} ({frm} -> {to})") as f:
+        cluster.move(frm, to)
         try:
             text = summary(run_site(cluster, tags=["rdma_check"]))
-            stale = next(ln for ln in text.splitlines() if "m1:en2 still has the cluster address" in ln)
+            stale = next(ln for ln in text.splitlines() if f"{frm} still has the cluster address" in ln)
             f.message(stale)
-            assert "cable to m2:en2" in stale and "unplugged or moved" in stale, text
-            assert "cable m1:en5 <-> m2:en2 has no cluster address at both ends yet" in text, text
+            assert "unplugged or moved" in stale, text
+            a, b = new_id.split("~")
+            assert f"cable {a} <-> {b} has no cluster address at both ends yet" in text, text
             cluster.clear_argv_logs()
             run = converge(cluster)
             after = plan_of(cluster)
             cables = after["ip_plan"]["cables"]
-            assert old_id not in cables and "m1:en5~m2:en2" in cables
-            assert {k: v["network"] for k, v in cables.items() if k != "m1:en5~m2:en2"} == \
+            assert old_id not in cables and new_id in cables
+            assert {k: v["network"] for k, v in cables.items() if k != new_id} == \
                 {k: v["network"] for k, v in before.items() if k != old_id}
-            assert after["topology"]["backend"] == "jaccl"
-            assert mutating_hosts(cluster) == {"m1", "m2"}
-            assert old_addr not in addresses(cluster, "m1", "en2")   # the old end was cleared
-            new = next(x for x in after["ip_plan"]["hosts"]["m1"] if x["iface"] == "en5")
-            assert cable_answers(cluster, new, "m1")
-            f.converged(run.rc == 0 and run_site(cluster).changed() == 0)
-        finally:
-            cluster.reset()
-
-
-def test_cable_moved_to_another_mac(sim_cluster):
-    cluster = sim_cluster("mesh4")
-    cluster.reset()
-    converge(cluster)
-    before = plan_of(cluster)["ip_plan"]["cables"]
-    old_id = "m1:en2~m2:en2"
-    with Fault("cable moved to another Mac (m2:en2 -> m3:en5)") as f:
-        cluster.move("m2:en2", "m3:en5")
-        try:
-            text = summary(run_site(cluster, tags=["rdma_check"]))
-            stale = next(ln for ln in text.splitlines() if "m2:en2 still has the cluster address" in ln)
-            f.message(stale)
-            assert "cable m1:en2 <-> m3:en5 has no cluster address at both ends yet" in text, text
-            cluster.clear_argv_logs()
-            run = converge(cluster)
-            after = plan_of(cluster)
-            cables = after["ip_plan"]["cables"]
-            assert old_id not in cables and "m1:en2~m3:en5" in cables
-            assert {k: v["network"] for k, v in cables.items() if k != "m1:en2~m3:en5"} == \
-                {k: v["network"] for k, v in before.items() if k != old_id}
-            assert after["topology"]["backend"] == "jaccl-ring"   # m1 and m2 no longer share a cable
-            assert mutating_hosts(cluster) == {"m1", "m2", "m3"}   # m4 is left alone
-            assert addresses(cluster, "m2", "en2") == []
+            assert after["topology"]["backend"] == backend
+            assert mutating_hosts(cluster) == changed
+            host, iface = frm.split(":")
+            assert addresses(cluster, host, iface) == []          # the old end was cleared
+            new = next(x for x in after["ip_plan"]["hosts"][a.split(":")[0]] if x["cable"] == new_id)
+            assert cable_answers(cluster, new, a.split(":")[0])
             f.converged(run.rc == 0 and run_site(cluster).changed() == 0)
         finally:
             cluster.reset()

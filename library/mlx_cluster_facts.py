@@ -155,6 +155,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_collect import (
+    C_LOCALE,
     CLUSTER_ARGVS,
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
@@ -162,10 +163,10 @@ from ansible.module_utils.mlx_collect import (
     label,
     link_probe_argvs,
     link_probe_facts,
+    module_runner,
 )
 from ansible.module_utils.mlx_tb import ParseError
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
 
@@ -193,26 +194,6 @@ def prefetch(module):
     # quiet second (seen under load): runner() runs it again.
     return {key: (cmds[key], res) for key, res in results.items()
             if res is not None and (res[0] != 0 or res[1] or res[2])}
-
-
-def runner(module, record, done=None):
-    """run(argv, required) for mlx_collect: argv[0] from PATH, C locale, results kept in `record`;
-    answered from `done` (prefetch()) when the command already ran."""
-    done = dict(done or {})
-
-    def run(argv, required=True):
-        key = label(argv)
-        if key in done:
-            cmd, (rc, out, err) = done.pop(key)
-        else:
-            path = module.get_bin_path(argv[0], required=required)
-            if path is None:
-                return None
-            cmd = [path] + list(argv[1:])
-            rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
-        record[key] = {"rc": rc, "cmd": cmd, "stderr": err}
-        return rc, out, err
-    return run
 
 
 def disk_free(module, path):
@@ -262,7 +243,7 @@ def main():
     record = {}
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     try:
-        facts, warnings = collect_cluster(runner(module, record, prefetch(module)),
+        facts, warnings = collect_cluster(module_runner(module, record, prefetch(module)),
                                           os.environ.get("SSH_CONNECTION"), disk)
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))

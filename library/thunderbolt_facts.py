@@ -103,30 +103,15 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import collect_thunderbolt, label
+from ansible.module_utils.mlx_collect import collect_thunderbolt, module_runner
 from ansible.module_utils.mlx_tb import ParseError
-
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
-
-
-def runner(module, record):
-    """run(argv, required) for mlx_collect: argv[0] from PATH, C locale, results kept in `record`."""
-    def run(argv, required=True):
-        path = module.get_bin_path(argv[0], required=required)
-        if path is None:
-            return None
-        cmd = [path] + list(argv[1:])
-        rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
-        record[label(argv)] = {"rc": rc, "cmd": cmd, "stderr": err}
-        return rc, out, err
-    return run
 
 
 def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
     record = {}
     try:
-        facts, warnings = collect_thunderbolt(runner(module, record))
+        facts, warnings = collect_thunderbolt(module_runner(module, record))
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     for warning in warnings:

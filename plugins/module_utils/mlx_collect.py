@@ -64,9 +64,35 @@ CLUSTER_ARGVS = (SYSCTL_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEV
                  IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV)
 
 
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
 def label(argv):
     """The text that names a command in messages and in ParseError.command."""
     return " ".join(argv)
+
+
+def module_runner(module, record, done=None):
+    """The `run(argv, required=True)` the functions here take, for an AnsibleModule: argv[0]
+    looked up on PATH (None when an optional tool is missing), run in the C locale, its rc,
+    command and stderr kept in `record` under label(argv) (for the failure message). `done`
+    ({label: (cmd, (rc, out, err))}, commands a module already ran side by side) answers
+    those without running them again."""
+    done = dict(done or {})
+
+    def run(argv, required=True):
+        key = label(argv)
+        if key in done:
+            cmd, (rc, out, err) = done.pop(key)
+        else:
+            path = module.get_bin_path(argv[0], required=required)
+            if path is None:
+                return None
+            cmd = [path] + list(argv[1:])
+            rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+        record[key] = {"rc": rc, "cmd": cmd, "stderr": err}
+        return rc, out, err
+    return run
 
 
 def _first_line(text):

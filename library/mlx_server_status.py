@@ -121,29 +121,18 @@ import urllib.request
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_server import parse_launchctl_print, problems, process_matches, ranks_in
+from ansible.module_utils.mlx_server import (
+    parse_launchctl_print,
+    problems,
+    process_matches,
+    ranks_in,
+    read_json,
+    read_pid,
+)
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # Seconds a rank that is not (yet) running gets before the wait calls it dead.
 STARTUP_GRACE = 5.0
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def read_pid(path):
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
-        return None
 
 
 def tail(path, n):

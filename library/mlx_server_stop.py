@@ -99,33 +99,21 @@ ranks:
   sample: [1]
 """
 
-import json
 import os
 import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_server import parse_launchctl_print, process_matches, processes_with, ranks_in
+from ansible.module_utils.mlx_server import (
+    parse_launchctl_print,
+    process_matches,
+    processes_with,
+    ranks_in,
+    read_json,
+    read_pid,
+)
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def read_pid(path):
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
-        return None
 
 
 def alive(pid):

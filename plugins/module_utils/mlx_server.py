@@ -236,3 +236,25 @@ def ranks_in(names):
             r, kind = int(m.group(1)), m.group(2)
             score[r] = min(score.get(r, 3), {"pid": 0, "json": 1}.get(kind, 2))
     return sorted(score, key=lambda r: (score[r], r))
+
+
+# ---- the run directory's files, as the status and stop modules read them ---------------
+
+def read_json(path):
+    """A JSON object file of the run directory; {} when missing or not an object."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def read_pid(path):
+    """The PID in a pid file; None when missing or not a number."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ def single_run(tiny):
 def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
     cluster = sim_cluster("pair")
     cluster.reset()
+    shutil.rmtree(cluster.inventory_path.parent / "artifacts" / "bench", ignore_errors=True)  # other tests' runs
     run = run_site(cluster, extravars=settings(cluster, tiny))
     assert run.rc == 0, run.failures()
 
@@ -128,8 +130,6 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
 
 
 def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny):
-    import shutil
-
     cluster = sim_cluster("pair")
     cluster.reset()
     for h in cluster.hosts:

@@ -31,20 +31,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import close_masters, fmt, machine, stats  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 from tests.simcluster.cluster import unavailable_reason  # noqa: E402
@@ -93,13 +91,6 @@ def check_configured(cluster, hostfile, who):
             addrs = [a for a in links[host].get(iface, {}).get("addr_info", []) if a.get("family") == "inet"]
             if not addrs:
                 raise BenchError(f"{who}: no IPv4 address on {host}:{iface} (cable {cable.id})")
-
-
-def close_masters(cp_dir):
-    """End the SSH master connections a run left (ControlPersist) without waiting for them."""
-    for sock in Path(cp_dir).glob("*"):
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                       capture_output=True, timeout=10, check=False)
 
 
 def run_ours(cluster, work, tag):
@@ -198,10 +189,6 @@ def bench_topology(spec, runs, warmup, state_root, log):
     return {"topology": spec, "hosts": len(cluster.hosts), "cables": len(cluster.spec.cables), "samples": s}
 
 
-def stats(values):
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
 def summarize(result):
     s = result["samples"]
     out = {k: stats(s[k]) for k in ("first", "rerun", "mlx", "ratio", "rerun_ratio")}
@@ -211,32 +198,8 @@ def summarize(result):
     return out
 
 
-def machine():
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for dist in ("ansible-core", "mlx"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "ansible_core": versions["ansible-core"], "mlx": versions["mlx"], "kernel": platform.release(),
-            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "loadavg_start": round(os.getloadavg()[0], 2)}
-
-
 HEADER = ("topology", "Macs", "cables", "ours first (s)", "ours re-run (s)", "distributed_config (s)",
           "ours/dc", "re-run/first", "SSH conn/cmds per Mac: ours first", "ours re-run", "dc")
-
-
-def fmt(st, digits=2):
-    return f"{st['median']:.{digits}f} ({st['min']:.{digits}f}–{st['max']:.{digits}f})"
 
 
 def table_rows(results):

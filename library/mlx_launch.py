@@ -202,7 +202,9 @@ def main():
     info = dict(failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out), stderr_tail=tail(err), cmd=argv)
     if timed_out or rc != 0 or parsed["result"] is None:
         who = describe_failed(parsed["failed"]) or "no rank reported"
-        why = f"timed out after {p['timeout']}s" if timed_out else f"failed (launcher exit {rc})"
+        # mlx.launch may exit 0 after ending the other ranks of a job one rank broke
+        why = (f"timed out after {p['timeout']}s" if timed_out else f"failed (launcher exit {rc})" if rc
+               else "failed (mlx.launch exited 0, but without the job's result)")
         ranks, launcher = failure_lines(out, err)
         detail = "".join(f"\n{title}:\n" + "\n".join(lines) for title, lines in
                          (("Last lines of the ranks", ranks), ("mlx.launch said", launcher)) if lines)

@@ -11,6 +11,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def stats(values):
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
@@ -47,3 +49,19 @@ def close_masters(cp_dir):
     for sock in Path(cp_dir).glob("*"):
         subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
                        capture_output=True, timeout=10, check=False)
+
+
+def playbook_env(cluster, base, bin_dir):
+    """The environment of one `ansible-playbook` run against a simulated cluster: the project's
+    ansible.cfg, a fresh Ansible home, temp and SSH control directory under `base` (no master
+    connection from an earlier run), the venv's `bin_dir` first on PATH."""
+    env = cluster.env()
+    env.update({
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_HOME": str(base / "home"),
+        "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": os.pathsep.join([str(bin_dir), env["PATH"]]),
+    })
+    return env

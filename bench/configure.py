@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import close_masters, fmt, machine, stats  # noqa: E402
+from bench.common import close_masters, fmt, machine, playbook_env, stats  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 from tests.simcluster.cluster import unavailable_reason  # noqa: E402
@@ -96,15 +96,7 @@ def check_configured(cluster, hostfile, who):
 def run_ours(cluster, work, tag):
     """One `ansible-playbook site.yml --tags network,hostfile`; (seconds, changed, ssh)."""
     base = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=work))
-    env = cluster.env()
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_HOME": str(base / "home"),
-        "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": os.pathsep.join([str(BIN), env["PATH"]]),
-    })
+    env = playbook_env(cluster, base, BIN)
     (base / "extravars.json").write_text(json.dumps(sim_vars()))
     argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
             "--tags", "network,hostfile", "-e", f"@{base / 'extravars.json'}"]

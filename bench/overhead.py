@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 from mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
 
-from bench.common import close_masters, fmt, machine, stats  # noqa: E402
+from bench.common import close_masters, fmt, machine, playbook_env, stats  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 from tests.simcluster.cluster import unavailable_reason  # noqa: E402
@@ -112,15 +112,7 @@ def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
     """One `ansible-playbook site.yml --tags ...`; (seconds, output). Fresh Ansible home and
     SSH control directory per run (no master connection from the previous run)."""
     base = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=work))
-    env = cluster.env()
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_HOME": str(base / "home"),
-        "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": os.pathsep.join([str(BIN), env["PATH"]]),
-    })
+    env = playbook_env(cluster, base, BIN)
     (base / "extravars.json").write_text(json.dumps(extravars))
     argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
             "--tags", tags, "-e", f"@{base / 'extravars.json'}"] + (["-v"] if verbose else [])

@@ -192,41 +192,32 @@ def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backen
             cluster.reset()
 
 
-def test_rdma_port_down_on_a_seen_cable_is_named(sim_cluster):
+@pytest.mark.parametrize("name, host, fault, repair, key, expected", [
+    pytest.param("an RDMA port PORT_DOWN on a cable that is seen", "m3", {"rdma_port_down": ["en3"]},
+                 {"rdma_port_down": []}, "PORT_DOWN",
+                 ["m3:rdma_en3 is PORT_DOWN", "reseat or replace the cable on m3:en3"], id="port-down"),
+    pytest.param("RDMA enabled but no devices (Thunderbolt 4 Mac)", "m2", {"tb_version": 4}, {"tb_version": 5},
+                 "no RDMA devices",
+                 # its cables negotiated TB4 speed too
+                 ["m2 has no RDMA devices", "Thunderbolt 5", "40 Gb/s (TB4)"], id="tb4-no-devices"),
+])
+def test_rdma_faults_are_named_by_rdma_check(sim_cluster, name, host, fault, repair, key, expected):
     cluster = sim_cluster("mesh4")
     cluster.reset()
-    with Fault("an RDMA port PORT_DOWN on a cable that is seen") as f:
-        cluster.set_host("m3", rdma_port_down=["en3"])
+    required = {"mlx_cluster_rdma_required": True}
+    with Fault(name) as f:
+        cluster.set_host(host, **fault)
         cluster.clear_argv_logs()
         try:
-            run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
+            run = run_site(cluster, tags=["rdma_check"], extravars=required)
             assert run.rc != 0
             text = fail_text(run)
-            f.message(next(ln for ln in text.splitlines() if "PORT_DOWN" in ln))
-            assert "m3:rdma_en3 is PORT_DOWN" in text and "reseat or replace the cable on m3:en3" in text, text
+            f.message(next(ln for ln in text.splitlines() if key in ln))
+            assert all(x in text for x in expected), text
             assert mutations(cluster) == []
         finally:
-            cluster.set_host("m3", rdma_port_down=[])
-        f.converged(run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True}).rc == 0)
-
-
-def test_tb4_hardware_with_rdma_enabled_is_named(sim_cluster):
-    cluster = sim_cluster("mesh4")
-    cluster.reset()
-    with Fault("RDMA enabled but no devices (Thunderbolt 4 Mac)") as f:
-        cluster.set_host("m2", tb_version=4)
-        cluster.clear_argv_logs()
-        try:
-            run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
-            assert run.rc != 0
-            text = fail_text(run)
-            f.message(next(ln for ln in text.splitlines() if "no RDMA devices" in ln))
-            assert "m2 has no RDMA devices" in text and "Thunderbolt 5" in text, text
-            assert "40 Gb/s (TB4)" in text, text  # its cables negotiated TB4 speed
-            assert mutations(cluster) == []
-        finally:
-            cluster.set_host("m2", tb_version=5)
-        f.converged(run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True}).rc == 0)
+            cluster.set_host(host, **repair)
+        f.converged(run_site(cluster, tags=["rdma_check"], extravars=required).rc == 0)
 
 
 def test_macos_versions_differ(sim_cluster):

@@ -151,11 +151,9 @@ ansible_facts:
 import hashlib
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_collect import (
-    C_LOCALE,
     CLUSTER_ARGVS,
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
@@ -164,11 +162,14 @@ from ansible.module_utils.mlx_collect import (
     link_probe_argvs,
     link_probe_facts,
     module_runner,
+    side_by_side,
 )
 from ansible.module_utils.mlx_tb import ParseError
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
+# The link probes (one ping per addressed port among them) side by side at most.
+PROBE_WORKERS = 8
 
 
 def prefetch(module):
@@ -180,15 +181,8 @@ def prefetch(module):
     if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
         paths[label(IBV_DEVINFO_ARGV)] = None
     cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in CLUSTER_ARGVS if paths[label(argv)]}
-
-    def one(cmd):
-        try:
-            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
-        except Exception:  # noqa: BLE001 - runner() runs it again and reports it properly
-            return None
-
-    with ThreadPoolExecutor(max_workers=PREFETCH_WORKERS) as pool:
-        results = dict(zip(cmds, pool.map(one, cmds.values())))
+    # one that raised (None) is left to module_runner(), which runs it again and reports it
+    results = dict(zip(cmds, side_by_side(module, list(cmds.values()), PREFETCH_WORKERS)))
     # Each of these commands prints something. Nothing at all with status 0 is
     # ansible-core's run_command losing the output of a command that exits just after a
     # quiet second (seen under load): runner() runs it again.
@@ -210,15 +204,8 @@ def probe_links(module, facts):
     """links_state: the probes of link_probe_argvs(), all side by side (they only read)."""
     probes = link_probe_argvs(facts)
     cmds = [[module.get_bin_path(argv[0]) or argv[0]] + list(argv[1:]) for _, _, argv in probes]
-
-    def one(cmd):
-        try:
-            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
-        except Exception:  # noqa: BLE001 - a probe that cannot run proves nothing: as failed
-            return (127, "", "")
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(cmds)))) as pool:
-        results = list(pool.map(one, cmds))
+    # a probe that could not run proves nothing: counted as failed
+    results = [r or (127, "", "") for r in side_by_side(module, cmds, PROBE_WORKERS)]
     return link_probe_facts(probes, results)
 
 

@@ -195,6 +195,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_checks import no_answer_msg
+from ansible.module_utils.mlx_collect import C_LOCALE, side_by_side
 from ansible.module_utils.mlx_netcfg import (
     LinkPlanError,
     parse_getinfo,
@@ -208,7 +209,6 @@ from ansible.module_utils.mlx_netcfg import (
 )
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # Read-only commands run side by side at most.
 READ_WORKERS = 4
 
@@ -225,15 +225,7 @@ def run_all(module, argvs, check_rc=True):
     """run() of every argv, a few side by side (read-only commands only); results in order.
     Paths are resolved and failures reported here, in the module's own thread."""
     cmds = [[module.get_bin_path(a[0], required=True)] + list(a[1:]) for a in argvs]
-
-    def attempt(cmd):
-        try:
-            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
-        except Exception:  # noqa: BLE001 - run again below, where a failure is reported properly
-            return None
-
-    with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
-        results = list(pool.map(attempt, cmds))
+    results = side_by_side(module, cmds, READ_WORKERS)
     # Every one of these commands prints something: nothing at all with status 0 is
     # ansible-core's run_command losing the output of a command that exits just after a
     # quiet second (seen under load). Run it again, alone (so is one whose run raised).

@@ -14,6 +14,8 @@ module keys its record of rc/stderr by the same text).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 try:  # inside an Ansible module
     from ansible.module_utils.mlx_host import (
         cabled_ifaces,
@@ -70,6 +72,20 @@ C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 def label(argv):
     """The text that names a command in messages and in ParseError.command."""
     return " ".join(argv)
+
+
+def side_by_side(module, cmds, workers):
+    """Run read-only commands (resolved argv lists) a few at a time, in the C locale; the
+    (rc, out, err) of each, in order, or None for one whose run raised (the caller decides:
+    run it again where a failure is reported properly, or count it as failed)."""
+    def one(cmd):
+        try:
+            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
+        except Exception:  # noqa: BLE001 - left to the caller, see above
+            return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cmds)))) as pool:
+        return list(pool.map(one, cmds))
 
 
 def module_runner(module, record, done=None):

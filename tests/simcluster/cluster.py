@@ -443,6 +443,9 @@ class SimCluster:
                         "shim": str(SHIMS / "macos.py"), "sshd": _which("sshd"),
                         "python": self.python})
         (st / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
+        # The shims' bytecode, compiled here by the Macs' Python: inside a Mac the checkout
+        # may be read-only, and without the cache every command would compile macos.py again.
+        subprocess.run([self.python, "-m", "py_compile", str(SHIMS / "macos.py")], capture_output=True, check=False)
         source = Path(self.spec.source) if self.spec.source else None
         if source is not None and source.exists() and source.resolve() != (st / "spec.yml").resolve():
             shutil.copyfile(source, st / "spec.yml")  # `down`/`status` by state dir alone

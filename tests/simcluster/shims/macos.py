@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """macOS command shims for the simulated Mac cluster (tests/simcluster).
 
-One script, many names: every macOS command the product runs is a symlink to this file
-and the command is chosen by the basename of argv[0]. The harness puts the links in
+One program, many names: every macOS command the product runs is a symlink to `shim`,
+which runs this module (byte-compiled once, not on every command), and the command is
+chosen by the basename of argv[0]. The harness puts the links in
 `<state>/hosts/<host>/bin/` (first on PATH in every SSH session of that host), so the
 state directory is found from the path the shim was run by; the host is the UTS
 hostname of the simulated Mac the shim runs in.
@@ -38,6 +39,8 @@ PING = next((p for p in ("/usr/bin/ping", "/bin/ping", "/usr/sbin/ping") if os.p
 UUID_NS = "6a1f6f2e-3c59-4f0e-9a43-5e1c2d7b8a10"
 TB_BRIDGE_SERVICE = "Thunderbolt Bridge"
 BRIDGE = "bridge0"
+# The file the command names link to (it imports this module; see its docstring).
+SHIM_ENTRY = os.path.join(os.path.dirname(os.path.realpath(__file__)), "shim")
 
 
 class ShimExit(Exception):
@@ -1667,7 +1670,7 @@ def cmd_sudo(ctx, args):
     if path is None or not os.path.exists(path):
         die(f"sudo: {cmd[0]}: command not found", 1)
     sys.stdout.flush()
-    if os.path.realpath(path) == os.path.realpath(__file__) and os.path.basename(path) in COMMANDS:
+    if os.path.realpath(path) in (os.path.realpath(__file__), SHIM_ENTRY) and os.path.basename(path) in COMMANDS:
         # another shim: run it in this process (the same as exec'ing it, one Python less)
         os.environ.clear()
         os.environ.update(env)
@@ -1964,7 +1967,8 @@ def _set_cmd(name):
     CMD = name
 
 
-if __name__ == "__main__":
+def run():
+    """The process entry point (shims/shim, or this file run by name)."""
     try:
         sys.exit(main())
     except ShimExit as exc:
@@ -1972,3 +1976,7 @@ if __name__ == "__main__":
         sys.exit(exc.rc)
     except BrokenPipeError:
         sys.exit(141)
+
+
+if __name__ == "__main__":
+    run()

@@ -149,12 +149,15 @@ def mlx_dropped_out(ip_plan, hosts):
         raise AnsibleFilterError(f"mlx_dropped_out: malformed plan ({exc})") from exc
 
 
-def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, verify=True):
+def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, verify=True, peers=None):
     """True when a Mac's discovery (mlx_cluster_facts with probe_links) shows its planned links
     exactly in place (thunderbolt_links would run nothing: same bridge, services, addresses,
     routes; no stale cluster address) and, with `verify`, every planned link answered a ping
-    from its planned address to its planned peer. False on any doubt (no links_state, a
-    refusal the module must report): the network stage then applies and verifies as usual."""
+    between its planned addresses. Discovery pings each cable once, from the end holding the
+    /30's first address: `peers` ({host: mlx_cluster facts}, e.g. hostvars) gives the other
+    end's ping for cables this Mac did not ping. False on any doubt (no links_state, a refusal
+    the module must report, a peer without facts): the network stage then applies and
+    verifies as usual."""
     if not isinstance(facts, dict) or not isinstance(links, list):
         raise AnsibleFilterError("mlx_links_in_place: expects the mlx_cluster fact and this Mac's planned links")
     state = facts.get("links_state")
@@ -173,13 +176,26 @@ def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, 
     if actions:
         return False
     if verify:
-        pings = state.get("pings") or {}
         for link in links:
-            seen = pings.get(link.get("iface")) or {}
-            if not (seen.get("ok") and seen.get("address") == link.get("address")
-                    and seen.get("peer_address") == link.get("peer_address")):
+            if not _answered(link, state, peers, netcfg):
                 return False
     return True
+
+
+def _answered(link, state, peers, netcfg):
+    """The discovery ping of `link`'s cable answered between its planned addresses, from
+    whichever end pinged it (this Mac's links_state, or the peer's in `peers`)."""
+    mine, theirs = link.get("address"), link.get("peer_address")
+    if netcfg.pings_from_here(mine, link.get("prefix", 30)):
+        seen = (state.get("pings") or {}).get(link.get("iface")) or {}
+        return bool(seen.get("ok")) and seen.get("address") == mine and seen.get("peer_address") == theirs
+    try:
+        peer = peers[link.get("peer_host")]
+        seen = ((peer.get("links_state") if isinstance(peer, dict) else peer["links_state"]) or {})
+        seen = (seen.get("pings") or {}).get(link.get("peer_iface")) or {}
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return bool(seen.get("ok")) and seen.get("address") == theirs and seen.get("peer_address") == mine
 
 
 def mlx_files_differ(files, mode="0600"):

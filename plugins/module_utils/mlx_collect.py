@@ -27,7 +27,7 @@ try:  # inside an Ansible module
         parse_sysctl_hw,
         ssh_server_address,
     )
-    from ansible.module_utils.mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv
+    from ansible.module_utils.mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv, pings_from_here
     from ansible.module_utils.mlx_rdma import rdma_facts
     from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
@@ -41,7 +41,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         parse_sysctl_hw,
         ssh_server_address,
     )
-    from mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv  # type: ignore[no-redef]
+    from mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv, pings_from_here  # type: ignore[no-redef]
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
     from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
@@ -255,7 +255,8 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2):
     """The read-only commands that tell whether a Mac's Thunderbolt links are in place and
     working, from its discovery facts: `networksetup -getinfo` of every service on a
     Thunderbolt port; for every /30 address on a Thunderbolt port, `route -n get` of the
-    other end and, when the port has carrier, one `ping` over it. [] on a Mac never set up
+    other end and, when the port has carrier and this end holds the /30's first address
+    (pings_from_here: one ping per cable, from one end), one `ping` over it. [] on a Mac never set up
     (no such service, no such address): a first run costs nothing more.
     Returns [(kind, key, argv)], kind "info" (key: service), "route" / "ping" (key: iface)."""
     tb = {dev for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
@@ -271,7 +272,7 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2):
             if peer is None:
                 continue
             out.append(("route", iface, ["route", "-n", "get", peer]))
-            if info.get("status") == "active":
+            if info.get("status") == "active" and pings_from_here(a["address"], a.get("prefix")):
                 link = {"address": a["address"], "peer_address": peer}
                 out.append(("ping", iface, ping_argv(ping, link, count, timeout)))
             break  # one cluster address per port

@@ -279,6 +279,15 @@ def _has_host_route(route, peer):
 
 # ---- verification: one ping per cable ------------------------------------------------
 
+def pings_from_here(address, prefix=30):
+    """True when this end of a /30 pings the cable when the plan is not known yet (discovery):
+    the end holding the /30's first host address. Both ends can tell without asking the other,
+    and an echo and its reply cross the cable both ways, so one ping per cable checks it."""
+    try:
+        iface = ipaddress.ip_interface(f"{address}/{int(prefix)}")
+    except (TypeError, ValueError):
+        return False
+    return iface.network.prefixlen == 30 and int(iface.ip) == int(iface.network.network_address) + 1
 
 
 def ping_argv(ping, link, count, timeout):

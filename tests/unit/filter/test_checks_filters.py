@@ -100,3 +100,35 @@ def test_files_differ_by_content_mode_or_absence(checks, tmp_path):
              {"path": str(loose), "content": "graph\n"}, {"path": str(tmp_path / "new" / "x"), "content": ""}]
     assert [f["path"] for f in checks["mlx_files_differ"](files)] == [str(other), str(loose), str(tmp_path / "new" / "x")]
     assert checks["mlx_files_differ"](files[:1]) == []
+
+
+def far_end_facts():
+    """m2, the other end of LINKS: it holds the /30's second address, so discovery did not
+    ping the cable from here (m1 did)."""
+    facts = in_place_facts()
+    facts["interfaces"]["en2"]["ipv4"] = [{"address": "10.208.0.2", "prefix": 30}]
+    facts["links_state"] = {"service_info": {"Thunderbolt 1": dict(MANUAL, address="10.208.0.2")},
+                            "routes": {"10.208.0.1": {"destination": "10.208.0.1", "interface": "en2",
+                                                      "flags": ["UP", "HOST", "DONE", "STATIC"]}},
+                            "pings": {}}
+    return facts
+
+
+FAR_LINKS = [{"iface": "en2", "address": "10.208.0.2", "prefix": 30, "peer_address": "10.208.0.1",
+              "peer_host": "m1", "peer_iface": "en2", "cable": "m1:en2~m2:en2"}]
+
+
+def test_the_far_end_takes_the_answer_of_the_end_that_pinged(checks):
+    m1 = in_place_facts()
+    assert in_place(checks, far_end_facts(), links=FAR_LINKS, peers={"m1": m1}) is True
+    # no peer facts (m1 failed discovery, or the caller passed none): doubt, apply
+    assert in_place(checks, far_end_facts(), links=FAR_LINKS) is False
+    assert in_place(checks, far_end_facts(), links=FAR_LINKS, peers={}) is False
+    # m1's ping went unanswered, or was over other addresses, or m1 pinged another port
+    for spoil in ({"ok": False}, {"peer_address": "10.208.0.6"}):
+        bad = copy.deepcopy(m1)
+        bad["links_state"]["pings"]["en2"].update(spoil)
+        assert in_place(checks, far_end_facts(), links=FAR_LINKS, peers={"m1": bad}) is False
+    assert in_place(checks, far_end_facts(), links=[dict(FAR_LINKS[0], peer_iface="en3")], peers={"m1": m1}) is False
+    # the end that pings never looks at its peers
+    assert in_place(checks, in_place_facts(), peers={"m2": None}) is True

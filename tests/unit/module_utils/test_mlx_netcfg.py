@@ -2,6 +2,7 @@
 
 import pytest
 
+import mlx_netcfg
 from mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links, runtime_done
 
 HWPORTS = {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
@@ -180,3 +181,11 @@ def test_stale_port_whose_service_was_changed_by_hand_keeps_its_service():
     info["Thunderbolt 3"] = {"method": "manual", "address": "10.208.0.77", "subnet": "255.255.255.252"}
     actions, _, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes, stale={"en4": ["10.208.0.9"]})
     assert argvs(actions) == [["ifconfig", "en4", "inet", "10.208.0.9", "delete"]]
+
+
+@pytest.mark.parametrize("address,prefix,pings", [
+    ("10.208.0.1", 30, True), ("10.208.0.2", 30, False), ("10.208.3.253", 30, True), ("10.208.3.254", 30, False),
+    ("10.208.0.1", 24, False), ("10.208.0.0", 30, False), ("not-an-ip", 30, False), (None, 30, False),
+])
+def test_one_end_of_a_slash30_pings_it(address, prefix, pings):
+    assert mlx_netcfg.pings_from_here(address, prefix) is pings

@@ -135,6 +135,18 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     assert state["service_info"]["Thunderbolt 1"]["address"] == "10.208.0.1"
     assert state["routes"]["10.208.0.2"]["interface"] == "en2"
     assert state["pings"] == {"en2": {"address": "10.208.0.1", "peer_address": "10.208.0.2", "ok": True}}
+    # the far end of a cable (the /30's second address) reads the same but does not ping:
+    # one ping per cable, from the end with the first address
+    far = dict(commands)
+    far[IFCONFIG] = (0, commands[IFCONFIG][1].replace("10.208.0.1", "10.208.0.2"), "")
+    far[getinfo] = (0, "Manual Configuration\nIP address: 10.208.0.2\nSubnet mask: 255.255.255.252\n", "")
+    far_route = ("/sbin/route", "-n", "get", "10.208.0.1")
+    far[far_route] = (0, commands[route][1].replace("10.208.0.2", "10.208.0.1"), "")
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
+                        bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=far)
+    assert not out.failed, out.result
+    assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(far_route)])
+    assert out.result["ansible_facts"]["mlx_cluster"]["links_state"]["pings"] == {}
     # without the option nothing more runs
     plain = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=BINS, env=SSH, commands=commands)
     assert "links_state" not in plain.result["ansible_facts"]["mlx_cluster"]

@@ -217,6 +217,23 @@ def mlx_files_differ(files, mode="0600"):
     return out
 
 
+def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
+    """`hosts` when the tag selection of this run (--tags / --skip-tags: ansible_run_tags,
+    ansible_skip_tags) runs the tasks of a play tagged `play_tags`, else [] (the play matches
+    no host and is skipped whole). Ansible would still run the argument validation each role
+    gets (tagged always) on every host of a play none of whose tasks run."""
+    if isinstance(play_tags, str) or not isinstance(play_tags, (list, tuple)):
+        raise AnsibleFilterError("mlx_play_hosts: play_tags must be the play's list of tags")
+    tags = set(play_tags)
+    only = set(run_tags or ("all",))
+    skip = set(skip_tags or ())
+    never = "never" in tags
+    run = bool(tags & only) or (not never and bool({"all", "tagged"} & only))
+    if "all" in skip or "tagged" in skip or tags & skip:
+        run = False
+    return hosts if run else []
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -230,5 +247,6 @@ class FilterModule:
             "mlx_no_answer_msg": mlx_no_answer_msg,
             "mlx_dropped_out": mlx_dropped_out,
             "mlx_links_in_place": mlx_links_in_place,
+            "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
         }

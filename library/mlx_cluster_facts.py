@@ -30,9 +30,11 @@ options:
       - Also read what the network stage would read before changing anything, and test the
         links already there, returned in C(links_state) (the controller can then leave a Mac
         whose links match the plan and answer alone, without running M(thunderbolt_links)).
-      - Runs C(networksetup -getinfo) for each service on a Thunderbolt port and, for each /30
-        address on a Thunderbolt port, C(route -n get) of the other end and (with carrier) one
-        C(ping) over that port from that address. Nothing more on a Mac never set up.
+      - Runs C(networksetup -getinfo) for each service on a Thunderbolt port; when a
+        Thunderbolt port holds a /30, one C(netstat -rn -f inet) (the host routes to the other
+        ends) and, for each /30 whose first address is this end's, with carrier, one C(ping)
+        over that port from that address (the other end's discovery does not ping it again).
+        Nothing more on a Mac never set up.
     type: bool
     default: false
   read_files:
@@ -137,8 +139,9 @@ ansible_facts:
         links_state:
           description:
             - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
-              routes to the other ends of the /30 addresses (C(routes), keyed by that address)
-              and one ping per addressed port with carrier (C(pings), keyed by interface).
+              host routes to the other ends of the /30 addresses (C(routes), keyed by that
+              address, from one C(netstat -rn -f inet)) and one ping per cable with carrier,
+              from the end holding the /30's first address (C(pings), keyed by interface).
           returned: when probe_links is set
           type: dict
           sample: {"service_info": {"Thunderbolt 1": {"method": "manual", "address": "10.208.0.1",
@@ -164,6 +167,7 @@ from ansible.module_utils.mlx_collect import (
     module_runner,
     side_by_side,
 )
+from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, services_from_preferences
 from ansible.module_utils.mlx_tb import ParseError
 
 # Commands run side by side at most (system_profiler beside the quick ones).
@@ -201,12 +205,19 @@ def disk_free(module, path):
 
 
 def probe_links(module, facts):
-    """links_state: the probes of link_probe_argvs(), all side by side (they only read)."""
-    probes = link_probe_argvs(facts)
+    """links_state: the probes of link_probe_argvs(), all side by side (they only read). The
+    services' settings come from the network preferences file where it answers for them
+    (no command), from `networksetup -getinfo` otherwise."""
+    try:
+        with open(SC_PREFERENCES, "rb") as f:
+            known = services_from_preferences(f.read(), facts.get("services"))
+    except OSError:
+        known = {}
+    probes = link_probe_argvs(facts, known=known)
     cmds = [[module.get_bin_path(argv[0]) or argv[0]] + list(argv[1:]) for _, _, argv in probes]
     # a probe that could not run proves nothing: counted as failed
     results = [r or (127, "", "") for r in side_by_side(module, cmds, PROBE_WORKERS)]
-    return link_probe_facts(probes, results)
+    return link_probe_facts(probes, results, known=known)
 
 
 def read_files(paths):

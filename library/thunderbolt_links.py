@@ -197,13 +197,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_checks import no_answer_msg
 from ansible.module_utils.mlx_collect import C_LOCALE, side_by_side
 from ansible.module_utils.mlx_netcfg import (
+    NETSTAT_ROUTES_ARGV,
     LinkPlanError,
     parse_getinfo,
+    parse_netstat_routes,
     parse_route_get,
     ping_argv,
     ping_result,
     pinged_from_the_other_end,
     plan_links,
+    route_of,
     runtime_done,
     stale_ports,
 )
@@ -221,9 +224,10 @@ def run(module, argv, check_rc=True):
     return rc, out, err
 
 
-def run_all(module, argvs, check_rc=True):
+def run_all(module, argvs, check_rc=True, may_fail=()):
     """run() of every argv, a few side by side (read-only commands only); results in order.
-    Paths are resolved and failures reported here, in the module's own thread."""
+    Paths are resolved and failures reported here, in the module's own thread (except for
+    the argvs in `may_fail`: the caller reads their status)."""
     cmds = [[module.get_bin_path(a[0], required=True)] + list(a[1:]) for a in argvs]
     results = side_by_side(module, cmds, READ_WORKERS)
     # Every one of these commands prints something: nothing at all with status 0 is
@@ -231,8 +235,8 @@ def run_all(module, argvs, check_rc=True):
     # quiet second (seen under load). Run it again, alone (so is one whose run raised).
     results = [module.run_command(c, environ_update=C_LOCALE) if r is None or (r[0] == 0 and not r[1] and not r[2])
                else r for c, r in zip(cmds, results)]
-    for cmd, (rc, out, err) in zip(cmds, results):
-        if check_rc and rc != 0:
+    for argv, cmd, (rc, out, err) in zip(argvs, cmds, results):
+        if check_rc and rc != 0 and argv not in may_fail:
             module.fail_json(msg=f"{' '.join(cmd[:3])} failed: {(err or out).strip()}", rc=rc, cmd=cmd, stderr=err)
     return results
 
@@ -243,9 +247,15 @@ def read_state(module, links):
     reuse = all(known.get(k) is not None for k in ("hardware_ports", "services", "interfaces"))
     lists = [] if reuse else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"],
                               ["ifconfig"]]
-    # `route -n get` exits 1 when there is no route: not a failure
-    first = run_all(module, lists)
-    route_out = run_all(module, [["route", "-n", "get", peer] for peer in routes_wanted], check_rc=False)
+    # the host routes: every one from one `netstat -rn -f inet` (read with the lists above)
+    first = run_all(module, lists + ([NETSTAT_ROUTES_ARGV] if routes_wanted else []), may_fail=[NETSTAT_ROUTES_ARGV])
+    table = None
+    if routes_wanted:
+        rc, out, _err = first.pop()
+        try:
+            table = parse_netstat_routes(out) if rc == 0 else None
+        except ParseError:
+            table = None
     if reuse:
         hwports, services, interfaces = known["hardware_ports"], known["services"], known["interfaces"]
     else:
@@ -258,7 +268,12 @@ def read_state(module, links):
     names = [svc["name"] for svc in services if svc.get("device") in wanted and svc.get("name")]
     info = {name: parse_getinfo(res[1])
             for name, res in zip(names, run_all(module, [["networksetup", "-getinfo", n] for n in names]))}
-    routes = {peer: parse_route_get(out if rc == 0 else "") for peer, (rc, out, _) in zip(routes_wanted, route_out)}
+    if table is not None:
+        routes = {peer: route_of(table, peer) for peer in routes_wanted}
+    else:  # a routing table that cannot be read: ask the kernel address by address
+        # (`route -n get` exits 1 when there is no route: not a failure)
+        route_out = run_all(module, [["route", "-n", "get", peer] for peer in routes_wanted], check_rc=False)
+        routes = {peer: parse_route_get(out if rc == 0 else "") for peer, (rc, out, _) in zip(routes_wanted, route_out)}
     return hwports, services, interfaces, info, routes, stale
 
 

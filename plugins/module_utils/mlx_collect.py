@@ -27,7 +27,15 @@ try:  # inside an Ansible module
         parse_sysctl_hw,
         ssh_server_address,
     )
-    from ansible.module_utils.mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv, pings_from_here
+    from ansible.module_utils.mlx_netcfg import (
+        NETSTAT_ROUTES_ARGV,
+        TB_PORT,
+        parse_getinfo,
+        parse_netstat_routes,
+        ping_argv,
+        pings_from_here,
+        route_of,
+    )
     from ansible.module_utils.mlx_rdma import rdma_facts
     from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
@@ -41,7 +49,15 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         parse_sysctl_hw,
         ssh_server_address,
     )
-    from mlx_netcfg import TB_PORT, parse_getinfo, parse_route_get, ping_argv, pings_from_here  # type: ignore[no-redef]
+    from mlx_netcfg import (  # type: ignore[no-redef]
+        NETSTAT_ROUTES_ARGV,
+        TB_PORT,
+        parse_getinfo,
+        parse_netstat_routes,
+        ping_argv,
+        pings_from_here,
+        route_of,
+    )
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
     from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
@@ -251,19 +267,22 @@ def _partner(address, prefix):
     return others[0] if len(others) == 1 else None
 
 
-def link_probe_argvs(facts, ping="ping", count=2, timeout=2):
+def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     """The read-only commands that tell whether a Mac's Thunderbolt links are in place and
     working, from its discovery facts: `networksetup -getinfo` of every service on a
-    Thunderbolt port; for every /30 address on a Thunderbolt port, `route -n get` of the
-    other end and, when the port has carrier and this end holds the /30's first address
-    (pings_from_here: one ping per cable, from one end), one `ping` over it. [] on a Mac never set up
-    (no such service, no such address): a first run costs nothing more.
-    Returns [(kind, key, argv)], kind "info" (key: service), "route" / "ping" (key: iface)."""
+    Thunderbolt port not already answered in `known` ({service: getinfo}, e.g. from
+    services_from_preferences()); when a Thunderbolt port holds a /30, one `netstat -rn -f inet` (the
+    host routes to the other ends) and, for each such port with carrier whose end holds the
+    /30's first address (pings_from_here: one ping per cable, from one end), one `ping` over
+    it. [] on a Mac never set up (no such service, no such address): a first run costs
+    nothing more.
+    Returns [(kind, key, argv)]: kind "info" (key: service), "routes" (key: the other ends'
+    addresses, a tuple), "ping" (key: iface)."""
     tb = {dev for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
           if dev and TB_PORT.match(port or "")}
-    out = []
+    out, peers, pings = [], [], []
     for svc in facts.get("services") or []:
-        if svc.get("device") in tb and svc.get("name"):
+        if svc.get("device") in tb and svc.get("name") and svc["name"] not in (known or {}):
             out.append(("info", svc["name"], ["networksetup", "-getinfo", svc["name"]]))
     for iface in sorted(tb):
         info = (facts.get("interfaces") or {}).get(iface) or {}
@@ -271,28 +290,35 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2):
             peer = _partner(a.get("address"), a.get("prefix"))
             if peer is None:
                 continue
-            out.append(("route", iface, ["route", "-n", "get", peer]))
+            peers.append(peer)
             if info.get("status") == "active" and pings_from_here(a["address"], a.get("prefix")):
                 link = {"address": a["address"], "peer_address": peer}
-                out.append(("ping", iface, ping_argv(ping, link, count, timeout)))
+                pings.append(("ping", iface, ping_argv(ping, link, count, timeout)))
             break  # one cluster address per port
-    return out
+    if peers:
+        out.append(("routes", tuple(peers), list(NETSTAT_ROUTES_ARGV)))
+    return out + pings
 
 
-def link_probe_facts(probes, results):
-    """`links_state` of mlx_cluster from link_probe_argvs() and their (rc, out, err):
-    {"service_info": {service: getinfo}, "routes": {peer: route}, "pings": {iface:
-    {"address", "peer_address", "ok"}}}. A getinfo that cannot be parsed is left out (the
-    network stage reads it again)."""
-    state = {"service_info": {}, "routes": {}, "pings": {}}
+def link_probe_facts(probes, results, known=None):
+    """`links_state` of mlx_cluster from link_probe_argvs() and their (rc, out, err), with
+    the services already answered in `known`: {"service_info": {service: getinfo},
+    "routes": {peer: route}, "pings": {iface: {"address", "peer_address", "ok"}}}. A getinfo
+    or routing table that cannot be read is left out (the network stage reads it again)."""
+    state = {"service_info": dict(known or {}), "routes": {}, "pings": {}}
     for (kind, key, argv), (rc, out, _err) in zip(probes, results):
         if kind == "info":
             try:
                 state["service_info"][key] = parse_getinfo(out if rc == 0 else "")
             except ParseError:
                 continue
-        elif kind == "route":
-            state["routes"][argv[-1]] = parse_route_get(out if rc == 0 else "")
+        elif kind == "routes":
+            try:
+                table = parse_netstat_routes(out) if rc == 0 else None
+            except ParseError:
+                table = None
+            if table is not None:
+                state["routes"] = {peer: route_of(table, peer) for peer in key}
         else:
             state["pings"][key] = {"address": argv[-2], "peer_address": argv[-1], "ok": rc == 0}
     return state

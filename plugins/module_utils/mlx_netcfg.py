@@ -87,6 +87,115 @@ def parse_route_get(text):
     return res
 
 
+# `netstat -rn` flag letters, named as `route -n get` prints them.
+NETSTAT_FLAGS = {
+    "1": "PROTO1", "2": "PROTO2", "3": "PROTO3", "B": "BLACKHOLE", "b": "BROADCAST", "C": "CLONING",
+    "c": "PRCLONING", "D": "DYNAMIC", "G": "GATEWAY", "g": "GLOBAL", "H": "HOST", "I": "IFSCOPE",
+    "i": "IFREF", "L": "LLINFO", "M": "MODIFIED", "m": "MULTICAST", "R": "REJECT", "r": "ROUTER",
+    "S": "STATIC", "U": "UP", "W": "WASCLONED", "X": "XRESOLVE", "Y": "PROXY",
+}
+NETSTAT_ROUTES_ARGV = ["netstat", "-rn", "-f", "inet"]
+
+
+def parse_netstat_routes(text):
+    """Parse macOS `netstat -rn -f inet`: the host routes, {address: {"destination",
+    "interface", "gateway", "flags": [...]}} with flags named as parse_route_get() names them.
+
+    One command reads every host route, where `route -n get` reads one. Only what `route -n
+    get ADDRESS` would answer with a host route is kept: entries scoped to an interface
+    (flag I: ARP entries, scoped duplicates) do not serve an unscoped lookup and are left out,
+    as are networks. An address without an entry here has no host route. Output without the
+    "Destination Gateway Flags Netif" header raises ParseError.
+    """
+    if not isinstance(text, str):
+        raise ParseError("netstat -rn -f inet", "output is not text")
+    routes, netif, header = {}, None, False
+    for line in text.splitlines():
+        words = line.split()
+        if words[:3] == ["Destination", "Gateway", "Flags"] and "Netif" in words:
+            # macOS 11.3 and later: Destination Gateway Flags Netif Expire; before: ... Refs Use Netif
+            netif, header = words.index("Netif"), True
+            continue
+        if line.startswith("Internet6"):
+            netif = None   # IPv6 routes follow (without -f inet): not ours
+            continue
+        if netif is None or len(words) <= netif:
+            continue
+        dest, gateway, flags = words[:3]
+        if "H" not in flags or "I" in flags or dest in routes:
+            continue
+        try:
+            ipaddress.IPv4Address(dest)
+        except ValueError:
+            continue
+        routes[dest] = {"destination": dest, "interface": words[netif], "gateway": gateway,
+                        "flags": [NETSTAT_FLAGS.get(f, f) for f in flags]}
+    if not header:
+        raise ParseError("netstat -rn -f inet", "no 'Destination Gateway Flags ... Netif' header: not a routing table")
+    return routes
+
+
+def route_of(routes, peer):
+    """parse_route_get()'s answer for `peer` from parse_netstat_routes(): its host route, or
+    no route (the lookup would find a network route or none; neither is a host route)."""
+    return dict(routes.get(peer) or {"destination": None, "interface": None, "gateway": None, "flags": []})
+
+
+# The network preferences macOS keeps (what networksetup reads and writes, through
+# SCPreferences): world-readable, so a read-only look at every service costs no command.
+SC_PREFERENCES = "/Library/Preferences/SystemConfiguration/preferences.plist"
+_SC_METHODS = {"Manual": "manual", "DHCP": "dhcp", "BOOTP": "bootp"}
+
+
+def services_from_preferences(data, services):
+    """The `networksetup -getinfo` answers for `services` ([{name, device}], as
+    -listnetworkserviceorder lists them) read from the bytes of SC_PREFERENCES:
+    {service name: {"method", "address", "subnet", "router"}} (parse_getinfo()'s shape).
+
+    Only the current set's services count. A service is answered only when exactly one
+    service of the current set sits on its device and that service's name (when it has one)
+    is the listed name; anything unexpected leaves the service out, for `networksetup
+    -getinfo` to answer. Data that is not such a property list gives {}.
+    """
+    import plistlib
+
+    try:
+        prefs = plistlib.loads(data)
+        current = prefs["CurrentSet"].rsplit("/", 1)[-1]
+        links = prefs["Sets"][current]["Network"]["Service"]
+        defined = prefs["NetworkServices"]
+        on_device = {}
+        for key, link in links.items():
+            target = str((link or {}).get("__LINK__") or f"/NetworkServices/{key}").rsplit("/", 1)[-1]
+            svc = defined.get(target)
+            if not isinstance(svc, dict):
+                continue
+            device = (svc.get("Interface") or {}).get("DeviceName")
+            if device:
+                on_device.setdefault(device, []).append(svc)
+    except (plistlib.InvalidFileException, ValueError, TypeError, KeyError, AttributeError, IndexError):
+        return {}
+    out = {}
+    for listed in services or []:
+        found = on_device.get(listed.get("device")) or []
+        if len(found) != 1 or not listed.get("name"):
+            continue
+        svc = found[0]
+        if svc.get("UserDefinedName") not in (None, listed["name"]):
+            continue
+        v4 = svc.get("IPv4")
+        if not isinstance(v4, dict) or not isinstance(v4.get("ConfigMethod"), str):
+            continue
+        method = v4["ConfigMethod"]
+        first = lambda key: (v4.get(key) or [None])[0] if isinstance(v4.get(key), list) else None  # noqa: E731
+        info = {"method": _SC_METHODS.get(method, method.lower()), "address": None, "subnet": None,
+                "router": v4.get("Router") if isinstance(v4.get("Router"), str) else None}
+        if method == "Manual":
+            info.update(address=first("Addresses"), subnet=first("SubnetMasks"))
+        out[listed["name"]] = info
+    return out
+
+
 def netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 

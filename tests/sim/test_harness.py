@@ -22,6 +22,10 @@ from tests.simcluster.cluster import SimCluster, SimError, _cmdline, list_namesp
 from tests.simcluster.spec import SpecError, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+import mlx_netcfg  # noqa: E402  (the product's parsers, over the shims' output)
+import mlx_tb  # noqa: E402
+
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT = 180
 
@@ -501,6 +505,20 @@ def test_setters_bridge_and_reboot(own_pair):
     assert ping(c, "m2", addr["m1"]).returncode == 0
     order = sh(c, "m1", ["networksetup", "-listnetworkserviceorder"]).stdout
     assert "(*) Thunderbolt Bridge\n" in order and "(2) Thunderbolt 1\n" in order
+    # the preferences file says what networksetup -getinfo says, for every service
+    sh(c, "m2", ["networksetup", "-setdhcp", "Thunderbolt 1"], sudo=True)
+    for h in c.hosts:
+        services = mlx_tb.parse_service_order(sh(c, h, ["networksetup", "-listnetworkserviceorder"]).stdout)
+        prefs = c.exec(h, ["cat", mlx_netcfg.SC_PREFERENCES], check=True).stdout.encode()
+        from_file = mlx_netcfg.services_from_preferences(prefs, services)
+        assert sorted(from_file) == sorted(x["name"] for x in services)
+        for svc in services:
+            info = mlx_netcfg.parse_getinfo(sh(c, h, ["networksetup", "-getinfo", svc["name"]]).stdout)
+            if info["method"] != "manual":
+                info["address"] = info["subnet"] = None     # the file holds no address for DHCP
+            assert from_file[svc["name"]] == info, (h, svc["name"])
+    assert from_file["Thunderbolt 1"]["method"] == "dhcp"
+    sh(c, "m2", ["networksetup", "-setmanual", "Thunderbolt 1", addr["m2"], "255.255.255.252"], sudo=True)
     # ifconfig and route setters
     sh(c, "m1", ["ifconfig", "en2", "inet", "10.208.0.5", "netmask", "255.255.255.252"], sudo=True)
     assert ipv4_of(c, "m1", "en2") == ["10.208.0.5"]        # replaces the first address
@@ -511,6 +529,10 @@ def test_setters_bridge_and_reboot(own_pair):
     assert r.stdout == "add host 10.208.0.2: gateway en2\n"
     got = sh(c, "m1", ["route", "-n", "get", "10.208.0.2"]).stdout
     assert "destination: 10.208.0.2\n" in got and "HOST" in got and "  interface: en2\n" in got
+    # netstat lists the same host route, in the table the product parses
+    table = mlx_netcfg.parse_netstat_routes(sh(c, "m1", ["netstat", "-rn", "-f", "inet"]).stdout)
+    assert table["10.208.0.2"]["interface"] == "en2" and "HOST" in table["10.208.0.2"]["flags"]
+    assert sh(c, "m1", ["netstat", "-rn", "-f", "inet6"], ok=False).returncode == 64
     r = sh(c, "m1", ["route", "-n", "add", "-host", "10.208.0.2", "-interface", "en2"], sudo=True, ok=False)
     assert r.returncode == 1 and "File exists" in r.stdout
     sh(c, "m1", ["route", "-n", "delete", "-host", "10.208.0.2"], sudo=True)

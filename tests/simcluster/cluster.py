@@ -46,11 +46,12 @@ from .spec import ClusterSpec, SpecError, load_spec
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
-SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "ipconfig", "ibv_devices",
+SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
                  "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
+LIBRARY = "/Library"         # every Mac sees its own /Library (preferences) here
 HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
@@ -344,6 +345,14 @@ class SimCluster:
                                f"covers with its own home: move it elsewhere")
         if not Path(MOUNTPOINT).is_dir():
             raise SimError(f"{MOUNTPOINT} must exist (an empty directory the Macs mount their homes on)")
+        if not Path(LIBRARY).is_dir():
+            # the mount point of every Mac's own /Library (its network preferences file): an
+            # empty directory, made once on this machine and left for the next run
+            try:
+                os.mkdir(LIBRARY, 0o755)
+            except OSError as exc:
+                raise SimError(f"{LIBRARY} must exist (an empty directory the Macs mount their /Library on): "
+                               f"{exc.strerror}") from exc
 
     def _harness(self) -> dict:
         try:
@@ -438,7 +447,7 @@ class SimCluster:
         keep = [[str(st), False], [str(Path(sys.prefix).resolve()), True], [str(REPO), True]]
         keep = [k for k in keep if any(k[0] == d or k[0].startswith(d + "/") for d in PRIVATE_DIRS)]
         cluster = self.spec.to_json()
-        cluster.update({"state_dir": str(st), "prefix": self.prefix, "mountpoint": MOUNTPOINT,
+        cluster.update({"state_dir": str(st), "prefix": self.prefix, "mountpoint": MOUNTPOINT, "library": LIBRARY,
                         "home": HOME, "root_home": ROOT_HOME, "keep_paths": keep,
                         "shim": str(SHIMS / "macos.py"), "sshd": _which("sshd"),
                         "python": self.python})
@@ -917,8 +926,8 @@ class SimCluster:
             for h in self.hosts:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
-                for f in ("netprefs.json", "runtime.json"):
-                    (hd / f).unlink(missing_ok=True)
+                for f in ("netprefs.json", "runtime.json", "Library/Preferences/SystemConfiguration/preferences.plist"):
+                    (hd / f).unlink(missing_ok=True)   # boot writes them again from the defaults
                 if (hd / "tmp").exists():
                     shutil.rmtree(hd / "tmp")
                 (hd / "tmp").mkdir()

@@ -13,6 +13,8 @@ the harness recorded kills it when killed (--kill-child).
 
 Private view (all mounts live only in this host's mount namespace):
 - /srv      <- <state>/hosts/<host>/home   (HOME=/srv/admin, sudo -H HOME=/srv/root)
+- /Library  <- <state>/hosts/<host>/Library (Preferences/SystemConfiguration/preferences.plist:
+  the network preferences the networksetup shim keeps, in macOS's format)
 - /tmp, /var/tmp, /var/log <- per-host directories in the state dir; the paths under them
   the Mac must still see (the state dir, the Python environment, the repository) are
   bound back at the same place, the Python environment read-only
@@ -94,6 +96,10 @@ def setup(state, host, cfg):
     private_dir("/var/tmp", os.path.join(hostdir, "var_tmp"), keep)
     private_dir("/var/log", os.path.join(hostdir, "var_log"), keep)
     bind(os.path.join(hostdir, "home"), cfg["mountpoint"])
+    library = cfg.get("library")
+    if library and os.path.isdir(library):
+        os.makedirs(os.path.join(hostdir, "Library", "Preferences", "SystemConfiguration"), exist_ok=True)
+        bind(os.path.join(hostdir, "Library"), library)
     bind(os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
     if os.path.exists("/etc/resolv.conf") and not os.path.islink("/etc/resolv.conf"):
         bind(os.path.join(state, "resolv.conf"), "/etc/resolv.conf", readonly=True)

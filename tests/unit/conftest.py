@@ -91,12 +91,13 @@ class ModuleRun:
         return found
 
 
-def run_module(capsys, name, args=None, commands=None, bins=None, env=None):
+def run_module(capsys, name, args=None, commands=None, bins=None, env=None, module_attrs=None):
     """Run library/<name>.py's main() as Ansible would, with commands answered from `commands`.
 
     commands: {tuple(argv as run, with the resolved path): (rc, stdout, stderr)}
     bins:     {tool name: resolved path or None (not installed)}; unknown tools -> /usr/bin/<tool>
     env:      extra os.environ entries for the run (e.g. SSH_CONNECTION)
+    module_attrs: names of the loaded module to set first (e.g. a file path it reads)
     An argv not in `commands` fails the test.
     """
     from ansible.module_utils import basic
@@ -110,6 +111,9 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None):
         getattr(ansible_warnings, store, {}).clear()
 
     module = load_library(name)
+    for attr, value in (module_attrs or {}).items():
+        assert hasattr(module, attr), attr
+        setattr(module, attr, value)
     outcome = ModuleRun()
     commands = commands or {}
     bins = bins or {}

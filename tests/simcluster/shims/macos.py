@@ -154,6 +154,7 @@ class Ctx:
 
     def save_prefs(self, prefs):
         _write_json(self.path("netprefs.json"), prefs)
+        write_sc_preferences(self, prefs)
 
     def runtime(self):
         return _read_json(self.path("runtime.json"), {"bridge_members": []})
@@ -354,6 +355,56 @@ def hardware_ports(ctx, prefs=None, lk=None):
     for k, p in ctx.ports():
         ports.append((f"Thunderbolt {k}", p["iface"], p["mac"]))
     return ports
+
+
+SC_PREFERENCES = ("Library", "Preferences", "SystemConfiguration", "preferences.plist")
+
+
+def write_sc_preferences(ctx, prefs):
+    """The preferences as macOS keeps them (/Library/Preferences/SystemConfiguration/
+    preferences.plist, which the Mac sees through its /Library mount): one set, "Automatic",
+    holding every service in order; disabled services marked __INACTIVE__; bridge0's members.
+    Written whole and renamed into place, as SCPreferences commits."""
+    import plistlib
+
+    services, order = {}, []
+    for svc in prefs["services"]:
+        key = _svc_uuid(ctx.host, "network-service", svc["name"])
+        v4 = dict(svc.get("ipv4") or {})
+        ipv4 = {"ConfigMethod": v4.get("method") or "DHCP"}
+        if ipv4["ConfigMethod"] == "Manual":
+            ipv4.update(Addresses=[v4.get("address")], SubnetMasks=[v4.get("subnet") or "255.255.255.0"])
+        if v4.get("router"):
+            ipv4["Router"] = v4["router"]
+        entry = {"DNS": {}, "IPv4": ipv4, "IPv6": {"ConfigMethod": svc.get("ipv6") or "Automatic"},
+                 "Interface": {"DeviceName": svc["device"], "Hardware": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
+                               "Type": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
+                               "UserDefinedName": svc.get("hardware_port") or svc["name"]},
+                 "Proxies": {"ExceptionsList": ["*.local", "169.254/16"], "FTPPassive": 1}, "SMB": {},
+                 "UserDefinedName": svc["name"]}
+        if not svc.get("enabled", True):
+            entry["__INACTIVE__"] = 1
+        services[key] = entry
+        order.append(key)
+    current = _svc_uuid(ctx.host, "set", "Automatic")
+    doc = {
+        "CurrentSet": f"/Sets/{current}",
+        "NetworkServices": services,
+        "Sets": {current: {"Network": {"Global": {"IPv4": {"ServiceOrder": order}},
+                                       "Service": {k: {"__LINK__": f"/NetworkServices/{k}"} for k in order}},
+                           "UserDefinedName": "Automatic"}},
+        "System": {"Network": {"HostNames": {"LocalHostName": ctx.host}}, "System": {"ComputerName": ctx.host}},
+        "VirtualNetworkInterfaces": {"Bridge": {name: {"Interfaces": list(b.get("members") or []),
+                                                       "UserDefinedName": TB_BRIDGE_SERVICE}
+                                                for name, b in (prefs.get("bridges") or {}).items()}},
+    }
+    path = os.path.join(ctx.hostdir, *SC_PREFERENCES)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        plistlib.dump(doc, f)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def default_prefs(ctx):
@@ -1155,6 +1206,54 @@ def _route_get(ctx, pos):
     return 0
 
 
+def cmd_netstat(ctx, args):
+    """`netstat -rn [-f inet]`: the IPv4 routing table as macOS prints it, from the
+    namespace's main table (networks abbreviated as BSD does, host routes with H, the routes
+    `route add` made static) and its ARP cache (entries scoped to their interface, UHLWIi)."""
+    letters, family, i = set(), None, 0
+    while i < len(args):
+        a = args[i]
+        if a == "-f" and i + 1 < len(args):
+            family = args[i + 1]
+            i += 2
+            continue
+        if not (a.startswith("-") and len(a) > 1 and set(a[1:]) <= set("rnaAlsW")):
+            die("usage: netstat [-AaLlnW] [-f address_family | -p protocol]\n       netstat -r [-n] [-f address_family]", 64)
+        letters |= set(a[1:])
+        i += 1
+    if "r" not in letters or family not in (None, "inet"):
+        die("netstat: only `netstat -rn [-f inet]` is simulated", 64)
+    lk = links()
+    index = {name: link.get("ifindex", 0) for name, link in lk.items()}
+    rows, hosts = [], set()
+    for r in _routes():
+        dev = r.get("dev")
+        net = _route_dst(r)
+        if r.get("dst") == "default":
+            rows.append(("default", r.get("gateway") or f"link#{index.get(dev, 0)}", "UGScg", dev))
+            continue
+        if net.prefixlen == 32:
+            hosts.add(str(net.network_address))
+            dest, flags = str(net.network_address), "UH" + ("G" if r.get("gateway") else "") + "S"
+        else:
+            octets = str(net.network_address).split(".")
+            keep = max((net.prefixlen + 7) // 8, max((n + 1 for n, o in enumerate(octets) if o != "0"), default=1))
+            dest = ".".join(octets[:keep]) + ("" if net.prefixlen == 8 * keep else f"/{net.prefixlen}")
+            flags = "UGS" if r.get("gateway") else "UCS"
+        rows.append((dest, r.get("gateway") or f"link#{index.get(dev, 0)}", flags, dev))
+    neigh = json.loads(ip("-j", "-4", "neigh", "show").stdout or "[]")
+    for n in neigh:
+        if n.get("lladdr") and n.get("dst") not in hosts and not {"FAILED", "INCOMPLETE"} & set(n.get("state") or []):
+            mac = ":".join(f"{int(x, 16):x}" for x in n["lladdr"].split(":"))
+            rows.append((n["dst"], mac, "UHLWIi", n.get("dev")))
+    rows.sort(key=lambda r: (r[0] != "default", [int(x) if x.isdigit() else 0 for x in r[0].split("/")[0].split(".")]))
+    out("Routing tables\n\nInternet:")
+    out(f"{'Destination':<19}{'Gateway':<19}{'Flags':<20}{'Netif':>6} Expire")
+    for dest, gw, flags, dev in rows:
+        out(f"{dest:<19}{gw:<19}{flags:<20}{mac_name(dev or '?'):>6}" + ("   1200" if "W" in flags else ""))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------
 # ipconfig, sw_vers, sysctl
 # ---------------------------------------------------------------------------------------
@@ -1868,7 +1967,7 @@ def cmd_ping(ctx, args):
 
 COMMANDS = {
     "system_profiler": cmd_system_profiler, "networksetup": cmd_networksetup,
-    "ifconfig": cmd_ifconfig, "route": cmd_route, "ipconfig": cmd_ipconfig,
+    "ifconfig": cmd_ifconfig, "route": cmd_route, "netstat": cmd_netstat, "ipconfig": cmd_ipconfig,
     "ibv_devices": cmd_ibv_devices, "ibv_devinfo": cmd_ibv_devinfo, "rdma_ctl": cmd_rdma_ctl,
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
 }

@@ -1,5 +1,7 @@
 """plan_links: what the network module would run, from measured state."""
 
+from pathlib import Path
+
 import pytest
 
 import mlx_netcfg
@@ -189,3 +191,87 @@ def test_stale_port_whose_service_was_changed_by_hand_keeps_its_service():
 ])
 def test_one_end_of_a_slash30_pings_it(address, prefix, pings):
     assert mlx_netcfg.pings_from_here(address, prefix) is pings
+
+
+def test_netstat_gives_the_host_routes_route_get_would_answer(read_fixture):
+    routes = mlx_netcfg.parse_netstat_routes(read_fixture("netstat_rn_inet_cluster.txt"))
+    # the static host route wins over its scoped ARP entry
+    assert routes["10.208.0.2"] == {"destination": "10.208.0.2", "interface": "en2", "gateway": "link#14",
+                                    "flags": ["UP", "HOST", "STATIC"]}
+    # scoped entries (ARP on en3, a UHSI route) serve no unscoped lookup: no host route there
+    assert "10.208.0.6" not in routes and "10.208.9.14" not in routes
+    assert routes["10.208.7.10"]["interface"] == "en3"          # the mis-pointed one, as it is
+    assert "10.1.2.57" not in routes and "10.1.2.1" not in routes   # ARP entries are scoped (I) too
+    assert routes["127.0.0.1"]["flags"] == ["UP", "HOST"]
+    assert not any("/" in d or d in ("default", "127", "169.254") for d in routes)   # networks are not host routes
+    assert mlx_netcfg.route_of(routes, "10.208.0.6") == {"destination": None, "interface": None, "gateway": None,
+                                                        "flags": []}
+
+
+def test_netstat_before_macos_11_3_and_the_ipv6_table(read_fixture):
+    routes = mlx_netcfg.parse_netstat_routes(read_fixture("netstat_rn_before_11_3.txt"))
+    assert routes["10.208.0.2"]["interface"] == "en2" and routes["127.0.0.1"]["interface"] == "lo0"
+    assert set(routes) == {"10.208.0.2", "127.0.0.1"}    # the ARP entry is scoped; IPv6 is not read
+
+
+def test_netstat_routes_drive_plan_links_like_route_get(read_fixture):
+    routes = mlx_netcfg.parse_netstat_routes(read_fixture("netstat_rn_inet_cluster.txt"))
+    links = [{"iface": "en2", "address": "10.208.0.1", "prefix": 30, "peer_address": "10.208.0.2"},
+             {"iface": "en3", "address": "10.208.0.5", "prefix": 30, "peer_address": "10.208.0.6"},
+             {"iface": "en4", "address": "10.208.7.9", "prefix": 30, "peer_address": "10.208.7.10"}]
+    hw = {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3", "Thunderbolt 3": "en4"}
+    services = [{"name": f"Thunderbolt {n}", "hardware_port": f"Thunderbolt {n}", "device": d, "enabled": True}
+                for n, d in ((1, "en2"), (2, "en3"), (3, "en4"))]
+    info = {s["name"]: {"method": "manual", "address": l["address"], "subnet": "255.255.255.252"}
+            for s, l in zip(services, links)}
+    ifaces = {l["iface"]: {"ipv4": [{"address": l["address"], "prefix": 30}], "members": []} for l in links}
+    actions, *_ = plan_links(links, hw, services, ifaces, info,
+                             {l["peer_address"]: mlx_netcfg.route_of(routes, l["peer_address"]) for l in links})
+    assert [a["argv"] for a in actions] == [["route", "-n", "add", "-host", "10.208.0.6", "-interface", "en3"],
+                                            ["route", "-n", "change", "-host", "10.208.7.10", "-interface", "en4"]]
+
+
+@pytest.mark.parametrize("text", ["", "netstat: sysctl: net.route.0.0.dump.inet: Operation not permitted\n",
+                                  "Routing tables\n\nInternet:\n", None])
+def test_netstat_without_a_table_is_a_parse_error(text):
+    with pytest.raises(mlx_netcfg.ParseError):
+        mlx_netcfg.parse_netstat_routes(text)
+
+
+LISTED = [{"name": "Ethernet", "device": "en0"}, {"name": "Thunderbolt Bridge", "device": "bridge0"},
+          {"name": "Thunderbolt 1", "device": "en2"}, {"name": "Thunderbolt 2", "device": "en3"},
+          {"name": "Thunderbolt 3", "device": "en4"}]
+
+
+def fixture_bytes(name):
+    return (Path(__file__).resolve().parents[2] / "fixtures" / name).read_bytes()
+
+
+def test_services_from_the_preferences_answer_like_getinfo():
+    got = mlx_netcfg.services_from_preferences(fixture_bytes("sc_preferences_studio.plist"), LISTED)
+    # only the current set counts: the "Office" location's Thunderbolt 1 (192.168.0.1) is not it
+    assert got["Thunderbolt 1"] == parse_getinfo("Manual Configuration\nIP address: 10.208.0.1\n"
+                                                 "Subnet mask: 255.255.255.252\nRouter: (null)\n")
+    assert got["Ethernet"] == {"method": "manual", "address": "10.1.2.3", "subnet": "255.255.255.0",
+                               "router": "10.1.2.1"}   # no service name of its own: the interface's
+    assert got["Thunderbolt 2"]["method"] == "dhcp" and got["Thunderbolt Bridge"]["method"] == "dhcp"
+    assert "Thunderbolt 3" not in got                  # no service on en4: left to networksetup
+
+
+def test_anything_unexpected_in_the_preferences_is_left_to_networksetup():
+    import plistlib
+    prefs = plistlib.loads(fixture_bytes("sc_preferences_studio.plist"))
+    renamed = [dict(s, name="TB one") if s["device"] == "en2" else s for s in LISTED]
+    assert "TB one" not in mlx_netcfg.services_from_preferences(plistlib.dumps(prefs), renamed)
+    current = prefs["CurrentSet"].rsplit("/", 1)[-1]
+    # two services of the current set on one device: which one networksetup means is not ours to guess
+    office_tb1 = next(k for k, v in prefs["NetworkServices"].items()
+                      if (v.get("IPv4") or {}).get("Addresses") == ["192.168.0.1"])
+    prefs["Sets"][current]["Network"]["Service"][office_tb1] = {"__LINK__": f"/NetworkServices/{office_tb1}"}
+    got = mlx_netcfg.services_from_preferences(plistlib.dumps(prefs), LISTED)
+    assert "Thunderbolt 1" not in got and got["Thunderbolt 2"]["method"] == "dhcp"
+    for bad in (b"", b"not a plist", plistlib.dumps({"CurrentSet": "/Sets/none"}), plistlib.dumps([1, 2]),
+                plistlib.dumps({"CurrentSet": 5}), plistlib.dumps(prefs, fmt=plistlib.FMT_BINARY)[:40]):
+        assert mlx_netcfg.services_from_preferences(bad, LISTED) == {}
+    # binary property lists (as macOS may write them) read the same
+    assert mlx_netcfg.services_from_preferences(plistlib.dumps(prefs, fmt=plistlib.FMT_BINARY), LISTED) == got

@@ -7,6 +7,7 @@ BINS = {
     "networksetup": "/usr/sbin/networksetup",
     "ifconfig": "/sbin/ifconfig",
     "route": "/sbin/route",
+    "netstat": "/usr/sbin/netstat",
     "sysctl": "/usr/sbin/sysctl",
     "sw_vers": "/usr/bin/sw_vers",
     "ibv_devices": "/usr/bin/ibv_devices",
@@ -23,6 +24,7 @@ IBV_DEVINFO = ("/usr/bin/ibv_devinfo", "-v")
 RDMA_CTL = ("/usr/bin/rdma_ctl", "status")
 IFCONFIG = ("/sbin/ifconfig",)
 ROUTE = ("/sbin/route", "-n", "get", "default")
+NETSTAT = ("/usr/sbin/netstat", "-rn", "-f", "inet")
 SW_VERS = ("/usr/bin/sw_vers",)
 SYSCTL = ("/usr/sbin/sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu")
 

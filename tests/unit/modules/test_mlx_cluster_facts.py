@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from mac_commands import (
@@ -121,15 +122,15 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     commands = answers(read_fixture, STUDIO_A)
     commands[ORDER] = (0, order, "")
     getinfo = ("/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1")
-    route = ("/sbin/route", "-n", "get", "10.208.0.2")
+    route = ("/usr/sbin/netstat", "-rn", "-f", "inet")
     ping = ("/sbin/ping", "-q", "-o", "-c", "2", "-t", "2", "-S", "10.208.0.1", "10.208.0.2")
     commands[getinfo] = (0, "Manual Configuration\nIP address: 10.208.0.1\nSubnet mask: 255.255.255.252\n", "")
-    commands[route] = (0, "   route to: 10.208.0.2\ndestination: 10.208.0.2\n  interface: en2\n"
-                          "      flags: <UP,HOST,DONE,STATIC>\n", "")
+    commands[route] = (0, read_fixture("netstat_rn_inet_cluster.txt"), "")
     commands[ping] = (0, "", "")
     out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
                         bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=commands)
     assert not out.failed, out.result
+    # one netstat for every host route, not a `route -n get` per peer
     assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(route), list(ping)])
     state = out.result["ansible_facts"]["mlx_cluster"]["links_state"]
     assert state["service_info"]["Thunderbolt 1"]["address"] == "10.208.0.1"
@@ -140,13 +141,14 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     far = dict(commands)
     far[IFCONFIG] = (0, commands[IFCONFIG][1].replace("10.208.0.1", "10.208.0.2"), "")
     far[getinfo] = (0, "Manual Configuration\nIP address: 10.208.0.2\nSubnet mask: 255.255.255.252\n", "")
-    far_route = ("/sbin/route", "-n", "get", "10.208.0.1")
-    far[far_route] = (0, commands[route][1].replace("10.208.0.2", "10.208.0.1"), "")
+    far_route = route
     out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
                         bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=far)
     assert not out.failed, out.result
     assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(far_route)])
-    assert out.result["ansible_facts"]["mlx_cluster"]["links_state"]["pings"] == {}
+    far_state = out.result["ansible_facts"]["mlx_cluster"]["links_state"]
+    assert far_state["pings"] == {}
+    assert far_state["routes"] == {"10.208.0.1": {"destination": None, "interface": None, "gateway": None, "flags": []}}
     # without the option nothing more runs
     plain = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=BINS, env=SSH, commands=commands)
     assert "links_state" not in plain.result["ansible_facts"]["mlx_cluster"]
@@ -167,3 +169,30 @@ def test_read_files_reports_sha256_and_mode_or_none(module_runner, read_fixture,
     assert out.result["ansible_facts"]["mlx_cluster"]["files"] == {
         str(hostfile): {"sha256": hashlib.sha256(b'{"backend": "ring"}\n').hexdigest(), "mode": "0600"},
         str(tmp_path / "absent.json"): None}
+
+
+def test_probe_links_takes_the_services_from_the_preferences_file(module_runner, read_fixture, tmp_path):
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    order = read_fixture("networksetup_order_bridge_enabled.txt") + \
+        "\n(5) Thunderbolt 1\n(Hardware Port: Thunderbolt 1, Device: en2)\n"
+    commands = answers(read_fixture, STUDIO_A)
+    commands[ORDER] = (0, order, "")
+    netstat = ("/usr/sbin/netstat", "-rn", "-f", "inet")
+    ping = ("/sbin/ping", "-q", "-o", "-c", "2", "-t", "2", "-S", "10.208.0.1", "10.208.0.2")
+    commands[netstat] = (0, read_fixture("netstat_rn_inet_cluster.txt"), "")
+    commands[ping] = (0, "", "")
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
+                        bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=commands,
+                        module_attrs={"SC_PREFERENCES": str(fixtures / "sc_preferences_studio.plist")})
+    assert not out.failed, out.result
+    assert not any("-getinfo" in c for c in out.calls)       # no networksetup -getinfo at all
+    info = out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]
+    assert info["Thunderbolt 1"] == {"method": "manual", "address": "10.208.0.1", "subnet": "255.255.255.252",
+                                     "router": None}
+    # an unreadable file: networksetup answers, as before
+    commands[("/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1")] = (0, "DHCP Configuration\n", "")
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_links": True},
+                        bins=dict(BINS, ping="/sbin/ping"), env=SSH, commands=commands,
+                        module_attrs={"SC_PREFERENCES": str(tmp_path / "missing.plist")})
+    assert ["/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1"] in out.calls
+    assert out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]["Thunderbolt 1"]["method"] == "dhcp"

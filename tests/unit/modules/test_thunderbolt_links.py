@@ -3,7 +3,7 @@ en2 has carrier, en3 has none and sits in bridge0)."""
 
 from __future__ import annotations
 
-from mac_commands import BINS, HWPORTS, IFCONFIG, ORDER
+from mac_commands import BINS, HWPORTS, IFCONFIG, NETSTAT, ORDER
 
 PING = "/sbin/ping"
 NS, IFC, ROUTE = BINS["networksetup"], BINS["ifconfig"], BINS["route"]
@@ -14,7 +14,10 @@ EN3 = {"cable": "m1:en3~m3:en2", "iface": "en3", "address": "10.208.0.5", "peer_
 # m0 sorts first: the peer's end starts the cable id, so the peer pings this one
 EN4 = {"cable": "m0:en2~m1:en4", "iface": "en4", "address": "10.208.0.10", "peer_address": "10.208.0.9",
        "peer_host": "m0", "peer_iface": "en2"}
-NO_ROUTE = (1, "", "route: writing to routing socket: not in table")
+# the routing table before the network stage: no host route to any peer
+NO_HOST_ROUTES = (0, "Routing tables\n\nInternet:\nDestination        Gateway            Flags               Netif Expire\n"
+                     "default            10.1.2.1           UGScg                 en0       \n"
+                     "10.1.2/24          link#11            UCS                   en0      !\n", "")
 
 
 class Answers(dict):
@@ -51,11 +54,11 @@ def commands(read_fixture, links, pings, carrier=None):
             (0, "", ""),
         (NS, "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"): (0, "", ""),
         (IFC, "en2", "inet", "169.254.17.42", "delete"): (0, "", ""),  # en2's stale link-local address
+        NETSTAT: NO_HOST_ROUTES,
     })
     for link in links:
         n = int(link["iface"][2:]) - 1
         mask = "255.255.255.252"
-        table[(ROUTE, "-n", "get", link["peer_address"])] = NO_ROUTE
         table[(NS, "-createnetworkservice", f"Thunderbolt {n}", f"Thunderbolt {n}")] = (0, "", "")
         table[(NS, "-setmanual", f"Thunderbolt {n}", link["address"], mask)] = (0, "", "")
         table[(IFC, link["iface"], "inet", link["address"], "netmask", mask)] = (0, "", "")
@@ -81,7 +84,7 @@ def test_reads_first_then_changes_in_order_then_one_ping_per_cable_from_its_firs
     out = run(module_runner, read_fixture, [EN2, EN3, EN4], {"en2": [0], "en3": [0]})
     assert not out.failed, out.result
     calls = [tuple(c) for c in out.calls]
-    reads = {HWPORTS, ORDER, IFCONFIG} | {(ROUTE, "-n", "get", x["peer_address"]) for x in (EN2, EN3, EN4)}
+    reads = {HWPORTS, ORDER, IFCONFIG, NETSTAT}  # every host route from one netstat
     assert set(calls[:len(reads)]) == reads  # every read before any change
     changes = [c for c in calls[len(reads):] if c[0] != PING]
     assert changes[:2] == [(IFC, "bridge0", "deletem", "en3", "deletem", "en4"),
@@ -148,8 +151,7 @@ def test_the_wait_is_bounded(module_runner, read_fixture):
 def test_check_mode_reads_only_and_pings_nothing(module_runner, read_fixture):
     out = run(module_runner, read_fixture, [EN2, EN3], {"en2": [0], "en3": [0]}, check=True)
     assert not out.failed, out.result
-    reads = {HWPORTS, ORDER, IFCONFIG} | {(ROUTE, "-n", "get", x["peer_address"]) for x in (EN2, EN3)}
-    assert sorted(tuple(c) for c in out.calls) == sorted(reads)
+    assert sorted(tuple(c) for c in out.calls) == sorted([HWPORTS, ORDER, IFCONFIG, NETSTAT])
     assert out.result["changed"] is True and "verified" not in out.result
 
 
@@ -164,7 +166,7 @@ def test_state_from_discovery_is_not_read_again(module_runner, read_fixture):
     assert not out.failed, out.result
     calls = [tuple(c) for c in out.calls]
     assert HWPORTS not in calls and ORDER not in calls
-    assert set(calls[:2]) == {(ROUTE, "-n", "get", "10.208.0.2"), (ROUTE, "-n", "get", "10.208.0.6")}
+    assert calls[0] == NETSTAT and not any(c[:3] == (ROUTE, "-n", "get") for c in calls)
     assert calls.count(IFCONFIG) == 1  # only the look after networksetup
     assert (IFC, "bridge0", "deletem", "en3") in calls
 
@@ -189,8 +191,7 @@ def test_the_old_end_of_a_moved_cable_is_cleared_when_the_pool_is_given(module_r
                             "bridge0": {"ipv4": [], "members": []}}}
     manual = "Manual Configuration\nIP address: {}\nSubnet mask: 255.255.255.252\nRouter: (null)\n"
     commands = {
-        (ROUTE, "-n", "get", "10.208.0.2"): (0, "   route to: 10.208.0.2\ndestination: 10.208.0.2\n"
-                                                "  interface: en2\n      flags: <UP,HOST,DONE,STATIC>\n", ""),
+        NETSTAT: (0, NO_HOST_ROUTES[1] + "10.208.0.2         link#14            UHS                   en2       \n", ""),
         (NS, "-getinfo", "Thunderbolt 1"): (0, manual.format("10.208.0.1"), ""),
         (NS, "-getinfo", "Thunderbolt 3"): (0, manual.format("10.208.0.9"), ""),
         (NS, "-setdhcp", "Thunderbolt 3"): (0, "", ""),
@@ -208,3 +209,19 @@ def test_the_old_end_of_a_moved_cable_is_cleared_when_the_pool_is_given(module_r
     quiet = module_runner("thunderbolt_links", args=base, bins=BINS, commands=commands)
     assert not quiet.failed and quiet.result["changed"] is False
     assert [NS, "-getinfo", "Thunderbolt 3"] not in quiet.calls
+
+
+def test_a_routing_table_that_cannot_be_read_means_one_route_get_per_peer(module_runner, read_fixture):
+    table = commands(read_fixture, [EN2, EN3], [(EN2, [0]), (EN3, [0])])
+    table[NETSTAT] = (1, "", "netstat: sysctl: net.route.0.0.dump.inet: Operation not permitted\n")
+    for peer in ("10.208.0.2", "10.208.0.6"):
+        table[(ROUTE, "-n", "get", peer)] = (1, "", "route: writing to routing socket: not in table")
+    out = module_runner("thunderbolt_links", args={"links": [EN2, EN3], "protected_ifaces": ["en0"], "verify": True},
+                        bins=dict(BINS, ping=PING), commands=table)
+    assert not out.failed, out.result
+    assert {(ROUTE, "-n", "get", "10.208.0.2"), (ROUTE, "-n", "get", "10.208.0.6")} <= {tuple(c) for c in out.calls}
+    assert [a["argv"][:3] for a in out.result["actions"] if a["argv"][0] == "route"] == [["route", "-n", "add"]] * 2
+    table[NETSTAT] = (0, "Routing tables\n\nInternet:\n", "")   # no table in it: the same
+    again = module_runner("thunderbolt_links", args={"links": [EN2], "protected_ifaces": ["en0"], "verify": False},
+                          bins=dict(BINS, ping=PING), commands=table)
+    assert not again.failed and [ROUTE, "-n", "get", "10.208.0.2"] in again.calls

@@ -236,7 +236,7 @@ def markdown(results, runs, info, command):
             f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
             f"- Python {info['python']}, ansible-core {info['ansible_core']}, mlx {info['mlx']}",
             f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
-            f"at end {info['loadavg_end']} (a shared machine: other work ran beside the benchmark)",
+            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)",
             f"- command: `{command}`", ""]
     return "\n".join(out)
 

@@ -499,7 +499,7 @@ def verdicts(result):
 
 def notes(info):
     return [f"load average (1 min) at start {info['loadavg_start']}, at end {info['loadavg_end']} on "
-            f"{info['cpus']} CPU(s); a shared machine: other work ran beside the benchmark",
+            f"{info['cpus']} CPU(s) (the benchmark's own simulated Macs and ranks count in it)",
             "the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own "
             "CPU work during a run competes with the ranks here, not on real Macs (the controller is "
             "another machine)"]
@@ -597,7 +597,7 @@ def markdown(result, runs, info, command, max_tokens, warmup):
             f"- Python {info['python']}, ansible-core {info['ansible_core']}, mlx {info['mlx']}, "
             f"mlx-lm {info['mlx_lm']}",
             f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
-            f"at end {info['loadavg_end']} (a shared machine: other work ran beside the benchmark)",
+            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)",
             "- the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own",
             "  CPU work during a run competes with the ranks here, not on real Macs",
             f"- converge (`--tags {CONVERGE_TAGS}`, {WARM_TOKENS}-token benchmark) took {result['converge_s']:.1f} s",

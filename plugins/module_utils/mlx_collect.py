@@ -35,6 +35,7 @@ try:  # inside an Ansible module
         ping_argv,
         pings_from_here,
         route_of,
+        slash30_partner,
     )
     from ansible.module_utils.mlx_rdma import rdma_facts
     from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
@@ -57,6 +58,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         ping_argv,
         pings_from_here,
         route_of,
+        slash30_partner,
     )
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
     from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
@@ -254,19 +256,6 @@ def collect_cluster(run, ssh_connection, disk):
 
 # ---- the links as they are: what the network stage would read, read once at discovery ----
 
-def _partner(address, prefix):
-    """The other host address of a /30 (None for any other prefix or a bad address)."""
-    import ipaddress
-    try:
-        iface = ipaddress.ip_interface(f"{address}/{int(prefix)}")
-    except (TypeError, ValueError):
-        return None
-    if iface.network.prefixlen != 30:
-        return None
-    others = [str(h) for h in iface.network.hosts() if h != iface.ip]
-    return others[0] if len(others) == 1 else None
-
-
 def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     """The read-only commands that tell whether a Mac's Thunderbolt links are in place and
     working, from its discovery facts: `networksetup -getinfo` of every service on a
@@ -287,7 +276,7 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     for iface in sorted(tb):
         info = (facts.get("interfaces") or {}).get(iface) or {}
         for a in info.get("ipv4") or []:
-            peer = _partner(a.get("address"), a.get("prefix"))
+            peer = slash30_partner(a.get("address"), a.get("prefix"))
             if peer is None:
                 continue
             peers.append(peer)

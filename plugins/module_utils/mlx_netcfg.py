@@ -388,15 +388,34 @@ def _has_host_route(route, peer):
 
 # ---- verification: one ping per cable ------------------------------------------------
 
+def _slash30(address, prefix):
+    """The ip_interface of address/prefix when it is a host address of a /30, else None."""
+    try:
+        iface = ipaddress.ip_interface(f"{address}/{int(prefix)}")
+    except (TypeError, ValueError):
+        return None
+    first = int(iface.network.network_address)
+    if iface.network.prefixlen != 30 or int(iface.ip) not in (first + 1, first + 2):
+        return None
+    return iface
+
+
+def slash30_partner(address, prefix=30):
+    """The other host address of the /30 `address` sits in (None for any other prefix, the
+    network or broadcast address, or a bad address)."""
+    iface = _slash30(address, prefix)
+    if iface is None:
+        return None
+    first = int(iface.network.network_address)
+    return str(ipaddress.IPv4Address(first + 3 - (int(iface.ip) - first)))
+
+
 def pings_from_here(address, prefix=30):
     """True when this end of a /30 pings the cable when the plan is not known yet (discovery):
     the end holding the /30's first host address. Both ends can tell without asking the other,
     and an echo and its reply cross the cable both ways, so one ping per cable checks it."""
-    try:
-        iface = ipaddress.ip_interface(f"{address}/{int(prefix)}")
-    except (TypeError, ValueError):
-        return False
-    return iface.network.prefixlen == 30 and int(iface.ip) == int(iface.network.network_address) + 1
+    iface = _slash30(address, prefix)
+    return iface is not None and int(iface.ip) == int(iface.network.network_address) + 1
 
 
 def ping_argv(ping, link, count, timeout):

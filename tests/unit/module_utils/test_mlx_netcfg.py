@@ -275,3 +275,11 @@ def test_anything_unexpected_in_the_preferences_is_left_to_networksetup():
         assert mlx_netcfg.services_from_preferences(bad, LISTED) == {}
     # binary property lists (as macOS may write them) read the same
     assert mlx_netcfg.services_from_preferences(plistlib.dumps(prefs, fmt=plistlib.FMT_BINARY), LISTED) == got
+
+
+@pytest.mark.parametrize("address,prefix,partner", [
+    ("10.208.0.1", 30, "10.208.0.2"), ("10.208.0.2", 30, "10.208.0.1"), ("10.208.3.253", 30, "10.208.3.254"),
+    ("10.208.0.0", 30, None), ("10.208.0.3", 30, None), ("10.208.0.1", 24, None), ("x", 30, None), (None, 30, None),
+])
+def test_the_other_end_of_a_slash30(address, prefix, partner):
+    assert mlx_netcfg.slash30_partner(address, prefix) == partner

@@ -40,10 +40,10 @@ def controller_imports():
         _internal.is_controller = before
 
 
-def load_filter_plugin():
-    """plugins/filter/mlx_planner.py, loaded by path as Ansible does."""
+def load_filter_plugin(path=FILTER_PATH):
+    """plugins/filter/<name>.py (mlx_planner.py by default), loaded by path as Ansible does."""
     with controller_imports():
-        spec = importlib.util.spec_from_file_location("_test_mlx_planner_filter", FILTER_PATH)
+        spec = importlib.util.spec_from_file_location(f"_test_{Path(path).stem}_filter", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return module
@@ -53,6 +53,12 @@ def load_filter_plugin():
 def filters():
     """{name: function} of the FilterModule."""
     return load_filter_plugin().FilterModule().filters()
+
+
+@pytest.fixture(scope="session")
+def checks_filters():
+    """{name: function} of plugins/filter/mlx_checks.py (preflight, re-run shortcuts, play hosts)."""
+    return load_filter_plugin(ROOT / "plugins" / "filter" / "mlx_checks.py").FilterModule().filters()
 
 
 @pytest.fixture(scope="session")

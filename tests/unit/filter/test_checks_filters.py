@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
-from conftest import ROOT, controller_imports
+from conftest import controller_imports
 
 
 @pytest.fixture(scope="module")
-def checks():
-    with controller_imports():
-        spec = importlib.util.spec_from_file_location("_test_mlx_checks_filter", ROOT / "plugins" / "filter" / "mlx_checks.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+def checks(checks_filters):
+    return checks_filters
 
 
 LINKS = [{"iface": "en2", "address": "10.208.0.1", "prefix": 30, "peer_address": "10.208.0.2",

@@ -4,7 +4,6 @@ answer as Ansible's own tag rules, and every playbook passes its play's own tags
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import warnings
 
@@ -14,12 +13,8 @@ from conftest import ROOT, controller_imports
 
 
 @pytest.fixture(scope="module")
-def play_hosts():
-    with controller_imports():
-        spec = importlib.util.spec_from_file_location("_test_mlx_play_hosts", ROOT / "plugins" / "filter" / "mlx_checks.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module.FilterModule().filters()["mlx_play_hosts"]
+def play_hosts(checks_filters):
+    return checks_filters["mlx_play_hosts"]
 
 
 PLAY_TAGS = [["network"], ["preflight", "rdma_check"], ["env", "benchmark", "net_check", "server"],

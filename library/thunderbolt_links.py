@@ -77,8 +77,10 @@ options:
       - The Mac's hardware ports, network services and interfaces as M(mlx_cluster_facts) read
         them earlier in this run (C(thunderbolt.hardware_ports), C(services), C(interfaces) of
         its fact). Given (every part not null), they are not read again, three commands fewer
-        per Mac and run. The persistent addresses (C(networksetup -getinfo)) and the host
-        routes are always read here.
+        per Mac and run. The persistent addresses (from
+        C(/Library/Preferences/SystemConfiguration/preferences.plist), C(networksetup -getinfo)
+        for a service the file does not answer for) and the host routes (C(netstat -rn -f inet))
+        are always read here.
     type: dict
     suboptions:
       hardware_ports:
@@ -198,6 +200,7 @@ from ansible.module_utils.mlx_checks import no_answer_msg
 from ansible.module_utils.mlx_collect import C_LOCALE, side_by_side
 from ansible.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
+    SC_PREFERENCES,
     LinkPlanError,
     parse_getinfo,
     parse_netstat_routes,
@@ -208,6 +211,7 @@ from ansible.module_utils.mlx_netcfg import (
     plan_links,
     route_of,
     runtime_done,
+    services_from_preferences,
     stale_ports,
 )
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
@@ -266,8 +270,18 @@ def read_state(module, links):
                         protected=module.params["protected_ifaces"])
     wanted = {link["iface"] for link in links} | set(stale)
     names = [svc["name"] for svc in services if svc.get("device") in wanted and svc.get("name")]
-    info = {name: parse_getinfo(res[1])
-            for name, res in zip(names, run_all(module, [["networksetup", "-getinfo", n] for n in names]))}
+    # the services' settings from the network preferences file where it answers for them (a
+    # re-run after one cable moved reads one file, not a getinfo per service), else networksetup
+    info = {}
+    if names:
+        try:
+            with open(SC_PREFERENCES, "rb") as f:
+                info = services_from_preferences(f.read(), [s for s in services if s.get("name") in names])
+        except OSError:
+            info = {}
+    ask = [n for n in names if n not in info]
+    info.update({name: parse_getinfo(res[1])
+                 for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))})
     if table is not None:
         routes = {peer: route_of(table, peer) for peer in routes_wanted}
     else:  # a routing table that cannot be read: ask the kernel address by address

@@ -111,6 +111,9 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         getattr(ansible_warnings, store, {}).clear()
 
     module = load_library(name)
+    if hasattr(module, "SC_PREFERENCES"):
+        # the machine's own network preferences file never answers for a test's Mac
+        module.SC_PREFERENCES = "/nonexistent/mlx-cluster-test/preferences.plist"
     for attr, value in (module_attrs or {}).items():
         assert hasattr(module, attr), attr
         setattr(module, attr, value)

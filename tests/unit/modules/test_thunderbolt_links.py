@@ -3,6 +3,8 @@ en2 has carrier, en3 has none and sits in bridge0)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mac_commands import BINS, HWPORTS, IFCONFIG, NETSTAT, ORDER
 
 PING = "/sbin/ping"
@@ -225,3 +227,37 @@ def test_a_routing_table_that_cannot_be_read_means_one_route_get_per_peer(module
     again = module_runner("thunderbolt_links", args={"links": [EN2], "protected_ifaces": ["en0"], "verify": False},
                           bins=dict(BINS, ping=PING), commands=table)
     assert not again.failed and [ROUTE, "-n", "get", "10.208.0.2"] in again.calls
+
+
+def test_service_settings_come_from_the_preferences_file_where_it_answers(module_runner, tmp_path):
+    # the state of the moved-cable test above, with a preferences file that knows
+    # "Thunderbolt 1" (en2) but not "Thunderbolt 3" (en4): one getinfo instead of two
+    import plistlib
+    prefs = plistlib.loads((Path(__file__).resolve().parents[2] / "fixtures" / "sc_preferences_studio.plist").read_bytes())
+    path = tmp_path / "preferences.plist"
+    path.write_bytes(plistlib.dumps(prefs))
+    state = {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 3": "en4",
+                                "Thunderbolt Bridge": "bridge0"},
+             "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
+                          {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
+                          {"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True}],
+             "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active"},
+                            "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active"},
+                            "en4": {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"},
+                            "bridge0": {"ipv4": [], "members": []}}}
+    manual = "Manual Configuration\nIP address: {}\nSubnet mask: 255.255.255.252\nRouter: (null)\n"
+    commands = {
+        NETSTAT: (0, NO_HOST_ROUTES[1] + "10.208.0.2         link#14            UHS                   en2       \n", ""),
+        (NS, "-getinfo", "Thunderbolt 3"): (0, manual.format("10.208.0.9"), ""),
+        (NS, "-setdhcp", "Thunderbolt 3"): (0, "", ""),
+        IFCONFIG: (0, "en4: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n"
+                      "\tether 36:b4:7a:19:c0:48\n\tstatus: inactive\n", ""),
+    }
+    args = {"links": [EN2], "protected_ifaces": ["en0"], "state": state, "pool": "10.208.0.0/16"}
+    out = module_runner("thunderbolt_links", args=args, bins=BINS, commands=commands,
+                        module_attrs={"SC_PREFERENCES": str(path)})
+    assert not out.failed, out.result
+    assert [c for c in out.calls if "-getinfo" in c] == [[NS, "-getinfo", "Thunderbolt 3"]]
+    assert [a["argv"] for a in out.result["actions"]] == [["networksetup", "-setdhcp", "Thunderbolt 3"]]
+    # the file says en2's service is manual 10.208.0.1/30: nothing to do there
+    assert out.result["changed"] is True and not any("Thunderbolt 1" in a["argv"] for a in out.result["actions"])

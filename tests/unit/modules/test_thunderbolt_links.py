@@ -180,26 +180,36 @@ def test_incomplete_state_is_read_again(module_runner, read_fixture):
     assert {HWPORTS, ORDER, IFCONFIG} <= {tuple(c) for c in out.calls}
 
 
-def test_the_old_end_of_a_moved_cable_is_cleared_when_the_pool_is_given(module_runner):
-    # en2 carries the planned cable (converged); en4 has no cable but still 10.208.0.9/30
-    state = {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 3": "en4",
-                                "Thunderbolt Bridge": "bridge0"},
-             "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
-                          {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
-                          {"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True}],
-             "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active"},
-                            "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active"},
-                            "en4": {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"},
-                            "bridge0": {"ipv4": [], "members": []}}}
+# A converged en2 (the planned cable) and en4 without a cable that still holds 10.208.0.9/30
+# (the old end of a moved cable), as discovery hands them over.
+MOVED_STATE = {
+    "hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 3": "en4", "Thunderbolt Bridge": "bridge0"},
+    "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
+                 {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
+                 {"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True}],
+    "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active"},
+                   "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active"},
+                   "en4": {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"},
+                   "bridge0": {"ipv4": [], "members": []}},
+}
+
+
+def moved_commands(getinfo=("Thunderbolt 1", "Thunderbolt 3")):
+    """The answers for MOVED_STATE; `networksetup -getinfo` only for the services in `getinfo`."""
     manual = "Manual Configuration\nIP address: {}\nSubnet mask: 255.255.255.252\nRouter: (null)\n"
+    addr = {"Thunderbolt 1": "10.208.0.1", "Thunderbolt 3": "10.208.0.9"}
     commands = {
         NETSTAT: (0, NO_HOST_ROUTES[1] + "10.208.0.2         link#14            UHS                   en2       \n", ""),
-        (NS, "-getinfo", "Thunderbolt 1"): (0, manual.format("10.208.0.1"), ""),
-        (NS, "-getinfo", "Thunderbolt 3"): (0, manual.format("10.208.0.9"), ""),
         (NS, "-setdhcp", "Thunderbolt 3"): (0, "", ""),
         IFCONFIG: (0, "en4: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n"
                       "\tether 36:b4:7a:19:c0:48\n\tstatus: inactive\n", ""),
     }
+    commands.update({(NS, "-getinfo", name): (0, manual.format(addr[name]), "") for name in getinfo})
+    return commands
+
+
+def test_the_old_end_of_a_moved_cable_is_cleared_when_the_pool_is_given(module_runner):
+    state, commands = MOVED_STATE, moved_commands()
     base = {"links": [EN2], "protected_ifaces": ["en0"], "state": state}
     out = module_runner("thunderbolt_links", args=dict(base, pool="10.208.0.0/16"), bins=BINS, commands=commands)
     assert not out.failed, out.result
@@ -230,29 +240,13 @@ def test_a_routing_table_that_cannot_be_read_means_one_route_get_per_peer(module
 
 
 def test_service_settings_come_from_the_preferences_file_where_it_answers(module_runner, tmp_path):
-    # the state of the moved-cable test above, with a preferences file that knows
+    # the moved cable's state, with a preferences file that knows
     # "Thunderbolt 1" (en2) but not "Thunderbolt 3" (en4): one getinfo instead of two
     import plistlib
     prefs = plistlib.loads((Path(__file__).resolve().parents[2] / "fixtures" / "sc_preferences_studio.plist").read_bytes())
     path = tmp_path / "preferences.plist"
     path.write_bytes(plistlib.dumps(prefs))
-    state = {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 3": "en4",
-                                "Thunderbolt Bridge": "bridge0"},
-             "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
-                          {"name": "Thunderbolt 1", "hardware_port": "Thunderbolt 1", "device": "en2", "enabled": True},
-                          {"name": "Thunderbolt 3", "hardware_port": "Thunderbolt 3", "device": "en4", "enabled": True}],
-             "interfaces": {"en0": {"ipv4": [{"address": "10.99.0.2", "prefix": 24}], "status": "active"},
-                            "en2": {"ipv4": [{"address": "10.208.0.1", "prefix": 30}], "status": "active"},
-                            "en4": {"ipv4": [{"address": "10.208.0.9", "prefix": 30}], "status": "inactive"},
-                            "bridge0": {"ipv4": [], "members": []}}}
-    manual = "Manual Configuration\nIP address: {}\nSubnet mask: 255.255.255.252\nRouter: (null)\n"
-    commands = {
-        NETSTAT: (0, NO_HOST_ROUTES[1] + "10.208.0.2         link#14            UHS                   en2       \n", ""),
-        (NS, "-getinfo", "Thunderbolt 3"): (0, manual.format("10.208.0.9"), ""),
-        (NS, "-setdhcp", "Thunderbolt 3"): (0, "", ""),
-        IFCONFIG: (0, "en4: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n"
-                      "\tether 36:b4:7a:19:c0:48\n\tstatus: inactive\n", ""),
-    }
+    state, commands = MOVED_STATE, moved_commands(getinfo=["Thunderbolt 3"])
     args = {"links": [EN2], "protected_ifaces": ["en0"], "state": state, "pool": "10.208.0.0/16"}
     out = module_runner("thunderbolt_links", args=args, bins=BINS, commands=commands,
                         module_attrs={"SC_PREFERENCES": str(path)})

@@ -1,12 +1,17 @@
 """What the benchmark scripts share: min/median/max, the machine they ran on, closing the
-SSH master connections a playbook run left."""
+SSH master connections a playbook run left, running the measurement in a state directory and
+printing its outcome."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -65,3 +70,44 @@ def playbook_env(cluster, base, bin_dir):
         "PATH": os.pathsep.join([str(bin_dir), env["PATH"]]),
     })
     return env
+
+
+class BenchError(RuntimeError):
+    """A run that did not reach the state it measures: its time would mean nothing."""
+
+
+def log(msg):
+    """Progress, on stderr (stdout carries the table or the JSON)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def measure(work, info, prefix, state_root=None):
+    """`work(state_root)` with the simulated clusters' state under `state_root` (default: a
+    new directory under /tmp named `prefix`..., removed at the end); `info` (machine()) gets
+    the load average at the end. Returns (result, None), or (None, exit status): 2 when the
+    simulated cluster cannot run here, 1 when a run failed (both said on stderr)."""
+    from tests.simcluster.cluster import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"cannot run the simulated cluster here: {reason}", file=sys.stderr)
+        return None, 2
+    root = Path(state_root or tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        result = work(root)
+    except BenchError as exc:
+        print(f"benchmark run failed: {exc}", file=sys.stderr)
+        return None, 1
+    finally:
+        if not state_root:
+            shutil.rmtree(root, ignore_errors=True)
+    info["loadavg_end"] = round(os.getloadavg()[0], 2)
+    return result, None
+
+
+def emit(doc, json_arg, table):
+    """--json: `doc` printed alone (`-`), or written to the file and `table` printed; else `table`."""
+    text = json.dumps(doc, indent=2)
+    if json_arg and json_arg != "-":
+        Path(json_arg).write_text(text + "\n")
+    print(text if json_arg == "-" else table)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -42,18 +41,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import close_masters, fmt, machine, playbook_env, stats  # noqa: E402
+from bench.common import BenchError, close_masters, emit, fmt, log, machine, measure, playbook_env, stats  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
-from tests.simcluster.cluster import unavailable_reason  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "mesh8", "ring16")
 BIN = Path(sys.executable).parent
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-class BenchError(RuntimeError):
-    """A run that did not reach the configured state: its time would mean nothing."""
 
 
 def ssh_counts(cluster):
@@ -261,38 +255,18 @@ def main(argv=None):
     if runs < 1:
         parser.error("--runs must be at least 1")
     warmup = 0 if args.quick else 1
-    reason = unavailable_reason()
-    if reason:
-        print(f"cannot run the simulated cluster here: {reason}", file=sys.stderr)
-        return 2
 
     info = machine()
-    state_root = Path(args.state_root or tempfile.mkdtemp(prefix="mlxc-bench-", dir="/tmp"))
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    results = []
-    try:
-        for spec in topologies:
-            results.append(bench_topology(spec, runs, warmup, state_root, log))
-    except BenchError as exc:
-        print(f"benchmark run failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if not args.state_root:
-            shutil.rmtree(state_root, ignore_errors=True)
-    info["loadavg_end"] = round(os.getloadavg()[0], 2)
-
+    results, status = measure(lambda root: [bench_topology(spec, runs, warmup, root, log) for spec in topologies],
+                              info, "mlxc-bench-", args.state_root)
+    if status is not None:
+        return status
     if args.markdown:
         command = " ".join(["python bench/configure.py", "--topologies", ",".join(topologies), "--runs", str(runs)]
                            + (["--quick"] if args.quick else []) + ["--markdown", args.markdown])
         Path(args.markdown).write_text(markdown(results, runs, info, command))
-    doc = json.dumps({"machine": info, "runs": runs,
-                      "results": [{**r, "summary": summarize(r)} for r in results]}, indent=2)
-    if args.json and args.json != "-":
-        Path(args.json).write_text(doc + "\n")
-    if args.json == "-":
-        print(doc)
-    else:
-        print(text_table(results, runs))
+    emit({"machine": info, "runs": runs, "results": [{**r, "summary": summarize(r)} for r in results]},
+         args.json, text_table(results, runs))
     return 0
 
 

@@ -68,10 +68,9 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 from mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
 
-from bench.common import close_masters, fmt, machine, playbook_env, stats  # noqa: E402
+from bench.common import BenchError, close_masters, emit, fmt, log, machine, measure, playbook_env, stats  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
-from tests.simcluster.cluster import unavailable_reason  # noqa: E402
 from tests.tinymodel import make_tiny_model  # noqa: E402
 
 SPEC = "pair"
@@ -102,10 +101,6 @@ ENV = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]  # the role's, MLX_METAL_FA
 LAUNCH_TASK = "TASK [benchmark : Run the benchmark with mlx.launch (bounded in time)]"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUN_ID_CHARS = string.ascii_lowercase + string.digits
-
-
-class BenchError(RuntimeError):
-    """A run that did not give a result, or not a comparable one: its numbers would mean nothing."""
 
 
 def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
@@ -636,40 +631,22 @@ def main(argv=None):
         parser.error("--runs and --max-tokens must be at least 1")
     warmup = 0 if args.quick else 1
     control = (not args.quick) if args.control is None else args.control
-    reason = unavailable_reason()
-    if reason:
-        print(f"cannot run the simulated cluster here: {reason}", file=sys.stderr)
-        return 2
 
     info = machine(("ansible-core", "mlx", "mlx-lm"))
-    state_root = Path(args.state_root or tempfile.mkdtemp(prefix="mlxc-overhead-", dir="/tmp"))
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        result = bench(runs, warmup, modes, args.max_tokens, state_root, log, control)
-    except BenchError as exc:
-        print(f"benchmark run failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if not args.state_root:
-            shutil.rmtree(state_root, ignore_errors=True)
-    info["loadavg_end"] = round(os.getloadavg()[0], 2)
-
+    result, status = measure(lambda root: bench(runs, warmup, modes, args.max_tokens, root, log, control),
+                             info, "mlxc-overhead-", args.state_root)
+    if status is not None:
+        return status
     if args.markdown:
         command = " ".join(["python bench/overhead.py", "--modes", ",".join(modes), "--runs", str(runs),
                             "--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
                            + (["--control" if control else "--no-control"] if control == args.quick else [])
                            + ["--markdown", args.markdown])
         Path(args.markdown).write_text(markdown(result, runs, info, command, args.max_tokens, warmup))
-    doc = json.dumps({"machine": info, "runs": runs, "warmup": warmup, "control": control, "max_tokens": args.max_tokens,
-                      "prompt": PROMPT, "converge_s": result["converge_s"],
-                      "results": [{"mode": m, **r, "summary": summarize(r)} for m, r in result["modes"].items()]},
-                     indent=2)
-    if args.json and args.json != "-":
-        Path(args.json).write_text(doc + "\n")
-    if args.json == "-":
-        print(doc)
-    else:
-        print(text_table(result, runs, info))
+    emit({"machine": info, "runs": runs, "warmup": warmup, "control": control, "max_tokens": args.max_tokens,
+          "prompt": PROMPT, "converge_s": result["converge_s"],
+          "results": [{"mode": m, **r, "summary": summarize(r)} for m, r in result["modes"].items()]},
+         args.json, text_table(result, runs, info))
     return 0
 
 

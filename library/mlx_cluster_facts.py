@@ -167,7 +167,7 @@ from ansible.module_utils.mlx_collect import (
     module_runner,
     side_by_side,
 )
-from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, services_from_preferences
+from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, services_from_preferences_file
 from ansible.module_utils.mlx_tb import ParseError
 
 # Commands run side by side at most (system_profiler beside the quick ones).
@@ -208,11 +208,7 @@ def probe_links(module, facts):
     """links_state: the probes of link_probe_argvs(), all side by side (they only read). The
     services' settings come from the network preferences file where it answers for them
     (no command), from `networksetup -getinfo` otherwise."""
-    try:
-        with open(SC_PREFERENCES, "rb") as f:
-            known = services_from_preferences(f.read(), facts.get("services"))
-    except OSError:
-        known = {}
+    known = services_from_preferences_file(SC_PREFERENCES, facts.get("services"))
     probes = link_probe_argvs(facts, known=known)
     cmds = [[module.get_bin_path(argv[0]) or argv[0]] + list(argv[1:]) for _, _, argv in probes]
     # a probe that could not run proves nothing: counted as failed

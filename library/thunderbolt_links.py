@@ -211,7 +211,7 @@ from ansible.module_utils.mlx_netcfg import (
     plan_links,
     route_of,
     runtime_done,
-    services_from_preferences,
+    services_from_preferences_file,
     stale_ports,
 )
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
@@ -269,16 +269,11 @@ def read_state(module, links):
     stale = stale_ports(links, hwports, interfaces, module.params["pool"],
                         protected=module.params["protected_ifaces"])
     wanted = {link["iface"] for link in links} | set(stale)
-    names = [svc["name"] for svc in services if svc.get("device") in wanted and svc.get("name")]
+    listed = [svc for svc in services if svc.get("device") in wanted and svc.get("name")]
+    names = [svc["name"] for svc in listed]
     # the services' settings from the network preferences file where it answers for them (a
     # re-run after one cable moved reads one file, not a getinfo per service), else networksetup
-    info = {}
-    if names:
-        try:
-            with open(SC_PREFERENCES, "rb") as f:
-                info = services_from_preferences(f.read(), [s for s in services if s.get("name") in names])
-        except OSError:
-            info = {}
+    info = services_from_preferences_file(SC_PREFERENCES, listed) if listed else {}
     ask = [n for n in names if n not in info]
     info.update({name: parse_getinfo(res[1])
                  for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))})

@@ -190,11 +190,10 @@ def _answered(link, state, peers, netcfg):
         seen = (state.get("pings") or {}).get(link.get("iface")) or {}
         return bool(seen.get("ok")) and seen.get("address") == mine and seen.get("peer_address") == theirs
     try:
-        peer = peers[link.get("peer_host")]
-        seen = ((peer.get("links_state") if isinstance(peer, dict) else peer["links_state"]) or {})
-        seen = (seen.get("pings") or {}).get(link.get("peer_iface")) or {}
-    except (KeyError, TypeError, AttributeError):
+        seen = (peers[link.get("peer_host")].get("links_state") or {}).get("pings") or {}
+    except (KeyError, TypeError, AttributeError):   # no peers, no such peer, a peer without facts
         return False
+    seen = seen.get(link.get("peer_iface")) or {}
     return bool(seen.get("ok")) and seen.get("address") == theirs and seen.get("peer_address") == mine
 
 

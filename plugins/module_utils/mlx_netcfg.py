@@ -138,7 +138,7 @@ def parse_netstat_routes(text):
 def route_of(routes, peer):
     """parse_route_get()'s answer for `peer` from parse_netstat_routes(): its host route, or
     no route (the lookup would find a network route or none; neither is a host route)."""
-    return dict(routes.get(peer) or {"destination": None, "interface": None, "gateway": None, "flags": []})
+    return dict(routes.get(peer) or parse_route_get(""))
 
 
 # The network preferences macOS keeps (what networksetup reads and writes, through
@@ -194,6 +194,16 @@ def services_from_preferences(data, services):
             info.update(address=first("Addresses"), subnet=first("SubnetMasks"))
         out[listed["name"]] = info
     return out
+
+
+def services_from_preferences_file(path, services):
+    """services_from_preferences() of the file at `path` (SC_PREFERENCES on a Mac); {} when it
+    cannot be read, so every service is left to `networksetup -getinfo`."""
+    try:
+        with open(path, "rb") as f:
+            return services_from_preferences(f.read(), services)
+    except OSError:
+        return {}
 
 
 def netmask(prefix):

@@ -926,8 +926,9 @@ class SimCluster:
             for h in self.hosts:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
-                for f in ("netprefs.json", "runtime.json", "Library/Preferences/SystemConfiguration/preferences.plist"):
-                    (hd / f).unlink(missing_ok=True)   # boot writes them again from the defaults
+                for f in ("netprefs.json", "runtime.json"):
+                    (hd / f).unlink(missing_ok=True)
+                shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
                 if (hd / "tmp").exists():
                     shutil.rmtree(hd / "tmp")
                 (hd / "tmp").mkdir()

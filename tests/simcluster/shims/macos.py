@@ -1769,7 +1769,7 @@ def cmd_sudo(ctx, args):
     if path is None or not os.path.exists(path):
         die(f"sudo: {cmd[0]}: command not found", 1)
     sys.stdout.flush()
-    if os.path.realpath(path) in (os.path.realpath(__file__), SHIM_ENTRY) and os.path.basename(path) in COMMANDS:
+    if os.path.realpath(path) == SHIM_ENTRY and os.path.basename(path) in COMMANDS:
         # another shim: run it in this process (the same as exec'ing it, one Python less)
         os.environ.clear()
         os.environ.update(env)

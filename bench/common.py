@@ -49,6 +49,16 @@ def machine(dists=("ansible-core", "mlx")):
     return info
 
 
+def machine_lines(info, dists=("ansible-core", "mlx")):
+    """The Markdown lines (without the command) that say what machine() found, `dists` as
+    machine() was asked for them."""
+    versions = ", ".join(f"{d} {info[d.replace('-', '_')]}" for d in dists)
+    return [f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
+            f"- Python {info['python']}, {versions}",
+            f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
+            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)"]
+
+
 def close_masters(cp_dir):
     """End the SSH master connections a run left (ControlPersist) without waiting for them."""
     for sock in Path(cp_dir).glob("*"):

@@ -41,7 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, close_masters, emit, fmt, log, machine, measure, playbook_env, stats  # noqa: E402
+from bench.common import (  # noqa: E402
+    BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, stats,
+)
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 
@@ -226,12 +228,7 @@ def markdown(results, runs, info, command):
            "| " + " | ".join(HEADER) + " |",
            "|" + "|".join("---" for _ in HEADER) + "|"]
     out += ["| " + " | ".join(row) + " |" for row in rows]
-    out += ["", "## Machine", "",
-            f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
-            f"- Python {info['python']}, ansible-core {info['ansible_core']}, mlx {info['mlx']}",
-            f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
-            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)",
-            f"- command: `{command}`", ""]
+    out += ["", "## Machine", "", *machine_lines(info), f"- command: `{command}`", ""]
     return "\n".join(out)
 
 

@@ -68,7 +68,9 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 from mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
 
-from bench.common import BenchError, close_masters, emit, fmt, log, machine, measure, playbook_env, stats  # noqa: E402
+from bench.common import (  # noqa: E402
+    BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, stats,
+)
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 from tests.tinymodel import make_tiny_model  # noqa: E402
@@ -101,6 +103,7 @@ ENV = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]  # the role's, MLX_METAL_FA
 LAUNCH_TASK = "TASK [benchmark : Run the benchmark with mlx.launch (bounded in time)]"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUN_ID_CHARS = string.ascii_lowercase + string.digits
+DISTS = ("ansible-core", "mlx", "mlx-lm")   # versions in the Machine section
 
 
 def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
@@ -587,12 +590,7 @@ def markdown(result, runs, info, command, max_tokens, warmup):
                 for x in r["rounds"]]
         out += ["", f"Every round ({mode}; load: the 1-minute load average when the round began):", ""]
         out += md_table(header, rows)
-    out += ["", "## Machine", "",
-            f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
-            f"- Python {info['python']}, ansible-core {info['ansible_core']}, mlx {info['mlx']}, "
-            f"mlx-lm {info['mlx_lm']}",
-            f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
-            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)",
+    out += ["", "## Machine", "", *machine_lines(info, DISTS),
             "- the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own",
             "  CPU work during a run competes with the ranks here, not on real Macs",
             f"- converge (`--tags {CONVERGE_TAGS}`, {WARM_TOKENS}-token benchmark) took {result['converge_s']:.1f} s",
@@ -632,7 +630,7 @@ def main(argv=None):
     warmup = 0 if args.quick else 1
     control = (not args.quick) if args.control is None else args.control
 
-    info = machine(("ansible-core", "mlx", "mlx-lm"))
+    info = machine(DISTS)
     result, status = measure(lambda root: bench(runs, warmup, modes, args.max_tokens, root, log, control),
                              info, "mlxc-overhead-", args.state_root)
     if status is not None:

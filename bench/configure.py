@@ -117,7 +117,7 @@ def run_mlx(cluster, hostfile):
             "--auto-setup", "--output-hostfile", str(hostfile)]
     before = ssh_counts(cluster)
     t = time.perf_counter()
-    res = subprocess.run(argv, env=cluster.env(), capture_output=True, text=True, timeout=900,
+    res = subprocess.run(argv, env=cluster.harness_env(), capture_output=True, text=True, timeout=900,
                          stdin=subprocess.DEVNULL, check=False)
     seconds = time.perf_counter() - t
     if res.returncode != 0:

@@ -17,8 +17,8 @@ the spot (tests/tinymodel.py, float32; nothing is downloaded):
   with `mlx.launch --hostfile artifacts/hostfile.json` and exactly the argv the role's
   `mlx_launch` task used (launch_argv() of plugins/module_utils/mlx_launch.py: same launcher,
   interpreter, script, arguments, `--env HF_HUB_OFFLINE=1 --env TRANSFORMERS_OFFLINE=1`; only
-  the run id differs), PATH starting with the cluster's ssh wrappers as benchmark_launcher_path
-  does, from the directory the role's launcher ran in (seen in /proc: the playbook's directory;
+  the run id differs), the Macs reached by name through the harness's ssh configuration (as a
+  user's own ~/.ssh/config would), from the directory the role's launcher ran in (seen in /proc: the playbook's directory;
   mlx.launch's ranks `cd` to the launcher's directory when the Mac has it); tokens/s from the
   JSON line rank 0 prints.
 
@@ -254,7 +254,7 @@ def run_by_hand(cluster, argv, hosts, run_id, cwd, sleeper=False):
     role's module, from the directory the role's launcher ran in (`cwd`); (seconds, result of
     rank 0). Nothing of the run may stay behind. `sleeper`: the control, a process waking every
     millisecond beside mlx.launch for the whole run."""
-    env = cluster.env()
+    env = cluster.harness_env()
     env["PATH"] = os.pathsep.join([str(cluster.bin_dir), str(BIN), env["PATH"]])
     nap = subprocess.Popen([sys.executable, "-c", SLEEPER], stdin=subprocess.DEVNULL) if sleeper else None
     t = time.perf_counter()
@@ -311,8 +311,7 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
         settings = {**sim_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
                     "model_sync_source": "controller", "model_sync_source_path": str(model),
                     "benchmark_prompt": PROMPT, "benchmark_max_tokens": max_tokens,
-                    "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT,
-                    "benchmark_launcher_path": [str(cluster.bin_dir)]}
+                    "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT}
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the
         # first run on a machine, seconds of C++ compiling): no timed run starts cold.

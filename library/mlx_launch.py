@@ -54,11 +54,15 @@ options:
     description: Seconds each host gets to answer the SSH check (0 skips the check).
     type: int
     default: 10
-  path_prepend:
-    description: Directories put first on PATH for the launcher (where its C(ssh) is found).
-    type: list
-    elements: str
-    default: []
+  ssh_targets:
+    description:
+      - "How the controller reaches each Mac of the hostfile, by the hostfile's names (inventory
+        names): the C(targets) of M(mlx_ssh_targets). C(mlx.launch) runs C(ssh NAME); a private
+        C(ssh) first on its PATH turns each name into the destination and options Ansible uses
+        (address, user, port, key, ssh arguments), for this run only."
+      - Empty, C(mlx.launch) uses the controller's own C(ssh) and names as they are.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: none
@@ -73,6 +77,7 @@ EXAMPLES = r"""
 - name: Benchmark across the cluster
   mlx_launch:
     hostfile: "{{ mlx_cluster_artifacts_dir }}/hostfile.json"
+    ssh_targets: "{{ mlx_cluster_plan.ssh }}"
     python: /Users/admin/mlx-cluster/venv/bin/python
     script: /Users/admin/mlx-cluster/bench/mlx_cluster_bench.py
     args: [--model, /Users/admin/mlx-cluster/models/qwen, --max-tokens, "128"]
@@ -112,21 +117,41 @@ stderr_tail:
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
+from ansible.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 
 def tail(text, n=40):
     return "\n".join((text or "").splitlines()[-n:])
 
 
+def write_wrapper(module, targets):
+    """A private directory holding the run's `ssh` (see mlx_ssh.wrapper_files). The real ssh
+    programs are resolved first: on PATH after this directory, `ssh` is the wrapper itself."""
+    real = {}
+    for name, t in targets.items():
+        ssh = str((t or {}).get("ssh") or "ssh")
+        real[name] = dict(t, ssh=ssh if os.path.isabs(ssh) else module.get_bin_path(ssh, required=True))
+    where = tempfile.mkdtemp(prefix="mlx-cluster-ssh-")
+    for name, text in wrapper_files(real, sys.executable, ssh=module.get_bin_path("ssh", required=True)).items():
+        path = os.path.join(where, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o700 if name == "ssh" else 0o600)
+    return where
+
+
 def ssh_check(env, hosts, timeout):
+    """[(host, rc, stderr)] of the hosts whose `ssh <host> true` failed."""
     def one(host):
         try:
             p = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", host, "true"],
@@ -134,7 +159,7 @@ def ssh_check(env, hosts, timeout):
                                stdin=subprocess.DEVNULL)
             return host, p.returncode, p.stderr.strip()
         except subprocess.TimeoutExpired:
-            return host, None, f"no answer within {timeout + 5}s"
+            return host, 255, f"ssh: connect to host {host}: timed out (no answer within {timeout + 5}s)"
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         return [r for r in pool.map(one, hosts) if r[1] != 0]
 
@@ -168,7 +193,7 @@ def main():
             args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
             timeout=dict(type="int", default=600), launcher=dict(type="str"),
             ssh_check_timeout=dict(type="int", default=10),
-            path_prepend=dict(type="list", elements="str", default=[]),
+            ssh_targets=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -181,14 +206,36 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
                          failed_ranks=[], elapsed=0.0, stdout_tail="", stderr_tail="")
-    env = dict(os.environ, PATH=os.pathsep.join(p["path_prepend"] + [os.environ.get("PATH", "")]))
+    unknown = [h for h in hosts if p["ssh_targets"] and h not in p["ssh_targets"]]
+    if unknown:
+        module.fail_json(msg=f"the hostfile {p['hostfile']} names {', '.join(unknown)}, which the inventory's "
+                             "cluster does not hold: run the hostfile stage again with this inventory")
+    try:
+        wrapper = write_wrapper(module, p["ssh_targets"]) if p["ssh_targets"] else None
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"cannot prepare ssh for mlx.launch: {exc}")
+    try:
+        run(module, p, hosts, wrapper)
+    finally:
+        if wrapper:
+            shutil.rmtree(wrapper, ignore_errors=True)
+
+
+def run(module, p, hosts, wrapper):
+    env = dict(os.environ)
+    if wrapper:
+        env["PATH"] = os.pathsep.join([wrapper, os.environ.get("PATH", "")])
     if p["ssh_check_timeout"] > 0:
         down = ssh_check(env, hosts, p["ssh_check_timeout"])
         if down:
+            words = []
+            for h, rc, err in down:
+                t = p["ssh_targets"].get(h) or {}
+                words.append(f"rank {hosts.index(h)}: " + (
+                    explain_ssh_failure(err, rc, "the controller", h, t.get("host", h), t.get("user"))
+                    or f"ssh to {h} failed (exit {rc}): {err or 'no message'}"))
             module.fail_json(
-                msg="not started: " + "; ".join(f"rank {hosts.index(h)} ({h}) does not answer SSH: {e or 'exit ' + str(rc)}"
-                                               for h, rc, e in down)
-                + ". Fix: check that the Mac is up and Remote Login is on, then re-run.",
+                msg="not started: " + " ".join(words),
                 failed_ranks=[{"rank": hosts.index(h), "host": h, "code": None, "killed": False} for h, _, _ in down],
                 elapsed=0.0, stdout_tail="", stderr_tail="")
     launcher = p["launcher"] or os.path.join(os.path.dirname(sys.executable), "mlx.launch")

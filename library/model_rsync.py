@@ -45,6 +45,21 @@ options:
     type: list
     elements: str
     default: []
+  ssh:
+    description: The ssh program (looked up on PATH unless a path), as Ansible's C(ansible_ssh_executable).
+    type: str
+    default: ssh
+  host_label:
+    description: Inventory name of O(host), for messages. Empty = O(host).
+    type: str
+    default: ""
+  ssh_trust:
+    description:
+      - Whose ssh keys are used, for the fix in a failure message. C(yours) (controller to Mac, the
+        user's own login) or C(toolkit) (Mac to Mac, the trust the ssh_trust role sets up).
+    type: str
+    choices: [yours, toolkit]
+    default: yours
   dest_home:
     description:
       - Home directory of the user on O(host), for the destination safety rules. Empty means this
@@ -94,16 +109,19 @@ EXAMPLES = r"""
   model_rsync:
     src: /data/models/Qwen3-4B-4bit
     dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
-    host: admin@studio-2.local
-    ssh_args: [-o, BatchMode=yes]
+    host: 192.168.1.22
+    ssh_args: [-o, BatchMode=yes, -o, User=admin]
+    host_label: studio-2
   delegate_to: localhost
 
 - name: Push from rank 0 to a peer over a Thunderbolt cable
   model_rsync:
     src: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
     dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
-    host: admin@10.208.0.2
-    ssh_args: [-o, HostKeyAlias=studio-2, -o, BatchMode=yes]
+    host: 10.208.0.2
+    ssh_args: [-i, ~/.ssh/mlx_cluster_ed25519, -o, UserKnownHostsFile=~/.ssh/mlx_cluster_known_hosts, -o, BatchMode=yes, -l, admin]
+    ssh_trust: toolkit
+    host_label: studio-2
     dest_home: /Users/admin
     log_file: /Users/admin/mlx-cluster/logs/model_sync.log
   delegate_to: studio-1
@@ -160,6 +178,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_rsync import (
     OFFLINE_ENV,
     check_dest,
+    ssh_login,
     explain_failure,
     parse_itemized,
     parse_rsync_version,
@@ -195,6 +214,9 @@ def main():
             dest=dict(type="str", required=True),
             host=dict(type="str", default=""),
             ssh_args=dict(type="list", elements="str", default=[]),
+            ssh=dict(type="str", default="ssh"),
+            host_label=dict(type="str", default=""),
+            ssh_trust=dict(type="str", choices=["yours", "toolkit"], default="yours"),
             dest_home=dict(type="str", default=""),
             delete=dict(type="bool", default=False),
             checksum=dict(type="bool", default=False),
@@ -218,7 +240,8 @@ def main():
     rsh = None
     if host:
         try:
-            rsh = ssh_command(module.get_bin_path("ssh", required=True), p["ssh_args"])
+            ssh = p["ssh"] if os.path.isabs(p["ssh"]) else module.get_bin_path(p["ssh"], required=True)
+            rsh = ssh_command(ssh, p["ssh_args"])
         except ValueError as exc:
             module.fail_json(msg=f"ssh_args: {exc}")
     log_file = usable_log_file(module, rsync, p["log_file"], source)
@@ -227,8 +250,9 @@ def main():
                       rsync_path=p["rsync_path"] if host else None)
     rc, out, err = module.run_command(argv, environ_update=dict(C_LOCALE, **OFFLINE_ENV))
     if rc != 0:
-        module.fail_json(msg=explain_failure(rc, err, host, dest, source), rc=rc, cmd=argv, stderr=err,
-                         stdout=out)
+        module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
+                                             user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"]),
+                         rc=rc, cmd=argv, stderr=err, stdout=out)
     items = parse_itemized(out)
     result = dict(items, rc=rc, cmd=argv, log_file=log_file)
     if module._diff and items["changed"]:

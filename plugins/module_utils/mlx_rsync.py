@@ -32,8 +32,10 @@ import posixpath
 import re
 
 try:  # inside an Ansible module
+    from ansible.module_utils.mlx_ssh import explain_ssh_failure
     from ansible.module_utils.mlx_tb import to_text
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
+    from mlx_ssh import explain_ssh_failure  # type: ignore[no-redef]
     from mlx_tb import to_text  # type: ignore[no-redef]
 
 RSYNC_COMMAND = "rsync"
@@ -43,12 +45,6 @@ OUT_FORMAT = "%i %n%L"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin")
 # Offline for every run: nothing in this stage may reach a model hub.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-
-FIX_SSH_KEYS = ("set up key-based ssh between nodes: on {source}, `ssh-keygen -t ed25519` (once) and "
-                "append ~/.ssh/id_ed25519.pub to ~/.ssh/authorized_keys on {host}")
-FIX_HOST_KEY = ("put {host}'s host key in ~/.ssh/known_hosts on {source} under the name the sync checks "
-                "it by (HostKeyAlias): `ssh -o HostKeyAlias=<inventory name> <address> true` once, "
-                "after checking the fingerprint")
 
 _ITEM = re.compile(r"^([<>ch.])([fdLDS])([.+?cstTpoguaxnbz]{7,9}) (.*)$")
 _DELETING = re.compile(r"^\*deleting\s+(.*)$")
@@ -133,6 +129,17 @@ def ssh_command(ssh, ssh_args=()):
         raise ValueError(f"ssh argument {bad[0]!r} holds whitespace, a quote or a backslash; "
                          "rsync's -e cannot carry it: pass each option and value as separate plain words")
     return " ".join(words)  # one string is what -e takes (see above); every word was checked
+
+
+def ssh_login(ssh_args):
+    """The login user named by ssh options (`-l USER`, `-o User=USER`), for messages; None."""
+    args = [str(a) for a in ssh_args or []]
+    for i, a in enumerate(args):
+        if a == "-l" and i + 1 < len(args):
+            return args[i + 1]
+        if a == "-o" and i + 1 < len(args) and args[i + 1].lower().startswith("user="):
+            return args[i + 1].split("=", 1)[1]
+    return None
 
 
 def remote_spec(host, path):
@@ -269,24 +276,18 @@ def compare_manifests(source, by_host):
     return problems
 
 
-def explain_failure(rc, stderr, host, dest, source):
-    """One message for a failed rsync: what failed, between which machines, and the fix."""
+def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust="yours"):
+    """One message for a failed rsync: what failed, between which machines, and the fix. `name`
+    is the Mac's inventory name (default `host`), `user` its login, `trust` whose ssh keys are
+    used (see mlx_ssh.explain_ssh_failure)."""
     err = stderr or ""
     low = err.lower()
     where = f"{host}:{dest}" if host else dest
     first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}").rstrip(".")
     if host:
-        if "host key verification failed" in low or "remote host identification has changed" in low:
-            return (f"ssh from {source} to {host} failed: the host key was not accepted ({first}). Fix: "
-                    + FIX_HOST_KEY.format(host=host, source=source))
-        if "permission denied" in low and ("publickey" in low or "password" in low or "keyboard" in low):
-            return (f"ssh from {source} to {host} failed: {first}. Fix: "
-                    + FIX_SSH_KEYS.format(host=host, source=source))
-        if any(s in low for s in ("connection refused", "timed out", "no route to host",
-                                  "could not resolve", "network is unreachable", "connection closed by")):
-            return (f"ssh from {source} to {host} failed: {first}. Fix: turn Remote Login on for {host} "
-                    "(System Settings > General > Sharing) and check the address is reachable from "
-                    f"{source}")
+        ssh_msg = explain_ssh_failure(err, rc, source, name or host, host, user, trust=trust)
+        if ssh_msg and ("unknown option" not in low and "unrecognized option" not in low):
+            return ssh_msg
         if ("command not found" in low or "rsync: not found" in low) and "rsync" in low:
             return (f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
                     "ships /usr/bin/rsync; on another system install rsync")
@@ -294,9 +295,6 @@ def explain_failure(rc, stderr, host, dest, source):
             return (f"rsync into {where} failed: one rsync does not understand an option of the other "
                     f"({first}). Fix: install rsync 3.x on {host} (e.g. `brew install rsync`) and point "
                     "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)")
-        if rc == 255:
-            return (f"ssh from {source} to {host} failed ({first}). Fix: "
-                    + FIX_SSH_KEYS.format(host=host, source=source))
     if "no space left on device" in low:
         return f"rsync into {where} failed: the disk is full ({first}). Fix: free space on {host or source}"
     return f"rsync into {where} failed with exit code {rc}: {first}"

@@ -27,8 +27,7 @@ def settings(cluster, tiny, **extra):
     return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
             "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
             "benchmark_modes": ["tensor", "pipeline"], "benchmark_max_tokens": TOKENS,
-            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240,
-            "benchmark_launcher_path": [str(cluster.bin_dir)], **extra}
+            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240, **extra}
 
 
 def bench_procs(cluster, host):
@@ -38,12 +37,13 @@ def bench_procs(cluster, host):
 
 def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, run_id=RUN_ID):
     """(argv, env) of the benchmark's launch step alone (the module the role uses), run from
-    the controller with `ansible localhost -m mlx_launch`."""
+    the controller with `ansible localhost -m mlx_launch`, reaching the Macs as the plan says."""
     art = cluster.inventory_path.parent / "artifacts"
+    plan = json.loads((art / "plan.json").read_text())
     args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable, "script": REMOTE_SCRIPT,
             "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", str(max_tokens),
                      "--expect-world", "2", "--init-timeout", "20", "--run-id", run_id],
-            "timeout": timeout, "path_prepend": [str(cluster.bin_dir)]}
+            "timeout": timeout, "ssh_targets": plan["ssh"]}
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     return [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx_launch",

@@ -57,7 +57,11 @@ class Run:
             if e.get("event") in ("runner_on_failed", "runner_on_unreachable"):
                 d = e["event_data"]
                 res = d.get("res") or {}
-                out.append((d.get("host"), d.get("task"), res.get("msg") or json.dumps(res)[:500]))
+                msg = res.get("msg") or json.dumps(res)[:500]
+                items = [r.get("msg") for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+                if items:  # a loop: what each failed item said
+                    msg = "; ".join([msg] + [str(m) for m in items if m])
+                out.append((d.get("host"), d.get("task"), msg))
         return out
 
     def results(self, task_name):

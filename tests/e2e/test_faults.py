@@ -334,9 +334,9 @@ def test_host_key_checking_stays_on(sim_cluster):
     kh = cluster.known_hosts_path
     original = kh.read_text()
     lines = original.splitlines()
-    m2_key = next(ln.split(None, 1)[1] for ln in lines if ln.split(None, 1)[0].split(",")[0] == "m2")
-    forged = [(ln.split(None, 1)[0] + " " + m2_key) if ln.split(None, 1)[0].split(",")[0] == "m1" else ln
-              for ln in lines]
+    m1, m2 = cluster.mgmt_address("m1"), cluster.mgmt_address("m2")
+    m2_key = next(ln.split(None, 1)[1] for ln in lines if ln.split(None, 1)[0] == m2)
+    forged = [(ln.split(None, 1)[0] + " " + m2_key) if ln.split(None, 1)[0] == m1 else ln for ln in lines]
     with Fault("a Mac's host key changed") as f:
         kh.write_text("\n".join(forged) + "\n")
         try:

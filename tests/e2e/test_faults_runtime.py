@@ -9,6 +9,7 @@ tests/e2e/test_server.py::test_a_rank_killed_while_serving_takes_the_group_down_
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -161,3 +162,48 @@ def test_rank_killed_mid_benchmark_ends_in_time_names_the_mac_and_leaves_nothing
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+
+@pytest.mark.parametrize("case", ["name-does-not-resolve", "key-refused", "remote-login-off"])
+def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(sim_cluster, case):
+    """mlx.launch reaches each Mac as the inventory says; when it cannot, the launch does not
+    start and the message names the Mac, the cause and that cause's own fix."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    ok = run_site(cluster, tags=["hostfile"], extravars={"mlx_cluster_backend": "ring"})
+    assert ok.rc == 0, ok.failures()
+    argv, env = launch_command(cluster, timeout=60)
+    args = json.loads(argv[-1])
+    target = args["ssh_targets"]["m2"]
+    name = {"name-does-not-resolve": "a Mac's address that does not resolve",
+            "key-refused": "a key the Mac does not accept",
+            "remote-login-off": "Remote Login off on a Mac"}[case]
+    with reliability.Fault(f"mlx.launch cannot reach a Mac: {name}") as f:
+        if case == "name-does-not-resolve":
+            target["host"] = "studio-2.local"
+            words = ["does not resolve on the controller", "set ansible_host of m2"]
+        elif case == "key-refused":
+            other = cluster.state_dir / "ssh" / "not_authorized"
+            if not other.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+            target["options"] = [o if not o.startswith("IdentityFile=") else f"IdentityFile={other}"
+                                 for o in target["options"]] + ["-o", "IdentitiesOnly=yes"]
+            words = ["m2 refused the key", "authorized_keys of admin on m2"]
+        else:
+            cluster.stop_sshd("m2")
+            words = ["Nothing listens for ssh on m2", "Remote Login"]
+        try:
+            res = subprocess.run(argv[:-1] + [json.dumps(args)], capture_output=True, text=True, env=env,
+                                 cwd=ROOT, timeout=120)
+        finally:
+            if case == "remote-login-off":
+                cluster.start_sshd("m2")
+        msg = module_result(res.stdout).get("msg", res.stdout)
+        f.message(msg)
+        assert res.returncode != 0, res.stdout
+        assert msg.startswith("not started: rank 1: ssh from the controller to m2"), msg
+        for w in words:
+            assert w in msg, (w, msg)
+        assert "rank 0" not in msg  # the Mac that answers is not blamed
+        again = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        f.converged("not started" not in module_result(again.stdout).get("msg", ""))

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,25 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
     m1_cable_addr = plan["ip_plan"]["hosts"]["m1"][0]["address"]
     # m2's sshd saw rank 0 arrive from its Thunderbolt address, not the LAN.
     assert f"from {m1_cable_addr} " in cluster.sshd_log("m2")
+    # ...with the trust the toolkit made on the Macs (reset() left only the controller's key):
+    # m1's cluster key in a marked block of m2's authorized_keys, m2's own host key in m1's file
+    m1_ssh, m2_ssh = cluster.home("m1") / ".ssh", cluster.home("m2") / ".ssh"
+    controller_key = Path(f"{cluster.key_path}.pub").read_text().strip()
+    cluster_key = (m1_ssh / "mlx_cluster_ed25519.pub").read_text().split()[:2]
+    authorized = (m2_ssh / "authorized_keys").read_text()
+    assert controller_key in authorized and " ".join(cluster_key) in authorized
+    assert "# BEGIN mlx-cluster" in authorized and "# END mlx-cluster" in authorized
+    m2_host_key = (cluster.host_dir("m2") / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    known = [ln.split() for ln in (m1_ssh / "mlx_cluster_known_hosts").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    assert [k[1:3] for k in known] == [m2_host_key]
+    assert {"m2", cluster.mgmt_address("m2"), plan["ip_plan"]["hosts"]["m1"][0]["peer_address"]} \
+        <= set(known[0][0].split(","))
+    # a second run changes nothing; the trust can be removed, the user's own key stays
+    again = run_site(cluster, tags=["models"],
+                     extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
+    assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
+    gone = run_site(cluster, tags=["ssh_trust_remove"])
+    assert gone.rc == 0, gone.failures()
+    assert (m2_ssh / "authorized_keys").read_text().strip() == controller_key
+    assert sorted(p.name for p in m1_ssh.iterdir()) == ["authorized_keys"]

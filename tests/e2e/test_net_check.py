@@ -28,8 +28,7 @@ def test_sweep_is_correct_and_the_slow_cable_is_named(sim_cluster):
                                          "rate", "40mbit", "burst", "32kbit", "latency", "400ms"])
         assert res.returncode == 0, res.stderr
     try:
-        run = run_site(cluster, tags=["net_check"], extravars={**SETTINGS, "benchmark_launcher_path": [],
-                                                               "net_check_launcher_path": [str(cluster.bin_dir)]})
+        run = run_site(cluster, tags=["net_check"], extravars=SETTINGS)
         results = json.loads((cluster.inventory_path.parent / "artifacts" / "net_check" / "results.json").read_text())
         assert results["sweep"]["world_size"] == 3
         assert all(r["ok"] for r in results["sweep"]["results"])

@@ -28,7 +28,7 @@ def mlx_config(cluster, tmp_path):
     res = subprocess.run(
         [str(Path(sys.executable).parent / "mlx.distributed_config"), "--over", "thunderbolt",
          "--hosts", ",".join(cluster.hosts), "--auto-setup", "--output-hostfile", str(out)],
-        env=cluster.env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        env=cluster.harness_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -113,7 +113,7 @@ def test_ring_hostfile_runs_all_sum_over_the_cables(sim_cluster):
     res = subprocess.run(
         [str(Path(sys.executable).parent / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile),
          "--python", sys.executable, "--", str(ROOT / "tests" / "e2e" / "allsum.py")],
-        env=cluster.env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        env=cluster.harness_env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr[-3000:]
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
     out = json.loads(line)

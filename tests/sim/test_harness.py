@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.simcluster.cluster import SimCluster, SimError, _cmdline, list_namespaces, mentions, prefix_for
 from tests.simcluster.spec import SpecError, load_spec, parse_spec
@@ -235,7 +236,7 @@ def test_ssh_with_host_key_checking(sim_cluster):
         assert by_addr.stdout.strip() == h, by_addr.stderr
     assert names == set(c.hosts)
     # a host key that is not known is refused (checking really is on)
-    r = subprocess.run(["ssh", "-o", "UserKnownHostsFile=/dev/null", "m1", "true"], env=c.env(),
+    r = subprocess.run(["ssh", "-o", "UserKnownHostsFile=/dev/null", "m1", "true"], env=c.harness_env(),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 255 and "Host key verification failed" in r.stderr
 
@@ -251,7 +252,7 @@ def test_ssh_session_environment(sim_cluster):
     # the way mlx.launch runs its ranks: a forced tty and bash syntax
     r = subprocess.run(["ssh", "-tt", "-o", "LogLevel=QUIET", "m2",
                         "stty -echo; if [[ -d /srv/admin ]]; then cd /srv/admin; fi; tty; pwd"],
-                       env=c.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                       env=c.harness_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^/dev/pts/\d+\r?$", r.stdout, re.M) and "/srv/admin" in r.stdout
     # sudo -H gives root's home of this Mac
@@ -272,15 +273,44 @@ def test_each_mac_has_its_own_home_and_tmp(sim_cluster):
 
 
 @pytest.mark.sim
-def test_mac_to_mac_ssh_and_rsync(sim_cluster):
+def test_no_ssh_trust_the_toolkit_did_not_make(sim_cluster):
+    """As on real Macs: ~/.ssh holds only the controller's key in authorized_keys; a Mac has no
+    key to log into another Mac with and knows no other Mac's host key."""
     c = sim_cluster("mesh4")
-    r = c.ssh("m1", "ssh m3 hostname; ssh 10.99.0.5 hostname")
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["m3", "m4"]
-    r = c.ssh("m1", "echo payload > x.txt && rsync -a x.txt m2:x-from-m1.txt && rm x.txt")
-    assert r.returncode == 0, r.stderr
-    assert (c.home("m2") / "x-from-m1.txt").read_text() == "payload\n"
-    (c.home("m2") / "x-from-m1.txt").unlink()
+    for h in c.hosts:
+        assert sorted(p.name for p in (c.home(h) / ".ssh").iterdir()) == ["authorized_keys"]
+    r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 10.99.0.5 hostname")
+    assert r.returncode == 255 and "Host key verification failed" in r.stderr, r.stderr
+    r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no "
+                    "-o UserKnownHostsFile=/dev/null 10.99.0.5 hostname")
+    assert r.returncode == 255 and "Permission denied" in r.stderr, r.stderr
+    r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 m3 hostname")
+    assert r.returncode == 255 and "Could not resolve hostname m3" in r.stderr, r.stderr
+    # each Mac shows its own host key where macOS keeps it, and sshd serves that key
+    for h in ("m1", "m2"):
+        shown = c.ssh(h, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
+        assert shown == (c.host_dir(h) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+
+
+@pytest.mark.sim
+def test_controller_has_only_what_the_network_gives(sim_cluster):
+    """The inventory's names do not resolve on the controller; its ssh_config reaches the LAN's
+    addresses and knows their host keys, and nothing else (no user, no key, no alias)."""
+    c = sim_cluster("mesh4")
+    cfg = c.ssh_config_path.read_text()
+    for word in ("User ", "IdentityFile", "HostName", "Host m1"):
+        assert word not in cfg, word
+    r = subprocess.run(["ssh", "-F", str(c.ssh_config_path), "-o", "BatchMode=yes", "m1", "true"], env=c.env(),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 255 and "Could not resolve hostname m1" in r.stderr, r.stderr
+    inv = yaml.safe_load(c.inventory_path.read_text())["mac_cluster"]
+    assert inv["hosts"]["m1"] == {"ansible_host": c.mgmt_address("m1")}
+    assert inv["vars"]["ansible_user"] == "admin" != os.environ.get("USER", "root")
+    # by address, as the inventory says, it works
+    r = subprocess.run(["ssh", "-F", str(c.ssh_config_path), "-o", "BatchMode=yes", "-i", str(c.key_path),
+                        "-l", "admin", c.mgmt_address("m1"), "hostname"], env=c.env(),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and r.stdout.strip() == "m1", r.stderr
 
 
 @pytest.mark.sim
@@ -706,7 +736,7 @@ def test_ansible_playbook_over_real_ssh(own_pair, tmp_path):
 def distributed_config(cluster, hostfile):
     argv = [str(VENV_BIN / "mlx.distributed_config"), "--over", "thunderbolt",
             "--hosts", ",".join(cluster.hosts), "--auto-setup", "--output-hostfile", str(hostfile)]
-    r = subprocess.run(argv, env=cluster.env(), capture_output=True, text=True, timeout=TIMEOUT,
+    r = subprocess.run(argv, env=cluster.harness_env(), capture_output=True, text=True, timeout=TIMEOUT,
                        cwd=cluster.state_dir, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(hostfile.read_text())
@@ -753,7 +783,7 @@ def test_mlx_distributed_config_and_launch_ring4(sim_cluster, tmp_path):
             (c.home(h) / "allsum.py").write_text(script)
         argv = [str(VENV_BIN / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile_path),
                 "--python", sys.executable, "--cwd", "/srv/admin", "--", "allsum.py"]
-        r = subprocess.run(argv, env=c.env(), capture_output=True, text=True, timeout=TIMEOUT,
+        r = subprocess.run(argv, env=c.harness_env(), capture_output=True, text=True, timeout=TIMEOUT,
                            stdin=subprocess.DEVNULL, cwd=c.state_dir)
         assert r.returncode == 0, r.stdout + r.stderr
         results = sorted(re.findall(r"RESULT (\d) (\d) (\S+) \[(.*)\]", r.stdout))

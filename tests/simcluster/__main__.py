@@ -94,14 +94,12 @@ def main(argv=None):
             cluster = SimCluster(args.spec, args.state)
         if args.cmd == "up":
             cluster.up(extra_vars=_vars(args.var), timeout=args.timeout)
-            env_path = shlex.quote(str(cluster.bin_dir))
             print(f"cluster {cluster.spec.name} is up in {cluster.up_seconds:.1f}s "
                   f"({len(cluster.hosts)} Macs, {len(cluster.spec.cables)} cables)")
             print(f"inventory:  {cluster.inventory_path}")
-            print(f"ssh_config: {cluster.ssh_config_path}")
             print("run the playbooks with:")
-            print(f"  PATH={env_path}:$PATH ansible-playbook -i {shlex.quote(str(cluster.inventory_path))} site.yml")
-            print(f"reach a Mac with:  ssh -F {shlex.quote(str(cluster.ssh_config_path))} {cluster.hosts[0]}")
+            print(f"  ansible-playbook -i {shlex.quote(str(cluster.inventory_path))} site.yml")
+            print(f"reach a Mac with:  ssh -F {shlex.quote(str(cluster.harness_ssh_config_path))} {cluster.hosts[0]}")
             print(f"tear down with:    python -m tests.simcluster down {args.spec}"
                   + (f" --state {shlex.quote(args.state)}" if args.state else ""))
             return 0

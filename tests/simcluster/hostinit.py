@@ -23,6 +23,8 @@ Private view (all mounts live only in this host's mount namespace):
   root's home at /srv/root, so sshd starts sessions in the Mac's home and ~ means the same
   to the shell, ssh and Python
 - /etc/resolv.conf <- no DNS server (lookups fail at once instead of timing out)
+- /etc/ssh <- <state>/hosts/<host>/etc_ssh (read-only): the machine's client configuration
+  and this Mac's own host keys, where macOS keeps them (ssh_host_ed25519_key[.pub])
 Nothing here writes outside the state directory.
 """
 
@@ -101,6 +103,9 @@ def setup(state, host, cfg):
         os.makedirs(os.path.join(hostdir, "Library", "Preferences", "SystemConfiguration"), exist_ok=True)
         bind(os.path.join(hostdir, "Library"), library)
     bind(os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
+    etc_ssh = os.path.join(hostdir, "etc_ssh")
+    if os.path.isdir(etc_ssh) and os.path.isdir("/etc/ssh"):
+        bind(etc_ssh, "/etc/ssh", readonly=True)
     if os.path.exists("/etc/resolv.conf") and not os.path.islink("/etc/resolv.conf"):
         bind(os.path.join(state, "resolv.conf"), "/etc/resolv.conf", readonly=True)
     socket.sethostname(host)

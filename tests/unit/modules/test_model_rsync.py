@@ -127,8 +127,9 @@ def test_diff_mode_shows_the_itemized_changes(module_runner, src):
 
 @pytest.mark.parametrize("rc, stderr, fragments", [
     pytest.param(255, "admin@10.208.0.2: Permission denied (publickey).\n",
-                 ["ssh from m1 to admin@10.208.0.2 failed", "set up key-based ssh between nodes"], id="keys"),
-    pytest.param(255, "Host key verification failed.\n", ["HostKeyAlias"], id="host-key"),
+                 ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "refused the key"], id="keys"),
+    pytest.param(255, "Host key verification failed.\n", ["known_hosts", "ssh admin@10.208.0.2 true"],
+                 id="host-key"),
     pytest.param(23, "rsync: some files could not be transferred\n",
                  [f"rsync into admin@10.208.0.2:{DEST} failed with exit code 23"], id="partial"),
 ])
@@ -168,3 +169,12 @@ def test_ssh_args_that_rsync_would_split_are_refused(module_runner, src):
 def test_rsync_missing_fails(module_runner, src):
     out = module_runner("model_rsync", args=push(src), bins={"rsync": None, "ssh": SSH})
     assert out.failed and out.calls == [] and "rsync" in out.result["msg"]
+
+
+def test_toolkit_trust_failure_names_the_mac_and_points_at_the_stage(module_runner, src):
+    argv = remote_argv(src, rsh=SSH)
+    out = module_runner("model_rsync", args=push(src, host_label="m2", ssh_trust="toolkit"), bins=BINS,
+                        commands={argv: (255, "", "Permission denied (publickey).\n")})
+    assert out.failed
+    assert out.result["msg"].startswith("ssh from m1 to m2 (admin@10.208.0.2) failed")
+    assert "refused the cluster key of m1" in out.result["msg"] and "run the stage again" in out.result["msg"]

@@ -549,7 +549,11 @@ class SimCluster:
                 "    IdentitiesOnly yes",
                 "    BatchMode yes",
                 "    ConnectTimeout 15",
-                f"    Include {shlex.quote(str(self.ssh_config_path))}", ""]
+                # as in ssh_config: a Host line matches the name given, so `m1` needs them too
+                f"    ProxyCommand {proxy}",
+                f"    UserKnownHostsFile {shlex.quote(str(self.known_hosts_path))}",
+                "    GlobalKnownHostsFile /dev/null",
+                "    StrictHostKeyChecking yes", ""]
         self.harness_ssh_config_path.write_text("\n".join(cfg))
 
         for tool in ("ssh", "scp", "sftp"):

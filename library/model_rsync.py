@@ -13,9 +13,10 @@ description:
     over ssh (or locally when O(host) is empty). Runs wherever the task runs, on the controller
     (C(delegate_to) localhost) or on the Mac that already has the model (rank 0), which then
     pushes to its peers over their Thunderbolt addresses.
-  - C(changed) is measured from rsync's itemized changes (C(--out-format=%i %n%L), the portable
-    spelling of C(-i)), that is a file sent, a directory or link created, or a file deleted. Time or
-    permission fixes alone are reported in RV(attrs_only) and do not count.
+  - C(changed) is measured from rsync's itemized changes (C(--out-format=%i %n%L), what C(-i)
+    means in GNU rsync and openrsync), that is a file sent, a directory or link created, or a file
+    deleted. Time or permission fixes alone are reported in RV(attrs_only), and files itemized as
+    sent with no difference at all (openrsync's C(<f.......)) in RV(unchanged); neither counts.
   - Only the model directory is written; the source and destination both get a trailing slash,
     and C(--delete) is passed only with O(delete=true). A destination of C(/), the home directory,
     anything above it or fewer than two levels below it is refused before rsync runs.
@@ -78,8 +79,9 @@ options:
   log_file:
     description:
       - File rsync appends its itemized progress to, one line per file as it completes
-        (C(tail -f) it during a long copy). GNU rsync 3.x only; openrsync has no client log
-        file, so with openrsync the module warns and copies without one.
+        (C(tail -f) it during a long copy). GNU rsync 3.x and macOS 26's openrsync; macOS 15's
+        openrsync has no C(--log-file) (asked with C(rsync --log-file=/dev/null --version)), so there
+        the module warns and copies without one.
     type: path
   rsync_path:
     description:
@@ -152,6 +154,12 @@ attrs_only:
   type: list
   elements: str
   sample: ["tokenizer.json"]
+unchanged:
+  description: Files rsync itemized as sent although nothing about them differs (openrsync as the sender).
+  returned: always
+  type: list
+  elements: str
+  sample: ["config.json"]
 rc:
   description: rsync's exit code.
   returned: always
@@ -176,6 +184,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_rsync import (
+    LOG_FILE_PROBE,
     OFFLINE_ENV,
     check_dest,
     ssh_login,
@@ -191,14 +200,23 @@ C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
 
 def usable_log_file(module, rsync, log_file, source):
-    """log_file when this rsync can write it (GNU 3.x), else None with a warning."""
+    """log_file when this rsync can write it, else None with a warning.
+
+    GNU rsync 3.x can; openrsync can on macOS 26 but not on macOS 15.4-15.x, and both print the
+    same --version, so openrsync is asked: `--log-file=/dev/null --version` exits 0 only when the
+    option is known (both stop at --version, after parsing the options before it).
+    """
     if not log_file:
         return None
     rc, out, err = module.run_command([rsync, "--version"], environ_update=C_LOCALE)
     info = parse_rsync_version(out if rc == 0 else "")
-    if not info["log_file"]:
+    accepted = info["log_file"]
+    if accepted is None:
+        rc, out, err = module.run_command([rsync, *LOG_FILE_PROBE], environ_update=C_LOCALE)
+        accepted = rc == 0
+    if not accepted:
         module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
-                    + f", which cannot write a progress file: copying without {log_file} "
+                    + f", which cannot write a progress file (no --log-file): copying without {log_file} "
                     "(watch the destination grow instead, e.g. `du -sh` on it)")
         return None
     parent = os.path.dirname(log_file)

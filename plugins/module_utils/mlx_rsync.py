@@ -6,24 +6,32 @@ its output to `parse_itemized`; `library/model_manifest.py` walks a directory an
 listings to `compare_manifests`.
 
 Two rsync implementations have to work, because the sending side is either the controller
-(GNU rsync 3.x on Linux, or a Mac) or rank 0 (a Mac):
+(GNU rsync 3.x on Linux, or a Mac) or rank 0 (a Mac), and the receiving side is a Mac:
 
 - GNU rsync 3.x (samba.org), and Apple's old 2.6.9 before macOS 15.4;
-- openrsync, `/usr/bin/rsync` on macOS 15.4 and later ("openrsync: protocol version 29,
-  rsync version 2.6.9 compatible").
+- openrsync, `/usr/bin/rsync` on macOS 15.4 and later ("openrsync: protocol version 29",
+  "rsync version 2.6.9 compatible"; Apple's source: github.com/apple-oss-distributions/rsync,
+  openrsync/, tags rsync-146 for 15.4 and rsync-170 and later for macOS 26).
 
-openrsync has no `-i`/`--itemize-changes` and no client `--log-file` (only its daemon logs to
-a file), but both implementations take `--out-format` with `%i %n%L`, which is exactly what
-GNU's `-i` means. So the argv asks for `--out-format=%i %n%L`, only long options both
-understand, and the itemize strings are read in both dialects:
+Both take `-i`/`--itemize-changes` and `--out-format`; the argv asks for `--out-format=%i %n%L`
+(what `-i` means in both) and only long options both have. `--log-file` is GNU 3.x and
+openrsync from macOS 26 only (rsync-146 has none; both openrsyncs print the same --version,
+so the module asks rsync itself, see LOG_FILE_PROBE). The itemize strings come in two dialects:
 
     GNU 3.x   YXcstpoguax   `>f+++++++++ model.safetensors`   (11 characters)
-    openrsync YXcstpog.     `>f+++++++ model.safetensors`     (9 characters)
+    openrsync YXcstpog.     `>f+++++++ model.safetensors`     (9 characters, log.c)
 
 Y is the update type (`<` sent, `>` received, `c` local change or creation, `h` hard link,
-`.` no data moved, `*` a message such as `*deleting`), X the file type (f d L D S).
-openrsync also puts `c` in front of *every* directory it lists, changed or not, so a
-directory line counts as a creation only when its flags carry `+`.
+`.` no data moved, `*` a message such as `*deleting`), X the file type (f d L D S). A `c`
+without `+` in the flags (an existing item changed locally) is not a creation for a directory.
+
+A file line whose update type says sent or received but whose flags are all dots
+(`<f.......`) names no difference at all: mlx-cluster issue #11 reads openrsync, as the
+sender, as listing every *unchanged* file that way, which would make every re-run look
+changed. Such lines go to `unchanged`, not `transferred`. With the options used here (no
+--ignore-times) a real transfer always carries a reason (`s`, `t`, `c` or `+`) - except on
+a macOS 15.x receiver, whose itemizer has no size flag, for a file whose size changed but
+whose time did not; the manifest comparison after the copy still checks every size.
 """
 
 from __future__ import annotations
@@ -39,8 +47,11 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
     from mlx_tb import to_text  # type: ignore[no-redef]
 
 RSYNC_COMMAND = "rsync"
-# GNU rsync's `-i` spelled so that openrsync understands it too.
+# What `-i` means in GNU rsync and openrsync alike.
 OUT_FORMAT = "%i %n%L"
+# Does this rsync take --log-file? Both stop at --version, after parsing what comes before it:
+# rc 0 means accepted (GNU 3.x, openrsync of macOS 26), rc 1 with "unrecognized option" not.
+LOG_FILE_PROBE = ("--log-file=/dev/null", "--version")
 # Weight files: the ones the sha256 manifest covers (a divergent shard is what breaks a run).
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin")
 # Offline for every run: nothing in this stage may reach a model hub.
@@ -70,19 +81,21 @@ def _strip_link(kind, name):
 def parse_itemized(text):
     """Read rsync's itemized output (`--out-format=%i %n%L` or `-i`), real run or `--dry-run`.
 
-    Returns {"changed", "transferred", "created", "deleted", "attrs_only"}:
+    Returns {"changed", "transferred", "created", "deleted", "attrs_only", "unchanged"}:
     - transferred: file data sent or received (Y is `<` or `>`), or changed in place
       (`.` with a checksum `c` or size `s` flag: a symlink target, a device);
     - created: a new directory, symlink or special file (`+` flags), a hard link (`h`), or a
       changed symlink (`cL` without `+`);
     - deleted: `*deleting` lines (only with --delete);
     - attrs_only: only time, permission, owner or group differ (`.f..t......`, `.d..t......`,
-      and openrsync's `cd..t....`): rsync fixes them, but nothing in the model changed.
+      and openrsync's `cd..t....`): rsync fixes them, but nothing in the model changed;
+    - unchanged: files itemized as sent or received with no difference at all (`<f.......`,
+      see the module docstring): not a change.
     changed is true when anything was transferred, created or deleted. Lines that are not
     items ("created directory x", warnings, a stats block) are ignored.
     """
     text, _ = to_text(text, RSYNC_COMMAND)
-    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": []}
+    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": [], "unchanged": []}
     for line in text.splitlines():
         line = line.rstrip("\r")
         m = _DELETING.match(line)
@@ -97,7 +110,9 @@ def parse_itemized(text):
         new = "+" in flags
         content = flags[0] == "c" or flags[1] == "s"
         others = any(ch not in ".+" for ch in flags)
-        if update in "<>":
+        if update in "<>" and kind == "f" and not flags.strip("."):
+            out["unchanged"].append(name)
+        elif update in "<>":
             out["transferred"].append(name)
         elif update == "h" or (update == "c" and (new or kind != "d")):
             out["created"].append(name)
@@ -303,12 +318,14 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
 def parse_rsync_version(text):
     """`rsync --version` -> {"flavour": "openrsync"|"rsync", "version": str|None, "log_file": bool}.
 
-    log_file says whether the client takes `--log-file`: GNU rsync 3.0 and later only.
+    log_file says whether the client takes `--log-file`, as far as the text tells: GNU rsync
+    3.0 and later yes, 2.x no. openrsync prints the same two lines on macOS 15.4 (no
+    --log-file) and macOS 26 (--log-file): log_file is then None, ask rsync (LOG_FILE_PROBE).
     """
     text, _ = to_text(text, "rsync --version")
     if "openrsync" in text.lower():
         m = re.search(r"rsync version (\d+(?:\.\d+)*) compatible", text)
-        return {"flavour": "openrsync", "version": m.group(1) if m else None, "log_file": False}
+        return {"flavour": "openrsync", "version": m.group(1) if m else None, "log_file": None}
     m = re.search(r"rsync\s+version\s+v?(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not m:
         return {"flavour": "unknown", "version": None, "log_file": False}

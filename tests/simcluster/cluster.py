@@ -48,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
-                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo"]
+                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here

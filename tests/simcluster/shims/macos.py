@@ -1963,6 +1963,12 @@ def cmd_ping(ctx, args):
     return {0: 0, 1: 2}.get(rc, 2)
 
 
+def cmd_rsync(ctx, args):
+    """macOS's /usr/bin/rsync (openrsync), modelled in its own module: shims/openrsync.py."""
+    import openrsync  # only rsync pays for compiling it
+    return openrsync.cmd_rsync(ctx, args)
+
+
 # ---------------------------------------------------------------------------------------
 
 COMMANDS = {
@@ -1970,6 +1976,7 @@ COMMANDS = {
     "ifconfig": cmd_ifconfig, "route": cmd_route, "netstat": cmd_netstat, "ipconfig": cmd_ipconfig,
     "ibv_devices": cmd_ibv_devices, "ibv_devinfo": cmd_ibv_devinfo, "rdma_ctl": cmd_rdma_ctl,
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
+    "rsync": cmd_rsync,
 }
 
 

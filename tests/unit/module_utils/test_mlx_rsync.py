@@ -19,8 +19,10 @@ from mlx_rsync import (
 )
 
 # Captured from GNU rsync 3.5.0 (`--out-format=%i %n%L`), the runs of tests/unit/modules/
-# test_model_rsync_local.py; the openrsync lines follow its log.c (9-character item strings,
-# `>` for what the sender sends, `c` in front of every directory).
+# test_model_rsync_local.py; the openrsync lines follow Apple's openrsync log.c (tag rsync-182,
+# printf_doformat case 'i': 9-character item strings, `<` on the sender and `>` on the receiver,
+# `c` for a local change such as a new directory, all-dot flags blanked for `.` items) and
+# sender.c file_deleted (`*deleting name`, one space).
 GNU_FIRST = """\
 created directory /tmp/m2/models/qwen
 cd+++++++++ ./
@@ -40,12 +42,20 @@ GNU_CHECKSUM_DRY = ">fc........ model.safetensors\n"
 GNU_ATTRS = ".f..t...... model.safetensors\n.d..t...... ./\n.f...p..... tokenizer.json\n.f....og... x.bin\n"
 OPENRSYNC_FIRST = "cd+++++++ ./\n>f+++++++ config.json\n>f+++++++ model.safetensors\ncd+++++++ sub/\n"
 OPENRSYNC_DIRS = "cd....... ./\ncd..t.... sub/\n"
+# A re-run pushed by openrsync as issue #11 reads it: every unchanged file as `<f.......`; the
+# --check run after one file changed (size and time), and a new one added.
+OPENRSYNC_SENDER_RERUN = "<f....... config.json\n<f....... model.safetensors\n<f....... sub/tokenizer.json\n"
+OPENRSYNC_SENDER_CHECK = ("<f....... config.json\n<f.st.... model.safetensors\n<f+++++++ new.json\n"
+                          "<f....... sub/tokenizer.json\n.d..t.... ./\n*deleting old.npz\n")
+# GNU rsync pushing with -ii: unchanged items with blank flags (not items of the regex).
+GNU_SENDER_II = ".d          ./\n.f          config.json\n<f..t...... model.safetensors\n"
+OPENRSYNC_BLANK = ".d        ./\n.f        config.json\n"
 LINKS = "cL+++++++++ link.safetensors -> model.safetensors\nhf+++++++++ b.bin => a.bin\n" \
         "cL......... relink -> elsewhere\n.L..t...... same-link -> target\n"
 
 
 def items(**kw):
-    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": []}
+    out = {"transferred": [], "created": [], "deleted": [], "attrs_only": [], "unchanged": []}
     out.update(kw)
     out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
     return out
@@ -66,6 +76,15 @@ def items(**kw):
     pytest.param(OPENRSYNC_DIRS, items(attrs_only=["sub/"]), id="openrsync-unchanged-directories"),
     pytest.param("<f+++++++++ model.safetensors\n<f.st...... config.json\n",
                  items(transferred=["model.safetensors", "config.json"]), id="gnu-push-sender-side"),
+    pytest.param(OPENRSYNC_SENDER_RERUN, items(unchanged=["config.json", "model.safetensors",
+                                                          "sub/tokenizer.json"]), id="openrsync-sender-rerun"),
+    pytest.param(OPENRSYNC_SENDER_CHECK, items(transferred=["model.safetensors", "new.json"], deleted=["old.npz"],
+                                               attrs_only=["./"],
+                                               unchanged=["config.json", "sub/tokenizer.json"]),
+                 id="openrsync-sender-check"),
+    pytest.param(">f....... config.json\n", items(unchanged=["config.json"]), id="openrsync-receiver-no-reason"),
+    pytest.param(GNU_SENDER_II, items(transferred=["model.safetensors"]), id="gnu-sender-ii"),
+    pytest.param(OPENRSYNC_BLANK, items(), id="openrsync-blank-flags"),
     pytest.param(LINKS, items(created=["link.safetensors", "b.bin", "relink"], attrs_only=["same-link"]),
                  id="links"),
     pytest.param(">f+++++++++ my model.safetensors\r\n*deleting   old dir/\r\n",
@@ -101,6 +120,7 @@ _ENTRY = st.one_of(
     st.tuples(st.just("created"), st.sampled_from(["cd+++++++++", "cd+++++++", "cL+++++++++"]), _NAME),
     st.tuples(st.just("deleted"), st.just("*deleting  "), _NAME),
     st.tuples(st.just("attrs_only"), _ATTR.map(lambda a: ".f" + a), _NAME),
+    st.tuples(st.just("unchanged"), st.sampled_from(["<f.......", ">f.......", "<f........."]), _NAME),
     st.tuples(st.just("none"), st.just("cd......."), _NAME),
 )
 
@@ -110,7 +130,7 @@ _ENTRY = st.one_of(
 def test_parse_itemized_invariants(entries):
     text = "".join(f"{item} {name}\n" for _, item, name in entries)
     got = parse_itemized(text)
-    for key in ("transferred", "created", "deleted", "attrs_only"):
+    for key in ("transferred", "created", "deleted", "attrs_only", "unchanged"):
         assert got[key] == [name for kind, _, name in entries if kind == key]
     assert got["changed"] == any(kind in ("transferred", "created", "deleted") for kind, _, _ in entries)
 
@@ -320,7 +340,7 @@ def test_explain_failure_local():
     pytest.param("rsync  version 2.6.9  protocol version 29\n",
                  {"flavour": "rsync", "version": "2.6.9", "log_file": False}, id="apple-2.6.9"),
     pytest.param("openrsync: protocol version 29\nrsync version 2.6.9 compatible\n",
-                 {"flavour": "openrsync", "version": "2.6.9", "log_file": False}, id="openrsync"),
+                 {"flavour": "openrsync", "version": "2.6.9", "log_file": None}, id="openrsync"),
     pytest.param("", {"flavour": "unknown", "version": None, "log_file": False}, id="empty"),
 ])
 def test_parse_rsync_version(text, expected):

@@ -107,15 +107,44 @@ def test_log_file_with_gnu_rsync(module_runner, src, tmp_path):
     assert (tmp_path / "logs").is_dir()
 
 
-def test_log_file_with_openrsync_warns_and_copies_without(module_runner, src, tmp_path):
+# openrsync's answers to `rsync --log-file=/dev/null --version` (main.c rsync_lopts; getopt_long of
+# macOS's libc): macOS 15.x (rsync-146) has no --log-file, macOS 26 (rsync-170 and later) has.
+PROBE = (RSYNC, "--log-file=/dev/null", "--version")
+OPENRSYNC_15_PROBE = (1, "", "rsync: unrecognized option `--log-file=/dev/null'\nusage: rsync [-0468B...]\n")
+OPENRSYNC_26_PROBE = OPENRSYNC_VERSION
+
+
+def test_log_file_with_macos15_openrsync_warns_and_copies_without(module_runner, src, tmp_path):
     log = str(tmp_path / "sync.log")
     argv = remote_argv(src, rsh=SSH)
     out = module_runner("model_rsync", args=push(src, log_file=log), bins=BINS,
-                        commands={(RSYNC, "--version"): OPENRSYNC_VERSION, argv: (0, FIRST, "")})
+                        commands={(RSYNC, "--version"): OPENRSYNC_VERSION, PROBE: OPENRSYNC_15_PROBE,
+                                  argv: (0, FIRST, "")})
     assert not out.failed, out.result
-    assert out.calls == [[RSYNC, "--version"], list(argv)]
+    assert out.calls == [[RSYNC, "--version"], list(PROBE), list(argv)]
     assert out.result["log_file"] is None
     assert any("openrsync" in w and "progress file" in w for w in out.warnings)
+
+
+def test_log_file_with_macos26_openrsync(module_runner, src, tmp_path):
+    log = str(tmp_path / "logs" / "sync.log")
+    argv = remote_argv(src, f"--log-file={log}", rsh=SSH)
+    out = module_runner("model_rsync", args=push(src, log_file=log), bins=BINS,
+                        commands={(RSYNC, "--version"): OPENRSYNC_VERSION, PROBE: OPENRSYNC_26_PROBE,
+                                  argv: (0, FIRST, "")})
+    assert not out.failed, out.result
+    assert out.calls == [[RSYNC, "--version"], list(PROBE), list(argv)]
+    assert out.result["log_file"] == log and not out.warnings
+
+
+def test_rerun_with_openrsync_as_sender_is_not_a_change(module_runner, src):
+    """openrsync (issue #11's reading) lists unchanged files as `<f.......` when it sends."""
+    argv = remote_argv(src, rsh=SSH)
+    rerun = "<f....... config.json\n<f....... model.safetensors\n"
+    out = module_runner("model_rsync", args=push(src), bins=BINS, commands={argv: (0, rerun, "")})
+    assert not out.failed, out.result
+    assert out.result["changed"] is False and out.result["transferred"] == []
+    assert out.result["unchanged"] == ["config.json", "model.safetensors"]
 
 
 def test_diff_mode_shows_the_itemized_changes(module_runner, src):

@@ -1076,13 +1076,18 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
 
     - jaccl: ranks in ``topology["hosts"]`` order; ``ips`` = [the host's coordinator address];
       ``rdma[i][j]`` = None on the diagonal, else ``"rdma_<iface of i on the cable to j>"``, or
-      a list of them when several cables join the pair. (MLX truncates every pair to the
-      smallest cable count found in the whole cluster; we keep every cable.)
+      a list of them when every pair has several cables. As MLX's configure_jaccl, every pair
+      gets the same number of devices: the smallest cable count of any pair (JACCL indexes
+      the wires of a pair assuming each rank lists as many; its mesh uses the first).
     - jaccl-ring: ranks in ring order; only the two ring neighbours get devices, ``ring_width``
       of them each (as MLX's configure_jaccl_ring).
     - ring: ranks in ring order; ``ips`` = this host's addresses on the cable(s) to its left
       neighbour (the previous rank), ``ring_width`` of them (as MLX's configure_ring);
       ``rdma`` = [].
+
+    Which cables of a pair come first follows MLX too (its IPConfigurator): the order of the
+    interface names (as strings) of the pair's host that comes first in ``topology["hosts"]``,
+    so both ends of a pair always list the same cables in the same order.
 
     ``coordinators`` maps host -> an IPv4 address every host reaches (the management LAN);
     needed for jaccl and jaccl-ring, never link-local, CGNAT/Tailscale, loopback or a cable
@@ -1123,11 +1128,17 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
             raise PlanError("backend %s needs RDMA on every host; not on %s"
                             % (backend, _join_limited(no_rdma)))
 
+    rank = {h: i for i, h in enumerate(hosts)}
+
     def between(x, y, count=None):
         found = pairs.get((x, y))
         if not found:
             raise PlanError("the IP plan has no cable between %s and %s: build the plan and the "
                             "topology from the same mlx_links result" % (x, y))
+        # MLX's order: the interfaces of the pair's first host (in hosts order), as strings.
+        first_is_me = rank.get(x, 0) <= rank.get(y, 0)
+        found = sorted(found, key=lambda e: (e[1]["iface"], e[2]["iface"]) if first_is_me
+                       else (e[2]["iface"], e[1]["iface"]))
         return found if count is None else found[:count]
 
     def devices(entries):
@@ -1139,8 +1150,10 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
         if coordinators is None or not isinstance(coordinators, Mapping):
             raise PlanError("backend jaccl needs coordinators: {host: address}; set "
                             "mlx_cluster_coordinator_address for each host in the inventory")
+        # As MLX's configure_jaccl: every pair gets the smallest cable count of any pair.
+        count = min(len(between(h, other)) for h in hosts for other in hosts if other != h)
         for h in hosts:
-            rdma = [None if other == h else devices(between(h, other)) for other in hosts]
+            rdma = [None if other == h else devices(between(h, other, count)) for other in hosts]
             out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
     elif backend == "jaccl-ring":
         if coordinators is None or not isinstance(coordinators, Mapping):

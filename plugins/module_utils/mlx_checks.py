@@ -68,7 +68,12 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
     problems.extend(_unaddressed_cables(facts_by_host, ip_plan))
     if topology and not topology.get("backend"):
         problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
-                           _missing_fix(topology)))
+                           topology.get("backend_fix") or _missing_fix(topology)))
+    elif topology and s["rdma_wanted"] and topology.get("backend_fix"):
+        # RDMA was kept off some cable or host: say which backend that leaves, and why.
+        problems.append(_p("warning", "backend", None,
+                           f"backend {topology['backend']}: {topology.get('backend_reason')}",
+                           topology["backend_fix"]))
     return problems
 
 

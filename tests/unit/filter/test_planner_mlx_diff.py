@@ -25,6 +25,11 @@ INTENDED_DIFFERENCES = {
         "A Mac behind a dock or hub (nested _items) is a cable for us; MLX only looks at the "
         "first level of _items and misses it.",
         "test_difference_docks"),
+    "rdma_capable_links": (
+        "RDMA runs only over cables that carry it (TB5 link, device PORT_ACTIVE at both ends, no "
+        "dock unless opted in); MLX picks jaccl whenever the Thunderbolt graph is a mesh and every "
+        "host lists some rdma_ device, whatever the cable's speed, dock or port state.",
+        "test_difference_rdma_capable_links"),
     "pool": (
         "Addresses come from 10.208.0.0/16 (configurable), one hashed /30 per cable, stable "
         "across runs; MLX numbers 192.168.x.y/30 sequentially, colliding with home/office LANs.",
@@ -253,6 +258,9 @@ def test_jaccl_pair_lists_the_same_cables_at_both_ends():
 def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
     """Given our ring, MLX's configure_ring / configure_jaccl_ring pick the same cable ends."""
     hosts, cables = wiring
+    # every cable TB5 and direct, so that RDMA may use each (MLX does not look; see
+    # test_difference_rdma_capable_links)
+    cables = [dict(c, speed=80, speed_b=80) for c in cables]
     links, _ = ours(hosts, cables)
     topo = planner.topology(links, hosts, rdma=True)
     if topo["ring"] is None or topo["mesh"]:
@@ -297,6 +305,21 @@ def test_difference_docks(mlx_config):
     assert theirs == [[0, 1, 0], [1, 0, 0], [0, 0, 0]]
     assert planner.topology(links, hosts)["ring"] == ["m1", "m2", "m3"]
     assert len(mlx_config.extract_rings(theirs)[0][0]) < 3
+
+
+def test_difference_rdma_capable_links(mlx_config):
+    hosts, cables = mesh_cables(3)
+    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} == {"m00", "m02"} else c
+              for c in cables]
+    links, _ = ours(hosts, cables)
+    tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
+    # MLX: a mesh (it never reads the link speed) and RDMA devices everywhere -> configure_jaccl
+    assert mlx_config.check_valid_mesh(hosts, mlx_config.make_connectivity_matrix(tb_hosts, rev), False)
+    topo = planner.topology(links, hosts, rdma=True)
+    assert topo["mesh"] and topo["backend"] == "ring"
+    assert [e["name"] for e in topo["no_rdma"]] == ["m00:en4 <-> m02:en2"]
+    with pytest.raises(PlanError, match="m00:en4 <-> m02:en2 .TB4 40 Gb/s"):
+        planner.topology(links, hosts, rdma=True, backend="jaccl")
 
 
 def test_difference_pool(mlx_config):

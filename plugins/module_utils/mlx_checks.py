@@ -141,6 +141,9 @@ def _link_problems(links, slow_sev):
     for p in links.get("problems") or []:
         out.append(_p("error", "wiring", p.get("host"), p.get("msg") or str(p), p.get("fix") or
                       "check the cable at both ends and re-run", p.get("iface")))
+    for u in links.get("unmatched") or []:
+        out.append(_p("warning", "wiring", u.get("host"), u.get("msg") or str(u), u.get("fix") or
+                      "gather facts again", u.get("iface")))
     for e in links.get("external") or []:
         out.append(_p("warning", "wiring", e.get("host"),
                       f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",

@@ -222,7 +222,11 @@ def links(facts_by_host):
     Macs directly under a port, so it misses cables through docks). The result does not
     depend on the order of ``facts_by_host`` or of the ports.
 
-    Returns ``{cables, one_sided, external, problems, warnings}``; cables sorted by ``id``
+    - P has no domain UUID of its own (partial system_profiler output): when P sees Q and Q
+      sees a UUID no inventory port owns, that UUID is P's (a warning says so); otherwise
+      an ``unmatched`` entry (``{host, iface, port, peer, msg, fix}``) names P, no cable.
+
+    Returns ``{cables, one_sided, external, unmatched, problems, warnings}``; cables sorted by ``id``
     (``"m1:en2~m2:en3"``, endpoints ordered by host then iface).
     """
     if not isinstance(facts_by_host, Mapping):
@@ -254,11 +258,9 @@ def links(facts_by_host):
 
     by_uuid = {}
     for p in ports:
-        if p.uuid is None:
-            if p.peer_uuid is not None:
-                warnings.append("%s has no domain UUID: its cable cannot be matched" % p.name)
-            continue
-        by_uuid.setdefault(p.uuid, []).append(p)
+        if p.uuid is not None:
+            by_uuid.setdefault(p.uuid, []).append(p)
+    unmatched = _ports_without_uuid(ports, by_uuid, warnings)
     for uuid in sorted(by_uuid):
         owners = by_uuid[uuid]
         if len(owners) > 1:
@@ -279,8 +281,11 @@ def links(facts_by_host):
         if p.peer_uuid not in by_uuid:
             external.append({"host": p.host, "iface": p.iface, "peer_name": p.peer_name,
                              "peer_uuid": p.peer_uuid})
-            warnings.append("%s: cable to a Mac not in the inventory (%s, domain UUID %s)"
-                            % (p.name, p.peer_name or "unnamed", p.peer_uuid))
+            maybe = [u["port"] for u in unmatched if u["host"] != p.host]
+            warnings.append("%s: cable to a Mac not in the inventory (%s, domain UUID %s)%s"
+                            % (p.name, p.peer_name or "unnamed", p.peer_uuid,
+                               "; or to %s, whose domain UUID is unknown" % _join_limited(maybe, 4)
+                               if maybe else ""))
             continue
         q = owner(p.peer_uuid)
         if q is None:  # duplicate UUID, already a problem
@@ -371,7 +376,55 @@ def links(facts_by_host):
     external.sort(key=lambda e: (e["host"], e["iface"] or "", e["peer_uuid"]))
     problems.sort(key=lambda x: (x["code"], x["ports"], x["msg"]))
     return {"cables": cables, "one_sided": one_sided, "external": external,
-            "problems": problems, "warnings": warnings}
+            "unmatched": unmatched, "problems": problems, "warnings": warnings}
+
+
+def _ports_without_uuid(ports, by_uuid, warnings):
+    """Ports whose own domain UUID the facts lack (partial system_profiler output).
+
+    Such a port Q is matched from the other side when it can be: Q sees port P of another
+    inventory Mac, and P sees a domain UUID that no inventory port owns. P's cable is then Q's
+    (a port has one cable), and that UUID is Q's: Q takes it (a warning says so). Every other
+    cabled port without a UUID is returned as ``unmatched`` ({host, iface, port, peer, msg,
+    fix}): its cable cannot be placed, and preflight names it.
+    """
+    claimed, unmatched = {}, []
+    for q in ports:
+        if q.uuid is not None:
+            continue
+        found = by_uuid.get(q.peer_uuid) or [] if q.peer_uuid else []
+        p = found[0] if len(found) == 1 else None
+        if p is not None and p.host != q.host and p.peer_uuid and p.peer_uuid not in by_uuid:
+            claimed.setdefault(p.peer_uuid, []).append((q, p))
+            continue
+        if not q.connected:
+            continue
+        seen = "; it sees %s" % p.name if p is not None else ""
+        unmatched.append({
+            "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name if p is not None else None,
+            "msg": "%s is cabled but system_profiler gave no domain UUID for it%s: its cable cannot "
+                   "be matched and is left out of the plan" % (q.name, seen),
+            "fix": "run 'system_profiler SPThunderboltDataType -json' on %s and check that every "
+                   "Thunderbolt bus has its domain_uuid_key, then gather facts again" % q.host})
+        warnings.append(unmatched[-1]["msg"])
+    for uuid in sorted(claimed):
+        pairs = claimed[uuid]
+        if len(pairs) > 1:  # two ports without a UUID see the same port: no way to tell
+            for q, p in pairs:
+                unmatched.append({
+                    "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name,
+                    "msg": "%s has no domain UUID and sees %s, as %s do: its cable cannot be "
+                           "matched" % (q.name, p.name, _join_limited(x.name for x, _ in pairs)),
+                    "fix": "check the cables on %s, then gather facts again" % q.host})
+                warnings.append(unmatched[-1]["msg"])
+            continue
+        q, p = pairs[0]
+        q.uuid = uuid
+        by_uuid[uuid] = [q]
+        warnings.append("%s has no domain UUID in system_profiler; it sees %s, which sees domain "
+                        "UUID %s: taken as %s's" % (q.name, p.name, uuid, q.name))
+    unmatched.sort(key=lambda u: (u["host"], u["port"]))
+    return unmatched
 
 
 def _cables(links_):

@@ -66,7 +66,10 @@ ansible_facts:
           type: dict
           sample: {"model": "Mac Studio", "model_id": null, "name": "Mac Studio"}
         ports:
-          description: One entry per Thunderbolt receptacle, sorted by receptacle number.
+          description:
+            - One entry per Thunderbolt receptacle, sorted by receptacle number.
+            - C(domain_uuid) is null (with a warning) when the output lacks C(domain_uuid_key)
+              for the receptacle's bus; its cable is then matched from the other Mac's side.
           returned: always
           type: list
           elements: dict

@@ -81,17 +81,19 @@ def mlx_plan_artifact(plan):
 def mlx_cable_hostfiles(plan, envs=None):
     """One 2-rank hostfile per cable, so each cable can be measured alone.
 
-    `plan` is mlx_cluster_plan. With a jaccl/jaccl-ring backend the pair talks RDMA over
-    that cable's devices (coordinator: the first end's management address); otherwise the
-    TCP ring over the cable's own /30 addresses.
+    `plan` is mlx_cluster_plan. With a jaccl/jaccl-ring backend a cable that carries RDMA
+    (the topology's rdma_cables) is measured over its RDMA devices (coordinator: the first
+    end's management address); any other cable over the TCP ring on its own /30 addresses.
     """
     try:
-        backend = (plan.get("topology") or {}).get("backend")
+        topology = plan.get("topology") or {}
+        backend = topology.get("backend")
+        rdma_ids = topology.get("rdma_cables")
         coords = plan.get("coordinators") or {}
         out = []
         for cid, c in sorted((plan.get("ip_plan") or {}).get("cables", {}).items()):
             a, b = c["a"], c["b"]
-            if backend in ("jaccl", "jaccl-ring"):
+            if backend in ("jaccl", "jaccl-ring") and (rdma_ids is None or cid in rdma_ids):
                 hosts = [{"ssh": a["host"], "ips": [coords.get(a["host"])], "rdma": [None, f"rdma_{a['iface']}"]},
                          {"ssh": b["host"], "ips": [coords.get(b["host"])], "rdma": [f"rdma_{b['iface']}", None]}]
                 kind = "jaccl"

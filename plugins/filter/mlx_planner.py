@@ -75,14 +75,19 @@ def mlx_links(facts_by_host):
     return _call("mlx_links", _planner().links, facts_by_host)
 
 
-def mlx_topology(links, hosts, rdma=False, backend="auto"):
-    """links -> {hosts, mesh, ring, ring_width, backend, missing, message, ...}."""
+def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
+                 rdma_required=False):
+    """links -> {hosts, mesh, ring, ring_width, backend, backend_reason, missing, message, ...}."""
     _check("mlx_topology", "input", links, Mapping, "the result of mlx_links")
     _check("mlx_topology", "hosts", hosts, (list, tuple), "a list of inventory hostnames")
-    _check("mlx_topology", "rdma", rdma, (bool, Mapping), "a boolean or a mapping host -> bool")
+    _check("mlx_topology", "rdma", rdma, (bool, Mapping),
+           "a boolean, a mapping host -> bool or host -> mlx_rdma facts")
     if backend is not None:
         _check("mlx_topology", "backend", backend, str, "auto, jaccl, jaccl-ring or ring")
-    return _call("mlx_topology", _planner().topology, links, hosts, rdma=rdma, backend=backend)
+    _check("mlx_topology", "rdma_through_docks", rdma_through_docks, bool, "true or false")
+    _check("mlx_topology", "rdma_required", rdma_required, bool, "true or false")
+    return _call("mlx_topology", _planner().topology, links, hosts, rdma=rdma, backend=backend,
+                 rdma_through_docks=rdma_through_docks, rdma_required=rdma_required)
 
 
 def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):

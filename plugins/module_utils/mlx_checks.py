@@ -68,7 +68,12 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
     problems.extend(_unaddressed_cables(facts_by_host, ip_plan))
     if topology and not topology.get("backend"):
         problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
-                           _missing_fix(topology)))
+                           topology.get("backend_fix") or _missing_fix(topology)))
+    elif topology and s["rdma_wanted"] and topology.get("backend_fix"):
+        # RDMA was kept off some cable or host: say which backend that leaves, and why.
+        problems.append(_p("warning", "backend", None,
+                           f"backend {topology['backend']}: {topology.get('backend_reason')}",
+                           topology["backend_fix"]))
     return problems
 
 
@@ -136,6 +141,9 @@ def _link_problems(links, slow_sev):
     for p in links.get("problems") or []:
         out.append(_p("error", "wiring", p.get("host"), p.get("msg") or str(p), p.get("fix") or
                       "check the cable at both ends and re-run", p.get("iface")))
+    for u in links.get("unmatched") or []:
+        out.append(_p("warning", "wiring", u.get("host"), u.get("msg") or str(u), u.get("fix") or
+                      "gather facts again", u.get("iface")))
     for e in links.get("external") or []:
         out.append(_p("warning", "wiring", e.get("host"),
                       f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",

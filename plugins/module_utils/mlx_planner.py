@@ -222,7 +222,11 @@ def links(facts_by_host):
     Macs directly under a port, so it misses cables through docks). The result does not
     depend on the order of ``facts_by_host`` or of the ports.
 
-    Returns ``{cables, one_sided, external, problems, warnings}``; cables sorted by ``id``
+    - P has no domain UUID of its own (partial system_profiler output): when P sees Q and Q
+      sees a UUID no inventory port owns, that UUID is P's (a warning says so); otherwise
+      an ``unmatched`` entry (``{host, iface, port, peer, msg, fix}``) names P, no cable.
+
+    Returns ``{cables, one_sided, external, unmatched, problems, warnings}``; cables sorted by ``id``
     (``"m1:en2~m2:en3"``, endpoints ordered by host then iface).
     """
     if not isinstance(facts_by_host, Mapping):
@@ -254,11 +258,9 @@ def links(facts_by_host):
 
     by_uuid = {}
     for p in ports:
-        if p.uuid is None:
-            if p.peer_uuid is not None:
-                warnings.append("%s has no domain UUID: its cable cannot be matched" % p.name)
-            continue
-        by_uuid.setdefault(p.uuid, []).append(p)
+        if p.uuid is not None:
+            by_uuid.setdefault(p.uuid, []).append(p)
+    unmatched = _ports_without_uuid(ports, by_uuid, warnings)
     for uuid in sorted(by_uuid):
         owners = by_uuid[uuid]
         if len(owners) > 1:
@@ -279,8 +281,11 @@ def links(facts_by_host):
         if p.peer_uuid not in by_uuid:
             external.append({"host": p.host, "iface": p.iface, "peer_name": p.peer_name,
                              "peer_uuid": p.peer_uuid})
-            warnings.append("%s: cable to a Mac not in the inventory (%s, domain UUID %s)"
-                            % (p.name, p.peer_name or "unnamed", p.peer_uuid))
+            maybe = [u["port"] for u in unmatched if u["host"] != p.host]
+            warnings.append("%s: cable to a Mac not in the inventory (%s, domain UUID %s)%s"
+                            % (p.name, p.peer_name or "unnamed", p.peer_uuid,
+                               "; or to %s, whose domain UUID is unknown" % _join_limited(maybe, 4)
+                               if maybe else ""))
             continue
         q = owner(p.peer_uuid)
         if q is None:  # duplicate UUID, already a problem
@@ -371,7 +376,55 @@ def links(facts_by_host):
     external.sort(key=lambda e: (e["host"], e["iface"] or "", e["peer_uuid"]))
     problems.sort(key=lambda x: (x["code"], x["ports"], x["msg"]))
     return {"cables": cables, "one_sided": one_sided, "external": external,
-            "problems": problems, "warnings": warnings}
+            "unmatched": unmatched, "problems": problems, "warnings": warnings}
+
+
+def _ports_without_uuid(ports, by_uuid, warnings):
+    """Ports whose own domain UUID the facts lack (partial system_profiler output).
+
+    Such a port Q is matched from the other side when it can be: Q sees port P of another
+    inventory Mac, and P sees a domain UUID that no inventory port owns. P's cable is then Q's
+    (a port has one cable), and that UUID is Q's: Q takes it (a warning says so). Every other
+    cabled port without a UUID is returned as ``unmatched`` ({host, iface, port, peer, msg,
+    fix}): its cable cannot be placed, and preflight names it.
+    """
+    claimed, unmatched = {}, []
+    for q in ports:
+        if q.uuid is not None:
+            continue
+        found = by_uuid.get(q.peer_uuid) or [] if q.peer_uuid else []
+        p = found[0] if len(found) == 1 else None
+        if p is not None and p.host != q.host and p.peer_uuid and p.peer_uuid not in by_uuid:
+            claimed.setdefault(p.peer_uuid, []).append((q, p))
+            continue
+        if not q.connected:
+            continue
+        seen = "; it sees %s" % p.name if p is not None else ""
+        unmatched.append({
+            "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name if p is not None else None,
+            "msg": "%s is cabled but system_profiler gave no domain UUID for it%s: its cable cannot "
+                   "be matched and is left out of the plan" % (q.name, seen),
+            "fix": "run 'system_profiler SPThunderboltDataType -json' on %s and check that every "
+                   "Thunderbolt bus has its domain_uuid_key, then gather facts again" % q.host})
+        warnings.append(unmatched[-1]["msg"])
+    for uuid in sorted(claimed):
+        pairs = claimed[uuid]
+        if len(pairs) > 1:  # two ports without a UUID see the same port: no way to tell
+            for q, p in pairs:
+                unmatched.append({
+                    "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name,
+                    "msg": "%s has no domain UUID and sees %s, as %s do: its cable cannot be "
+                           "matched" % (q.name, p.name, _join_limited(x.name for x, _ in pairs)),
+                    "fix": "check the cables on %s, then gather facts again" % q.host})
+                warnings.append(unmatched[-1]["msg"])
+            continue
+        q, p = pairs[0]
+        q.uuid = uuid
+        by_uuid[uuid] = [q]
+        warnings.append("%s has no domain UUID in system_profiler; it sees %s, which sees domain "
+                        "UUID %s: taken as %s's" % (q.name, p.name, uuid, q.name))
+    unmatched.sort(key=lambda u: (u["host"], u["port"]))
+    return unmatched
 
 
 def _cables(links_):
@@ -686,19 +739,106 @@ def _host_list(hosts):
     return hosts
 
 
-def _rdma_map(rdma, hosts):
+FIX_RDMA_ENABLE = "boot into Recovery, run 'rdma_ctl enable' in Terminal, reboot"
+FIX_TB5_CABLE = "use a Thunderbolt 5 cable between Thunderbolt 5 ports (80 Gb/s)"
+FIX_DOCK = ("cable the two Macs directly, or set mlx_cluster_rdma_through_docks: true to try RDMA "
+            "through the dock (unverified)")
+FIX_NO_DEVICE = "move the cable to a Thunderbolt 5 port: RDMA needs a device on both ends"
+FIX_SPEED_UNKNOWN = "check the cable (System Information > Thunderbolt shows its speed), gather facts again"
+
+
+def _rdma_hosts(rdma, hosts):
+    """``rdma`` -> ({host: usable}, {host: {iface: port_state} or None}, {host: (why, fix)}).
+
+    ``rdma`` is a bool for every host, ``{host: bool}``, or ``{host: mlx_rdma facts}`` (then
+    each cable end is checked for its ``rdma_<iface>`` device and ``PORT_ACTIVE``).
+    """
     if isinstance(rdma, bool):
-        return {h: rdma for h in hosts}
-    if isinstance(rdma, Mapping):
-        for h, v in rdma.items():
-            if not isinstance(v, bool):
-                raise PlanError("rdma[%s] must be true or false, got %r" % (h, v))
-        return {h: bool(rdma.get(h, False)) for h in hosts}
-    raise PlanError("rdma must be true, false or a mapping host -> bool, got %s"
-                    % type(rdma).__name__)
+        why = None if rdma else ("RDMA is not planned (rdma=false)", None)  # on purpose: no fix
+        return ({h: rdma for h in hosts}, {h: None for h in hosts},
+                {h: why for h in hosts if not rdma})
+    if not isinstance(rdma, Mapping):
+        raise PlanError("rdma must be true, false or a mapping host -> bool (or mlx_rdma facts), "
+                        "got %s" % type(rdma).__name__)
+    usable, devices, why = {}, {}, {}
+    for h in hosts:
+        v = rdma.get(h, False)
+        if isinstance(v, bool):
+            usable[h], devices[h] = v, None
+            if not v:
+                why[h] = ("no RDMA on %s" % h, FIX_RDMA_ENABLE)
+            continue
+        if not isinstance(v, Mapping):
+            raise PlanError("rdma[%s] must be true, false or its mlx_rdma facts, got %r" % (h, v))
+        devs = v.get("devices") or []
+        if not isinstance(devs, (list, tuple)) or not all(isinstance(d, Mapping) for d in devs):
+            raise PlanError("rdma[%s].devices must be a list of devices (mlx_rdma facts)" % h)
+        usable[h] = bool(v.get("usable"))
+        devices[h] = {d.get("iface"): d.get("port_state") for d in devs if d.get("iface")}
+        if not usable[h]:
+            if v.get("rdma_ctl") == "disabled":
+                why[h] = ("RDMA is disabled on %s (rdma_ctl status)" % h, FIX_RDMA_ENABLE)
+            else:
+                why[h] = ("%s has no RDMA device (ibv_devices lists none: Thunderbolt 4 hardware "
+                          "or macOS before 26.2)" % h,
+                          "use Thunderbolt 5 Macs on macOS 26.2+ and enable RDMA (rdma_ctl enable "
+                          "from Recovery)")
+    return usable, devices, why
 
 
-def topology(links, hosts, rdma=False, backend="auto"):
+def _cable_name(c):
+    return "%s:%s <-> %s:%s" % (c["a"]["host"], c["a"]["iface"], c["b"]["host"], c["b"]["iface"])
+
+
+def _rdma_cable_reasons(c, devices, through_docks):
+    """Why cable ``c`` cannot carry RDMA: [(reason, fix)], empty when it can.
+
+    RDMA over Thunderbolt needs a TB5 link (80 Gb/s class) with an active RDMA device
+    (``rdma_<iface>``, ``PORT_ACTIVE``) on both ends; a leg through a dock or hub only with
+    ``through_docks`` (unverified on real hardware).
+    """
+    reasons = []
+    cls, speed = c.get("link_class"), c.get("speed_gbps")
+    if cls is None:
+        reasons.append(("link speed unknown", FIX_SPEED_UNKNOWN))
+    elif cls != "TB5":
+        reasons.append(("%s %s Gb/s" % (cls, speed if speed is not None else "?"), FIX_TB5_CABLE))
+    via = c.get("via") or []
+    if (via or c.get("sighting") == "one-sided") and not through_docks:
+        what = "through %s" % ", ".join(via) if via else "through a dock or hub (seen from one side only)"
+        reasons.append((what, FIX_DOCK))
+    for side in ("a", "b"):
+        host, iface = c[side]["host"], c[side]["iface"]
+        devs = devices.get(host)
+        if devs is None:
+            continue
+        if iface not in devs:
+            reasons.append(("no RDMA device rdma_%s on %s" % (iface, host), FIX_NO_DEVICE))
+        elif devs[iface] != "PORT_ACTIVE":
+            reasons.append(("rdma_%s on %s is %s" % (iface, host, devs[iface] or "not reported"),
+                            "reseat or replace the cable on %s:%s" % (host, iface)))
+    return reasons
+
+
+def _fixes(items):
+    seen = []
+    for _what, fix in items:
+        if fix and fix not in seen:
+            seen.append(fix)
+    return "; ".join(seen)
+
+
+def _weights(cables, index, n):
+    weights = [[0] * n for _ in range(n)]
+    for c in cables:
+        i, j = index[c["a"]["host"]], index[c["b"]["host"]]
+        weights[i][j] += 1
+        weights[j][i] += 1
+    return weights
+
+
+def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
+             rdma_required=False):
     """Decide the cluster's shape and the MLX backend from the cables between ``hosts``.
 
     - ``mesh``: every pair of hosts shares at least one cable (2 hosts: one cable suffices).
@@ -709,42 +849,107 @@ def topology(links, hosts, rdma=False, backend="auto"):
       ``extract_rings`` enumerates; our exact search prunes (degree, forced edges,
       connectivity, cut hosts, Warnsdorff order) and has a step budget: when it runs out the
       message says so rather than claiming that no ring exists.
-    - ``backend`` "auto": RDMA on every host and a mesh -> "jaccl"; RDMA and a ring ->
-      "jaccl-ring"; a ring (without RDMA somewhere) -> "ring"; else None. An explicit backend
-      must fit or PlanError says what is missing.
+    - RDMA runs only over cables that can carry it (``rdma_cables``): a TB5 link (80 Gb/s
+      class), an RDMA device ``PORT_ACTIVE`` on both ends (when ``rdma`` gives the hosts'
+      mlx_rdma facts), and no dock or hub on the way unless ``rdma_through_docks`` (RDMA
+      through a dock is unverified). ``no_rdma`` lists every other cable between two RDMA
+      hosts with its reasons and fix; ``rdma_mesh`` / ``rdma_ring`` / ``rdma_ring_width`` are
+      the shapes those cables form (MLX's configurator checks none of this).
+    - ``backend`` "auto": RDMA on every host and an RDMA mesh -> "jaccl"; an RDMA ring ->
+      "jaccl-ring"; a ring of any cables -> "ring"; else None. ``backend_reason`` says why,
+      naming the cables (and hosts) that kept RDMA out, ``backend_fix`` how to change it.
+      With ``rdma_required`` only jaccl and jaccl-ring fit (else ``backend`` is None and the
+      reason says what to fix). An explicit backend must fit or PlanError names what is
+      missing (cables, hosts) and the fix.
     - ``missing``: the host pairs with no cable (what a full mesh lacks), in ``hosts`` order.
 
-    ``rdma`` is a bool for all hosts or ``{host: bool}`` (absent hosts: False). Cables to hosts
-    outside ``hosts`` are ignored. Also returns ``rdma`` ({host: bool}) for ``hostfile`` and
-    ``ring_proven`` (False only when the step budget ran out, so a better ring, or any ring
-    when ``ring`` is None, may exist).
+    ``rdma`` is a bool for all hosts, ``{host: bool}`` or ``{host: mlx_rdma facts}`` (absent
+    hosts: False). Cables to hosts outside ``hosts`` are ignored. Also returns ``rdma``
+    ({host: bool}) for ``hostfile`` and ``ring_proven`` (False only when the step budget ran
+    out, so a better ring, or any ring when ``ring`` is None, may exist).
     """
     hosts = _host_list(hosts)
     cables = _cables(links)
-    rdma_by_host = _rdma_map(rdma, hosts)
+    rdma_by_host, devices, host_why = _rdma_hosts(rdma, hosts)
     if backend is None:
         backend = "auto"
     if backend != "auto" and backend not in BACKENDS:
         raise PlanError("backend must be auto, %s; got %r" % (", ".join(BACKENDS), backend))
+    for name, value in (("rdma_through_docks", rdma_through_docks), ("rdma_required", rdma_required)):
+        if not isinstance(value, bool):
+            raise PlanError("%s must be true or false, got %r" % (name, value))
 
     index = {h: i for i, h in enumerate(hosts)}
     n = len(hosts)
-    weights = [[0] * n for _ in range(n)]
-    outside = 0
-    for c in cables:
-        i, j = index.get(c["a"]["host"]), index.get(c["b"]["host"])
-        if i is None or j is None:
-            outside += 1
-            continue
-        weights[i][j] += 1
-        weights[j][i] += 1
+    inside = [c for c in cables if c["a"]["host"] in index and c["b"]["host"] in index]
+    outside = len(cables) - len(inside)
+    weights = _weights(inside, index, n)
     missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n) if not weights[i][j]]
     mesh = not missing
     cycle, width, notes, proven = _ring_search(weights, hosts)
     ring = [hosts[i] for i in cycle] if cycle else None
     no_rdma = [h for h in hosts if not rdma_by_host[h]]
 
-    parts = ["%s, %s" % (_plural(n, "host"), _plural(sum(map(sum, weights)) // 2, "cable"))]
+    # Which cables can carry RDMA (only asked between two RDMA hosts).
+    rdma_cables, no_rdma_cables = [], []
+    for c in inside:
+        if not (rdma_by_host[c["a"]["host"]] and rdma_by_host[c["b"]["host"]]):
+            continue
+        reasons = _rdma_cable_reasons(c, devices, rdma_through_docks)
+        if reasons:
+            no_rdma_cables.append({"cable": c["id"], "name": _cable_name(c),
+                                   "reasons": [r for r, _f in reasons], "fix": _fixes(reasons),
+                                   "_pairs": reasons,
+                                   "_hosts": frozenset((c["a"]["host"], c["b"]["host"]))})
+        else:
+            rdma_cables.append(c)
+    rdma_weights = _weights(rdma_cables, index, n)
+    rdma_missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n)
+                    if not rdma_weights[i][j]]
+    rdma_mesh = not no_rdma and not rdma_missing
+    if no_rdma:
+        rdma_cycle, rdma_width, rdma_notes = None, 0, []
+    elif len(rdma_cables) == len(inside):
+        rdma_cycle, rdma_width, rdma_notes = cycle, width, notes
+    else:
+        rdma_cycle, rdma_width, rdma_notes, _p = _ring_search(rdma_weights, hosts)
+    rdma_ring = [hosts[i] for i in rdma_cycle] if rdma_cycle else None
+
+    def bad_cables(pairs=None):
+        """The cables that cannot carry RDMA (between ``pairs`` of hosts when given), named."""
+        keep = None if pairs is None else {frozenset(p) for p in pairs}
+        return [e for e in no_rdma_cables if keep is None or e["_hosts"] in keep]
+
+    def named(entries):
+        return _join_limited(("%s (%s)" % (e["name"], "; ".join(e["reasons"])) for e in entries), 6)
+
+    def why_no_rdma_mesh():
+        """(text, [(reason, fix)]) why jaccl cannot run."""
+        if no_rdma:
+            whys = []
+            for h in no_rdma:
+                if host_why[h] not in whys:
+                    whys.append(host_why[h])
+            return "; ".join(w for w, _f in whys), whys
+        if missing:
+            return ("no full mesh (no cable between %s)" % _join_limited(
+                "%s-%s" % tuple(p) for p in missing), [])
+        bad = bad_cables(rdma_missing)
+        return ("%s no cable that carries RDMA: %s" % (
+            _join_limited("%s-%s" % tuple(p) for p in rdma_missing) + (" has" if len(rdma_missing) == 1
+                                                                        else " have"),
+            named(bad)), [f for e in bad for f in e["_pairs"]])
+
+    def why_no_rdma_ring():
+        if no_rdma:
+            return why_no_rdma_mesh()
+        if not ring:
+            return ("no ring (%s)" % "; ".join(notes), [])
+        bad = no_rdma_cables
+        return ("no ring of cables that carry RDMA (%s); cables that cannot: %s" % (
+            "; ".join(rdma_notes) or "none", named(bad)), [f for e in bad for f in e["_pairs"]])
+
+    parts = ["%s, %s" % (_plural(n, "host"), _plural(len(inside), "cable"))]
     if outside:
         parts.append("%s to hosts outside this plan ignored" % _plural(outside, "cable"))
     if mesh:
@@ -761,14 +966,30 @@ def topology(links, hosts, rdma=False, backend="auto"):
         parts.extend(notes)
     parts.append("RDMA on every host" if not no_rdma else "no RDMA on %s" % _join_limited(no_rdma))
 
+    fix_items = []
     if backend == "auto":
-        if not no_rdma and mesh:
+        if rdma_mesh:
             chosen = "jaccl"
-        elif not no_rdma and ring:
+        elif rdma_ring:
             chosen = "jaccl-ring"
         elif ring:
             chosen = "ring"
         else:
+            chosen = None
+        if chosen == "jaccl":
+            reason = "jaccl: RDMA on every host and a cable that carries RDMA between every pair"
+        elif chosen == "jaccl-ring":
+            text, fix_items = why_no_rdma_mesh()
+            reason = "jaccl-ring, not jaccl: %s" % text
+        elif chosen == "ring":
+            text, fix_items = why_no_rdma_ring()
+            reason = "ring, not jaccl or jaccl-ring: %s" % text
+        else:
+            reason = "no backend fits: MLX needs a full mesh (jaccl, with RDMA) or a ring"
+        if rdma_required and chosen not in ("jaccl", "jaccl-ring"):
+            text, fix_items = why_no_rdma_ring()
+            reason = ("no backend: RDMA is required (mlx_cluster_rdma_required) but neither "
+                      "jaccl nor jaccl-ring fits: %s" % text)
             chosen = None
     else:
         lacks = []
@@ -778,15 +999,37 @@ def topology(links, hosts, rdma=False, backend="auto"):
         if backend in ("jaccl-ring", "ring") and not ring:
             lacks.append("a ring (%s)" % "; ".join(notes))
         if backend in ("jaccl", "jaccl-ring") and no_rdma:
-            lacks.append("RDMA on %s (enable it with 'rdma_ctl enable' from recoveryOS)"
-                         % _join_limited(no_rdma))
+            lacks.append("RDMA on %s" % _join_limited(no_rdma))
+            fix_items += [host_why[h] for h in no_rdma]
+        if backend == "jaccl" and mesh and not no_rdma and not rdma_mesh:
+            text, items = why_no_rdma_mesh()
+            lacks.append("a cable that carries RDMA between every pair (%s)" % text)
+            fix_items += items
+        if backend == "jaccl-ring" and ring and not no_rdma and not rdma_ring:
+            text, items = why_no_rdma_ring()
+            lacks.append("a ring of cables that carry RDMA (%s)" % text)
+            fix_items += items
+        if backend == "ring" and rdma_required:
+            lacks.append("RDMA, which ring does not use (mlx_cluster_rdma_required is set)")
+            fix_items.append(("", "set mlx_cluster_backend to auto, jaccl or jaccl-ring"))
         if lacks:
-            raise PlanError("backend %s needs %s" % (backend, " and ".join(lacks)))
+            fix = _fixes(fix_items)
+            raise PlanError("backend %s needs %s%s" % (backend, " and ".join(lacks),
+                                                      ": fix: %s" % fix if fix else ""))
         chosen = backend
-    if chosen:
-        parts.append("backend %s" % chosen)
-    else:
-        parts.append("no backend fits: MLX needs a full mesh (jaccl, with RDMA) or a ring")
+        reason = "%s: asked for (mlx_cluster_backend)" % backend
+    used = {c["id"] for c in rdma_cables}
+    if chosen in ("jaccl", "jaccl-ring") and no_rdma_cables:
+        reason += "; not used for RDMA: %s" % named(no_rdma_cables)
+        fix_items = fix_items + [f for e in no_rdma_cables for f in e["_pairs"]]
+    if chosen == "jaccl":
+        counts = {rdma_weights[i][j] for i in range(n) for j in range(i + 1, n)}
+        if len(counts) > 1:
+            reason += ("; %s per pair (pairs have %s cables that carry RDMA: as MLX, every pair "
+                       "gets the smallest count)" % (_plural(min(counts), "cable"),
+                                                     "/".join(str(k) for k in sorted(counts))))
+    parts.append("backend %s" % chosen if chosen else "no backend fits")
+    parts.append(reason)
     return {
         "hosts": hosts,
         "mesh": mesh,
@@ -794,8 +1037,16 @@ def topology(links, hosts, rdma=False, backend="auto"):
         "ring_width": width if ring else 0,
         "ring_proven": proven,
         "backend": chosen,
+        "backend_reason": reason,
+        "backend_fix": _fixes(fix_items),
         "missing": missing,
         "rdma": rdma_by_host,
+        "rdma_cables": sorted(used),
+        "no_rdma": [{k: v for k, v in e.items() if not k.startswith("_")} for e in no_rdma_cables],
+        "rdma_mesh": rdma_mesh,
+        "rdma_missing": rdma_missing,
+        "rdma_ring": rdma_ring,
+        "rdma_ring_width": rdma_width if rdma_ring else 0,
         "message": "; ".join(parts),
     }
 
@@ -1076,13 +1327,18 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
 
     - jaccl: ranks in ``topology["hosts"]`` order; ``ips`` = [the host's coordinator address];
       ``rdma[i][j]`` = None on the diagonal, else ``"rdma_<iface of i on the cable to j>"``, or
-      a list of them when several cables join the pair. (MLX truncates every pair to the
-      smallest cable count found in the whole cluster; we keep every cable.)
+      a list of them when every pair has several cables. As MLX's configure_jaccl, every pair
+      gets the same number of devices: the smallest cable count of any pair (JACCL indexes
+      the wires of a pair assuming each rank lists as many; its mesh uses the first).
     - jaccl-ring: ranks in ring order; only the two ring neighbours get devices, ``ring_width``
       of them each (as MLX's configure_jaccl_ring).
     - ring: ranks in ring order; ``ips`` = this host's addresses on the cable(s) to its left
       neighbour (the previous rank), ``ring_width`` of them (as MLX's configure_ring);
       ``rdma`` = [].
+
+    Which cables of a pair come first follows MLX too (its IPConfigurator): the order of the
+    interface names (as strings) of the pair's host that comes first in ``topology["hosts"]``,
+    so both ends of a pair always list the same cables in the same order.
 
     ``coordinators`` maps host -> an IPv4 address every host reaches (the management LAN);
     needed for jaccl and jaccl-ring, never link-local, CGNAT/Tailscale, loopback or a cable
@@ -1105,29 +1361,49 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
             raise PlanError("envs entry %r is not NAME=value" % (env,))
     pairs, addresses = _plan_pairs(plan)
 
-    ring = topology.get("ring")
-    width = topology.get("ring_width") or 0
-    if backend == "jaccl" and not topology.get("mesh"):
-        raise PlanError("backend jaccl needs a full mesh; missing cables: %s" % _join_limited(
-            "%s-%s" % tuple(p) for p in topology.get("missing") or []))
-    if backend in ("jaccl-ring", "ring"):
-        if not ring:
-            raise PlanError("backend %s needs a ring: %s" % (backend, topology.get("message", "")))
-        if sorted(ring) != sorted(hosts) or isinstance(width, bool) or not isinstance(width, int) \
-                or width < 1:
-            raise PlanError("topology ring %r / ring_width %r do not cover the hosts" % (ring, width))
+    # RDMA backends run over the cables that carry RDMA only (topology's rdma_cables / rdma_ring).
+    rdma_ids = topology.get("rdma_cables") if backend != "ring" else None
+    if rdma_ids is not None:
+        rdma_ids = set(rdma_ids)
+        pairs = {k: [e for e in v if e[0] in rdma_ids] for k, v in pairs.items()}
+    rdma_shape = backend != "ring" and "rdma_ring" in topology
+    ring = topology.get("rdma_ring" if rdma_shape else "ring")
+    width = topology.get("rdma_ring_width" if rdma_shape else "ring_width") or 0
+    fix = topology.get("backend_fix")
+    fix = ": fix: %s" % fix if fix else ""
     rdma_by_host = topology.get("rdma")
     if backend != "ring" and isinstance(rdma_by_host, Mapping):
         no_rdma = [h for h in hosts if not rdma_by_host.get(h)]
         if no_rdma:
             raise PlanError("backend %s needs RDMA on every host; not on %s"
                             % (backend, _join_limited(no_rdma)))
+    if backend == "jaccl" and not topology.get("mesh"):
+        raise PlanError("backend jaccl needs a full mesh; missing cables: %s" % _join_limited(
+            "%s-%s" % tuple(p) for p in topology.get("missing") or []))
+    if backend in ("jaccl-ring", "ring"):
+        if not ring:
+            raise PlanError("backend %s needs a ring%s: %s%s" % (
+                backend, " of cables that carry RDMA" if rdma_shape else "",
+                topology.get("backend_reason") or topology.get("message", ""), fix))
+        if sorted(ring) != sorted(hosts) or isinstance(width, bool) or not isinstance(width, int) \
+                or width < 1:
+            raise PlanError("topology ring %r / ring_width %r do not cover the hosts" % (ring, width))
+    if backend == "jaccl" and topology.get("rdma_missing"):
+        raise PlanError("backend jaccl needs a cable that carries RDMA between every pair; %s "
+                        "(%s)%s" % (_join_limited("%s-%s" % tuple(p) for p in topology["rdma_missing"]),
+                                    topology.get("backend_reason", ""), fix))
+
+    rank = {h: i for i, h in enumerate(hosts)}
 
     def between(x, y, count=None):
         found = pairs.get((x, y))
         if not found:
             raise PlanError("the IP plan has no cable between %s and %s: build the plan and the "
                             "topology from the same mlx_links result" % (x, y))
+        # MLX's order: the interfaces of the pair's first host (in hosts order), as strings.
+        first_is_me = rank.get(x, 0) <= rank.get(y, 0)
+        found = sorted(found, key=lambda e: (e[1]["iface"], e[2]["iface"]) if first_is_me
+                       else (e[2]["iface"], e[1]["iface"]))
         return found if count is None else found[:count]
 
     def devices(entries):
@@ -1139,8 +1415,10 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
         if coordinators is None or not isinstance(coordinators, Mapping):
             raise PlanError("backend jaccl needs coordinators: {host: address}; set "
                             "mlx_cluster_coordinator_address for each host in the inventory")
+        # As MLX's configure_jaccl: every pair gets the smallest cable count of any pair.
+        count = min(len(between(h, other)) for h in hosts for other in hosts if other != h)
         for h in hosts:
-            rdma = [None if other == h else devices(between(h, other)) for other in hosts]
+            rdma = [None if other == h else devices(between(h, other, count)) for other in hosts]
             out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
     elif backend == "jaccl-ring":
         if coordinators is None or not isinstance(coordinators, Mapping):
@@ -1181,8 +1459,9 @@ def dot(links, topology=None, plan=None):
     """Graphviz DOT text: hosts as nodes, one edge per cable.
 
     Edge labels read ``en2/en3``, the speed (``80 Gb/s``) and, with a plan, the addresses
-    (``10.208.x.1/.2``). TB4 and slower cables are orange and thick, one-sided cables dashed;
-    when no backend fits the topology, the host pairs a full mesh lacks are red dotted edges
+    (``10.208.x.1/.2``). TB4 and slower cables are orange and thick, one-sided cables dashed,
+    cables that cannot carry RDMA (the topology's ``no_rdma``) say "no RDMA"; when no
+    backend fits the topology, the host pairs a full mesh lacks are red dotted edges
     labelled "missing". Hosts without cables are drawn too, and Macs outside the inventory as
     grey dashed boxes. Node ids are generated (n0, n1, ...); host names only appear in quoted,
     escaped labels, so any name is safe.
@@ -1205,12 +1484,15 @@ def dot(links, topology=None, plan=None):
              "  edge [fontsize=10];"]
     if topology is not None:
         summary = "backend: %s" % (topology.get("backend") or "none fits")
-        if topology.get("ring"):
+        if topology.get("backend") == "jaccl-ring" and topology.get("rdma_ring"):
+            summary += "\nRDMA ring: %s cable(s) per hop" % topology.get("rdma_ring_width")
+        elif topology.get("ring"):
             summary += "\nring: %s cable(s) per hop" % topology.get("ring_width")
         lines.append("  label=%s;" % _dot_string(summary))
     for h in hosts:
         lines.append("  %s [label=%s];" % (ids[h], _dot_string(h)))
     plan_cables = (plan or {}).get("cables") or {}
+    no_rdma = {e.get("cable") for e in (topology or {}).get("no_rdma") or [] if isinstance(e, Mapping)}
     for c in cables:
         label = ["%s/%s" % (c["a"]["iface"], c["b"]["iface"]),
                  "%s Gb/s" % c.get("speed_gbps") if c.get("speed_gbps") else "speed unknown"]
@@ -1221,6 +1503,8 @@ def dot(links, topology=None, plan=None):
                 label.append("%s/.%s" % (a_addr, str(b_addr).rsplit(".", 1)[-1]))
             except (KeyError, TypeError):
                 pass
+        if c["id"] in no_rdma:
+            label.append("no RDMA")
         attrs = ["label=%s" % _dot_string("\n".join(label))]
         if c.get("link_class") in ("TB4", "TB3"):
             attrs.extend(["color=orange", "penwidth=3"])

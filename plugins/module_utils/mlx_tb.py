@@ -174,21 +174,31 @@ def _item_kind(item):
 
 
 def _port(bus, warnings):
-    """One port dict from one bus, or None (skipped) with a warning when it cannot be placed."""
+    """One port dict from one bus, or None (skipped) with a warning when it cannot be placed.
+
+    A bus with a receptacle but no `domain_uuid_key` (partial or trimmed output) is still a
+    port: `domain_uuid` None, with a warning (its cable can only be matched from the other
+    Mac's side). A bus with neither is no port (a Mac's internal bus): None, no warning.
+    """
     domain = _str_or_none(bus.get("domain_uuid_key"))
-    if domain is None:
-        return None  # a bus that is not a Thunderbolt domain (e.g. a USB-only controller)
-    where = bus_display_name(bus.get("_name")) or "a Thunderbolt bus"
     tag = bus.get("receptacle_1_tag")
+    if domain is None and not isinstance(tag, dict):
+        return None
+    where = bus_display_name(bus.get("_name")) or "a Thunderbolt bus"
+    known = f"domain {domain}" if domain else "no domain_uuid_key"
     if not isinstance(tag, dict):
-        warnings.append(f"{where} (domain {domain}) has no receptacle_1_tag; the port is skipped")
+        warnings.append(f"{where} ({known}) has no receptacle_1_tag; the port is skipped")
         return None
     receptacle = _receptacle_id(tag.get("receptacle_id_key"))
     if receptacle is None:
-        warnings.append(f"{where} (domain {domain}) has no usable receptacle_id_key "
+        warnings.append(f"{where} ({known}) has no usable receptacle_id_key "
                         f"({_short(tag.get('receptacle_id_key'))}); the port is skipped")
         return None
     where = f"receptacle {receptacle} ({where})"
+    if domain is None:
+        warnings.append(f"{where} has no domain_uuid_key (partial system_profiler output): the port "
+                        f"is kept, but its cable can only be matched from the other Mac's side; "
+                        f"run `{SP_COMMAND}` again and check that the output is complete")
 
     devices, peers = [], []
     items = bus.get("_items", [])
@@ -270,23 +280,29 @@ def parse_system_profiler(text):
     docs/design.md without `iface` (that comes from networksetup), sorted by receptacle.
     """
     buses, warnings = load_profiler_json(text)
-    ports, model = [], None
+    ports, model, portless = [], None, 0
     for index, bus in enumerate(buses):
         if not isinstance(bus, dict):
             warnings.append(f"SPThunderboltDataType[{index}] is a {type(bus).__name__}, not an object; ignored")
             continue
         port = _port(bus, warnings)
         if port is None:
+            portless += _str_or_none(bus.get("domain_uuid_key")) is None \
+                and not isinstance(bus.get("receptacle_1_tag"), dict)
             continue
         model = model or _str_or_none(bus.get("device_name_key"))
         ports.append(port)
+    if not ports and portless:
+        warnings.append(f"no Thunderbolt port in the output: {portless} bus entr"
+                        f"{'y has' if portless == 1 else 'ies have'} neither domain_uuid_key nor "
+                        f"receptacle_1_tag (partial output?); run `{SP_COMMAND}` again")
     seen = {}
     for port in ports:
         if port["receptacle"] in seen:
             warnings.append(f"receptacle {port['receptacle']} is reported by two buses "
-                            f"({seen[port['receptacle']]} and {port['domain_uuid']})")
+                            f"({seen[port['receptacle']] or 'no domain'} and {port['domain_uuid'] or 'no domain'})")
         seen[port["receptacle"]] = port["domain_uuid"]
-    ports.sort(key=lambda p: (p["receptacle"], p["domain_uuid"]))
+    ports.sort(key=lambda p: (p["receptacle"], p["domain_uuid"] or ""))
     # The bus entries name the model ("Mac Studio"); the model identifier ("Mac16,9") is
     # not in this output: mlx_cluster_facts fills it in from `sysctl hw.model`.
     return {"mac": {"model": model, "model_id": None, "name": model}, "ports": ports, "warnings": warnings}
@@ -465,7 +481,7 @@ def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_
         iface = hwports.get(port["hardware_port"])
         if iface is None:
             warnings.append(f"networksetup has no hardware port '{port['hardware_port']}' "
-                            f"(receptacle {port['receptacle']}, domain {port['domain_uuid']}): "
+                            f"(receptacle {port['receptacle']}, domain {port['domain_uuid'] or 'unknown'}): "
                             f"its interface is unknown; run `{DETECT_FIX}` and gather facts again")
         ports.append(dict(port, iface=iface))
     mac = dict(facts["mac"])

@@ -263,3 +263,25 @@ def wirings(draw, min_hosts=2, max_hosts=10, max_cables=20, one_sided=False):
                             speed=draw(SPEEDS), seen_by=seen_by,
                             via=["Dock"] if seen_by != "both" else ()))
     return hosts, cables
+
+
+@st.composite
+def multi_meshes(draw, min_hosts=2, max_hosts=6, max_per_pair=3):
+    """(hosts, cables): a full mesh with 1..max_per_pair cables per pair (uneven on purpose),
+    random host names in random order, random interface names (en10 sorts before en2)."""
+    n = draw(st.integers(min_hosts, max_hosts))
+    hosts = draw(st.lists(HOST_NAMES, min_size=n, max_size=n, unique=True))
+    counts = {(i, j): draw(st.integers(1, max_per_pair))
+              for i, j in itertools.combinations(range(n), 2)}
+    need = Counter()
+    for (i, j), k in counts.items():
+        need[i] += k
+        need[j] += k
+    ifaces = {i: ["en%d" % k for k in draw(st.lists(st.integers(1, 64), min_size=need[i],
+                                                       max_size=need[i], unique=True))]
+              for i in range(n)}
+    cables = []
+    for (i, j), k in sorted(counts.items()):
+        for _ in range(k):
+            cables.append(cable(hosts[i], ifaces[i].pop(), hosts[j], ifaces[j].pop()))
+    return hosts, cables

@@ -127,3 +127,21 @@ def test_the_far_end_takes_the_answer_of_the_end_that_pinged(checks):
     assert in_place(checks, far_end_facts(), links=[dict(FAR_LINKS[0], peer_iface="en3")], peers={"m1": m1}) is False
     # the end that pings never looks at its peers
     assert in_place(checks, in_place_facts(), peers={"m2": None}) is True
+
+
+def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
+    """With a jaccl-ring plan, a TB4 diagonal (not in rdma_cables) is measured over the TCP
+    ring on its own /30, never as an RDMA pair it cannot carry."""
+    import mlx_planner as planner
+    from planner_synth import cable, make_facts, mesh_cables
+    hosts, cables = mesh_cables(4)
+    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} in ({"m00", "m02"}, {"m01", "m03"})
+              else c for c in cables]
+    links = planner.links(make_facts(hosts, cables))
+    topo = planner.topology(links, hosts, rdma=True)
+    assert topo["backend"] == "jaccl-ring"
+    plan = {"topology": topo, "ip_plan": planner.ip_plan(links),
+            "coordinators": {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(hosts)}}
+    kinds = {x["cable"]: x["hostfile"]["backend"] for x in checks["mlx_cable_hostfiles"](plan)}
+    assert kinds == {cid: "jaccl" if cid in topo["rdma_cables"] else "ring" for cid in plan["ip_plan"]["cables"]}
+    assert sorted(kinds.values()).count("ring") == 2

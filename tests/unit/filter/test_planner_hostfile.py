@@ -31,11 +31,24 @@ def test_jaccl_shape():
     hosts, cables = mesh3_with_double_pair()
     topo, plan = build(hosts, cables, order=["m01", "m00", "m02"])
     hf = planner.hostfile(topo, plan, LAN, envs=["MLX_METAL_FAST_SYNCH=1"])
+    # m00-m01 has two cables, the other pairs one: every pair gets one device (as MLX)
     assert hf == {"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"], "hosts": [
-        {"ssh": "m01", "ips": ["10.1.0.11"], "rdma": [None, ["rdma_en2", "rdma_en7"], "rdma_en4"]},
-        {"ssh": "m00", "ips": ["10.1.0.10"], "rdma": [["rdma_en3", "rdma_en7"], None, "rdma_en4"]},
+        {"ssh": "m01", "ips": ["10.1.0.11"], "rdma": [None, "rdma_en2", "rdma_en4"]},
+        {"ssh": "m00", "ips": ["10.1.0.10"], "rdma": ["rdma_en3", None, "rdma_en4"]},
         {"ssh": "m02", "ips": ["10.1.0.12"], "rdma": ["rdma_en3", "rdma_en2", None]},
     ]}
+
+
+def test_jaccl_lists_every_pairs_cables_when_every_pair_has_as_many():
+    hosts, cables = mesh_cables(3)
+    cables += [cable("m00", "en7", "m01", "en7"), cable("m00", "en8", "m02", "en8"),
+               cable("m01", "en9", "m02", "en10")]
+    topo, plan = build(hosts, cables, order=["m02", "m00", "m01"])
+    rows = [h["rdma"] for h in planner.hostfile(topo, plan, LAN)["hosts"]]
+    # m02 ranks first: its interface names order the m02-m01 pair ("en10" < "en3" as strings)
+    assert rows == [[None, ["rdma_en2", "rdma_en8"], ["rdma_en10", "rdma_en3"]],
+                    [["rdma_en4", "rdma_en8"], None, ["rdma_en3", "rdma_en7"]],
+                    [["rdma_en9", "rdma_en4"], ["rdma_en2", "rdma_en7"], None]]
 
 
 def test_jaccl_ring_shape():

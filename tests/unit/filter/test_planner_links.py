@@ -189,3 +189,61 @@ def test_real_captures_through_mlx_tb(read_fixture):
     assert [(c["id"], c["sighting"]) for c in result["cables"]] == [
         ("studio-a:en2~studio-b:en3", "both")]
     assert result["problems"] == []
+
+
+# ------------------------------------------------- ports without a domain UUID (partial output)
+
+
+def test_port_without_uuid_is_matched_from_the_side_that_sees_it():
+    """m2:en3 lacks its own UUID but sees m1:en2, which sees a UUID no port owns: that UUID
+    is m2:en3's, and the cable is kept (with a warning saying so)."""
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3")])
+    find_port(facts, "m2", "en3")["domain_uuid"] = None
+    links = planner.links(facts)
+    assert [c["id"] for c in links["cables"]] == ["m1:en2~m2:en3"]
+    assert links["cables"][0]["sighting"] == "both"
+    assert links["cables"][0]["b"]["domain_uuid"] == tb_uuid("m2", "en3")
+    assert links["external"] == [] and links["unmatched"] == [] and links["problems"] == []
+    assert any("m2:en3 has no domain UUID in system_profiler; it sees m1:en2" in w for w in links["warnings"])
+
+
+def test_port_without_uuid_or_peer_is_named_not_dropped():
+    """Neither its UUID nor its peer: the cable cannot be placed. It does not vanish: it is
+    an `unmatched` entry, the other end's 'external' warning points at it, preflight names it."""
+    from mlx_checks import preflight
+    facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en3"), cable("m1", "en3", "m3", "en2"),
+                                            cable("m2", "en2", "m3", "en3")])
+    port = find_port(facts, "m2", "en3")
+    port["domain_uuid"], port["peer"] = None, None
+    links = planner.links(facts)
+    assert [c["id"] for c in links["cables"]] == ["m1:en3~m3:en2", "m2:en2~m3:en3"]
+    (u,) = links["unmatched"]
+    assert (u["host"], u["iface"], u["port"], u["peer"]) == ("m2", "en3", "m2:en3", None)
+    assert "m2:en3 is cabled but system_profiler gave no domain UUID" in u["msg"]
+    assert "domain_uuid_key" in u["fix"] and "m2" in u["fix"]
+    assert [e["iface"] for e in links["external"]] == ["en2"]
+    assert any("m1:en2: cable to a Mac not in the inventory" in w and "or to m2:en3, whose domain UUID is unknown" in w
+               for w in links["warnings"])
+    # the planner goes on (ring over the rest), and preflight names the port
+    topo = planner.topology(links, ["m1", "m2", "m3"], rdma=True)
+    assert topo["backend"] is None and topo["missing"] == [["m1", "m2"]]
+    found = [p for p in preflight({h: {} for h in ("m1", "m2", "m3")}, links, topo) if p["port"] == "en3"
+             and p["host"] == "m2"]
+    assert [(p["severity"], p["check"]) for p in found] == [("warning", "wiring")]
+
+
+def test_two_ports_without_uuid_seeing_the_same_port_are_both_named():
+    facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en3")], empty_ports={"m3": ["en5"]})
+    find_port(facts, "m2", "en3")["domain_uuid"] = None
+    stray = find_port(facts, "m3", "en5")
+    stray.update(domain_uuid=None, status="connected", peer=dict(find_port(facts, "m2", "en3")["peer"]))
+    links = planner.links(facts)
+    assert links["cables"] == []
+    assert sorted(u["port"] for u in links["unmatched"]) == ["m2:en3", "m3:en5"]
+
+
+def test_empty_port_without_uuid_is_harmless():
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3")], empty_ports={"m1": ["en4"]})
+    find_port(facts, "m1", "en4")["domain_uuid"] = None
+    links = planner.links(facts)
+    assert len(links["cables"]) == 1 and links["unmatched"] == []

@@ -13,21 +13,23 @@ import time
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mlx_planner as planner
 from mlx_planner import PlanError
-from planner_synth import (cable, find_port, make_facts, mesh_cables, mlx_connectivity, tb_uuid,
-                           weights, wirings)
+from planner_synth import (cable, find_port, make_facts, mesh_cables, mlx_connectivity, multi_meshes,
+                           tb_uuid, weights, wirings)
 
 INTENDED_DIFFERENCES = {
     "docks": (
         "A Mac behind a dock or hub (nested _items) is a cable for us; MLX only looks at the "
         "first level of _items and misses it.",
         "test_difference_docks"),
-    "all_cables_per_pair": (
-        "jaccl: rdma[i][j] lists every cable between i and j; MLX truncates every pair to the "
-        "smallest cable count found anywhere in the cluster.",
-        "test_difference_all_cables_per_pair"),
+    "rdma_capable_links": (
+        "RDMA runs only over cables that carry it (TB5 link, device PORT_ACTIVE at both ends, no "
+        "dock unless opted in); MLX picks jaccl whenever the Thunderbolt graph is a mesh and every "
+        "host lists some rdma_ device, whatever the cable's speed, dock or port state.",
+        "test_difference_rdma_capable_links"),
     "pool": (
         "Addresses come from 10.208.0.0/16 (configurable), one hashed /30 per cable, stable "
         "across runs; MLX numbers 192.168.x.y/30 sequentially, colliding with home/office LANs.",
@@ -182,11 +184,83 @@ def test_jaccl_rdma_matrix_matches_mlx(n, mlx_config):
     assert [h["rdma"] for h in hf["hosts"]] == mlx_jaccl_rdma(ipc, n)
 
 
+def jaccl_matrices(mlx_config, hosts, cables, order=None):
+    """(ours, MLX's) jaccl rdma matrices for the same wiring, ranks in `order` (default hosts)."""
+    order = order or hosts
+    links, _ = ours(hosts, cables)
+    tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), order)
+    ipc, _ = mlx_ip_ends(mlx_config, order, tb_hosts, rev)
+    coords = {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(order)}
+    hf = planner.hostfile(planner.topology(links, order, rdma=True), planner.ip_plan(links), coords)
+    assert hf["backend"] == "jaccl"
+    return [h["rdma"] for h in hf["hosts"]], mlx_jaccl_rdma(ipc, len(order))
+
+
+def uneven(pairs, n=3):
+    """A full mesh of n hosts m00.. with `pairs[(i, j)]` cables between i and j (default 1)."""
+    hosts = ["m%02d" % i for i in range(n)]
+    cables, used = [], {h: 1 for h in hosts}
+    for i in range(n):
+        for j in range(i + 1, n):
+            for _ in range(pairs.get((i, j), 1)):
+                used[hosts[i]] += 1
+                used[hosts[j]] += 1
+                cables.append(cable(hosts[i], "en%d" % used[hosts[i]], hosts[j], "en%d" % used[hosts[j]]))
+    return hosts, cables
+
+
+@pytest.mark.parametrize("pairs, n, order, count", [
+    pytest.param({(0, 1): 2}, 3, None, 1, id="one-pair-2-others-1"),
+    pytest.param({(0, 1): 2}, 4, None, 1, id="mesh4_double"),
+    pytest.param({(0, 1): 2, (2, 3): 2}, 4, [3, 1, 0, 2], 1, id="two-pairs-2-others-1-shuffled"),
+    pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, None, 2, id="3-vs-2"),
+    pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, [2, 0, 1], 2, id="3-vs-2-shuffled"),
+    pytest.param({(0, 1): 2, (0, 2): 2, (1, 2): 2}, 3, [1, 2, 0], 2, id="all-2"),
+    pytest.param({(0, 1): 3, (0, 2): 3, (0, 3): 2, (1, 2): 3, (1, 3): 3, (2, 3): 3}, 4, None, 2,
+                 id="3-vs-2-mesh4"),
+])
+def test_jaccl_rdma_matrix_matches_mlx_with_uneven_cabling(mlx_config, pairs, n, order, count):
+    hosts, cables = uneven(pairs, n)
+    order = [hosts[i] for i in order] if order else hosts
+    mine, theirs = jaccl_matrices(mlx_config, hosts, cables, order)
+    assert mine == theirs
+    widths = {1 if isinstance(x, str) else len(x) for row in mine for x in row if x is not None}
+    assert widths == {count}
+
+
+@settings(max_examples=80, deadline=None)
+@given(wiring=multi_meshes(), data=st.data())
+def test_jaccl_rdma_matrix_matches_mlx_for_any_multi_cable_mesh(mlx_config, wiring, data):
+    hosts, cables = wiring
+    order = data.draw(st.permutations(hosts))
+    mine, theirs = jaccl_matrices(mlx_config, hosts, cables, list(order))
+    assert mine == theirs
+
+
+def test_jaccl_pair_lists_the_same_cables_at_both_ends():
+    """JACCL connects device c of rank i to device c of rank j: both must be one cable."""
+    hosts, cables = uneven({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3)
+    links, _ = ours(hosts, cables)
+    plan = planner.ip_plan(links)
+    ends = {(c["a"]["host"], c["a"]["iface"]): (c["b"]["host"], c["b"]["iface"]) for c in plan["cables"].values()}
+    ends.update({v: k for k, v in list(ends.items())})
+    hf = planner.hostfile(planner.topology(links, hosts, rdma=True), plan, COORDS)
+    rows = [h["rdma"] for h in hf["hosts"]]
+    for i, hi in enumerate(hosts):
+        for j, hj in enumerate(hosts):
+            if i != j:
+                assert [ends[(hi, d[len("rdma_"):])] for d in rows[i][j]] == \
+                    [(hj, d[len("rdma_"):]) for d in rows[j][i]]
+
+
 @settings(max_examples=60, deadline=None)
 @given(wiring=wirings(min_hosts=3, max_hosts=7, max_cables=16))
 def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
     """Given our ring, MLX's configure_ring / configure_jaccl_ring pick the same cable ends."""
     hosts, cables = wiring
+    # every cable TB5 and direct, so that RDMA may use each (MLX does not look; see
+    # test_difference_rdma_capable_links)
+    cables = [dict(c, speed=80, speed_b=80) for c in cables]
     links, _ = ours(hosts, cables)
     topo = planner.topology(links, hosts, rdma=True)
     if topo["ring"] is None or topo["mesh"]:
@@ -202,22 +276,18 @@ def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
     assert jr["backend"] == "jaccl-ring"
     mlx_rows = mlx_jaccl_ring_rdma(ipc, ring, width)
 
-    def as_sets(rows):
-        return [[None if x is None else frozenset([x] if isinstance(x, str) else x) for x in row]
-                for row in rows]
-    one_cable_hops = all(len(ipc.ips[ring[k], ring[k - 1]]) == width for k in range(len(ring)))
-    if one_cable_hops:  # which `width` cables of a thicker hop is a free choice
-        assert as_sets([h["rdma"] for h in jr["hosts"]]) == as_sets(mlx_rows)
+    # which `width` cables of a thicker hop, in which order: MLX's (hosts order, iface names)
+    assert [h["rdma"] for h in jr["hosts"]] == mlx_rows
     # ring backend: ips = this host's addresses towards the previous rank (configure_ring)
     rh = planner.hostfile(topo, plan, backend="ring")
     addr_to_end = {e["address"]: (h, e["iface"]) for h, es in plan["hosts"].items() for e in es}
     for rank, node in enumerate(ring):
         peer = ring[rank - 1]
         mlx_ifaces = {ipc.ips[node, peer][c][0] for c in range(width)}
-        our_ifaces = {addr_to_end[a][1] for a in rh["hosts"][rank]["ips"]}
+        our_ifaces = [addr_to_end[a][1] for a in rh["hosts"][rank]["ips"]]
         assert len(our_ifaces) == width
-        if one_cable_hops:
-            assert our_ifaces == mlx_ifaces
+        assert our_ifaces == [ipc.ips[node, peer][c][0] for c in range(width)]
+        assert set(our_ifaces) == mlx_ifaces
 
 
 # ----------------------------------------------------------------------- intended differences
@@ -237,15 +307,19 @@ def test_difference_docks(mlx_config):
     assert len(mlx_config.extract_rings(theirs)[0][0]) < 3
 
 
-def test_difference_all_cables_per_pair(mlx_config):
+def test_difference_rdma_capable_links(mlx_config):
     hosts, cables = mesh_cables(3)
-    cables.append(cable("m00", "en7", "m01", "en7"))
+    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} == {"m00", "m02"} else c
+              for c in cables]
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
-    ipc, _ = mlx_ip_ends(mlx_config, hosts, tb_hosts, rev)
-    hf = planner.hostfile(planner.topology(links, hosts, rdma=True), planner.ip_plan(links), COORDS)
-    assert hf["hosts"][0]["rdma"] == [None, ["rdma_en3", "rdma_en7"], "rdma_en4"]
-    assert mlx_jaccl_rdma(ipc, 3)[0] == [None, "rdma_en3", "rdma_en4"]
+    # MLX: a mesh (it never reads the link speed) and RDMA devices everywhere -> configure_jaccl
+    assert mlx_config.check_valid_mesh(hosts, mlx_config.make_connectivity_matrix(tb_hosts, rev), False)
+    topo = planner.topology(links, hosts, rdma=True)
+    assert topo["mesh"] and topo["backend"] == "ring"
+    assert [e["name"] for e in topo["no_rdma"]] == ["m00:en4 <-> m02:en2"]
+    with pytest.raises(PlanError, match="m00:en4 <-> m02:en2 .TB4 40 Gb/s"):
+        planner.topology(links, hosts, rdma=True, backend="jaccl")
 
 
 def test_difference_pool(mlx_config):

@@ -151,3 +151,26 @@ def test_silent_cables_message_and_macs_that_dropped_out():
     assert dropped_out(plan, []) == []
     (alone,) = dropped_out({}, ["m9"])  # no plan for it: named, no cables
     assert alone.startswith("m9 dropped out") and "its cables" not in alone
+
+
+def test_backend_without_rdma_somewhere_is_named_with_its_reason_and_fix():
+    topo = {"backend": "ring", "backend_reason": "ring, not jaccl or jaccl-ring: cables that cannot: "
+            "m1:en2 <-> m2:en2 (TB4 40 Gb/s)", "backend_fix": "use a Thunderbolt 5 cable"}
+    (p,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, LINKS, topo), "backend")
+    assert p["severity"] == "warning" and p["host"] is None
+    assert p["msg"].startswith("backend ring: ring, not jaccl") and "m1:en2 <-> m2:en2 (TB4 40 Gb/s)" in p["msg"]
+    assert p["fix"] == "use a Thunderbolt 5 cable"
+    assert "[WARNING] cluster: backend ring" in report([p])
+    # nothing to say when RDMA runs everywhere, or when RDMA is not wanted
+    assert only(preflight({"m1": host_facts(), "m2": host_facts()}, LINKS,
+                          {"backend": "jaccl", "backend_reason": "jaccl: ...", "backend_fix": ""}), "backend") == []
+    assert only(preflight({"m1": host_facts(), "m2": host_facts()}, LINKS, topo,
+                          settings={"rdma_wanted": False}), "backend") == []
+
+
+def test_rdma_required_without_a_fitting_backend_is_an_error_with_the_cables_fix():
+    topo = {"backend": None, "message": "no backend fits; no backend: RDMA is required ... m1:en2 <-> m2:en2",
+            "backend_fix": "use a Thunderbolt 5 cable", "missing": []}
+    (p,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, LINKS, topo,
+                          settings={"rdma_required": True}), "topology")
+    assert p["severity"] == "error" and "m1:en2 <-> m2:en2" in p["msg"] and p["fix"] == "use a Thunderbolt 5 cable"

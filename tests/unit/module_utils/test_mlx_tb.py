@@ -72,6 +72,11 @@ SP_CASES = [
         2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
         3: (TB5, None, []),
     }, 3, id="partial-data-warns"),
+    pytest.param("sp_no_domain_uuid.json", {
+        1: (TB5, None, []),
+        2: (("connected", 40, None, "TB4"), ("Mac mini", "Mac16,10", []), [("Mac mini", 1, "mac")]),
+        3: (EMPTY, None, []),
+    }, 3, id="no-domain-uuid-keeps-the-ports"),
 ]
 
 
@@ -131,6 +136,36 @@ def test_partial_data_warnings_say_what_was_skipped(read_fixture):
     assert "has no receptacle_1_tag" in warnings[0]
     assert "_items is a str" in warnings[1]
     assert "an item of _items is a str" in warnings[2]
+
+
+def test_a_bus_without_domain_uuid_key_is_still_a_port_with_a_warning(read_fixture):
+    """Trimmed output (no domain_uuid_key anywhere) used to give zero ports and no word."""
+    facts = parse_system_profiler(read_fixture("sp_no_domain_uuid.json"))
+    assert [(p["receptacle"], p["domain_uuid"]) for p in facts["ports"]] == [(1, None), (2, None), (3, None)]
+    assert len(facts["warnings"]) == 3
+    for receptacle, warning in zip((1, 2, 3), facts["warnings"]):
+        assert warning.startswith(f"receptacle {receptacle} (Thunderbolt/USB4 Bus {receptacle - 1}) "
+                                  f"has no domain_uuid_key")
+        assert "matched from the other Mac's side" in warning
+    hwports = "Hardware Port: Thunderbolt 1\nDevice: en2\n\nHardware Port: Thunderbolt 2\nDevice: en3\n" \
+              "\nHardware Port: Thunderbolt 3\nDevice: en4\n"
+    tb = thunderbolt_facts(read_fixture("sp_no_domain_uuid.json"), hwports)
+    assert [(p["iface"], p["speed_gbps"], p["link_class"]) for p in tb["ports"]] == [
+        ("en2", 80, "TB5"), ("en3", 40, "TB4"), ("en4", None, None)]
+
+
+def test_only_buses_without_a_port_give_zero_ports_and_say_so():
+    data = {"SPThunderboltDataType": [{"_name": "thunderboltusb4_bus_0", "device_name_key": "Mac Studio"},
+                                      {"_name": "thunderboltusb4_bus_1", "device_name_key": "Mac Studio"}]}
+    facts = parse_system_profiler(json.dumps(data))
+    assert facts["ports"] == []
+    assert facts["warnings"] == ["no Thunderbolt port in the output: 2 bus entries have neither "
+                                 "domain_uuid_key nor receptacle_1_tag (partial output?); run "
+                                 "`system_profiler SPThunderboltDataType -json` again"]
+
+
+def test_an_internal_bus_beside_real_ports_stays_silent(read_fixture):
+    assert parse_system_profiler(read_fixture("sp_empty_receptacles.json"))["warnings"] == []
 
 
 def _one_bus(**overrides):

@@ -153,14 +153,40 @@ def test_status_wait_reports_a_dead_rank_at_once_with_its_log(module_runner, tmp
 
 
 def test_status_reads_launchd(module_runner, tmp_path):
+    """launchd's PID is the rank's PID; whether it lives is asked of a fake liveness probe
+    (module_attrs), never of this machine, whose PIDs are whatever they are."""
     out = "system/x = {\n\tstate = running\n\tpid = 12\n}\n"
-    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "rank": 1, "label": "x"},
-                        commands={("/usr/bin/launchctl", "print", "system/x"): (0, out, "")})
-    assert run.result["status"]["launchd"]["state"] == "running"
-    gone = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "rank": 1, "label": "x"},
-                         commands={("/usr/bin/launchctl", "print", "system/x"):
-                                   (113, "", "Could not find service \"x\" in domain for system\n")})
+    launchctl = ("/usr/bin/launchctl", "print", "system/x")
+    probed = []
+
+    def alive(pid):
+        probed.append(pid)
+        return pid == 12
+
+    args = {"run_dir": str(tmp_path), "rank": 1, "label": "x"}
+    # PID 12 lives but is somebody else's program: launchd's view is shown, the rank is not ours
+    other = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
+                          commands={launchctl: (0, out, ""),
+                                    (*PS_ONE, "12", "-o", "pid=,args="): (0, "   12 /usr/sbin/other\n", "")})
+    st = other.result["status"]
+    assert not other.failed
+    assert st["launchd"]["state"] == "running" and st["launchd"]["pid"] == 12 and st["launchd"]["loaded"]
+    assert probed == [12] and st["running"] is False and st["pid"] is None
+    # PID 12 runs our rank (its arguments name this run directory): running, with launchd's PID
+    ours = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
+                         commands={launchctl: (0, out, ""),
+                                   (*PS_ONE, "12", "-o", "pid=,args="): (0, ps_line(12, tmp_path), "")})
+    assert ours.result["status"]["running"] is True and ours.result["status"]["pid"] == 12
+    # launchd's PID has exited: no ps at all (an unexpected command would fail the run)
+    dead = module_runner("mlx_server_status", args=args, module_attrs={"alive": lambda pid: False},
+                         commands={launchctl: (0, out, "")})
+    assert dead.result["status"]["running"] is False and dead.calls == [list(launchctl)]
+
+    probed.clear()
+    gone = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
+                         commands={launchctl: (113, "", "Could not find service \"x\" in domain for system\n")})
     assert gone.result["status"]["launchd"]["loaded"] is False and "error" not in gone.result["status"]["launchd"]
+    assert probed == [] and gone.result["status"]["running"] is False
 
 
 def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, sleeper):

@@ -24,6 +24,12 @@ description:
   - Runs with C(HF_HUB_OFFLINE=1) and C(TRANSFORMERS_OFFLINE=1) and a C locale; nothing is downloaded.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds C(rsync --version) may take before it is stopped and named with a fix. The
+        transfer itself is not bounded by it (its length depends on the model's size).
+    type: int
+    default: 30
   src:
     description: Directory whose contents are copied (on the machine the task runs on).
     type: path
@@ -157,6 +163,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
 from ansible.module_utils.mlx_rsync import (
     OFFLINE_ENV,
     check_dest,
@@ -168,14 +175,15 @@ from ansible.module_utils.mlx_rsync import (
     ssh_command,
 )
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
-
-def usable_log_file(module, rsync, log_file, source):
+def usable_log_file(module, runner, rsync, log_file, source):
     """log_file when this rsync can write it (GNU 3.x), else None with a warning."""
     if not log_file:
         return None
-    rc, out, err = module.run_command([rsync, "--version"], environ_update=C_LOCALE)
+    try:
+        rc, out, err = runner.run([rsync, "--version"])
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
     info = parse_rsync_version(out if rc == 0 else "")
     if not info["log_file"]:
         module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
@@ -201,6 +209,7 @@ def main():
             log_file=dict(type="path"),
             rsync_path=dict(type="str", default=""),
             source_name=dict(type="str", default=""),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
@@ -221,11 +230,12 @@ def main():
             rsh = ssh_command(module.get_bin_path("ssh", required=True), p["ssh_args"])
         except ValueError as exc:
             module.fail_json(msg=f"ssh_args: {exc}")
-    log_file = usable_log_file(module, rsync, p["log_file"], source)
+    runner = Runner(p["command_timeout"])
+    log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
                       delete=p["delete"], checksum=p["checksum"], log_file=log_file,
                       rsync_path=p["rsync_path"] if host else None)
-    rc, out, err = module.run_command(argv, environ_update=dict(C_LOCALE, **OFFLINE_ENV))
+    rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None)
     if rc != 0:
         module.fail_json(msg=explain_failure(rc, err, host, dest, source), rc=rc, cmd=argv, stderr=err,
                          stdout=out)

@@ -144,13 +144,28 @@ def run_bounded(argv, timeout, env_update=None):
     return spawn(list(argv), timeout, env_update)
 
 
+_OWN = object()
+
+
 class Runner:
     """A module's way to run commands: every one bounded by `timeout` seconds."""
 
     def __init__(self, timeout=DEFAULT_TIMEOUT):
         self.timeout = timeout
 
-    def run(self, argv, env_update=None, timeout=None):
+    def run(self, argv, env_update=None, timeout=_OWN):
         """(rc, stdout, stderr); CommandTimeout when argv does not end within the module's
-        bound (or `timeout`, for a command known to take longer)."""
-        return run_bounded(argv, timeout or self.timeout, env_update)
+        bound, or `timeout` for a command known to take longer (None: a transfer whose
+        length depends on its size, not on the Mac)."""
+        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update)
+
+
+def module_run(module, runner, argv, env_update=None, timeout=_OWN):
+    """runner.run(argv) for an AnsibleModule: a command that does not answer, or cannot be
+    started, fails the module with a message naming it (and, for a hang, the fix)."""
+    try:
+        return runner.run(argv, env_update, timeout)
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
+    except OSError as exc:
+        module.fail_json(msg=f"`{command_text(argv)}` could not be started on this Mac: {exc}", cmd=list(argv))

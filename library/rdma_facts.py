@@ -97,8 +97,11 @@ ansible_facts:
           type: bool
           sample: true
         problems:
-          description: What stands in the way, each with a C(fix). Per-interface problems may be
-            listed while C(usable) is true.
+          description:
+            - What stands in the way, each with a C(fix). Per-interface problems may be
+              listed while C(usable) is true.
+            - Code C(no_answer) (with C(command)) is an RDMA probe that did not answer within
+              I(command_timeout): RDMA is then unusable and that is the only problem listed.
           returned: always
           type: list
           elements: dict

@@ -145,7 +145,7 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         if key not in commands:
             raise AssertionError(f"unexpected command {argv!r}")
         answer = commands[key]
-        if answer is HANG:
+        if answer == HANG:
             raise mlx_run.CommandTimeout(argv, timeout)
         if isinstance(answer, OSError):
             raise answer

@@ -24,7 +24,7 @@ options:
   command_timeout:
     description:
       - Seconds each command may take. One that has not answered by then is stopped (its whole
-        process group killed) and named with a fix: the Mac fails, except for a hung C(ibv_devices),
+        process group killed) and named with a fix; the Mac fails, except for a hung C(ibv_devices),
         C(ibv_devinfo) or C(rdma_ctl), which makes RDMA unusable on this Mac (C(rdma.problems)
         names the command and the fix).
     type: int

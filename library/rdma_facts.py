@@ -23,7 +23,7 @@ options:
   command_timeout:
     description:
       - Seconds each command may take. One that has not answered by then is stopped (its whole
-        process group killed) and named with a fix: RDMA is then unusable on this Mac
+        process group killed) and named with a fix; RDMA is then unusable on this Mac
         (C(problems) names the command and the fix), the module does not fail.
     type: int
     default: 30
@@ -101,7 +101,7 @@ ansible_facts:
             - What stands in the way, each with a C(fix). Per-interface problems may be
               listed while C(usable) is true.
             - Code C(no_answer) (with C(command)) is an RDMA probe that did not answer within
-              I(command_timeout): RDMA is then unusable and that is the only problem listed.
+              I(command_timeout). RDMA is then unusable and that is the only problem listed.
           returned: always
           type: list
           elements: dict

@@ -21,6 +21,14 @@ description:
 version_added: "0.1.0"
 author: mlx-cluster contributors
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its whole
+        process group killed) and named with a fix; the Mac fails, except for a hung C(ibv_devices),
+        C(ibv_devinfo) or C(rdma_ctl), which makes RDMA unusable on this Mac (C(rdma.problems)
+        names the command and the fix).
+    type: int
+    default: 30
   disk_path:
     description:
       - Path whose file system's free space is reported in C(disk). Defaults to the remote user's home.
@@ -167,6 +175,7 @@ from ansible.module_utils.mlx_collect import (
     module_runner,
     side_by_side,
 )
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
 from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, services_from_preferences_file
 from ansible.module_utils.mlx_tb import ParseError
 
@@ -176,7 +185,7 @@ PREFETCH_WORKERS = 4
 PROBE_WORKERS = 8
 
 
-def prefetch(module):
+def prefetch(module, runner):
     """Run every command collect_cluster() will run, a few side by side (they only read), and
     return {label: (cmd, (rc, out, err))}. system_profiler alone takes most of a second on a
     Mac; beside it the others cost no extra time. A tool that is missing, or whose run
@@ -185,13 +194,13 @@ def prefetch(module):
     if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
         paths[label(IBV_DEVINFO_ARGV)] = None
     cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in CLUSTER_ARGVS if paths[label(argv)]}
-    # one that raised (None) is left to module_runner(), which runs it again and reports it
-    results = dict(zip(cmds, side_by_side(module, list(cmds.values()), PREFETCH_WORKERS)))
-    # Each of these commands prints something. Nothing at all with status 0 is
-    # ansible-core's run_command losing the output of a command that exits just after a
-    # quiet second (seen under load): runner() runs it again.
+    # one that could not start (None) is left to module_runner(), which runs it again and
+    # reports it; one that did not answer (CommandTimeout) is kept: it is not waited for twice
+    results = dict(zip(cmds, side_by_side(runner, list(cmds.values()), PREFETCH_WORKERS)))
+    # Each of these commands prints something. Nothing at all with status 0 is not an
+    # answer (ansible-core's run_command lost such output under load): runner() runs it again.
     return {key: (cmds[key], res) for key, res in results.items()
-            if res is not None and (res[0] != 0 or res[1] or res[2])}
+            if isinstance(res, CommandTimeout) or (res is not None and (res[0] != 0 or res[1] or res[2]))}
 
 
 def disk_free(module, path):
@@ -204,15 +213,20 @@ def disk_free(module, path):
     return {"path": path, "free_bytes": st.f_bavail * st.f_frsize}
 
 
-def probe_links(module, facts):
+def probe_links(module, runner, facts):
     """links_state: the probes of link_probe_argvs(), all side by side (they only read). The
     services' settings come from the network preferences file where it answers for them
-    (no command), from `networksetup -getinfo` otherwise."""
+    (no command), from `networksetup -getinfo` otherwise. A probe that did not answer is
+    named in a warning and counted as failed (the network stage reads it again)."""
     known = services_from_preferences_file(SC_PREFERENCES, facts.get("services"))
     probes = link_probe_argvs(facts, known=known)
     cmds = [[module.get_bin_path(argv[0]) or argv[0]] + list(argv[1:]) for _, _, argv in probes]
-    # a probe that could not run proves nothing: counted as failed
-    results = [r or (127, "", "") for r in side_by_side(module, cmds, PROBE_WORKERS)]
+    results = side_by_side(runner, cmds, PROBE_WORKERS)
+    for res in results:
+        if isinstance(res, CommandTimeout):
+            module.warn(res.msg)
+    # a probe that could not run, or did not answer, proves nothing: counted as failed
+    results = [r if isinstance(r, tuple) else (127, "", "") for r in results]
     return link_probe_facts(probes, results, known=known)
 
 
@@ -232,17 +246,21 @@ def read_files(paths):
 
 def main():
     module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
-                                              read_files=dict(type="list", elements="str", default=[])),
+                                              read_files=dict(type="list", elements="str", default=[]),
+                                              command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
                            supports_check_mode=True)
     record = {}
+    runner = Runner(module.params["command_timeout"])
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     try:
-        facts, warnings = collect_cluster(module_runner(module, record, prefetch(module)),
+        facts, warnings = collect_cluster(module_runner(module, runner, record, prefetch(module, runner)),
                                           os.environ.get("SSH_CONNECTION"), disk)
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
     if module.params["probe_links"]:
-        facts["links_state"] = probe_links(module, facts)
+        facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:
         facts["files"] = read_files(module.params["read_files"])
     for warning in warnings:

@@ -16,6 +16,12 @@ description:
     mode they are only reported.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its
+        whole process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
   run_id:
     description: The unique id the run was started with (at least 16 characters).
     type: str
@@ -53,6 +59,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
 from ansible.module_utils.mlx_launch import run_processes
 
 
@@ -67,13 +74,14 @@ def alive(pid):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(run_id=dict(type="str", required=True), grace=dict(type="int", default=3)),
+    module = AnsibleModule(argument_spec=dict(run_id=dict(type="str", required=True), grace=dict(type="int", default=3),
+                                              command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
                            supports_check_mode=True)
     run_id = module.params["run_id"]
     if len(run_id) < 16:
         module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")
     ps = module.get_bin_path("ps", required=True)
-    rc, out, err = module.run_command([ps, "-ax", "-o", "pid=,args="], environ_update={"LC_ALL": "C", "LANG": "C"})
+    rc, out, err = module_run(module, Runner(module.params["command_timeout"]), [ps, "-ax", "-o", "pid=,args="])
     if rc != 0:
         module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=[ps, "-ax", "-o", "pid=,args="], stderr=err)
     found = run_processes(out, run_id, own_pid=os.getpid())

@@ -20,6 +20,12 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its
+        whole process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
   run_dir:
     description: The server's directory on this Mac.
     type: path
@@ -121,6 +127,7 @@ import urllib.request
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
 from ansible.module_utils.mlx_server import (
     parse_launchctl_print,
     problems,
@@ -130,7 +137,6 @@ from ansible.module_utils.mlx_server import (
     read_pid,
 )
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # Seconds a rank that is not (yet) running gets before the wait calls it dead.
 STARTUP_GRACE = 5.0
 
@@ -156,11 +162,17 @@ def alive(pid):
         return True
 
 
+def run(module, argv, timeout=None):
+    """(rc, out, err) of argv, bounded (command_timeout, or `timeout` when longer)."""
+    bound = max(module.params["command_timeout"], timeout or 0)
+    return module_run(module, Runner(bound), argv)
+
+
 def ours(module, pid, run_dir, run_id):
     if not pid or not alive(pid):
         return False
     ps = module.get_bin_path("ps", required=True)
-    rc, out, _err = module.run_command([ps, "-ww", "-p", str(pid), "-o", "pid=,args="], environ_update=C_LOCALE)
+    rc, out, _err = run(module, [ps, "-ww", "-p", str(pid), "-o", "pid=,args="])
     return rc == 0 and process_matches(out, pid, run_dir, run_id)
 
 
@@ -170,7 +182,7 @@ def launchd_job(module, label):
         module.warn("launchctl is not on this host: the launchd job cannot be read (not macOS?)")
         return {"loaded": False, "state": None, "pid": None, "last_exit_code": None, "path": None,
                 "error": "no launchctl"}
-    rc, out, err = module.run_command([launchctl, "print", f"system/{label}"], environ_update=C_LOCALE)
+    rc, out, err = run(module, [launchctl, "print", f"system/{label}"])
     # exit 113: "Could not find service ... in domain for system" = not loaded
     job = parse_launchctl_print(out if rc == 0 else "")
     if rc not in (0, 113):
@@ -271,6 +283,7 @@ def main():
             wait=dict(type="int", default=0), url=dict(type="str", default=""),
             model_id=dict(type="str", default=""), chat=dict(type="bool", default=False),
             log_lines=dict(type="int", default=20),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )

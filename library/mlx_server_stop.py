@@ -20,6 +20,12 @@ description:
     C(state.last.json)) so a new start never reads a stale state.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its
+        whole process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
   run_dir:
     description: The server's directory on this Mac.
     type: path
@@ -104,6 +110,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
 from ansible.module_utils.mlx_server import (
     parse_launchctl_print,
     process_matches,
@@ -113,7 +120,6 @@ from ansible.module_utils.mlx_server import (
     read_pid,
 )
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
 
 def alive(pid):
@@ -148,6 +154,12 @@ def signal_all(pids, sig):
             pass
 
 
+def run(module, argv, timeout=None):
+    """(rc, out, err) of argv, bounded (command_timeout, or `timeout` when longer)."""
+    bound = max(module.params["command_timeout"], timeout or 0)
+    return module_run(module, Runner(bound), argv)
+
+
 def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
     """SIGTERM the rank's recorded PID if it is still our rank; SIGKILL after `grace`.
     Returns (changed, run_id)."""
@@ -156,7 +168,7 @@ def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
     pid = pid or read_pid(f"{run_dir}/rank{rank}.pid") or info.get("pid")
     if not pid or not alive(pid):
         return False, run_id
-    rc, out, _err = module.run_command([ps, "-ww", "-p", str(pid), "-o", "pid=,args="], environ_update=C_LOCALE)
+    rc, out, _err = run(module, [ps, "-ww", "-p", str(pid), "-o", "pid=,args="])
     if rc != 0 or not process_matches(out, pid, run_dir, run_id or None):
         return False, run_id
     if module.check_mode:
@@ -181,6 +193,7 @@ def main():
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"), plist=dict(type="path"),
             grace=dict(type="int", default=30),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         required_if=[("supervisor", "launchd", ("plist",))],
         supports_check_mode=True,
@@ -207,14 +220,15 @@ def main():
     if p["supervisor"] == "launchd":
         launchctl = module.get_bin_path("launchctl", required=True)
         target = f"system/{p['label']}"
-        rc, out, _err = module.run_command([launchctl, "print", target], environ_update=C_LOCALE)
+        rc, out, _err = run(module, [launchctl, "print", target])
         job = parse_launchctl_print(out if rc == 0 else "")
         if job["loaded"]:
             changed = True
             if not module.check_mode:
                 start = time.monotonic()
                 cmd = [launchctl, "bootout", target]
-                rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+                # bootout waits for the job to exit: up to its ExitTimeOut (the grace), then SIGKILL
+                rc, out, err = run(module, cmd, timeout=p["grace"] + 30)
                 # 3 / 113: the job went away meanwhile (not loaded)
                 if rc not in (0, 3, 113):
                     module.fail_json(msg=f"launchctl bootout {target} failed: {(err or out).strip()}; "
@@ -236,7 +250,7 @@ def main():
     # Anything else of those starts still alive on this Mac (by run id, never by name).
     if run_ids:
         cmd = [ps, "-ax", "-ww", "-o", "pid=,args="]
-        rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+        rc, out, err = run(module, cmd)
         if rc != 0:
             module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
         done = {s["pid"] for s in stopped if not module.check_mode}

@@ -25,6 +25,12 @@ description:
   - Runs with C(HF_HUB_OFFLINE=1) and C(TRANSFORMERS_OFFLINE=1) and a C locale; nothing is downloaded.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds C(rsync --version) may take before it is stopped and named with a fix. The
+        transfer itself is not bounded by it (its length depends on the model's size).
+    type: int
+    default: 30
   src:
     description: Directory whose contents are copied (on the machine the task runs on).
     type: path
@@ -183,6 +189,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
 from ansible.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
     OFFLINE_ENV,
@@ -196,10 +203,9 @@ from ansible.module_utils.mlx_rsync import (
     ssh_command,
 )
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
 
-def usable_log_file(module, rsync, log_file, source):
+def usable_log_file(module, runner, rsync, log_file, source):
     """log_file when this rsync can write it, else None with a warning.
 
     GNU rsync 3.x can; openrsync can on macOS 26 but not on macOS 15.4-15.x, and both print the
@@ -208,12 +214,14 @@ def usable_log_file(module, rsync, log_file, source):
     """
     if not log_file:
         return None
-    rc, out, err = module.run_command([rsync, "--version"], environ_update=C_LOCALE)
-    info = parse_rsync_version(out if rc == 0 else "")
-    accepted = info["log_file"]
-    if accepted is None:
-        rc, out, err = module.run_command([rsync, *LOG_FILE_PROBE], environ_update=C_LOCALE)
-        accepted = rc == 0
+    try:
+        rc, out, err = runner.run([rsync, "--version"])
+        info = parse_rsync_version(out if rc == 0 else "")
+        accepted = info["log_file"]
+        if accepted is None:
+            accepted = runner.run([rsync, *LOG_FILE_PROBE])[0] == 0
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
     if not accepted:
         module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
                     + f", which cannot write a progress file (no --log-file): copying without {log_file} "
@@ -241,6 +249,7 @@ def main():
             log_file=dict(type="path"),
             rsync_path=dict(type="str", default=""),
             source_name=dict(type="str", default=""),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
@@ -262,11 +271,12 @@ def main():
             rsh = ssh_command(ssh, p["ssh_args"])
         except ValueError as exc:
             module.fail_json(msg=f"ssh_args: {exc}")
-    log_file = usable_log_file(module, rsync, p["log_file"], source)
+    runner = Runner(p["command_timeout"])
+    log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
                       delete=p["delete"], checksum=p["checksum"], log_file=log_file,
                       rsync_path=p["rsync_path"] if host else None)
-    rc, out, err = module.run_command(argv, environ_update=dict(C_LOCALE, **OFFLINE_ENV))
+    rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None)
     if rc != 0:
         module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
                                              user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"]),

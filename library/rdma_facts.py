@@ -20,6 +20,13 @@ description:
 version_added: "0.1.0"
 author: mlx-cluster contributors
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its whole
+        process group killed) and named with a fix; RDMA is then unusable on this Mac
+        (C(problems) names the command and the fix), the module does not fail.
+    type: int
+    default: 30
   cabled_ifaces:
     description:
       - Interfaces that have a Thunderbolt cable to another Mac. Their RDMA device should be
@@ -90,8 +97,11 @@ ansible_facts:
           type: bool
           sample: true
         problems:
-          description: What stands in the way, each with a C(fix). Per-interface problems may be
-            listed while C(usable) is true.
+          description:
+            - What stands in the way, each with a C(fix). Per-interface problems may be
+              listed while C(usable) is true.
+            - Code C(no_answer) (with C(command)) is an RDMA probe that did not answer within
+              I(command_timeout). RDMA is then unusable and that is the only problem listed.
           returned: always
           type: list
           elements: dict
@@ -104,17 +114,20 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_collect import collect_rdma, module_runner
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner
 from ansible.module_utils.mlx_tb import ParseError
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(cabled_ifaces=dict(type="list", elements="str", default=[])),
+        argument_spec=dict(cabled_ifaces=dict(type="list", elements="str", default=[]),
+                           command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
         supports_check_mode=True,
     )
     record = {}
     try:
-        facts, warnings = collect_rdma(module_runner(module, record), module.params["cabled_ifaces"])
+        facts, warnings = collect_rdma(module_runner(module, Runner(module.params["command_timeout"]), record),
+                                         module.params["cabled_ifaces"])
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     for warning in warnings:

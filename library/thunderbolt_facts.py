@@ -18,7 +18,13 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: mlx-cluster contributors
-options: {}
+options:
+  command_timeout:
+    description:
+      - Seconds each command may take. One that has not answered by then is stopped (its whole
+        process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
@@ -107,16 +113,20 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_collect import collect_thunderbolt, module_runner
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
 from ansible.module_utils.mlx_tb import ParseError
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
+                           supports_check_mode=True)
     record = {}
     try:
-        facts, warnings = collect_thunderbolt(module_runner(module, record))
+        facts, warnings = collect_thunderbolt(module_runner(module, Runner(module.params["command_timeout"]), record))
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"mlx_thunderbolt": facts})

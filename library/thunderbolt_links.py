@@ -21,6 +21,12 @@ description:
     changes run one after the other, in order.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take (a C(ping) at least I(verify_timeout) + 10). One that has not answered by then is stopped (its
+        whole process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
   links:
     description: The links of this host, as produced by the C(mlx_ip_plan) filter.
     type: list
@@ -197,7 +203,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_checks import no_answer_msg
-from ansible.module_utils.mlx_collect import C_LOCALE, side_by_side
+from ansible.module_utils.mlx_collect import side_by_side
 from ansible.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
     SC_PREFERENCES,
@@ -214,15 +220,20 @@ from ansible.module_utils.mlx_netcfg import (
     services_from_preferences_file,
     stale_ports,
 )
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner, module_run
 from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
 # Read-only commands run side by side at most.
 READ_WORKERS = 4
 
 
+def runner_of(module):
+    return Runner(module.params["command_timeout"])
+
+
 def run(module, argv, check_rc=True):
     argv = [module.get_bin_path(argv[0], required=True)] + list(argv[1:])
-    rc, out, err = module.run_command(argv, environ_update=C_LOCALE)
+    rc, out, err = module_run(module, runner_of(module), argv)
     if check_rc and rc != 0:
         module.fail_json(msg=f"{' '.join(argv[:3])} failed: {(err or out).strip()}", rc=rc, cmd=argv, stderr=err)
     return rc, out, err
@@ -231,13 +242,17 @@ def run(module, argv, check_rc=True):
 def run_all(module, argvs, check_rc=True, may_fail=()):
     """run() of every argv, a few side by side (read-only commands only); results in order.
     Paths are resolved and failures reported here, in the module's own thread (except for
-    the argvs in `may_fail`: the caller reads their status)."""
+    the argvs in `may_fail`: the caller reads their status). A command that does not answer
+    fails the module, named, with its fix."""
     cmds = [[module.get_bin_path(a[0], required=True)] + list(a[1:]) for a in argvs]
-    results = side_by_side(module, cmds, READ_WORKERS)
-    # Every one of these commands prints something: nothing at all with status 0 is
-    # ansible-core's run_command losing the output of a command that exits just after a
-    # quiet second (seen under load). Run it again, alone (so is one whose run raised).
-    results = [module.run_command(c, environ_update=C_LOCALE) if r is None or (r[0] == 0 and not r[1] and not r[2])
+    results = side_by_side(runner_of(module), cmds, READ_WORKERS)
+    for res in results:
+        if isinstance(res, CommandTimeout):
+            module.fail_json(msg=res.msg, **res.result())
+    # Every one of these commands prints something: nothing at all with status 0 is not an
+    # answer (ansible-core's run_command lost such output under load). Run it again, alone
+    # (so is one that could not be started: the failure is reported there).
+    results = [module_run(module, runner_of(module), c) if r is None or (r[0] == 0 and not r[1] and not r[2])
                else r for c, r in zip(cmds, results)]
     for argv, cmd, (rc, out, err) in zip(argvs, cmds, results):
         if check_rc and rc != 0 and argv not in may_fail:
@@ -291,6 +306,7 @@ def verify(module, links, interfaces):
     cable with carrier is tried again until verify_wait: its other end may still be applying."""
     p = module.params
     ping = module.get_bin_path("ping", required=True)
+    pinger = Runner(max(p["command_timeout"], p["verify_timeout"] + 10))
     start = time.monotonic()
 
     ifconfig = module.get_bin_path("ifconfig")
@@ -299,7 +315,10 @@ def verify(module, links, interfaces):
         """The port's carrier now (None when ifconfig cannot tell)."""
         if not ifconfig:
             return None
-        rc, out, _ = module.run_command([ifconfig, iface], environ_update=C_LOCALE)
+        try:
+            rc, out, _ = runner_of(module).run([ifconfig, iface])
+        except (CommandTimeout, OSError):
+            return None
         try:
             return (parse_ifconfig(out).get(iface) or {}).get("status") != "inactive" if rc == 0 else None
         except ParseError:
@@ -312,9 +331,11 @@ def verify(module, links, interfaces):
         while True:
             attempts += 1
             try:
-                rc = module.run_command(ping_argv(ping, link, p["verify_count"], p["verify_timeout"]),
-                                        environ_update=C_LOCALE, handle_exceptions=False)[0]
+                rc = pinger.run(ping_argv(ping, link, p["verify_count"], p["verify_timeout"]))[0]
             except OSError:  # could not start ping at all: that cable is not verified
+                return False, attempts, carrier, False
+            except CommandTimeout as exc:  # ping ends by itself (-t): one that does not is named
+                module.warn(exc.msg)
                 return False, attempts, carrier, False
             if rc == 0 or time.monotonic() + p["verify_timeout"] > deadline:
                 return rc == 0, attempts, carrier, False
@@ -357,6 +378,7 @@ def main():
             verify_timeout=dict(type="int", default=3),
             verify_wait=dict(type="int", default=60),
             fail_on_no_answer=dict(type="bool", default=True),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )

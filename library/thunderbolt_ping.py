@@ -19,6 +19,12 @@ description:
     nothing is sent (the planned addresses may not exist yet) and the result says so.
 version_added: "0.1.0"
 options:
+  command_timeout:
+    description:
+      - Seconds each command may take (a C(ping) at least I(timeout) + 10). One that has not answered by then is stopped (its
+        whole process group killed) and the module fails naming the command and a fix.
+    type: int
+    default: 30
   links:
     description: This host's links from the C(mlx_ip_plan) filter.
     type: list
@@ -82,6 +88,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_checks import no_answer_msg
+from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
 from ansible.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
 
 
@@ -93,6 +100,7 @@ def main():
             timeout=dict(type="int", default=3),
             first_end_only=dict(type="bool", default=False),
             fail_on_no_answer=dict(type="bool", default=True),
+            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
@@ -103,10 +111,16 @@ def main():
         module.exit_json(changed=False, skipped=True, results=[],
                          msg="check mode: the cables are not pinged (planned addresses may not exist yet)")
     ping = module.get_bin_path("ping", required=True)
+    # ping ends by itself after `timeout` (-t); the bound is for a ping that does not
+    runner = Runner(max(module.params["command_timeout"], module.params["timeout"] + 10))
 
     def probe(link):
         argv = ping_argv(ping, link, module.params["count"], module.params["timeout"])
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})[0]
+        try:
+            return runner.run(argv)[0]
+        except CommandTimeout as exc:
+            module.warn(exc.msg)
+            return None  # no answer: that cable is not verified
 
     # Each ping runs over its own cable: nothing is shared, so they run side by side.
     with ThreadPoolExecutor(max_workers=max(1, len(links))) as pool:

@@ -92,6 +92,9 @@ def _rdma_problems(host, rdma, cabled, sev, wanted):
     out = []
     state = rdma.get("rdma_ctl")
     devices = {d.get("iface"): d for d in rdma.get("devices") or []}
+    hung = next((p for p in rdma.get("problems") or [] if p.get("code") == "no_answer"), None)
+    if hung:  # an RDMA probe did not answer: what the others would say is unknown
+        return [_p(sev, "rdma", host, f"RDMA on {host} is unusable: {hung.get('msg')}", hung.get("fix"))]
     if state == "disabled":
         return [_p(sev, "rdma", host, f"RDMA is disabled on {host} (rdma_ctl status: disabled)",
                    "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot")]

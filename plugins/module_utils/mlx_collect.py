@@ -9,7 +9,9 @@ module, which looks argv[0] up on PATH, runs it in the C locale and returns
 
 Each function returns `(facts, warnings)`. A required command that fails, or output that
 cannot be parsed, raises ParseError whose `command` is the argv joined by spaces (the
-module keys its record of rc/stderr by the same text).
+module keys its record of rc/stderr by the same text). Every command is bounded in time
+(mlx_run): one that does not answer raises CommandTimeout, which fails the Mac, except for
+the RDMA probes: a hung one is an RDMA problem of that Mac (collect_rdma), not a failure.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ try:  # inside an Ansible module
         slash30_partner,
     )
     from ansible.module_utils.mlx_rdma import rdma_facts
+    from ansible.module_utils.mlx_run import CommandTimeout
     from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
     from mlx_host import (  # type: ignore[no-redef]
@@ -61,6 +64,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
         slash30_partner,
     )
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
+    from mlx_run import CommandTimeout  # type: ignore[no-redef]
     from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
@@ -84,46 +88,58 @@ CLUSTER_ARGVS = (SYSCTL_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEV
                  IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV)
 
 
-C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
-
-
 def label(argv):
     """The text that names a command in messages and in ParseError.command."""
     return " ".join(argv)
 
 
-def side_by_side(module, cmds, workers):
-    """Run read-only commands (resolved argv lists) a few at a time, in the C locale; the
-    (rc, out, err) of each, in order, or None for one whose run raised (the caller decides:
-    run it again where a failure is reported properly, or count it as failed)."""
+def side_by_side(runner, cmds, workers):
+    """Run read-only commands (resolved argv lists) a few at a time, each bounded by the
+    mlx_run.Runner `runner`; the (rc, out, err) of each, in order, the CommandTimeout of one
+    that did not answer, or None for one that could not be started (the caller decides: run
+    it again where a failure is reported properly, or count it as failed)."""
     def one(cmd):
         try:
-            return module.run_command(cmd, environ_update=C_LOCALE, handle_exceptions=False)
-        except Exception:  # noqa: BLE001 - left to the caller, see above
+            return runner.run(cmd)
+        except CommandTimeout as exc:
+            return exc
+        except OSError:
             return None
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cmds)))) as pool:
         return list(pool.map(one, cmds))
 
 
-def module_runner(module, record, done=None):
+def module_runner(module, runner, record, done=None):
     """The `run(argv, required=True)` the functions here take, for an AnsibleModule: argv[0]
-    looked up on PATH (None when an optional tool is missing), run in the C locale, its rc,
-    command and stderr kept in `record` under label(argv) (for the failure message). `done`
-    ({label: (cmd, (rc, out, err))}, commands a module already ran side by side) answers
-    those without running them again."""
+    looked up on PATH (None when an optional tool is missing), run by the mlx_run.Runner
+    `runner` (C locale, bounded), its rc, command and stderr kept in `record` under
+    label(argv) (for the failure message). `done` ({label: (cmd, result)}, commands a module
+    already ran side by side; result (rc, out, err) or CommandTimeout) answers those without
+    running them again. Raises CommandTimeout for a command that did not answer; ParseError
+    for one that could not be started."""
     done = dict(done or {})
 
     def run(argv, required=True):
         key = label(argv)
         if key in done:
-            cmd, (rc, out, err) = done.pop(key)
+            cmd, result = done.pop(key)
         else:
             path = module.get_bin_path(argv[0], required=required)
             if path is None:
                 return None
             cmd = [path] + list(argv[1:])
-            rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
+            try:
+                result = runner.run(cmd)
+            except CommandTimeout as exc:
+                result = exc
+            except OSError as exc:
+                record[key] = {"rc": None, "cmd": cmd, "stderr": str(exc)}
+                raise ParseError(key, f"could not be started: {exc}") from None
+        if isinstance(result, CommandTimeout):
+            record[key] = result.result()
+            raise result
+        rc, out, err = result
         record[key] = {"rc": rc, "cmd": cmd, "stderr": err}
         return rc, out, err
     return run
@@ -197,25 +213,34 @@ def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None):
 
 
 def collect_rdma(run, cabled=None):
-    """mlx_rdma facts: ibv_devices, ibv_devinfo -v, rdma_ctl status (each may be absent)."""
+    """mlx_rdma facts: ibv_devices, ibv_devinfo -v, rdma_ctl status (each may be absent).
+
+    A probe that does not answer (CommandTimeout) does not fail the Mac: RDMA is then
+    unusable there, with the command and its fix as the first problem (and a warning); the
+    probes after it are not run (each would wait out the bound again)."""
     warnings = []
-    devices = run(IBV_DEVICES_ARGV, required=False)
-    devices_text = devinfo_text = None
-    if devices is not None:
-        rc, out, err = devices
-        if rc != 0:
-            # The verbs library fails this way when RDMA is off: that is "no devices".
-            warnings.append(f"`ibv_devices` exited with {rc} ({_first_line(err or out)}); taken as no device")
-            out = ""
-        devices_text = out
-        info = run(IBV_DEVINFO_ARGV, required=False)
-        if info is not None:
-            rc, out, err = info
-            devinfo_text = out if rc == 0 else ""
-            if rc != 0 and devices_text.strip() and "rdma_" in devices_text:
-                warnings.append(f"`ibv_devinfo -v` exited with {rc} ({_first_line(err or out)}); "
-                                f"port states are unknown")
-    ctl_text = optional(run, RDMA_CTL_ARGV, warnings)
+    devices_text = devinfo_text = ctl_text = None
+    try:
+        devices = run(IBV_DEVICES_ARGV, required=False)
+        if devices is not None:
+            rc, out, err = devices
+            if rc != 0:
+                # The verbs library fails this way when RDMA is off: that is "no devices".
+                warnings.append(f"`ibv_devices` exited with {rc} ({_first_line(err or out)}); taken as no device")
+                out = ""
+            devices_text = out
+            info = run(IBV_DEVINFO_ARGV, required=False)
+            if info is not None:
+                rc, out, err = info
+                devinfo_text = out if rc == 0 else ""
+                if rc != 0 and devices_text.strip() and "rdma_" in devices_text:
+                    warnings.append(f"`ibv_devinfo -v` exited with {rc} ({_first_line(err or out)}); "
+                                    f"port states are unknown")
+        ctl_text = optional(run, RDMA_CTL_ARGV, warnings)
+    except CommandTimeout as exc:
+        warnings.append(exc.msg)
+        hung = {"command": exc.command, "msg": exc.reason, "fix": exc.fix}
+        return rdma_facts(devices_text, devinfo_text, ctl_text, cabled_ifaces=cabled, hung=hung), warnings
     return rdma_facts(devices_text, devinfo_text, ctl_text, cabled_ifaces=cabled), warnings
 
 

@@ -165,13 +165,21 @@ def _problems(rdma_ctl, devices, cabled, tools_missing):
     return problems
 
 
-def rdma_facts(ibv_devices_text, ibv_devinfo_text, rdma_ctl_text=None, cabled_ifaces=None):
+def rdma_facts(ibv_devices_text, ibv_devinfo_text, rdma_ctl_text=None, cabled_ifaces=None, hung=None):
     """Assemble `ansible_facts.mlx_rdma` (docs/design.md) from captured outputs.
 
     `ibv_devices_text` None means the ibv_* tools are not installed (no RDMA);
     `ibv_devinfo_text` None means it was not read; `rdma_ctl_text` None means rdma_ctl is
     not present. `cabled_ifaces` are the interfaces whose Thunderbolt port has a cable.
+    `hung` ({"command", "msg", "fix"}) is an RDMA probe that did not answer (the texts of
+    the probes after it are None): RDMA is not usable, and that is the only problem named
+    (what the other probes would say is unknown).
     """
+    if hung is not None:
+        facts = rdma_facts(ibv_devices_text or "", ibv_devinfo_text, rdma_ctl_text, cabled_ifaces)
+        problem = _problem("no_answer", None, hung["msg"], hung["fix"])
+        problem["command"] = hung["command"]
+        return dict(facts, usable=False, problems=[problem])
     tools_missing = ibv_devices_text is None
     names = parse_ibv_devices(ibv_devices_text) if not tools_missing else []
     info = {d["name"]: d for d in parse_ibv_devinfo(ibv_devinfo_text)} if ibv_devinfo_text is not None else {}

@@ -57,7 +57,7 @@ HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
 LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu",
-             "require_sudo", "rdma_port_down", "die_on"}
+             "require_sudo", "rdma_port_down", "die_on", "hang", "slow"}
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
 
@@ -1068,11 +1068,18 @@ class SimCluster:
         """Change what a Mac reports, live (rdma, macos, build, tb_version, model, model_id,
         chip, memory_gb, ncpu, require_sudo, rdma_port_down: [iface], die_on: {"argv": [cmd,
         word...], "nth": n} (the Mac dies when the product runs that command; see
-        shims/macos.py maybe_die)). macOS before 26.2 has no rdma_ctl/ibv_* at all."""
+        shims/macos.py maybe_die), hang: [command or "command word..."] (those runs never
+        answer: they sleep until SIGKILL), slow: {command or "command word...": seconds}
+        (those runs answer that much later; see shims/macos.py maybe_stall)). macOS before
+        26.2 has no rdma_ctl/ibv_* at all. reset() drops every override."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS
         if bad:
             raise SimError(f"set_host: unknown keys {sorted(bad)} (known: {sorted(LIVE_KEYS)})")
+        if not isinstance(overrides.get("hang", []), (list, tuple)):
+            raise SimError("set_host: hang is a list of commands (\"ibv_devinfo\", \"networksetup -getinfo\")")
+        if not isinstance(overrides.get("slow", {}), dict):
+            raise SimError("set_host: slow maps commands to seconds ({\"system_profiler\": 5})")
         live = self._live()
         cur = live.setdefault("hosts", {}).setdefault(host, {})
         cur.update(overrides)

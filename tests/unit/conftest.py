@@ -5,8 +5,9 @@
   every file in plugins/module_utils (a lazy finder), so `library/*.py` import as they do
   under Ansible and a ParseError raised in a module is the ParseError a test catches.
 - `fixture_text(name)` reads tests/fixtures/<name>.
-- `run_module(...)` runs a library module's main() with get_bin_path/run_command mocked and
-  returns its JSON result and every argv it ran.
+- `run_module(...)` runs a library module's main() with get_bin_path and mlx_run.spawn (the
+  one place the modules start a command) mocked, and returns its JSON result and every argv
+  it ran.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def load_library(name):
     return module
 
 
+# A command that does not answer within its bound (a `commands` answer of run_module).
+HANG = "hang: does not answer"
+
+
 class ModuleRun:
     """Outcome of one main(): `result` (the module's JSON), `calls` (argv lists), `envs`."""
 
@@ -78,6 +83,7 @@ class ModuleRun:
         self.result = None
         self.calls = []
         self.envs = []
+        self.timeouts = []
         self.failed = False
 
     @property
@@ -94,7 +100,9 @@ class ModuleRun:
 def run_module(capsys, name, args=None, commands=None, bins=None, env=None, module_attrs=None):
     """Run library/<name>.py's main() as Ansible would, with commands answered from `commands`.
 
-    commands: {tuple(argv as run, with the resolved path): (rc, stdout, stderr)}
+    commands: {tuple(argv as run, with the resolved path): (rc, stdout, stderr), or HANG for a
+              command that does not answer within its bound (CommandTimeout), or an
+              OSError for one that cannot be started}
     bins:     {tool name: resolved path or None (not installed)}; unknown tools -> /usr/bin/<tool>
     env:      extra os.environ entries for the run (e.g. SSH_CONNECTION)
     module_attrs: names of the loaded module to set first (e.g. a file path it reads)
@@ -127,13 +135,25 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
             self.fail_json(msg=f"Failed to find required executable \"{arg}\" in paths")
         return path
 
-    def run_command(self, argv, **kwargs):
+    import mlx_run
+
+    def spawn(argv, timeout, env_update=None):
         outcome.calls.append(list(argv))
-        outcome.envs.append(kwargs.get("environ_update"))
+        outcome.envs.append(dict(mlx_run.C_LOCALE, **(env_update or {})))
+        outcome.timeouts.append(timeout)
         key = tuple(argv)
         if key not in commands:
             raise AssertionError(f"unexpected command {argv!r}")
-        return commands[key]
+        answer = commands[key]
+        if answer == HANG:
+            raise mlx_run.CommandTimeout(argv, timeout)
+        if isinstance(answer, OSError):
+            raise answer
+        return answer
+
+    def run_command(self, argv, **kwargs):
+        raise AssertionError(f"{argv!r} run by AnsibleModule.run_command, which has no time bound: "
+                             f"modules run commands through mlx_run")
 
     try:  # importing controller code (ansible.errors, filters) flips this process-wide
         from ansible.module_utils import _internal as ansible_internal
@@ -143,6 +163,7 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
     with controller_flag, patch_module_args(args or {}), \
             mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path), \
             mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
+            mock.patch.object(mlx_run, "spawn", spawn), \
             mock.patch.dict("os.environ", env or {}):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_info:
@@ -156,6 +177,12 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
 def module_runner(capsys):
     """`module_runner(name, args=..., commands=..., bins=..., env=...)` -> ModuleRun."""
     return lambda name, **kw: run_module(capsys, name, **kw)
+
+
+@pytest.fixture
+def hang():
+    """The `commands` answer of a command that does not answer within its bound."""
+    return HANG
 
 
 @pytest.fixture

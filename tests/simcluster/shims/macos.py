@@ -2001,6 +2001,7 @@ def main():
     while True:
         log_argv(ctx)
         maybe_die(ctx)
+        maybe_stall(ctx)
         try:
             rc = COMMANDS[CMD](ctx, sys.argv[1:])
         except ReDispatch:
@@ -2066,6 +2067,31 @@ def maybe_die(ctx):
                 except ProcessLookupError:
                     pass
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stall_matches(entry):
+    """A `hang`/`slow` entry ("ibv_devinfo", or "networksetup -getinfo": the command and words
+    its argv must hold) against this run."""
+    words = str(entry).split()
+    return bool(words) and CMD == words[0] and all(w in sys.argv[1:] for w in words[1:])
+
+
+def maybe_stall(ctx):
+    """The `hang` and `slow` live overrides: a command that never answers, or answers late.
+    - hang: ["ibv_devinfo", "networksetup -getinfo", ...]: the run sleeps until it is killed,
+      printing nothing, as `ibv_devinfo` does on a Mac whose RDMA is wedged. SIGTERM, SIGHUP
+      and SIGINT are ignored (a command stuck in the kernel does not answer them either):
+      only SIGKILL ends it.
+    - slow: {"system_profiler": 5, ...}: the run sleeps that many seconds, then answers."""
+    for entry, seconds in (ctx.cfg.get("slow") or {}).items():
+        if _stall_matches(entry):
+            time.sleep(float(seconds))
+            break
+    if any(_stall_matches(e) for e in ctx.cfg.get("hang") or []):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            time.sleep(3600)
 
 
 def _set_cmd(name):

@@ -174,3 +174,22 @@ def test_rdma_required_without_a_fitting_backend_is_an_error_with_the_cables_fix
     (p,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, LINKS, topo,
                           settings={"rdma_required": True}), "topology")
     assert p["severity"] == "error" and "m1:en2 <-> m2:en2" in p["msg"] and p["fix"] == "use a Thunderbolt 5 cable"
+
+
+def test_a_hung_rdma_probe_names_the_mac_the_command_and_the_fix():
+    from mlx_rdma import rdma_facts
+
+    hung = {"command": "ibv_devinfo -v", "msg": "`ibv_devinfo -v` did not answer within 5 s on this Mac (stopped)",
+            "fix": "RDMA looks wedged on this Mac: replug its Thunderbolt cables, or reboot the Mac if that "
+                   "does not help, then re-run"}
+    m2 = dict(host_facts(), rdma=rdma_facts("rdma_en2\n", None, None, cabled_ifaces=["en2"], hung=hung))
+    for required, severity in ((False, "warning"), (True, "error")):
+        problems = preflight({"m1": host_facts(), "m2": m2}, LINKS, settings={"rdma_required": required})
+        (p,) = only(problems, "rdma")
+        assert (p["severity"], p["host"]) == (severity, "m2")
+        # the Mac's own RDMA findings are not guessed from the half-read probes
+        assert only(problems, "rdma_port") == []
+        line = next(ln for ln in report(problems).splitlines() if "m2" in ln)
+        assert line == (f"[{severity.upper()}] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer "
+                        f"within 5 s on this Mac (stopped) -> fix: RDMA looks wedged on this Mac: replug its "
+                        f"Thunderbolt cables, or reboot the Mac if that does not help, then re-run")

@@ -1,0 +1,171 @@
+# -*- coding: utf-8 -*-
+"""Run one command on this Mac, bounded in time: the only way the modules run commands.
+
+ansible-core's `AnsibleModule.run_command` has no timeout: a macOS command that never
+answers (`ibv_devinfo` on a wedged RDMA stack, a stuck `system_profiler`) holds the module,
+the task and the whole run. `run_bounded(argv, timeout)` runs `argv` (a list: no shell) in
+the C locale, stdin closed, in a session and process group of its own; when it has not
+exited after `timeout` seconds the whole group is killed (SIGKILL: a hung command does not
+answer SIGTERM either) and CommandTimeout is raised, whose `msg` names the command, the
+bound and a fix for that command. A process stuck in the kernel may not even die of
+SIGKILL: after KILL_GRACE seconds it is left behind (its pipes closed) rather than waited
+for, so the module still ends.
+
+`Runner(timeout)` is what a module holds: its `run(argv)` applies the module's bound
+(`command_timeout`). Tests replace `spawn` (the one place a process is started) to answer
+commands without running them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+# The bound when a module is given none (option `command_timeout`). `system_profiler
+# SPThunderboltDataType` is the slowest command discovery runs: about a second on an idle
+# Mac, several on a busy one or with many Thunderbolt devices; `networksetup` writes wait on
+# configd. 30 s is ten times the slowest answer expected, so a Mac that is merely slow is not
+# failed, while a Mac that never answers costs a run half a minute, not forever.
+DEFAULT_TIMEOUT = 30
+
+# Seconds to wait for a killed process group to go (and release its pipes) before leaving it.
+KILL_GRACE = 2
+
+FIX_RDMA = ("RDMA looks wedged on this Mac: replug its Thunderbolt cables, or reboot the Mac if "
+            "that does not help, then re-run")
+FIX_SYSTEM_PROFILER = ("System Information cannot read the Thunderbolt bus (a device or cable that "
+                       "does not answer): unplug the Thunderbolt cables and re-run; if it still hangs "
+                       "(`system_profiler SPThunderboltDataType` by hand does not end), reboot the Mac")
+FIX_NETWORKSETUP = ("the network configuration daemon (configd) does not answer: wait a minute and "
+                    "re-run; if it still hangs (`networksetup -listallhardwareports` by hand does not "
+                    "end), reboot the Mac")
+FIX_GENERIC = ("run it by hand on the Mac to see whether it ends; reboot the Mac if it hangs there too, "
+               "or raise mlx_cluster_command_timeout if the Mac is only slow")
+FIXES = {
+    "ibv_devices": FIX_RDMA,
+    "ibv_devinfo": FIX_RDMA,
+    "rdma_ctl": FIX_RDMA,
+    "system_profiler": FIX_SYSTEM_PROFILER,
+    "networksetup": FIX_NETWORKSETUP,
+}
+
+
+def command_name(argv):
+    """The program's name: `/usr/bin/ibv_devinfo -v` -> `ibv_devinfo`."""
+    return os.path.basename(str(argv[0])) if argv else ""
+
+
+def command_text(argv):
+    """How messages name a command: its name and arguments, without the resolved path."""
+    return " ".join([command_name(argv)] + [str(a) for a in argv[1:]])
+
+
+def fix_for(argv):
+    """The fix for a command that does not answer: specific where the cause is known."""
+    return FIXES.get(command_name(argv), FIX_GENERIC)
+
+
+class CommandTimeout(Exception):
+    """`argv` did not end within `timeout` seconds (and was killed)."""
+
+    def __init__(self, argv, timeout, stdout="", stderr=""):
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.stdout = stdout
+        self.stderr = stderr
+        self.command = command_text(argv)
+        self.fix = fix_for(argv)
+        super().__init__(self.msg)
+
+    @property
+    def reason(self):
+        """What happened, without the fix: `ibv_devinfo -v` did not answer within 5 s on this Mac."""
+        return f"`{self.command}` did not answer within {_seconds(self.timeout)} s on this Mac (stopped)"
+
+    @property
+    def msg(self):
+        return f"{self.reason}. Fix: {self.fix}."
+
+    def result(self):
+        """What a module returns beside `msg` in its fail_json."""
+        return {"cmd": self.argv, "rc": None, "stdout": self.stdout, "stderr": self.stderr,
+                "timeout": self.timeout}
+
+
+def _seconds(value):
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _text(data):
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def _kill_group(proc):
+    """SIGKILL the process group `proc` leads (its own session: nothing else is in it)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # gone already (PermissionError: macOS answers so for a group of zombies)
+
+
+def spawn(argv, timeout, env_update=None):
+    """Run argv and return (rc, stdout, stderr), or raise CommandTimeout after `timeout`
+    seconds (None: no bound). OSError when it cannot be started at all."""
+    env = dict(os.environ, **C_LOCALE)
+    env.update(env_update or {})
+    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, close_fds=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            # stuck in the kernel: not even SIGKILL ends it now. Leave it, do not hang on it.
+            for pipe in (proc.stdout, proc.stderr):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            out, err = b"", b""
+        raise CommandTimeout(argv, timeout, _text(out), _text(err)) from None
+    except BaseException:
+        _kill_group(proc)  # interrupted: leave nothing running behind
+        raise
+    return proc.returncode, _text(out), _text(err)
+
+
+def run_bounded(argv, timeout, env_update=None):
+    """(rc, stdout, stderr) of argv, or CommandTimeout after `timeout` seconds."""
+    return spawn(list(argv), timeout, env_update)
+
+
+_OWN = object()
+
+
+class Runner:
+    """A module's way to run commands: every one bounded by `timeout` seconds."""
+
+    def __init__(self, timeout=DEFAULT_TIMEOUT):
+        self.timeout = timeout
+
+    def run(self, argv, env_update=None, timeout=_OWN):
+        """(rc, stdout, stderr); CommandTimeout when argv does not end within the module's
+        bound, or `timeout` for a command known to take longer (None: a transfer whose
+        length depends on its size, not on the Mac)."""
+        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update)
+
+
+def module_run(module, runner, argv, env_update=None, timeout=_OWN):
+    """runner.run(argv) for an AnsibleModule: a command that does not answer, or cannot be
+    started, fails the module with a message naming it (and, for a hang, the fix)."""
+    try:
+        return runner.run(argv, env_update, timeout)
+    except CommandTimeout as exc:
+        module.fail_json(msg=exc.msg, **exc.result())
+    except OSError as exc:
+        module.fail_json(msg=f"`{command_text(argv)}` could not be started on this Mac: {exc}", cmd=list(argv))

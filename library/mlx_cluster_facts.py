@@ -60,7 +60,7 @@ notes:
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
     C(ifconfig) (bridge0 included), C(route -n get default) (only when needed) and C(sw_vers).
   - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
-    world-readable) is read for the Thunderbolt Bridge's definition: C(thunderbolt.bridge.persistent_members)
+    world-readable) is read for the Thunderbolt Bridge's definition; C(thunderbolt.bridge.persistent_members)
     are the ports macOS puts back into the bridge at the next boot (null when the file cannot be read).
 seealso:
   - module: thunderbolt_facts

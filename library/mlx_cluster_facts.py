@@ -67,6 +67,9 @@ notes:
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
     C(ifconfig) (bridge0 included), C(route -n get default) (only when needed) and C(sw_vers).
+  - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
+    world-readable) is read for the Thunderbolt Bridge's definition; C(thunderbolt.bridge.persistent_members)
+    are the ports macOS puts back into the bridge at the next boot (null when the file cannot be read).
 seealso:
   - module: thunderbolt_facts
   - module: rdma_facts
@@ -98,7 +101,7 @@ ansible_facts:
           type: dict
           sample: {"mac": {"model": "Mac Studio", "model_id": "Mac16,9", "name": "Mac Studio"}, "ports": [],
                    "hardware_ports": {}, "bridge": {"exists": false, "members": [], "service": null,
-                   "service_enabled": null}, "warnings": []}
+                   "service_enabled": null, "persistent_members": []}, "warnings": []}
         rdma:
           description: The C(mlx_rdma) fact (see M(rdma_facts)).
           returned: always
@@ -176,7 +179,7 @@ from ansible.module_utils.mlx_collect import (
     side_by_side,
 )
 from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
-from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, services_from_preferences_file
+from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
 from ansible.module_utils.mlx_tb import ParseError
 
 # Commands run side by side at most (system_profiler beside the quick ones).
@@ -254,7 +257,8 @@ def main():
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     try:
         facts, warnings = collect_cluster(module_runner(module, runner, record, prefetch(module, runner)),
-                                          os.environ.get("SSH_CONNECTION"), disk)
+                                          os.environ.get("SSH_CONNECTION"), disk,
+                                          preferences=read_preferences(SC_PREFERENCES))
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:

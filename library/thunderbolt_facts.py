@@ -98,11 +98,16 @@ ansible_facts:
           type: dict
           sample: {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt Bridge": "bridge0"}
         bridge:
-          description: The Thunderbolt Bridge interface and its network service.
+          description:
+            - The Thunderbolt Bridge interface and its network service. C(members) are its members
+              now (C(ifconfig bridge0)); C(persistent_members) those of its definition in
+              C(/Library/Preferences/SystemConfiguration/preferences.plist), which macOS builds it
+              from at every boot whether or not its service is enabled (null when the file cannot
+              be read).
           returned: always
           type: dict
           sample: {"exists": true, "members": ["en2", "en3"], "service": "Thunderbolt Bridge",
-                   "service_enabled": true}
+                   "service_enabled": true, "persistent_members": ["en2", "en3"]}
         warnings:
           description: Partial data that was skipped or guessed (also shown as task warnings).
           returned: always
@@ -114,6 +119,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.mlx_collect import collect_thunderbolt, module_runner
 from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
 from ansible.module_utils.mlx_tb import ParseError
 
 
@@ -122,7 +128,8 @@ def main():
                            supports_check_mode=True)
     record = {}
     try:
-        facts, warnings = collect_thunderbolt(module_runner(module, Runner(module.params["command_timeout"]), record))
+        facts, warnings = collect_thunderbolt(module_runner(module, Runner(module.params["command_timeout"]), record),
+                                              preferences=read_preferences(SC_PREFERENCES))
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:

@@ -16,7 +16,15 @@ description:
   - Reads the current state first and only runs what differs; C(changed) is measured.
   - Refuses (fails) a plan that would touch the management interface or any interface
     that is not a Thunderbolt hardware port.
-  - Never disables a bridge that carries interfaces other than Thunderbolt ports.
+  - Never disables a bridge that carries interfaces other than Thunderbolt ports; refuses to
+    change a bridge that carries the management interface.
+  - macOS rebuilds the Thunderbolt Bridge at every boot from its definition in the network
+    preferences (C(VirtualNetworkInterfaces/Bridge/bridge0/Interfaces)), with its members and
+    up, whether or not its service is enabled. The planned ports are removed from that
+    definition with an C(scutil --prefs) session (locked, committed and applied through
+    SCPreferences, as networksetup does; networksetup has no bridge verbs), read back from the
+    file afterwards. A definition that also lists non-Thunderbolt interfaces is left alone,
+    with a warning.
   - The state is read with the read-only commands a few at a time, side by side; the
     changes run one after the other, in order.
 version_added: "0.1.0"
@@ -165,7 +173,10 @@ actions:
   returned: always
   type: list
   elements: dict
-  sample: [{"argv": ["ifconfig", "bridge0", "deletem", "en2"], "why": "take en2 out of bridge0"}]
+  sample: [{"argv": ["ifconfig", "bridge0", "deletem", "en2"], "why": "take en2 out of bridge0"},
+           {"argv": ["scutil", "--prefs"], "stdin": "lock\\nget /VirtualNetworkInterfaces/Bridge/bridge0\\n...",
+            "why": "remove en2 from the definition of bridge0 in the network preferences",
+            "persistent": {"bridge": "bridge0", "members": ["en3"], "removed": ["en2"]}}]
 applied_by_networksetup:
   description:
     - Runtime address changes not run because C(networksetup) had already made them (macOS
@@ -217,7 +228,9 @@ from ansible.module_utils.mlx_netcfg import (
     plan_links,
     route_of,
     runtime_done,
-    services_from_preferences_file,
+    bridges_from_preferences,
+    read_preferences,
+    services_from_preferences,
     stale_ports,
 )
 from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner, module_run
@@ -260,6 +273,24 @@ def run_all(module, argvs, check_rc=True, may_fail=()):
     return results
 
 
+def persist_bridge(module, action):
+    """Run the `scutil --prefs` session of a bridge_members_action() and read the file back:
+    scutil exits 0 even when a command failed (it prints why), so the file says whether the
+    members changed."""
+    argv = [module.get_bin_path(action["argv"][0], required=True)] + list(action["argv"][1:])
+    rc, out, err = module_run(module, runner_of(module), argv, data=action["stdin"])
+    want = action["persistent"]
+    bridges = bridges_from_preferences(read_preferences(SC_PREFERENCES) or b"")
+    now = None if bridges is None else (bridges.get(want["bridge"]) or {}).get("members")
+    if rc != 0 or (out or "").strip() or now != want["members"]:
+        module.fail_json(
+            msg=f"could not remove {', '.join(want['removed'])} from the definition of {want['bridge']} in "
+                f"{SC_PREFERENCES} (scutil --prefs: {(out or err).strip() or 'no output'}; the file lists "
+                f"{now if now is not None else 'nothing readable'}). Remove them by hand: System Settings > "
+                f"Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge",
+            rc=rc, cmd=argv, stdout=out, stderr=err)
+
+
 def read_state(module, links):
     routes_wanted = [link["peer_address"] for link in links] if module.params["host_routes"] else []
     known = module.params["state"] or {}
@@ -288,7 +319,8 @@ def read_state(module, links):
     names = [svc["name"] for svc in listed]
     # the services' settings from the network preferences file where it answers for them (a
     # re-run after one cable moved reads one file, not a getinfo per service), else networksetup
-    info = services_from_preferences_file(SC_PREFERENCES, listed) if listed else {}
+    prefs = read_preferences(SC_PREFERENCES)
+    info = services_from_preferences(prefs, listed) if listed and prefs is not None else {}
     ask = [n for n in names if n not in info]
     info.update({name: parse_getinfo(res[1])
                  for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))})
@@ -298,7 +330,9 @@ def read_state(module, links):
         # (`route -n get` exits 1 when there is no route: not a failure)
         route_out = run_all(module, [["route", "-n", "get", peer] for peer in routes_wanted], check_rc=False)
         routes = {peer: parse_route_get(out if rc == 0 else "") for peer, (rc, out, _) in zip(routes_wanted, route_out)}
-    return hwports, services, interfaces, info, routes, stale
+    bridges = bridges_from_preferences(prefs) if prefs is not None else None
+    persistent = None if bridges is None else bridges.get(module.params["bridge"], {})
+    return hwports, services, interfaces, info, routes, stale, persistent
 
 
 def verify(module, links, interfaces):
@@ -387,9 +421,13 @@ def main():
         state = read_state(module, p["links"])
         actions, warnings, before, after = plan_links(
             p["links"], *state[:5], protected=p["protected_ifaces"], bridge=p["bridge"],
-            bridge_service=p["bridge_service"], host_routes=p["host_routes"], stale=state[5])
+            bridge_service=p["bridge_service"], host_routes=p["host_routes"], stale=state[5],
+            persistent=state[6])
     except (LinkPlanError, ParseError) as exc:
         module.fail_json(msg=str(exc), links=p["links"])
+    if state[6] is None and p["links"]:
+        warnings.append(f"cannot read the network preferences ({SC_PREFERENCES}): whether {p['bridge']} takes "
+                        f"the planned ports back at the next boot is not checked")
     for w in warnings:
         module.warn(w)
     if module.check_mode:
@@ -404,7 +442,10 @@ def main():
             if runtime_done(action, now):
                 already.append(action)
                 continue
-        run(module, action["argv"])
+        if "stdin" in action:
+            persist_bridge(module, action)
+        else:
+            run(module, action["argv"])
         ran.append(action)
     out = dict(changed=bool(actions), actions=ran, links=p["links"], diff={"before": before, "after": after})
     if already:

@@ -153,8 +153,8 @@ def mlx_dropped_out(ip_plan, hosts):
 
 def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, verify=True, peers=None):
     """True when a Mac's discovery (mlx_cluster_facts with probe_links) shows its planned links
-    exactly in place (thunderbolt_links would run nothing: same bridge, services, addresses,
-    routes; no stale cluster address) and, with `verify`, every planned link answered a ping
+    exactly in place (thunderbolt_links would run nothing: same bridge, now and in its
+    definition, services, addresses, routes; no stale cluster address) and, with `verify`, every planned link answered a ping
     between its planned addresses. Discovery pings each cable once, from the end holding the
     /30's first address: `peers` ({host: mlx_cluster facts}, e.g. hostvars) gives the other
     end's ping for cables this Mac did not ping. False on any doubt (no links_state, a refusal
@@ -169,10 +169,15 @@ def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, 
     try:
         hwports = (facts.get("thunderbolt") or {}).get("hardware_ports") or {}
         interfaces = facts.get("interfaces") or {}
+        # the bridge's definition (what macOS rebuilds it from at boot): unknown is a doubt
+        persistent = ((facts.get("thunderbolt") or {}).get("bridge") or {}).get("persistent_members")
+        if persistent is None:
+            return False
         stale = netcfg.stale_ports(links, hwports, interfaces, pool, protected=protected)
         actions, _warnings, _before, _after = netcfg.plan_links(
             links, hwports, facts["services"], interfaces, state.get("service_info") or {},
-            state.get("routes") or {}, protected=protected, host_routes=host_routes, stale=stale)
+            state.get("routes") or {}, protected=protected, host_routes=host_routes, stale=stale,
+            persistent={"members": persistent})
     except (netcfg.LinkPlanError, KeyError, TypeError, ValueError, AttributeError):
         return False
     if actions:

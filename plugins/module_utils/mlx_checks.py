@@ -119,8 +119,17 @@ def _bridge_problems(host, tb, cabled):
         return [_p("warning", "thunderbolt_bridge", host,
                    f"the Thunderbolt Bridge on {host} holds cabled ports {', '.join(members)}: "
                    f"bridging a mesh makes a broadcast loop and blocks per-cable addresses",
-                   "the network stage takes the ports out of the bridge (or: System Settings > Network > "
-                   "Thunderbolt Bridge > remove the ports)")]
+                   "the network stage takes the ports out of the bridge and out of its definition (or: "
+                   "System Settings > Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge > "
+                   "remove the ports)")]
+    # out of the bridge now, but still in its definition: macOS puts them back at boot
+    persistent = [m for m in bridge.get("persistent_members") or [] if m in cabled]
+    if persistent:
+        return [_p("warning", "thunderbolt_bridge", host,
+                   f"the Thunderbolt Bridge definition on {host} still lists cabled ports {', '.join(persistent)}: "
+                   f"macOS puts them back into the bridge at the next boot (whether or not its service is enabled)",
+                   "the network stage removes them from the definition (or: System Settings > Network > ... > "
+                   "Manage Virtual Interfaces > Thunderbolt Bridge > remove the ports)")]
     return []
 
 

@@ -32,6 +32,7 @@ try:  # inside an Ansible module
     from ansible.module_utils.mlx_netcfg import (
         NETSTAT_ROUTES_ARGV,
         TB_PORT,
+        bridges_from_preferences,
         parse_getinfo,
         parse_netstat_routes,
         ping_argv,
@@ -41,7 +42,7 @@ try:  # inside an Ansible module
     )
     from ansible.module_utils.mlx_rdma import rdma_facts
     from ansible.module_utils.mlx_run import CommandTimeout
-    from ansible.module_utils.mlx_tb import ParseError, parse_service_order, thunderbolt_facts
+    from ansible.module_utils.mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts
 except ImportError:  # unit tests: plugins/module_utils is on sys.path
     from mlx_host import (  # type: ignore[no-redef]
         cabled_ifaces,
@@ -56,6 +57,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
     from mlx_netcfg import (  # type: ignore[no-redef]
         NETSTAT_ROUTES_ARGV,
         TB_PORT,
+        bridges_from_preferences,
         parse_getinfo,
         parse_netstat_routes,
         ping_argv,
@@ -65,7 +67,7 @@ except ImportError:  # unit tests: plugins/module_utils is on sys.path
     )
     from mlx_rdma import rdma_facts  # type: ignore[no-redef]
     from mlx_run import CommandTimeout  # type: ignore[no-redef]
-    from mlx_tb import ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
+    from mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
 HWPORTS_ARGV = ["networksetup", "-listallhardwareports"]
@@ -181,10 +183,13 @@ def ifconfig_block(text, name):
     return "\n".join(lines) + "\n" if lines else None
 
 
-def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None):
+def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, preferences=None):
     """mlx_thunderbolt facts: system_profiler, networksetup (x2), ifconfig bridge0 (or the
     bridge0 block of `ifconfig_text`, plain `ifconfig` already read). `raw`, a dict, receives
-    the `-listnetworkserviceorder` text (None when it could not be read)."""
+    the `-listnetworkserviceorder` text (None when it could not be read). `preferences`, the
+    bytes of the network preferences file (mlx_netcfg.read_preferences()), gives
+    `bridge.persistent_members`: the members macOS puts into the bridge at the next boot
+    (None when not given or not readable)."""
     sp = required(run, SP_ARGV)
     hwports = required(run, HWPORTS_ARGV)
     warnings = []
@@ -209,6 +214,10 @@ def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None):
             raise ParseError(bridge_label, exc.message) from None
         raise
     facts["warnings"] = warnings + facts["warnings"]
+    defined = bridges_from_preferences(preferences) if preferences is not None else None
+    device = facts["hardware_ports"].get(BRIDGE_PORT) or BRIDGE_ARGV[1]
+    facts["bridge"]["persistent_members"] = None if defined is None else \
+        list((defined.get(device) or {}).get("members") or [])
     return facts, facts["warnings"]
 
 
@@ -256,12 +265,14 @@ def _mgmt(run, interfaces, ssh_connection, warnings):
     return mgmt
 
 
-def collect_cluster(run, ssh_connection, disk):
-    """mlx_cluster facts: everything in one run. `disk` is {"path", "free_bytes"} from the module."""
+def collect_cluster(run, ssh_connection, disk, preferences=None):
+    """mlx_cluster facts: everything in one run. `disk` is {"path", "free_bytes"} from the
+    module; `preferences` the bytes of the network preferences file (see collect_thunderbolt)."""
     hw = parse_sysctl_hw(required(run, SYSCTL_ARGV))
     ifconfig_text = required(run, IFCONFIG_ARGV)
     raw = {}
-    thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text)
+    thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text,
+                                                preferences=preferences)
     rdma, rdma_warnings = collect_rdma(run, cabled_ifaces(thunderbolt))
     warnings = list(warnings) + rdma_warnings
     interfaces = interfaces_facts(ifconfig_text)

@@ -11,7 +11,9 @@ Safety rules enforced here, not in the module:
 - an interface Ansible connects over (`protected`) is never touched;
 - only interfaces that are Thunderbolt hardware ports may be configured;
 - a bridge is only disabled when every member is a Thunderbolt port; a bridge that
-  carries anything else only loses the planned ports.
+  carries anything else only loses the planned ports, at runtime: its definition in the
+  network preferences is left alone (a warning says the ports come back at boot);
+- a bridge that carries the management interface is not touched at all (refused).
 """
 
 from __future__ import annotations
@@ -206,6 +208,72 @@ def services_from_preferences_file(path, services):
         return {}
 
 
+def read_preferences(path=SC_PREFERENCES):
+    """The bytes of the network preferences file, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+# Where macOS keeps a bridge's definition in the preferences: configd's InterfaceNamer
+# creates every bridge defined here at boot (and on each change applied), marks it up and
+# adds every listed member, whether or not the bridge's network service is enabled
+# (configd BridgeConfiguration.c, _SCBridgeInterfaceUpdateConfiguration). What
+# `ifconfig bridgeN deletem` does is lost at the next boot.
+BRIDGE_PREFS_PATH = "/VirtualNetworkInterfaces/Bridge/{}"
+_BSD_NAME = re.compile(r"^[a-z]+[0-9]+$")
+
+
+def bridges_from_preferences(data):
+    """The bridges the preferences file (bytes of SC_PREFERENCES) defines:
+    {BSD name: {"members": [BSD name, ...], "allow_configured": bool}}, {} when it defines
+    none. None when `data` is not such a property list or a definition is malformed (the
+    caller cannot tell what macOS will build at boot)."""
+    import plistlib
+
+    try:
+        prefs = plistlib.loads(data)
+    except (plistlib.InvalidFileException, ValueError, TypeError, AttributeError, KeyError, IndexError):
+        return None
+    if not isinstance(prefs, dict):
+        return None
+    defined = (prefs.get("VirtualNetworkInterfaces") or {})
+    if not isinstance(defined, dict):
+        return None
+    bridges = defined.get("Bridge") or {}
+    if not isinstance(bridges, dict):
+        return None
+    out = {}
+    for name, entry in bridges.items():
+        members = entry.get("Interfaces", []) if isinstance(entry, dict) else None
+        options = (entry.get("Options") or {}) if isinstance(entry, dict) else None
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members) \
+                or not isinstance(options, dict):
+            return None
+        out[name] = {"members": list(members), "allow_configured": options.get("AllowConfiguredMembers") is True}
+    return out
+
+
+def bridge_members_action(bridge, members, take_out):
+    """The action that leaves `members` (the definition's members without `take_out`) as
+    the persistent members of `bridge`: an `scutil --prefs` session (SCPreferences: locked,
+    committed and applied as networksetup does; macOS has no networksetup verb for bridge
+    members) whose commands go in on standard input. scutil prints nothing when every
+    command worked and exits 0 either way: the module reads the file back."""
+    for name in [bridge, *members]:
+        if not _BSD_NAME.match(name or ""):
+            raise LinkPlanError(f"refusing to edit the definition of {bridge}: '{name}' is not an interface name")
+    path = BRIDGE_PREFS_PATH.format(bridge)
+    script = "\n".join(["lock", f"get {path}", "d.add Interfaces * " + " ".join(members), f"set {path}",
+                        "commit", "apply", "unlock", "quit"]) + "\n"
+    return {"argv": ["scutil", "--prefs"], "stdin": script,
+            "why": f"remove {', '.join(take_out)} from the definition of {bridge} in the network preferences "
+                   f"(macOS rebuilds {bridge} from it at every boot, with its members, even when its service is off)",
+            "persistent": {"bridge": bridge, "members": list(members), "removed": list(take_out)}}
+
+
 def netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
@@ -245,7 +313,7 @@ def stale_ports(links, hwports, interfaces, pool, protected=()):
 
 def plan_links(links, hwports, services, interfaces, service_info, routes,
                protected=(), bridge="bridge0", bridge_service="Thunderbolt Bridge",
-               host_routes=True, stale=None):
+               host_routes=True, stale=None, persistent=None):
     """Return (actions, warnings, before, after) to converge a Mac on `links`.
 
     links: [{iface, address, prefix, peer_address}]
@@ -257,6 +325,11 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
     stale: {iface: [address]} from stale_ports(): those addresses are removed, and the
         port's service goes back to DHCP (the macOS default) when it holds one of them
         (service_info must then have that service too)
+    persistent: `bridge`'s definition in the network preferences, as
+        bridges_from_preferences() gives it ({"members": [...]}; {} when the bridge is not
+        defined), or None when not known (not checked; the caller says so). Planned ports
+        listed there are removed from it, so the next boot does not put them back into the
+        bridge.
     Each action is {"argv": [...], "why": "..."}; argv[0] is a command name the module
     resolves with get_bin_path.
     """
@@ -285,17 +358,35 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
     actions, warnings = [], []
     before, after = {}, {}
 
-    # 1. The Thunderbolt Bridge: take the planned ports out of it.
+    # 1. The Thunderbolt Bridge: take the planned ports out of it, now (ifconfig) and for
+    # every boot to come (its definition in the preferences, which configd builds it from).
     members = list((interfaces.get(bridge) or {}).get("members") or [])
+    persisted = None if persistent is None else list(persistent.get("members") or [])
     bridge_svc = next((s for s in services if s.get("name") == bridge_service), None)
     foreign = [m for m in members if m not in tb_ifaces]
-    before["bridge"] = {"members": members, "service_enabled": bool(bridge_svc and bridge_svc.get("enabled"))}
+    persisted_foreign = [m for m in persisted or [] if m not in tb_ifaces]
+    before["bridge"] = {"members": members, "persistent_members": persisted,
+                        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled"))}
     take_out = [m for m in members if m in planned]
+    forget = [m for m in persisted or [] if m in planned]
+    if (take_out or forget) and (bridge in protected or protected & set(members + (persisted or []))):
+        via = bridge if bridge in protected else ", ".join(sorted(protected & set(members + (persisted or []))))
+        raise LinkPlanError(
+            f"refusing to take {', '.join(sorted(set(take_out + forget)))} out of {bridge}: it carries the "
+            f"management interface ({via}), the one Ansible connects over. Connect Ansible over "
+            f"another interface, or take the ports out of the Thunderbolt Bridge by hand.")
     if take_out:
         # One ifconfig for all of them (`ifconfig bridge0 deletem en2 deletem en3`, as BSD
         # ifconfig takes any number of operations): one command instead of one per port.
         actions.append({"argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
                         "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)"})
+    if forget and persisted_foreign:
+        warnings.append(
+            f"the definition of {bridge} also lists {', '.join(persisted_foreign)}; leaving it alone, so after a "
+            f"reboot {', '.join(forget)} are bridged again (System Settings > Network > ... > Manage Virtual "
+            f"Interfaces: remove them from the bridge)")
+    elif forget:
+        actions.append(bridge_members_action(bridge, [m for m in persisted if m not in planned], forget))
     if planned and bridge_svc and bridge_svc.get("enabled"):
         if foreign:
             warnings.append(
@@ -303,9 +394,12 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
                 f"service enabled and only removing the planned Thunderbolt ports from it")
         else:
             actions.append({"argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
-                            "why": f"disable the '{bridge_service}' service so the ports stay out of it after a reboot"})
+                            "why": f"disable the '{bridge_service}' service: {bridge} gets no address of its own "
+                                   f"(DHCP or link-local) on the remaining ports"})
     after["bridge"] = {
         "members": [m for m in members if m not in planned],
+        "persistent_members": None if persisted is None else
+        persisted if persisted_foreign else [m for m in persisted if m not in planned],
         "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")) and bool(foreign or not planned),
         # disabled only when every member is a Thunderbolt port (see above)
     }

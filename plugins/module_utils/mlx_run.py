@@ -111,15 +111,17 @@ def _kill_group(proc):
         pass  # gone already (PermissionError: macOS answers so for a group of zombies)
 
 
-def spawn(argv, timeout, env_update=None):
+def spawn(argv, timeout, env_update=None, data=None):
     """Run argv and return (rc, stdout, stderr), or raise CommandTimeout after `timeout`
-    seconds (None: no bound). OSError when it cannot be started at all."""
+    seconds (None: no bound). `data`: text for its standard input (else none). OSError when it
+    cannot be started at all."""
     env = dict(os.environ, **C_LOCALE)
     env.update(env_update or {})
-    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, close_fds=True, start_new_session=True)
+    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
+                            start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(None if data is None else data.encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
@@ -139,9 +141,9 @@ def spawn(argv, timeout, env_update=None):
     return proc.returncode, _text(out), _text(err)
 
 
-def run_bounded(argv, timeout, env_update=None):
+def run_bounded(argv, timeout, env_update=None, data=None):
     """(rc, stdout, stderr) of argv, or CommandTimeout after `timeout` seconds."""
-    return spawn(list(argv), timeout, env_update)
+    return spawn(list(argv), timeout, env_update, data)
 
 
 _OWN = object()
@@ -153,18 +155,18 @@ class Runner:
     def __init__(self, timeout=DEFAULT_TIMEOUT):
         self.timeout = timeout
 
-    def run(self, argv, env_update=None, timeout=_OWN):
+    def run(self, argv, env_update=None, timeout=_OWN, data=None):
         """(rc, stdout, stderr); CommandTimeout when argv does not end within the module's
         bound, or `timeout` for a command known to take longer (None: a transfer whose
         length depends on its size, not on the Mac)."""
-        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update)
+        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update, data)
 
 
-def module_run(module, runner, argv, env_update=None, timeout=_OWN):
+def module_run(module, runner, argv, env_update=None, timeout=_OWN, data=None):
     """runner.run(argv) for an AnsibleModule: a command that does not answer, or cannot be
     started, fails the module with a message naming it (and, for a hang, the fix)."""
     try:
-        return runner.run(argv, env_update, timeout)
+        return runner.run(argv, env_update, timeout, data)
     except CommandTimeout as exc:
         module.fail_json(msg=exc.msg, **exc.result())
     except OSError as exc:

@@ -19,7 +19,7 @@ MUTATING = (
     ("networksetup", "-setnetworkserviceenabled"), ("networksetup", "-removenetworkservice"),
     ("networksetup", "-setdhcp"), ("ifconfig", "deletem"), ("ifconfig", "addm"), ("ifconfig", "inet"),
     ("ifconfig", "down"), ("ifconfig", "up"), ("route", "add"), ("route", "change"), ("route", "delete"),
-    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"),
+    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"), ("scutil", "--prefs"),
 )
 
 

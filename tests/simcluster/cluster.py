@@ -48,7 +48,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
-                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync"]
+                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
+                 "scutil"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
@@ -905,7 +906,9 @@ class SimCluster:
     def reboot(self, host, timeout=30):
         """Restart one Mac: every process ends, /tmp and /run are emptied, runtime network
         state (addresses, host routes, bridge membership) is dropped, bridge0 is rebuilt from
-        the persistent preferences and the enabled services are applied again. A Mac whose
+        its definition in the persistent preferences as configd does (up, with every listed
+        member, whether or not its service is enabled: shims/macos.py boot) and the enabled
+        services are applied again. A Mac whose
         power was cut gets its cables and LAN port back (plugged cables only)."""
         fd = self._lock()
         try:

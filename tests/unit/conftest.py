@@ -83,6 +83,7 @@ class ModuleRun:
         self.result = None
         self.calls = []
         self.envs = []
+        self.inputs = []
         self.timeouts = []
         self.failed = False
 
@@ -137,8 +138,9 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
 
     import mlx_run
 
-    def spawn(argv, timeout, env_update=None):
+    def spawn(argv, timeout, env_update=None, data=None):
         outcome.calls.append(list(argv))
+        outcome.inputs.append(data)
         outcome.envs.append(dict(mlx_run.C_LOCALE, **(env_update or {})))
         outcome.timeouts.append(timeout)
         key = tuple(argv)

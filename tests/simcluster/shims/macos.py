@@ -360,13 +360,10 @@ def hardware_ports(ctx, prefs=None, lk=None):
 SC_PREFERENCES = ("Library", "Preferences", "SystemConfiguration", "preferences.plist")
 
 
-def write_sc_preferences(ctx, prefs):
-    """The preferences as macOS keeps them (/Library/Preferences/SystemConfiguration/
-    preferences.plist, which the Mac sees through its /Library mount): one set, "Automatic",
-    holding every service in order; disabled services marked __INACTIVE__; bridge0's members.
-    Written whole and renamed into place, as SCPreferences commits."""
-    import plistlib
-
+def sc_preferences_doc(ctx, prefs):
+    """The network preferences of `prefs` as macOS structures them: one set, "Automatic",
+    holding every service in order; disabled services marked __INACTIVE__; the bridges'
+    definitions (members and options)."""
     services, order = {}, []
     for svc in prefs["services"]:
         key = _svc_uuid(ctx.host, "network-service", svc["name"])
@@ -394,10 +391,31 @@ def write_sc_preferences(ctx, prefs):
                                        "Service": {k: {"__LINK__": f"/NetworkServices/{k}"} for k in order}},
                            "UserDefinedName": "Automatic"}},
         "System": {"Network": {"HostNames": {"LocalHostName": ctx.host}}, "System": {"ComputerName": ctx.host}},
-        "VirtualNetworkInterfaces": {"Bridge": {name: {"Interfaces": list(b.get("members") or []),
-                                                       "UserDefinedName": TB_BRIDGE_SERVICE}
+        "VirtualNetworkInterfaces": {"Bridge": {name: bridge_definition(b)
                                                 for name, b in (prefs.get("bridges") or {}).items()}},
     }
+    return doc
+
+
+def bridge_definition(b):
+    """A bridge as the preferences hold it (/VirtualNetworkInterfaces/Bridge/<name>): the
+    auto-created Thunderbolt Bridge has its members and Options.__AUTO__, no name of its own
+    (configd SCNetworkSet.c copyAutoBridgeInterface, BridgeConfiguration.c SCBridgeInterfaceCreate)."""
+    entry = {"Interfaces": list(b.get("members") or []), "Options": dict(b.get("options") or AUTO_BRIDGE_OPTIONS)}
+    entry.update(b.get("extra") or {})
+    return entry
+
+
+AUTO_BRIDGE_OPTIONS = {"__AUTO__": "thunderbolt-bridge"}
+
+
+def write_sc_preferences(ctx, prefs):
+    """The preferences as macOS keeps them (/Library/Preferences/SystemConfiguration/
+    preferences.plist, which the Mac sees through its /Library mount): sc_preferences_doc(),
+    written whole and renamed into place, as SCPreferences commits."""
+    import plistlib
+
+    doc = sc_preferences_doc(ctx, prefs)
     path = os.path.join(ctx.hostdir, *SC_PREFERENCES)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -442,11 +460,14 @@ def apply_service(ctx, prefs, svc, lk=None):
     if dev not in lk:
         return
     flush_v4(dev, lk)
-    if dev == BRIDGE:
-        ip("link", "set", "dev", BRIDGE, "up" if svc["enabled"] else "down")
-        sync_bridge(ctx, lk=links())
     if not svc["enabled"]:
+        # IPConfiguration detaches IP from the interface (SIOCPROTODETACH) and leaves its
+        # link state alone (bootp ipconfigd.c / ifutil.c): a disabled Thunderbolt Bridge
+        # service leaves bridge0 up, forwarding between its members.
         return
+    if dev == BRIDGE:
+        ip("link", "set", "dev", BRIDGE, "up")   # inet_attach_interface(..., set_iff_up=TRUE)
+        sync_bridge(ctx, lk=links())
     if dev != BRIDGE and not is_up(lk[dev]):
         ip("link", "set", "dev", dev, "up")
     v4 = svc.get("ipv4") or {}
@@ -468,7 +489,14 @@ def primary_service(prefs):
 
 def boot(ctx):
     """What a Mac does at boot: interfaces up, no runtime addresses or host routes on the
-    Thunderbolt ports, bridge0 rebuilt from the preferences, services applied in order."""
+    Thunderbolt ports, the bridges rebuilt from their definitions in the preferences, the
+    enabled services applied in order.
+
+    configd's InterfaceNamer creates every bridge of /VirtualNetworkInterfaces/Bridge, marks
+    it up and adds every listed member, whether or not the bridge's network service is
+    enabled (BridgeConfiguration.c _SCBridgeInterfaceUpdateConfiguration, __createInterface
+    sets IFF_UP); xnu sets each member promiscuous as it joins (if_bridge.c
+    bridge_ioctl_add). What `ifconfig bridge0 deletem` did is gone."""
     fd = ctx.lock()
     try:
         prefs = ctx.prefs()
@@ -483,21 +511,48 @@ def boot(ctx):
                 flush_v4(dev, lk)
         if BRIDGE in lk:
             ip("link", "del", "dev", BRIDGE)
-        members = []
-        if BRIDGE in prefs.get("bridges", {}):
-            create_bridge(ctx)
-            members = [m for m in prefs["bridges"][BRIDGE].get("members", []) if m in lk]
-        ctx.save_runtime({"bridge_members": members})
-        bridge_svc = next((s for s in prefs["services"] if s["device"] == BRIDGE and s["enabled"]), None)
-        if BRIDGE in prefs.get("bridges", {}):
-            ip("link", "set", "dev", BRIDGE, "up" if bridge_svc else "down")
-        lk = links()
-        sync_bridge(ctx, lk=lk)
+        ctx.save_runtime({"bridge_members": [], "applied_bridges": {}})
+        apply_bridge_definitions(ctx, prefs)
         for svc in prefs["services"]:
             if svc["enabled"]:
                 apply_service(ctx, prefs, svc, lk=links())
     finally:
         os.close(fd)
+
+
+def apply_bridge_definitions(ctx, prefs):
+    """configd's reconciliation of the bridges with their definitions, run at boot and when
+    an applied change altered a definition (InterfaceNamer caches the definitions it last
+    applied and does nothing while they are unchanged): a defined bridge that is missing is
+    created and marked up; members not listed leave it, listed members not in it join it; a
+    bridge no longer defined is destroyed. Caller holds the host lock."""
+    rt = ctx.runtime()
+    defined = {name: list(b.get("members") or []) for name, b in (prefs.get("bridges") or {}).items()}
+    if rt.get("applied_bridges") == defined:
+        return
+    lk = links()
+    if BRIDGE in defined:
+        if BRIDGE not in lk:
+            create_bridge(ctx)
+        ip("link", "set", "dev", BRIDGE, "up")
+        rt["bridge_members"] = [m for m in defined[BRIDGE] if m in lk and m not in ("lo", BRIDGE)]
+    elif BRIDGE in lk:
+        ip("link", "del", "dev", BRIDGE)
+        rt["bridge_members"] = []
+    rt["applied_bridges"] = defined
+    ctx.save_runtime(rt)
+    sync_bridge(ctx, rt=rt)
+
+
+def busy_member(prefs, dev):
+    """The bridge whose definition lists `dev` and does not allow configured members: macOS
+    then refuses to create, enable or add a network service on `dev` (configd
+    SCNetworkService.c, SCNetworkServiceCreate / SCNetworkServiceSetEnabled,
+    __SCNetworkInterfaceIsBusyMember). None when `dev` is free."""
+    for name, b in (prefs.get("bridges") or {}).items():
+        if dev in (b.get("members") or []) and not (b.get("options") or {}).get("AllowConfiguredMembers"):
+            return name
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -648,6 +703,9 @@ def _ns_set(ctx, prefs, op, rest):
         if state not in ("on", "off"):
             out(NS_INVALID)
             return 4
+        if state == "on" and not s["enabled"] and busy_member(prefs, s["device"]):
+            out(NS_INVALID)   # SCNetworkServiceSetEnabled fails, as for -createnetworkservice
+            return 4
         s["enabled"] = state == "on"
         ctx.save_prefs(prefs)
         apply_service(ctx, prefs, s)
@@ -660,6 +718,11 @@ def _ns_set(ctx, prefs, op, rest):
         name, hwport = rest
         ports = {p: d for p, d, _ in hardware_ports(ctx, prefs)}
         if hwport not in ports or service(prefs, name) is not None or not name.strip():
+            out(NS_INVALID)
+            return 4
+        if busy_member(prefs, ports[hwport]):
+            # SCNetworkServiceCreate fails (kSCStatusFailed); what networksetup prints then
+            # is not known without a Mac: its usual error line and status
             out(NS_INVALID)
             return 4
         s = {"name": name, "hardware_port": hwport, "device": ports[hwport], "enabled": True,
@@ -676,10 +739,7 @@ def _ns_set(ctx, prefs, op, rest):
         ctx.save_prefs(prefs)
         lk = links()
         if s["device"] in lk:
-            flush_v4(s["device"], lk)
-            if s["device"] == BRIDGE:
-                ip("link", "set", "dev", BRIDGE, "down")
-                sync_bridge(ctx)
+            flush_v4(s["device"], lk)   # IP detached; bridge0 stays up with its members
         return 0
 
     if op == "-setmanual":
@@ -742,6 +802,161 @@ def _reapply_default_route(ctx, prefs):
 
 
 # ---------------------------------------------------------------------------------------
+# scutil --prefs (SCPreferences: the only command-line editor of a bridge's definition)
+# ---------------------------------------------------------------------------------------
+
+SC_ERRORS = {"access": "Permission denied", "nokey": "No such key"}   # SCErrorString()
+BRIDGE_PATH = re.compile(r"^/VirtualNetworkInterfaces/Bridge/([a-z]+[0-9]+)$")
+
+
+def cmd_scutil(ctx, args):
+    """`scutil --prefs`: commands read from standard input, as configd's scutil (scutil.tproj
+    prefs.c, dictionary.c) runs them: lock, unlock, get PATH, set PATH, d.init, d.show,
+    d.add KEY [*] VALUE..., d.remove KEY, commit, apply, quit/close. A command that fails
+    prints why on stdout and the session goes on; scutil always exits 0. Only the bridge
+    definitions (/VirtualNetworkInterfaces/Bridge/<name>) can be set here; every other path
+    can be read."""
+    import shlex
+
+    if args != ["--prefs"]:
+        die("scutil: the simulated Mac emulates `scutil --prefs` only (commands on standard input)", 64)
+    prefs = ctx.prefs()                 # the session's copy, as SCPreferencesCreate reads it
+    value, fd, changed = None, None, False
+    try:
+        for line in sys.stdin:
+            try:
+                words = shlex.split(line, comments=False)
+            except ValueError:
+                out("  unbalanced quotes")
+                continue
+            if not words or words[0].startswith("#"):
+                continue
+            cmd, rest = words[0], words[1:]
+            if cmd in ("quit", "q", "close", "exit"):
+                break
+            if cmd == "lock":
+                if not ctx.elevated():
+                    out(SC_ERRORS["access"])
+                elif fd is None:
+                    fd = ctx.lock()
+                    prefs = ctx.prefs()     # locked: nobody changes the file under us now
+            elif cmd == "unlock":
+                if fd is not None:
+                    os.close(fd)
+                    fd = None
+            elif cmd == "get" and len(rest) == 1:
+                node = _sc_path(sc_preferences_doc(ctx, prefs), rest[0])
+                if not isinstance(node, dict):
+                    out(f"  {SC_ERRORS['nokey']}")
+                else:
+                    value = {k: v for k, v in node.items() if not isinstance(v, dict)}
+            elif cmd == "d.init":
+                value = {}
+            elif cmd == "d.show":
+                out(_sc_show(value))
+            elif cmd == "d.add" and len(rest) >= 1:
+                if value is None:
+                    out("d.add: dictionary must be initialized.")
+                    continue
+                key, vals, array = rest[0], rest[1:], False
+                while vals and vals[0] in ("*", "#", "?", "%", "-"):
+                    flag = vals.pop(0)
+                    array = array or flag == "*"
+                    if flag == "-":
+                        break
+                    if flag in ("#", "?", "%"):
+                        out("  the simulated Mac's scutil takes string values only")
+                        vals = None
+                        break
+                if vals is None:
+                    continue
+                if not vals and not array:
+                    out("d.add: no values.")
+                    continue
+                value[key] = list(vals) if array or len(vals) > 1 else vals[0]
+            elif cmd == "d.remove" and len(rest) == 1:
+                if value is not None:
+                    value.pop(rest[0], None)
+            elif cmd == "set" and len(rest) == 1:
+                m = BRIDGE_PATH.match(rest[0])
+                if not m:
+                    out(f"  the simulated Mac's scutil sets /VirtualNetworkInterfaces/Bridge/<name> only, not {rest[0]}")
+                    continue
+                members = (value or {}).get("Interfaces", [])
+                if not isinstance(members, list):
+                    out("  Interfaces must be an array")   # configd would read no member at all
+                    continue
+                b = prefs.setdefault("bridges", {}).setdefault(m.group(1), {})
+                b["members"] = list(members)
+                extra = {k: v for k, v in (value or {}).items() if k not in ("Interfaces",)}
+                if extra:
+                    b["extra"] = extra
+                else:
+                    b.pop("extra", None)
+                changed = True
+            elif cmd == "commit":
+                if not ctx.elevated():
+                    out(SC_ERRORS["access"])
+                    continue
+                held = fd is not None
+                if not held:
+                    fd = ctx.lock()         # SCPreferencesCommitChanges locks for itself
+                try:
+                    ctx.save_prefs(prefs)
+                    changed = False
+                finally:
+                    if not held:
+                        os.close(fd)
+                        fd = None
+            elif cmd == "apply":
+                if not ctx.elevated():
+                    out(SC_ERRORS["access"])
+                    continue
+                held = fd is not None
+                if not held:
+                    fd = ctx.lock()
+                try:
+                    # configd applies what was committed (the file), not the session's copy
+                    apply_bridge_definitions(ctx, ctx.prefs())
+                finally:
+                    if not held:
+                        os.close(fd)
+                        fd = None
+            else:
+                out(f"{cmd}: unknown, type \"help\" for command info")
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if changed:
+        out("preferences have been changed, use \"commit\" to save")   # lost, as scutil loses them
+    return 0
+
+
+def _sc_path(doc, path):
+    node = doc
+    for part in [p for p in path.split("/") if p]:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _sc_show(value):
+    if value is None:
+        return "d.show: dictionary must be initialized."
+    lines = ["<dictionary> {"]
+    for k, v in sorted(value.items()):
+        if isinstance(v, list):
+            lines.append(f"  {k} : <array> {{")
+            lines += [f"    {i} : {x}" for i, x in enumerate(v)]
+            lines.append("  }")
+        else:
+            lines.append(f"  {k} : {v}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
 # ifconfig
 # ---------------------------------------------------------------------------------------
 
@@ -771,8 +986,8 @@ def render_iface(ctx, name, lk, rt):
         bits = 0x8049 if up else 0x8048
     else:
         bits = 0x8822 | ((0x1 | 0x40) if up else 0)
-        if nominal_member and is_up(bridge):
-            bits |= 0x100  # bridge members run promiscuous
+        if nominal_member and up:
+            bits |= 0x100  # xnu sets a member promiscuous as it joins (bridge_ioctl_add)
     names = ",".join(n for b, n in FLAG_BITS if bits & b)
     mtu = 16384 if name == "lo" else link.get("mtu", 1500)
     lines = [f"{mname}: flags={bits:x}<{names}> mtu {mtu}"]
@@ -1977,6 +2192,7 @@ COMMANDS = {
     "ibv_devices": cmd_ibv_devices, "ibv_devinfo": cmd_ibv_devinfo, "rdma_ctl": cmd_rdma_ctl,
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
     "rsync": cmd_rsync,
+    "scutil": cmd_scutil,
 }
 
 

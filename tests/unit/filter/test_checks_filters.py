@@ -22,7 +22,9 @@ def in_place_facts():
     """m1 as discovery (probe_links) sees it after a converged run."""
     return {
         "thunderbolt": {"hardware_ports": {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
-                                           "Thunderbolt Bridge": "bridge0"}},
+                                           "Thunderbolt Bridge": "bridge0"},
+                        # the bridge's definition (what macOS builds it from at boot): en2 is out
+                        "bridge": {"exists": True, "members": ["en3"], "persistent_members": ["en3"]}},
         "services": [{"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True},
                      {"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0",
                       "enabled": False},
@@ -53,6 +55,10 @@ def test_links_in_place_and_answering(checks):
     pytest.param(lambda f: f["links_state"]["routes"].clear(), id="no-host-route"),
     pytest.param(lambda f: f["interfaces"]["en2"].update(ipv4=[]), id="address-gone"),
     pytest.param(lambda f: f["interfaces"]["bridge0"].update(members=["en2", "en3"]), id="back-in-the-bridge"),
+    # out of the bridge now, but its definition would put en2 back at the next boot
+    pytest.param(lambda f: f["thunderbolt"]["bridge"].update(persistent_members=["en2", "en3"]),
+                 id="back-in-the-bridge-after-a-reboot"),
+    pytest.param(lambda f: f["thunderbolt"]["bridge"].update(persistent_members=None), id="definition-unread"),
     pytest.param(lambda f: f["services"][2].update(enabled=False), id="service-disabled"),
     pytest.param(lambda f: f["interfaces"]["en3"].update(ipv4=[{"address": "10.208.0.9", "prefix": 30}]),
                  id="stale-address-elsewhere"),

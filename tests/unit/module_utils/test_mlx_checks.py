@@ -76,6 +76,18 @@ def test_bridge_with_cabled_ports_is_named():
     assert p["host"] == "m1" and "en2" in p["msg"] and "en3" not in p["msg"]
 
 
+def test_ports_out_of_the_bridge_but_still_in_its_definition_are_named():
+    # runtime clean (ifconfig deletem), but macOS rebuilds bridge0 from its definition at boot
+    m1 = host_facts()
+    m1["thunderbolt"]["bridge"] = {"exists": True, "members": [], "persistent_members": ["en2", "en3"]}
+    (p,) = only(preflight({"m1": m1, "m2": host_facts()}, LINKS), "thunderbolt_bridge")
+    assert p["host"] == "m1" and "definition" in p["msg"] and "next boot" in p["msg"] and "en3" not in p["msg"]
+    m1["thunderbolt"]["bridge"]["persistent_members"] = ["en3"]       # not cabled: nothing to say
+    assert only(preflight({"m1": m1, "m2": host_facts()}, LINKS), "thunderbolt_bridge") == []
+    m1["thunderbolt"]["bridge"]["persistent_members"] = None          # file not read: no guess
+    assert only(preflight({"m1": m1, "m2": host_facts()}, LINKS), "thunderbolt_bridge") == []
+
+
 def test_disk_and_topology_errors_and_report_order():
     topo = {"backend": None, "message": "not a mesh and no ring", "missing": [["m1", "m3"]]}
     probs = preflight({"m1": host_facts(free_gb=1), "m2": host_facts()}, LINKS, topo)

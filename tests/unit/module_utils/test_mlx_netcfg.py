@@ -283,3 +283,110 @@ def test_anything_unexpected_in_the_preferences_is_left_to_networksetup():
 ])
 def test_the_other_end_of_a_slash30(address, prefix, partner):
     assert mlx_netcfg.slash30_partner(address, prefix) == partner
+
+
+# ---- the Thunderbolt Bridge's definition: what macOS rebuilds it from at every boot ----
+
+def prefs_with(bridges):
+    import plistlib
+    return plistlib.dumps({"VirtualNetworkInterfaces": {"Bridge": bridges}} if bridges is not None else {})
+
+
+def test_the_bridge_definition_is_read_from_the_preferences(read_fixture):
+    fixture = (Path(__file__).resolve().parents[2] / "fixtures" / "sc_preferences_studio.plist").read_bytes()
+    assert mlx_netcfg.bridges_from_preferences(fixture) == {
+        "bridge0": {"members": ["en3", "en4", "en5"], "allow_configured": False}}
+    # the auto-created Thunderbolt Bridge (Options.__AUTO__), one that allows configured members
+    auto = prefs_with({"bridge0": {"Interfaces": ["en2"], "Options": {"__AUTO__": "thunderbolt-bridge"}},
+                       "bridge1": {"Interfaces": [], "Options": {"AllowConfiguredMembers": True}}})
+    assert mlx_netcfg.bridges_from_preferences(auto) == {
+        "bridge0": {"members": ["en2"], "allow_configured": False},
+        "bridge1": {"members": [], "allow_configured": True}}
+    # no bridge defined at all (deleted by hand): nothing comes back at boot
+    assert mlx_netcfg.bridges_from_preferences(prefs_with(None)) == {}
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param(b"", id="empty"),
+    pytest.param(b"not a plist", id="garbage"),
+    pytest.param(prefs_with({"bridge0": {"Interfaces": "en2"}}), id="members-not-a-list"),
+    pytest.param(prefs_with({"bridge0": {"Interfaces": ["en2", 3]}}), id="member-not-a-name"),
+    pytest.param(prefs_with({"bridge0": ["en2"]}), id="definition-not-a-dict"),
+    pytest.param(prefs_with({"bridge0": {"Interfaces": [], "Options": "x"}}), id="options-not-a-dict"),
+])
+def test_a_definition_that_cannot_be_read_is_unknown_not_empty(data):
+    assert mlx_netcfg.bridges_from_preferences(data) is None
+
+
+def test_planned_ports_leave_the_definition_after_the_runtime_bridge_and_before_any_service():
+    # a fresh Mac: the ports are in bridge0 now and in its definition (configd rebuilt it at
+    # boot); creating a service for a port still in the definition fails on macOS
+    actions, warnings, before, after = plan_links(LINKS, HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {},
+                                                  persistent={"members": ["en2", "en3", "en4"]})
+    assert argvs(actions)[:4] == [
+        ["ifconfig", "bridge0", "deletem", "en2", "deletem", "en3"],
+        ["scutil", "--prefs"],
+        ["networksetup", "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"],
+        ["networksetup", "-createnetworkservice", "Thunderbolt 1", "Thunderbolt 1"],
+    ]
+    scutil = actions[1]
+    assert scutil["stdin"] == ("lock\nget /VirtualNetworkInterfaces/Bridge/bridge0\nd.add Interfaces * en4\n"
+                               "set /VirtualNetworkInterfaces/Bridge/bridge0\ncommit\napply\nunlock\nquit\n")
+    assert scutil["persistent"] == {"bridge": "bridge0", "members": ["en4"], "removed": ["en2", "en3"]}
+    assert warnings == []
+    assert before["bridge"]["persistent_members"] == ["en2", "en3", "en4"]
+    assert after["bridge"]["persistent_members"] == ["en4"]
+
+
+def test_every_member_out_leaves_an_empty_definition():
+    actions, _, _, after = plan_links(LINKS, HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {},
+                                      persistent={"members": ["en2", "en3"]})
+    assert "d.add Interfaces * \n" in next(a["stdin"] for a in actions if a["argv"][0] == "scutil")
+    assert after["bridge"]["persistent_members"] == []
+
+
+@pytest.mark.parametrize("persistent", [
+    pytest.param({"members": ["en4"]}, id="definition-without-the-ports"),
+    pytest.param({}, id="no-bridge-defined"),
+    pytest.param(None, id="not-known"),
+])
+def test_a_definition_without_the_planned_ports_is_left_alone(persistent):
+    services, ifaces, info, routes = converged_state()
+    actions, warnings, before, after = plan_links(LINKS, HWPORTS, services, ifaces, info, routes, persistent=persistent)
+    assert actions == [] and warnings == []
+    assert before["bridge"]["persistent_members"] == after["bridge"]["persistent_members"]
+
+
+def test_a_converged_mac_whose_definition_would_bring_a_port_back_is_not_in_place():
+    # runtime state converged (ifconfig deletem only, service off), but at the next boot
+    # configd puts en2 back into bridge0: the one change is to the definition
+    services, ifaces, info, routes = converged_state()
+    actions, _, _, _ = plan_links(LINKS, HWPORTS, services, ifaces, info, routes,
+                                  persistent={"members": ["en2", "en4"]})
+    assert argvs(actions) == [["scutil", "--prefs"]]
+    assert actions[0]["persistent"]["members"] == ["en4"]
+
+
+def test_a_definition_with_a_non_thunderbolt_member_is_never_edited():
+    actions, warnings, _, after = plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES, FRESH_IFACES, {}, {},
+                                             host_routes=False, persistent={"members": ["en2", "en7"]})
+    assert ["scutil", "--prefs"] not in argvs(actions)
+    assert any("en7" in w and "after a reboot en2 are bridged again" in w for w in warnings)
+    assert after["bridge"]["persistent_members"] == ["en2", "en7"]
+
+
+@pytest.mark.parametrize("protected, ifaces, persistent", [
+    pytest.param(["bridge0"], FRESH_IFACES, {"members": ["en2"]}, id="ansible-over-the-bridge"),
+    pytest.param(["en0"], dict(FRESH_IFACES, bridge0={"ipv4": [], "members": ["en2", "en0"]}), None,
+                 id="management-port-bridged-now"),
+    pytest.param(["en0"], dict(FRESH_IFACES, bridge0={"ipv4": [], "members": []}), {"members": ["en2", "en0"]},
+                 id="management-port-in-the-definition"),
+])
+def test_a_bridge_carrying_the_management_interface_is_refused(protected, ifaces, persistent):
+    with pytest.raises(LinkPlanError, match="refusing to take en2 out of bridge0: it carries the management"):
+        plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES, ifaces, {}, {}, protected=protected, persistent=persistent)
+
+
+def test_the_definition_editor_takes_interface_names_only():
+    with pytest.raises(LinkPlanError, match="not an interface name"):
+        mlx_netcfg.bridge_members_action("bridge0", ["en4\ncommit"], ["en2"])

@@ -113,8 +113,13 @@ def test_the_message_names_the_command_the_bound_and_a_fix(argv, words):
 
 def test_the_runner_applies_its_bound_and_a_longer_one_when_asked(monkeypatch):
     seen = []
-    monkeypatch.setattr(mlx_run, "spawn", lambda argv, timeout, env=None: seen.append(timeout) or (0, "", ""))
+    monkeypatch.setattr(mlx_run, "spawn", lambda argv, timeout, env=None, data=None: seen.append(timeout) or (0, "", ""))
     runner = Runner(7)
     runner.run(["sw_vers"])
     runner.run(["launchctl", "bootout", "system/x"], timeout=40)
     assert seen == [7, 40]
+
+
+def test_standard_input_is_given_when_asked_and_closed_otherwise():
+    assert run_bounded(["cat"], 5, data="lock\ncommit\n")[1] == "lock\ncommit\n"
+    assert run_bounded(["cat"], 5) == (0, "", "")

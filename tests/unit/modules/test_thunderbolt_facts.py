@@ -22,8 +22,9 @@ def test_argv_and_facts(module_runner, read_fixture):
     facts = out.result["ansible_facts"]["mlx_thunderbolt"]
     assert set(facts) == {"mac", "ports", "hardware_ports", "bridge", "warnings"}
     assert facts["ports"][0]["iface"] == "en2" and facts["ports"][0]["peer"]["model_id"] == "Mac16,9"
+    # the preferences file of a test run is never the machine's own: unreadable, unknown
     assert facts["bridge"] == {"exists": True, "members": ["en2", "en3"], "service": "Thunderbolt Bridge",
-                               "service_enabled": True}
+                               "service_enabled": True, "persistent_members": None}
     assert out.result["changed"] is False
 
 
@@ -40,7 +41,20 @@ def test_bridge_does_not_exist_is_not_a_failure(module_runner, read_fixture):
               order=(0, "networksetup_order_bridge_disabled.txt", ""))
     assert not out.failed, out.result
     bridge = out.result["ansible_facts"]["mlx_thunderbolt"]["bridge"]
-    assert bridge == {"exists": False, "members": [], "service": "Thunderbolt Bridge", "service_enabled": False}
+    assert bridge == {"exists": False, "members": [], "service": "Thunderbolt Bridge", "service_enabled": False,
+                      "persistent_members": None}
+
+
+def test_the_bridge_definition_comes_from_the_preferences_file(module_runner, read_fixture):
+    # the studio's file defines bridge0 with en3, en4, en5: the members of the next boot
+    from pathlib import Path
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "sc_preferences_studio.plist"
+    table = {k: v for k, v in STUDIO_A.items() if k in TB_COMMANDS}
+    out = module_runner("thunderbolt_facts", bins=BINS, commands=answers(read_fixture, table),
+                        module_attrs={"SC_PREFERENCES": str(fixture)})
+    assert not out.failed, out.result
+    bridge = out.result["ansible_facts"]["mlx_thunderbolt"]["bridge"]
+    assert bridge["members"] == ["en2", "en3"] and bridge["persistent_members"] == ["en3", "en4", "en5"]
 
 
 def test_missing_hardware_port_warns(module_runner, read_fixture):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mac_commands import BINS, HWPORTS, IFCONFIG, NETSTAT, ORDER
 
 PING = "/sbin/ping"
@@ -255,3 +257,91 @@ def test_service_settings_come_from_the_preferences_file_where_it_answers(module
     assert [a["argv"] for a in out.result["actions"]] == [["networksetup", "-setdhcp", "Thunderbolt 3"]]
     # the file says en2's service is manual 10.208.0.1/30: nothing to do there
     assert out.result["changed"] is True and not any("Thunderbolt 1" in a["argv"] for a in out.result["actions"])
+
+
+SCUTIL = "/usr/sbin/scutil"
+
+
+class ScutilRewrites(Answers):
+    """The table, with `scutil --prefs` answered as it behaves: exit 0 always, stdout empty on
+    success; `rewrite` (or not) stands for configd committing the new definition."""
+
+    def __init__(self, table, path, rewrite, said=""):
+        super().__init__(table)
+        self.path, self.rewrite, self.said = path, rewrite, said
+
+    def __contains__(self, key):
+        return key == (SCUTIL, "--prefs") or dict.__contains__(self, key)
+
+    def __getitem__(self, key):
+        if key != (SCUTIL, "--prefs"):
+            return super().__getitem__(key)
+        if self.rewrite is not None:
+            import plistlib
+            prefs = plistlib.loads(self.path.read_bytes())
+            prefs["VirtualNetworkInterfaces"]["Bridge"]["bridge0"]["Interfaces"] = self.rewrite
+            self.path.write_bytes(plistlib.dumps(prefs))
+        return (0, self.said, "")
+
+
+def studio_prefs(tmp_path):
+    """The studio's preferences file: bridge0 is defined with en3, en4 and en5."""
+    path = tmp_path / "preferences.plist"
+    path.write_bytes((Path(__file__).resolve().parents[2] / "fixtures" / "sc_preferences_studio.plist").read_bytes())
+    return path
+
+
+def test_planned_ports_leave_the_bridge_definition_and_the_file_is_read_back(module_runner, read_fixture, tmp_path):
+    path = studio_prefs(tmp_path)
+    table = ScutilRewrites(commands(read_fixture, [EN3], []), path, rewrite=["en4", "en5"])
+    args = {"links": [EN3], "protected_ifaces": ["en0"], "verify": False}
+    out = module_runner("thunderbolt_links", args=args, bins=dict(BINS, scutil=SCUTIL), commands=table,
+                        module_attrs={"SC_PREFERENCES": str(path)})
+    assert not out.failed, out.result
+    changes = [tuple(c) for c in out.calls[4:]]
+    # out of the live bridge, then out of its definition, before any networksetup change
+    assert changes[:3] == [(IFC, "bridge0", "deletem", "en3"), (SCUTIL, "--prefs"),
+                           (NS, "-setnetworkserviceenabled", "Thunderbolt Bridge", "off")]
+    scutil = out.result["actions"][1]
+    assert scutil["stdin"].startswith("lock\nget /VirtualNetworkInterfaces/Bridge/bridge0\nd.add Interfaces * en4 en5\n")
+    assert out.result["diff"]["before"]["bridge"]["persistent_members"] == ["en3", "en4", "en5"]
+    assert out.result["diff"]["after"]["bridge"]["persistent_members"] == ["en4", "en5"]
+
+
+@pytest.mark.parametrize("rewrite, said", [
+    pytest.param(None, "  Permission denied\n", id="scutil-said-why"),
+    pytest.param(None, "", id="file-unchanged-silently"),
+    pytest.param(["en3", "en4"], "", id="file-still-lists-the-port"),
+])
+def test_a_definition_that_did_not_change_fails_naming_the_file_and_the_fix(module_runner, read_fixture, tmp_path,
+                                                                           rewrite, said):
+    path = studio_prefs(tmp_path)
+    table = ScutilRewrites(commands(read_fixture, [EN3], []), path, rewrite=rewrite, said=said)
+    out = module_runner("thunderbolt_links", args={"links": [EN3], "protected_ifaces": ["en0"], "verify": False},
+                        bins=dict(BINS, scutil=SCUTIL), commands=table, module_attrs={"SC_PREFERENCES": str(path)})
+    assert out.failed
+    msg = out.result["msg"]
+    assert "could not remove en3 from the definition of bridge0" in msg and "Manage Virtual Interfaces" in msg
+    assert (said.strip() or "no output") in msg
+    # nothing after the failed step ran
+    assert not any(c[0] == NS and c[1] == "-createnetworkservice" for c in out.calls)
+
+
+def test_check_mode_shows_the_definition_change_and_runs_nothing(module_runner, read_fixture, tmp_path):
+    path = studio_prefs(tmp_path)
+    table = ScutilRewrites(commands(read_fixture, [EN3], []), path, rewrite=["en4", "en5"])
+    out = module_runner("thunderbolt_links", args={"links": [EN3], "protected_ifaces": ["en0"], "verify": False,
+                                                   "_ansible_check_mode": True},
+                        bins=dict(BINS, scutil=SCUTIL), commands=table, module_attrs={"SC_PREFERENCES": str(path)})
+    assert not out.failed and out.result["changed"] is True
+    assert [SCUTIL, "--prefs"] not in out.calls
+    assert ["scutil", "--prefs"] in [a["argv"] for a in out.result["actions"]]
+    assert out.result["diff"]["after"]["bridge"]["persistent_members"] == ["en4", "en5"]
+
+
+def test_an_unreadable_preferences_file_is_a_warning(module_runner, read_fixture):
+    out = module_runner("thunderbolt_links", args={"links": [EN3], "protected_ifaces": ["en0"], "verify": False,
+                                                   "_ansible_check_mode": True},
+                        bins=BINS, commands=commands(read_fixture, [EN3], []))
+    assert not out.failed
+    assert any("cannot read the network preferences" in w and "next boot is not checked" in w for w in out.warnings)

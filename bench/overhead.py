@@ -63,10 +63,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
-from mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
 
 from bench.common import (  # noqa: E402
     BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, stats,

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "filter"))
+sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
-import mlx_planner  # noqa: E402
-from planner_synth import make_facts, mesh_cables, mlx_connectivity, ring_cables, torus_cables  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner as mlx_planner  # noqa: E402
+from tests.unit.filter.planner_synth import make_facts, mesh_cables, mlx_connectivity, ring_cables, torus_cables  # noqa: E402
 
 CASES = [
     ("mesh 4", lambda: mesh_cables(4)),

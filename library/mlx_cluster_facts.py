@@ -167,7 +167,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     CLUSTER_ARGVS,
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
@@ -178,9 +178,9 @@ from ansible.module_utils.mlx_collect import (
     module_runner,
     side_by_side,
 )
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
-from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
-from ansible.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4

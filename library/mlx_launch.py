@@ -126,8 +126,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
-from ansible.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 
 def tail(text, n=40):

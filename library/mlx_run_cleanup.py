@@ -59,8 +59,8 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
-from ansible.module_utils.mlx_launch import run_processes
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import run_processes
 
 
 def alive(pid):

@@ -177,7 +177,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_server import SpecError, launch_env, rank_of, server_argv, settings_hash
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import SpecError, launch_env, rank_of, server_argv, settings_hash
 
 
 def sha256_of(path):

@@ -127,8 +127,8 @@ import urllib.request
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
-from ansible.module_utils.mlx_server import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     problems,
     process_matches,

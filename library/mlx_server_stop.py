@@ -110,8 +110,8 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
-from ansible.module_utils.mlx_server import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     process_matches,
     processes_with,

@@ -101,7 +101,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
 
 _CHUNK = 8 * 1024 * 1024
 

@@ -189,8 +189,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
-from ansible.module_utils.mlx_rsync import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
     OFFLINE_ENV,
     check_dest,

@@ -113,9 +113,9 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import collect_rdma, module_runner
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner
-from ansible.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_rdma, module_runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 
 def main():

@@ -117,10 +117,10 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_collect import collect_thunderbolt, module_runner
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
-from ansible.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
-from ansible.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_thunderbolt, module_runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 
 def main():

@@ -213,9 +213,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_checks import no_answer_msg
-from ansible.module_utils.mlx_collect import side_by_side
-from ansible.module_utils.mlx_netcfg import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import side_by_side
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
     SC_PREFERENCES,
     LinkPlanError,
@@ -233,8 +233,8 @@ from ansible.module_utils.mlx_netcfg import (
     services_from_preferences,
     stale_ports,
 )
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner, module_run
-from ansible.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
 # Read-only commands run side by side at most.
 READ_WORKERS = 4

@@ -87,9 +87,9 @@ no_answer:
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mlx_checks import no_answer_msg
-from ansible.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
-from ansible.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
 
 
 def main():

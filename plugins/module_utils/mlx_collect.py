@@ -18,56 +18,30 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-try:  # inside an Ansible module
-    from ansible.module_utils.mlx_host import (
-        cabled_ifaces,
-        interfaces_facts,
-        mgmt_by_address,
-        mgmt_by_iface,
-        parse_route_default,
-        parse_sw_vers,
-        parse_sysctl_hw,
-        ssh_server_address,
-    )
-    from ansible.module_utils.mlx_netcfg import (
-        NETSTAT_ROUTES_ARGV,
-        TB_PORT,
-        bridges_from_preferences,
-        parse_getinfo,
-        parse_netstat_routes,
-        ping_argv,
-        pings_from_here,
-        route_of,
-        slash30_partner,
-    )
-    from ansible.module_utils.mlx_rdma import rdma_facts
-    from ansible.module_utils.mlx_run import CommandTimeout
-    from ansible.module_utils.mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts
-except ImportError:  # unit tests: plugins/module_utils is on sys.path
-    from mlx_host import (  # type: ignore[no-redef]
-        cabled_ifaces,
-        interfaces_facts,
-        mgmt_by_address,
-        mgmt_by_iface,
-        parse_route_default,
-        parse_sw_vers,
-        parse_sysctl_hw,
-        ssh_server_address,
-    )
-    from mlx_netcfg import (  # type: ignore[no-redef]
-        NETSTAT_ROUTES_ARGV,
-        TB_PORT,
-        bridges_from_preferences,
-        parse_getinfo,
-        parse_netstat_routes,
-        ping_argv,
-        pings_from_here,
-        route_of,
-        slash30_partner,
-    )
-    from mlx_rdma import rdma_facts  # type: ignore[no-redef]
-    from mlx_run import CommandTimeout  # type: ignore[no-redef]
-    from mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts  # type: ignore[no-redef]
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
+    cabled_ifaces,
+    interfaces_facts,
+    mgmt_by_address,
+    mgmt_by_iface,
+    parse_route_default,
+    parse_sw_vers,
+    parse_sysctl_hw,
+    ssh_server_address,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
+    NETSTAT_ROUTES_ARGV,
+    TB_PORT,
+    bridges_from_preferences,
+    parse_getinfo,
+    parse_netstat_routes,
+    ping_argv,
+    pings_from_here,
+    route_of,
+    slash30_partner,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_facts
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
 HWPORTS_ARGV = ["networksetup", "-listallhardwareports"]

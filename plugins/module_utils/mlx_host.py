@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-try:  # inside an Ansible module
-    from ansible.module_utils.mlx_tb import ParseError, parse_ifconfig, small_int, to_text
-except ImportError:  # unit tests: plugins/module_utils is on sys.path
-    from mlx_tb import ParseError, parse_ifconfig, small_int, to_text  # type: ignore[no-redef]
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, parse_ifconfig, small_int, to_text
 
 SW_VERS_COMMAND = "sw_vers"
 SYSCTL_COMMAND = "sysctl -n hw.memsize hw.model hw.ncpu"

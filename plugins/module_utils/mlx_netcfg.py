@@ -21,10 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-try:  # inside an Ansible module
-    from ansible.module_utils.mlx_tb import ParseError
-except ImportError:  # unit tests: plugins/module_utils is on sys.path
-    from mlx_tb import ParseError  # type: ignore[no-redef]
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 TB_PORT = re.compile(r"^Thunderbolt \d+$")
 
@@ -554,3 +551,12 @@ def pinged_from_the_other_end(link):
     first = str(link.get("cable") or "").split("~")[0]
     return bool(first) and first == f"{link.get('peer_host')}:{link.get('peer_iface')}"
 
+
+NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
+                 "shows the peer), then re-run the network stage.")
+
+
+def no_answer_msg(no_answer):
+    """The failure message for cables that did not answer a ping ([{"problem": str}, ...])."""
+    return ("no answer over " + "; ".join(x["problem"] for x in no_answer) + ". " + NO_ANSWER_FIX
+            + " When another Mac failed to apply its side, fix that first.")

@@ -13,10 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-try:  # inside an Ansible module
-    from ansible.module_utils.mlx_tb import ParseError, small_int, to_text
-except ImportError:  # unit tests: plugins/module_utils is on sys.path
-    from mlx_tb import ParseError, small_int, to_text  # type: ignore[no-redef]
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, small_int, to_text
 
 IBV_DEVICES_COMMAND = "ibv_devices"
 IBV_DEVINFO_COMMAND = "ibv_devinfo -v"

@@ -39,12 +39,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-try:  # inside an Ansible module
-    from ansible.module_utils.mlx_ssh import explain_ssh_failure
-    from ansible.module_utils.mlx_tb import to_text
-except ImportError:  # unit tests: plugins/module_utils is on sys.path
-    from mlx_ssh import explain_ssh_failure  # type: ignore[no-redef]
-    from mlx_tb import to_text  # type: ignore[no-redef]
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import to_text
 
 RSYNC_COMMAND = "rsync"
 # What `-i` means in GNU rsync and openrsync alike.

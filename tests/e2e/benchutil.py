@@ -46,7 +46,7 @@ def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, 
             "timeout": timeout, "ssh_targets": plan["ssh"]}
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    return [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx_launch",
+    return [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx.cluster.mlx_launch",
             "-a", json.dumps(args)], env
 
 

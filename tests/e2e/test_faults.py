@@ -325,7 +325,7 @@ def test_management_interface_is_never_touched(sim_cluster):
             "protected_ifaces": ["en0"]}
     with Fault("a plan that would touch the management interface") as f:
         res = subprocess.run([str(Path(sys.executable).parent / "ansible"), "m1", "-i", str(cluster.inventory_path),
-                              "-m", "thunderbolt_links", "-a", json.dumps(args), "--become"],
+                              "-m", "mlx.cluster.thunderbolt_links", "-a", json.dumps(args), "--become"],
                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
         f.message(res.stdout[res.stdout.find("refusing"):])
         assert res.returncode != 0 and "refusing to configure en0: it is the management interface" in res.stdout

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
 from tests.e2e.runner import is_mutating, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]

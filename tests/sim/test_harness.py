@@ -23,9 +23,8 @@ from tests.simcluster.cluster import SimCluster, SimError, _cmdline, list_namesp
 from tests.simcluster.spec import SpecError, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
-import mlx_netcfg  # noqa: E402  (the product's parsers, over the shims' output)
-import mlx_tb  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg  # noqa: E402  (the product's parsers, over the shims' output)
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT = 180

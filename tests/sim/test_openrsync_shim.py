@@ -20,9 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHIMS = ROOT / "tests" / "simcluster" / "shims"
 sys.path.insert(0, str(SHIMS))
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 import openrsync  # noqa: E402
-from mlx_rsync import parse_itemized, rsync_argv  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import parse_itemized, rsync_argv  # noqa: E402
 
 pytestmark = pytest.mark.skipif(openrsync.gnu_rsync() is None, reason="GNU rsync is not installed")
 

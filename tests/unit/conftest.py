@@ -1,9 +1,8 @@
-"""Unit-test helpers: module_utils importable both ways, captured outputs, module runs.
+"""Unit-test helpers: captured outputs, module runs.
 
-- `plugins/module_utils` goes on sys.path, so tests `import mlx_tb`.
-- `ansible.module_utils.<name>` resolves to the very same module object as `<name>` for
-  every file in plugins/module_utils (a lazy finder), so `library/*.py` import as they do
-  under Ansible and a ParseError raised in a module is the ParseError a test catches.
+- The toolkit is imported as the collection it is: `ansible_collections.mlx.cluster.plugins.
+  module_utils.<name>` (what runs on the Macs), `...plugin_utils.<name>` (the controller's
+  rules), `...plugins.modules.<name>` (library/, as Ansible sees it), by name, never by path.
 - `fixture_text(name)` reads tests/fixtures/<name>.
 - `run_module(...)` runs a library module's main() with get_bin_path and mlx_run.spawn (the
   one place the modules start a command) mocked, and returns its JSON result and every argv
@@ -14,49 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.abc
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_run
+
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_UTILS = ROOT / "plugins" / "module_utils"
-LIBRARY = ROOT / "library"
 FIXTURES = ROOT / "tests" / "fixtures"
-_PREFIX = "ansible.module_utils."
-
-for _path in (MODULE_UTILS, ROOT / "tests" / "unit" / "modules"):  # the latter for mac_commands.py
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-
-class _AliasLoader(importlib.abc.Loader):
-    """Hands out the plain module (`mlx_tb`) for `ansible.module_utils.mlx_tb`."""
-
-    def __init__(self, plain):
-        self.plain = plain
-
-    def create_module(self, spec):
-        return importlib.import_module(self.plain)
-
-    def exec_module(self, module):
-        pass  # already executed by the plain import
-
-
-class _ModuleUtilsFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        name = fullname[len(_PREFIX):] if fullname.startswith(_PREFIX) else ""
-        if not name or "." in name or not (MODULE_UTILS / f"{name}.py").is_file():
-            return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(name))
-
-
-if not any(isinstance(f, _ModuleUtilsFinder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _ModuleUtilsFinder())
+MODULES = "ansible_collections.mlx.cluster.plugins.modules"
 
 
 def fixture_text(name):
@@ -65,11 +32,8 @@ def fixture_text(name):
 
 
 def load_library(name):
-    """Import library/<name>.py as a fresh module object."""
-    spec = importlib.util.spec_from_file_location(f"mlx_library_{name}", LIBRARY / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module library/<name>.py, imported as Ansible names it (mlx.cluster.<name>)."""
+    return importlib.import_module(f"{MODULES}.{name}")
 
 
 # A command that does not answer within its bound (a `commands` answer of run_module).
@@ -120,12 +84,12 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         getattr(ansible_warnings, store, {}).clear()
 
     module = load_library(name)
+    attrs = dict(module_attrs or {})
     if hasattr(module, "SC_PREFERENCES"):
         # the machine's own network preferences file never answers for a test's Mac
-        module.SC_PREFERENCES = "/nonexistent/mlx-cluster-test/preferences.plist"
-    for attr, value in (module_attrs or {}).items():
+        attrs.setdefault("SC_PREFERENCES", "/nonexistent/mlx-cluster-test/preferences.plist")
+    for attr in attrs:
         assert hasattr(module, attr), attr
-        setattr(module, attr, value)
     outcome = ModuleRun()
     commands = commands or {}
     bins = bins or {}
@@ -135,8 +99,6 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         if path is None and required:
             self.fail_json(msg=f"Failed to find required executable \"{arg}\" in paths")
         return path
-
-    import mlx_run
 
     def spawn(argv, timeout, env_update=None, data=None):
         outcome.calls.append(list(argv))
@@ -166,7 +128,9 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
             mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path), \
             mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
             mock.patch.object(mlx_run, "spawn", spawn), \
-            mock.patch.dict("os.environ", env or {}):
+            mock.patch.dict("os.environ", env or {}), contextlib.ExitStack() as patched:
+        for attr, value in attrs.items():  # undone after the run: the module object is shared
+            patched.enter_context(mock.patch.object(module, attr, value))
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_info:
             module.main()

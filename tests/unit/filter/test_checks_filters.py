@@ -1,11 +1,11 @@
-"""plugins/filter/mlx_checks.py: mlx_links_in_place, the re-run shortcut of the network stage."""
+"""plugins/filter/check_filters.py: mlx_links_in_place, the re-run shortcut of the network stage."""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
-from conftest import controller_imports
+from tests.unit.filter.controller import controller_imports
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +138,8 @@ def test_the_far_end_takes_the_answer_of_the_end_that_pinged(checks):
 def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
     """With a jaccl-ring plan, a TB4 diagonal (not in rdma_cables) is measured over the TCP
     ring on its own /30, never as an RDMA pair it cannot carry."""
-    import mlx_planner as planner
-    from planner_synth import cable, make_facts, mesh_cables
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+    from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
     hosts, cables = mesh_cables(4)
     cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} in ({"m00", "m02"}, {"m01", "m03"})
               else c for c in cables]

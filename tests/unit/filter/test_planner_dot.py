@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-import mlx_planner as planner
-from planner_synth import cable, make_facts, ring_cables
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from tests.unit.filter.planner_synth import cable, make_facts, ring_cables
 
 needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' not installed")
 

@@ -1,4 +1,4 @@
-"""plugins/filter/mlx_planner.py: the Ansible face of the planner."""
+"""plugins/filter/plan_filters.py: the Ansible face of the planner."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner_synth import cable, make_facts, mesh_cables
+from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -21,12 +21,10 @@ def test_exposes_the_five_filters(filters):
     assert sorted(filters) == sorted(NAMES)
 
 
-def test_pure_module_is_loaded_once_by_path(filters, filter_loader):
-    filters["mlx_links"]({})
-    mod = sys.modules["_mlx_cluster_module_utils_mlx_planner"]
-    assert Path(mod.__file__).resolve() == ROOT / "plugins" / "module_utils" / "mlx_planner.py"
-    filter_loader().FilterModule().filters()["mlx_links"]({})
-    assert sys.modules["_mlx_cluster_module_utils_mlx_planner"] is mod
+def test_the_filters_call_the_controllers_planner(filters):
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+    hosts, cables = mesh_cables(2)
+    assert filters["mlx_links"](make_facts(hosts, cables)) == planner.links(make_facts(hosts, cables))
 
 
 def test_pipeline(filters):
@@ -75,20 +73,20 @@ PLAYBOOK = """
   tasks:
     - name: Run the planner filters through the real templating
       vars:
-        links: "{{{{ facts | mlx_links }}}}"
-        topo: "{{{{ links | mlx_topology(hostnames, rdma=dict(hostnames | zip([true, true, true]))) }}}}"
-        plan: "{{{{ links | mlx_ip_plan(interfaces=ifaces, exclude=['10.208.1.0/24']) }}}}"
-        hostfile: "{{{{ topo | mlx_hostfile(plan, coordinators={{'m00': '10.1.0.1', 'm01': '10.1.0.2', 'm02': '10.1.0.3'}}) }}}}"
+        links: "{{{{ facts | mlx.cluster.mlx_links }}}}"
+        topo: "{{{{ links | mlx.cluster.mlx_topology(hostnames, rdma=dict(hostnames | zip([true, true, true]))) }}}}"
+        plan: "{{{{ links | mlx.cluster.mlx_ip_plan(interfaces=ifaces, exclude=['10.208.1.0/24']) }}}}"
+        hostfile: "{{{{ topo | mlx.cluster.mlx_hostfile(plan, coordinators={{'m00': '10.1.0.1', 'm01': '10.1.0.2', 'm02': '10.1.0.3'}}) }}}}"
       ansible.builtin.copy:
         dest: "{{{{ out }}}}"
         content: "{{{{ {{'links': links, 'topo': topo, 'plan': plan, 'hostfile': hostfile,
-                       'dot': links | mlx_dot(topo, plan)}} | to_json }}}}"
+                       'dot': links | mlx.cluster.mlx_dot(topo, plan)}} | to_json }}}}"
         mode: "0600"
     - name: A planning error fails the task with the filter's name
       block:
         - name: Plan one host
           ansible.builtin.debug:
-            msg: "{{{{ facts | mlx_links | mlx_topology(['m00']) }}}}"
+            msg: "{{{{ facts | mlx.cluster.mlx_links | mlx.cluster.mlx_topology(['m00']) }}}}"
       rescue:
         - name: Check the error
           ansible.builtin.assert:
@@ -98,7 +96,6 @@ PLAYBOOK = """
 
 def _env(tmp_path):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_FILTER_PLUGINS=str(ROOT / "plugins" / "filter"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOME=str(tmp_path / "ansible-home"))
     return env
@@ -126,7 +123,7 @@ def test_filters_under_ansible_playbook(tmp_path):
 
 
 def test_ansible_doc_renders_every_filter(tmp_path):
-    run = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", "--json"] + NAMES,
+    run = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{n}" for n in NAMES],
                          capture_output=True, text=True, env=_env(tmp_path), cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
     docs = json.loads(run.stdout)

@@ -8,9 +8,9 @@ from unittest import mock
 
 import pytest
 
-import mlx_planner as planner
-from mlx_planner import PlanError
-from planner_synth import cable, make_facts, mesh_cables, ring_cables
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
 LAN = {"m00": "10.1.0.10", "m01": "10.1.0.11", "m02": "10.1.0.12", "m03": "10.1.0.13",
        "r00": "10.1.0.20", "r01": "10.1.0.21", "r02": "10.1.0.22", "r03": "10.1.0.23"}

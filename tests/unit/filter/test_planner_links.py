@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-import mlx_planner as planner
-from mlx_planner import PlanError
-from planner_synth import cable, find_port, make_facts, tb_uuid
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import cable, find_port, make_facts, tb_uuid
 
 
 def _ids(result):
@@ -210,7 +210,7 @@ def test_port_without_uuid_is_matched_from_the_side_that_sees_it():
 def test_port_without_uuid_or_peer_is_named_not_dropped():
     """Neither its UUID nor its peer: the cable cannot be placed. It does not vanish: it is
     an `unmatched` entry, the other end's 'external' warning points at it, preflight names it."""
-    from mlx_checks import preflight
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import preflight
     facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en3"), cable("m1", "en3", "m3", "en2"),
                                             cable("m2", "en2", "m3", "en3")])
     port = find_port(facts, "m2", "en3")

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mlx_planner as planner
-from mlx_planner import PlanError
-from planner_synth import (cable, find_port, make_facts, mesh_cables, mlx_connectivity, multi_meshes,
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import (cable, find_port, make_facts, mesh_cables, mlx_connectivity, multi_meshes,
                            tb_uuid, weights, wirings)
 
 INTENDED_DIFFERENCES = {

@@ -10,9 +10,9 @@ import random
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-import mlx_planner as planner
-from mlx_planner import PlanError
-from planner_synth import brute_mesh, brute_ring, make_facts, weights, wirings
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import brute_mesh, brute_ring, make_facts, weights, wirings
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

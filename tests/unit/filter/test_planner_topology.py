@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-import mlx_planner as planner
-from mlx_planner import PlanError
-from planner_synth import cable, make_facts, mesh_cables, ring_cables, torus_cables
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables, torus_cables
 
 
 def links_of(hosts, cables):

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import yaml
-from conftest import ROOT, controller_imports
+from tests.unit.filter.controller import ROOT, controller_imports
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from mlx_collect import collect_cluster, collect_rdma, collect_thunderbolt
-from mlx_host import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_cluster, collect_rdma, collect_thunderbolt
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     ParseError,
     cabled_ifaces,
     interfaces_facts,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result, run_processes
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result, run_processes
 
 HOSTS = ["m1", "m2", "m3"]
 

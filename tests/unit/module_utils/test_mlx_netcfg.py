@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-import mlx_netcfg
-from mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links, runtime_done
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import LinkPlanError, netmask, parse_getinfo, parse_route_get, plan_links, runtime_done
 
 HWPORTS = {"Ethernet": "en0", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
            "Thunderbolt 3": "en4", "Thunderbolt Bridge": "bridge0"}
@@ -150,7 +150,7 @@ def test_runtime_done_tells_what_networksetup_already_applied():
 
 
 def test_old_end_of_a_moved_cable_loses_its_address_and_manual_service():
-    from mlx_netcfg import stale_ports
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import stale_ports
 
     services, ifaces, info, routes = converged_state()
     # en4: the old end of a cable moved away; no carrier, still 10.208.0.9/30 (runtime and

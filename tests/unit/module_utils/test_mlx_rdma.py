@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import mlx_tb
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
-from mlx_rdma import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import (
     FIX_ENABLE,
     ParseError,
     iface_of,

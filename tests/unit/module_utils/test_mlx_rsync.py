@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mlx_rsync import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     OUT_FORMAT,
     check_dest,
     compare_manifests,

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-import mlx_run
-from mlx_run import CommandTimeout, Runner, command_text, fix_for, run_bounded
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout, Runner, command_text, fix_for, run_bounded
 
 
 def running(pid):

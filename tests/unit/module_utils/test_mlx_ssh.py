@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mlx_ssh import explain_ssh_failure, wrapper_files
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 TARGETS = {
     "m1": {"host": "10.99.0.2", "ssh": "FAKE", "options": ["-o", "BatchMode=yes", "-o", "User=admin",

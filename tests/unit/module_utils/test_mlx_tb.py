@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-import mlx_tb
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
-from mlx_tb import (
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     SP_COMMAND,
     ParseError,
     link_class,

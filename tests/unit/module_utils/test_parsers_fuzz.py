@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mlx_host
-import mlx_rdma
-import mlx_tb
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_host
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_rdma
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SP_FIXTURES = sorted(p.name for p in FIXTURES.glob("sp_*.json"))

@@ -5,7 +5,7 @@ message naming the command, the bound and the fix. Commands answered at mlx_run.
 from __future__ import annotations
 
 import pytest
-from mac_commands import (
+from tests.unit.modules.mac_commands import (
     BINS,
     HWPORTS,
     IBV_DEVICES,

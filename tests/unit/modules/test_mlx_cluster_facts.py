@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from mac_commands import (
+from tests.unit.modules.mac_commands import (
     BINS,
     C_LOCALE,
     HWPORTS,

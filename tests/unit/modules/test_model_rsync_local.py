@@ -244,7 +244,7 @@ def test_through_the_ansible_command(tree, tmp_path):
 
     def adhoc(*extra):
         proc = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local",
-                               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "model_rsync",
+                               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "mlx.cluster.model_rsync",
                                "-a", json.dumps({"src": str(src), "dest": str(dest)}), *extra],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mac_commands import BINS, C_LOCALE, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, STUDIO_A, answers
+from tests.unit.modules.mac_commands import BINS, C_LOCALE, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, STUDIO_A, answers
 
 RDMA_COMMANDS = [IBV_DEVICES, IBV_DEVINFO, RDMA_CTL]
 

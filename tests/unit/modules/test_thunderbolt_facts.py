@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mac_commands import BINS, BRIDGE, C_LOCALE, HWPORTS, ORDER, SP, STUDIO_A, answers
+from tests.unit.modules.mac_commands import BINS, BRIDGE, C_LOCALE, HWPORTS, ORDER, SP, STUDIO_A, answers
 
 TB_COMMANDS = [SP, HWPORTS, ORDER, BRIDGE]
 

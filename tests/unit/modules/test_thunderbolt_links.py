@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mac_commands import BINS, HWPORTS, IFCONFIG, NETSTAT, ORDER
+from tests.unit.modules.mac_commands import BINS, HWPORTS, IFCONFIG, NETSTAT, ORDER
 
 PING = "/sbin/ping"
 NS, IFC, ROUTE = BINS["networksetup"], BINS["ifconfig"], BINS["route"]
@@ -160,8 +160,8 @@ def test_check_mode_reads_only_and_pings_nothing(module_runner, read_fixture):
 
 
 def test_state_from_discovery_is_not_read_again(module_runner, read_fixture):
-    from mlx_host import interfaces_facts
-    from mlx_tb import parse_hardware_ports, parse_service_order
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import interfaces_facts
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_hardware_ports, parse_service_order
 
     state = {"hardware_ports": parse_hardware_ports(read_fixture("networksetup_hwports_studio_with_bridge.txt")),
              "services": parse_service_order(read_fixture("networksetup_order_bridge_enabled.txt")),

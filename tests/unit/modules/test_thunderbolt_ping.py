@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mac_commands import C_LOCALE
+from tests.unit.modules.mac_commands import C_LOCALE
 
 PING = "/sbin/ping"
 LINKS = [

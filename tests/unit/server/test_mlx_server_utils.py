@@ -8,7 +8,7 @@ from argparse import Namespace
 
 import pytest
 
-import mlx_server as ms
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
 from mlx._distributed_utils import launch as mlx_launch
 from mlx._distributed_utils.common import Hostfile
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import mlx_server as ms
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
 from tests.tinymodel import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
-"""Filters over plugins/module_utils/mlx_checks.py (preflight checks)."""
+"""Filters over plugins/plugin_utils/preflight.py (preflight checks) and the pure helpers of the
+plan artifacts, the per-cable checks and the network stage's messages."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
 DOCUMENTATION = r"""
 name: mlx_preflight
@@ -18,28 +20,11 @@ description:
 """
 
 
-def _load(name):
-    key = f"_mlx_cluster_{name}"
-    if key not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils", f"{name}.py")
-        spec = importlib.util.spec_from_file_location(key, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[key] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[key]
-
-
-def _netcfg():
-    """mlx_netcfg, whose fallback import `from mlx_tb import ParseError` finds mlx_tb here."""
-    sys.modules.setdefault("mlx_tb", _load("mlx_tb"))
-    return _load("mlx_netcfg")
-
-
 def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
     if not isinstance(facts_by_host, dict):
         raise AnsibleFilterError("mlx_preflight: expects a dict of host -> mlx_cluster facts")
     try:
-        return _load("mlx_checks").preflight(facts_by_host, links, topology, settings, ip_plan)
+        return preflight_rules.preflight(facts_by_host, links, topology, settings, ip_plan)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError(f"mlx_preflight: malformed facts ({exc})") from exc
 
@@ -47,7 +32,7 @@ def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_pl
 def mlx_preflight_report(problems):
     if not isinstance(problems, list):
         raise AnsibleFilterError("mlx_preflight_report: expects the list from mlx_preflight")
-    return _load("mlx_checks").report(problems)
+    return preflight_rules.report(problems)
 
 
 def mlx_coordinator(host_vars):
@@ -138,7 +123,7 @@ def mlx_no_answer_msg(no_answer):
     """The failure message for the `no_answer` entries of thunderbolt_links / thunderbolt_ping."""
     if not isinstance(no_answer, list) or not all(isinstance(x, dict) and "problem" in x for x in no_answer):
         raise AnsibleFilterError("mlx_no_answer_msg: expects the no_answer list of thunderbolt_links/_ping")
-    return _load("mlx_checks").no_answer_msg(no_answer)
+    return mlx_netcfg.no_answer_msg(no_answer)
 
 
 def mlx_dropped_out(ip_plan, hosts):
@@ -146,7 +131,7 @@ def mlx_dropped_out(ip_plan, hosts):
     if not isinstance(ip_plan, dict) or not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("mlx_dropped_out: expects mlx_cluster_plan.ip_plan and a list of hosts")
     try:
-        return _load("mlx_checks").dropped_out(ip_plan, hosts)
+        return preflight_rules.dropped_out(ip_plan, hosts)
     except (AttributeError, KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"mlx_dropped_out: malformed plan ({exc})") from exc
 
@@ -165,7 +150,7 @@ def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, 
     state = facts.get("links_state")
     if not links or not isinstance(state, dict) or facts.get("services") is None:
         return False
-    netcfg = _netcfg()
+    netcfg = mlx_netcfg
     try:
         hwports = (facts.get("thunderbolt") or {}).get("hardware_ports") or {}
         interfaces = facts.get("interfaces") or {}

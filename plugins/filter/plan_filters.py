@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters over plugins/module_utils/mlx_planner.py: mlx_links, mlx_topology, mlx_ip_plan,
+"""Filters over plugins/plugin_utils/planner.py: mlx_links, mlx_topology, mlx_ip_plan,
 mlx_hostfile, mlx_dot.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
@@ -9,32 +9,11 @@ documentation of each filter is its sidecar file (mlx_links.yml, ...), as ansibl
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-# We are a plain Ansible project, not a collection: load the pure module by its path, once.
-_MODULE_NAME = "_mlx_cluster_module_utils_mlx_planner"
-_MODULE_PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir,
-                            "module_utils", "mlx_planner.py")
-
-
-def _planner():
-    module = sys.modules.get(_MODULE_NAME)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(_MODULE_NAME, os.path.normpath(_MODULE_PATH))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_MODULE_NAME] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[_MODULE_NAME]
-            raise
-    return module
-
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 
 def _plain(value):
     """Ansible's tagged/lazy containers and strings -> plain dict/list/str (recursively)."""
@@ -60,7 +39,6 @@ def _check(filter_name, arg, value, types, what):
 
 
 def _call(filter_name, function, *args, **kwargs):
-    planner = _planner()
     try:
         return function(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
     except planner.PlanError as exc:
@@ -72,7 +50,7 @@ def _call(filter_name, function, *args, **kwargs):
 def mlx_links(facts_by_host):
     """{host: mlx_thunderbolt facts} -> {cables, one_sided, external, problems, warnings}."""
     _check("mlx_links", "input", facts_by_host, Mapping, "a mapping host -> mlx_thunderbolt facts")
-    return _call("mlx_links", _planner().links, facts_by_host)
+    return _call("mlx_links", planner.links, facts_by_host)
 
 
 def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
@@ -86,13 +64,12 @@ def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=Fa
         _check("mlx_topology", "backend", backend, str, "auto, jaccl, jaccl-ring or ring")
     _check("mlx_topology", "rdma_through_docks", rdma_through_docks, bool, "true or false")
     _check("mlx_topology", "rdma_required", rdma_required, bool, "true or false")
-    return _call("mlx_topology", _planner().topology, links, hosts, rdma=rdma, backend=backend,
+    return _call("mlx_topology", planner.topology, links, hosts, rdma=rdma, backend=backend,
                  rdma_through_docks=rdma_through_docks, rdma_required=rdma_required)
 
 
 def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
     """links -> {pool, cables: {id: {network, a, b}}, hosts: {host: [...]}}."""
-    planner = _planner()
     _check("mlx_ip_plan", "input", links, Mapping, "the result of mlx_links")
     if pool is None:
         pool = planner.DEFAULT_POOL
@@ -121,7 +98,7 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
     _check("mlx_hostfile", "envs", envs, (list, tuple), "a list of NAME=value strings")
     if backend is not None:
         _check("mlx_hostfile", "backend", backend, str, "jaccl, jaccl-ring or ring")
-    return _call("mlx_hostfile", _planner().hostfile, topology, plan, coordinators=coordinators,
+    return _call("mlx_hostfile", planner.hostfile, topology, plan, coordinators=coordinators,
                  envs=envs, backend=backend)
 
 
@@ -132,7 +109,7 @@ def mlx_dot(links, topology=None, plan=None):
         _check("mlx_dot", "topology", topology, Mapping, "the result of mlx_topology")
     if plan is not None:
         _check("mlx_dot", "plan", plan, Mapping, "the result of mlx_ip_plan")
-    return _call("mlx_dot", _planner().dot, links, topology=topology, plan=plan)
+    return _call("mlx_dot", planner.dot, links, topology=topology, plan=plan)
 
 
 class FilterModule(object):

@@ -215,16 +215,6 @@ def _stale_links(facts_by_host, cabled, pool):
     return out
 
 
-NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
-                 "shows the peer), then re-run the network stage.")
-
-
-def no_answer_msg(no_answer):
-    """The failure message for cables that did not answer a ping ([{"problem": str}, ...])."""
-    return ("no answer over " + "; ".join(x["problem"] for x in no_answer) + ". " + NO_ANSWER_FIX
-            + " When another Mac failed to apply its side, fix that first.")
-
-
 def dropped_out(ip_plan, hosts):
     """Lines naming the Macs that left a run part-way (unreachable or failed), the cables that
     lead to them, and the repair. `ip_plan` is the plan's ip_plan, `hosts` the Macs gone."""

@@ -2,7 +2,7 @@
 """Controller-side planner: Thunderbolt facts -> cables -> topology -> IP plan -> MLX hostfile.
 
 Pure functions with no Ansible import, so they can be tested (and benchmarked) on their own.
-``plugins/filter/mlx_planner.py`` is the thin Ansible face of this module. Every planning
+``plugins/filter/plan_filters.py`` is the thin Ansible face of this module. Every planning
 failure raises :class:`PlanError` with a message that says what is wrong and how to fix it.
 
 The pipeline, as the playbooks use it (see ``docs/design.md``)::

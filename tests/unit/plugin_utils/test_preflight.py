@@ -1,6 +1,6 @@
 """preflight(): every problem names host, port and fix."""
 
-from mlx_checks import preflight, report, version_tuple
+from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import preflight, report, version_tuple
 
 
 def host_facts(version="26.2", rdma_ctl="enabled", devices=("en2", "en3"), state="PORT_ACTIVE",
@@ -148,7 +148,8 @@ def test_a_cluster_never_configured_has_no_unaddressed_warnings():
 
 
 def test_silent_cables_message_and_macs_that_dropped_out():
-    from mlx_checks import dropped_out, no_answer_msg
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import dropped_out
 
     msg = no_answer_msg([{"problem": "cable a~b: en2 1.1.1.1 -> m2:en2 1.1.1.2"}, {"problem": "cable c~d: x"}])
     assert msg.startswith("no answer over cable a~b: en2 1.1.1.1 -> m2:en2 1.1.1.2; cable c~d: x. Fix: ")
@@ -189,7 +190,7 @@ def test_rdma_required_without_a_fitting_backend_is_an_error_with_the_cables_fix
 
 
 def test_a_hung_rdma_probe_names_the_mac_the_command_and_the_fix():
-    from mlx_rdma import rdma_facts
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_facts
 
     hung = {"command": "ibv_devinfo -v", "msg": "`ibv_devinfo -v` did not answer within 5 s on this Mac (stopped)",
             "fix": "RDMA looks wedged on this Mac: replug its Thunderbolt cables, or reboot the Mac if that "

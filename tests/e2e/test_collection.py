@@ -49,7 +49,7 @@ def test_built_collection_works_from_another_project(sim_cluster, tmp_path):
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOST_KEY_CHECKING="True")
     env.pop("ANSIBLE_CONFIG", None)
     build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path),
-                            str(ROOT)], capture_output=True, text=True, env=env, timeout=300)
+                            str(ROOT)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
     (tarball,) = tmp_path.glob("mlx-cluster-*.tar.gz")
     with tarfile.open(tarball) as tar:
@@ -57,9 +57,11 @@ def test_built_collection_works_from_another_project(sim_cluster, tmp_path):
     assert "galaxy.yml" not in names and "MANIFEST.json" in names
     assert not any(n.startswith(("tests/", "collections/", ".venv/")) for n in names)
     installed = tmp_path / "collections"
-    inst = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(installed)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    # from tmp_path: no ansible.cfg there (this repository's would say the collection is installed)
+    inst = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", str(tarball),
+                           "-p", str(installed)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert inst.returncode == 0, inst.stdout + inst.stderr
+    assert (installed / "ansible_collections" / "mlx" / "cluster" / "plugins" / "modules" / "mlx_launch.py").is_file()
     project = tmp_path / "other-project"
     project.mkdir()
     (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {installed}\ngathering = explicit\n")

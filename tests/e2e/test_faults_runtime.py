@@ -164,14 +164,21 @@ def test_rank_killed_mid_benchmark_ends_in_time_names_the_mac_and_leaves_nothing
                 proc.communicate()
 
 
-@pytest.mark.parametrize("case", ["name-does-not-resolve", "key-refused", "remote-login-off"])
-def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(sim_cluster, case):
-    """mlx.launch reaches each Mac as the inventory says; when it cannot, the launch does not
-    start and the message names the Mac, the cause and that cause's own fix."""
+@pytest.fixture(scope="module")
+def pair_with_hostfile(sim_cluster):
+    """The pair with its hostfile and plan written (once for the cases below)."""
     cluster = sim_cluster("pair")
     cluster.reset()
     ok = run_site(cluster, tags=["hostfile"], extravars={"mlx_cluster_backend": "ring"})
     assert ok.rc == 0, ok.failures()
+    return cluster
+
+
+@pytest.mark.parametrize("case", ["name-does-not-resolve", "key-refused", "remote-login-off"])
+def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hostfile, case):
+    """mlx.launch reaches each Mac as the inventory says; when it cannot, the launch does not
+    start and the message names the Mac, the cause and that cause's own fix."""
+    cluster = pair_with_hostfile
     argv, env = launch_command(cluster, timeout=60)
     args = json.loads(argv[-1])
     target = args["ssh_targets"]["m2"]

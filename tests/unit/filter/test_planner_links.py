@@ -181,7 +181,7 @@ def test_bad_input(bad):
 
 def test_real_captures_through_mlx_tb(read_fixture):
     """Cross-layer: two captured Mac Studios cabled together, through the real fact parser."""
-    mlx_tb = pytest.importorskip("mlx_tb")
+    from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
     hw = read_fixture("networksetup_hwports_studio_with_bridge.txt")
     facts = {"studio-a": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), hw),
              "studio-b": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_b.json"), hw)}

@@ -296,9 +296,7 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
     where = f"{host}:{dest}" if host else dest
     first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}").rstrip(".")
     if host:
-        ssh_msg = explain_ssh_failure(err, rc, source, name or host, host, user, trust=trust)
-        if ssh_msg and ("unknown option" not in low and "unrecognized option" not in low):
-            return ssh_msg
+        # the far end's rsync answered (so ssh itself worked): its own words first
         if ("command not found" in low or "rsync: not found" in low) and "rsync" in low:
             return (f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
                     "ships /usr/bin/rsync; on another system install rsync")
@@ -306,6 +304,9 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
             return (f"rsync into {where} failed: one rsync does not understand an option of the other "
                     f"({first}). Fix: install rsync 3.x on {host} (e.g. `brew install rsync`) and point "
                     "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)")
+        ssh_msg = explain_ssh_failure(err, rc, source, name or host, host, user, trust=trust)
+        if ssh_msg:
+            return ssh_msg
     if "no space left on device" in low:
         return f"rsync into {where} failed: the disk is full ({first}). Fix: free space on {host or source}"
     return f"rsync into {where} failed with exit code {rc}: {first}"

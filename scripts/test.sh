@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): set-up, then the whole suite.
 # Extra arguments go to pytest. pytest's exit code 5 (no test ran) is a failure.
+# Tests run in parallel, one worker per CPU (pytest-xdist; PYTEST_XDIST_AUTO_NUM_WORKERS
+# overrides): the end-to-end tests mostly wait on SSH and on the simulated Macs, so two workers
+# on two cores take about half the time of one (measured in docs/benchmarks.md, "Test suite").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/bootstrap.sh || exit 1
 export PATH="$here/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$here/ansible.cfg"
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n auto "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "test.sh: no test ran (pytest exit code 5): failing" >&2

@@ -79,7 +79,7 @@ def test_random_text_and_bytes(name, data):
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
-@pytest.mark.parametrize("value", [None, 0, 1.5, [], {}, ["a"], object()], ids=repr)
+@pytest.mark.parametrize("value", [None, 0, 1.5, [], {}, ["a"], object()], ids=lambda v: type(v).__name__ if type(v) is object else repr(v))
 def test_non_text_input_is_a_parse_error(name, value):
     with pytest.raises(ParseError):
         PARSERS[name](value)

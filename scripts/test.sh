@@ -3,7 +3,7 @@
 # Extra arguments go to pytest. pytest's exit code 5 (no test ran) is a failure.
 # Tests run in parallel, one worker per CPU (pytest-xdist; PYTEST_XDIST_AUTO_NUM_WORKERS
 # overrides): the end-to-end tests mostly wait on SSH and on the simulated Macs, so two workers
-# on two cores take about half the time of one (measured in docs/benchmarks.md, "Test suite").
+# on two cores take about half the time of one (docs/benchmarks.md, "Test suite: workers").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"

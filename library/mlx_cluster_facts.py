@@ -142,6 +142,11 @@ ansible_facts:
           returned: always
           type: dict
           sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+        home:
+          description: The remote user's home directory (what C(~) means on this Mac); the plan resolves C(mlx_cluster_remote_dir) with it.
+          returned: always
+          type: str
+          sample: /Users/admin
         files:
           description: With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
           returned: when read_files is set
@@ -263,6 +268,7 @@ def main():
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:
         module.fail_json(msg=exc.msg, **exc.result())
+    facts["home"] = os.path.expanduser("~")
     if module.params["probe_links"]:
         facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:

@@ -9,6 +9,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
 DOCUMENTATION = r"""
@@ -39,8 +40,7 @@ def mlx_coordinator(host_vars):
     """The address a host is reached on for coordination: the inventory override, else
     the address of the interface Ansible connects over (from mlx_cluster facts)."""
     try:
-        override = host_vars.get("mlx_cluster_coordinator_address") or ""
-        return override or ((host_vars.get("mlx_cluster") or {}).get("mgmt") or {}).get("address")
+        return planner.coordinator(host_vars)
     except AttributeError as exc:
         raise AnsibleFilterError("mlx_coordinator: expects hostvars[host]") from exc
 
@@ -212,17 +212,12 @@ def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
     """`hosts` when the tag selection of this run (--tags / --skip-tags: ansible_run_tags,
     ansible_skip_tags) runs the tasks of a play tagged `play_tags`, else [] (the play matches
     no host and is skipped whole). Ansible would still run the argument validation each role
-    gets (tagged always) on every host of a play none of whose tasks run."""
-    if isinstance(play_tags, str) or not isinstance(play_tags, (list, tuple)):
-        raise AnsibleFilterError("mlx_play_hosts: play_tags must be the play's list of tags")
-    tags = set(play_tags)
-    only = set(run_tags or ("all",))
-    skip = set(skip_tags or ())
-    never = "never" in tags
-    run = bool(tags & only) or (not never and bool({"all", "tagged"} & only))
-    if "all" in skip or "tagged" in skip or tags & skip:
-        run = False
-    return hosts if run else []
+    gets (tagged always) on every host of a play none of whose tasks run. The rule is
+    planner.stage_runs, the one discovery uses to know what later stages need."""
+    try:
+        return hosts if planner.stage_runs(play_tags, run_tags, skip_tags) else []
+    except planner.PlanError as exc:
+        raise AnsibleFilterError("mlx_play_hosts: %s" % exc.message) from exc
 
 
 class FilterModule:

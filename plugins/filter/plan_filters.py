@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """Filters over plugins/plugin_utils/planner.py: mlx_links, mlx_topology, mlx_ip_plan,
-mlx_hostfile, mlx_dot.
+mlx_hostfile, mlx_dot, mlx_discovery_request.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
 function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
@@ -102,6 +102,16 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
                  envs=envs, backend=backend)
 
 
+def mlx_discovery_request(run_tags, skip_tags=(), remote_dir="", hostfile_name=""):
+    """ansible_run_tags -> {probe_links, read_files}: what discovery reads for the later stages."""
+    _check("mlx_discovery_request", "input", run_tags, (list, tuple), "ansible_run_tags")
+    _check("mlx_discovery_request", "skip_tags", skip_tags, (list, tuple), "ansible_skip_tags")
+    _check("mlx_discovery_request", "remote_dir", remote_dir, str, "mlx_cluster_remote_dir (a path or '')")
+    _check("mlx_discovery_request", "hostfile_name", hostfile_name, str, "a file name or ''")
+    return _call("mlx_discovery_request", planner.discovery_request, run_tags, skip_tags,
+                 remote_dir, hostfile_name or planner.HOSTFILE_NAME)
+
+
 def mlx_dot(links, topology=None, plan=None):
     """links -> Graphviz DOT text."""
     _check("mlx_dot", "input", links, Mapping, "the result of mlx_links")
@@ -122,4 +132,5 @@ class FilterModule(object):
             "mlx_ip_plan": mlx_ip_plan,
             "mlx_hostfile": mlx_hostfile,
             "mlx_dot": mlx_dot,
+            "mlx_discovery_request": mlx_discovery_request,
         }

@@ -26,19 +26,33 @@ import re
 from collections.abc import Mapping
 
 __all__ = [
+    "BACKEND_CHOICES",
+    "BACKENDS",
+    "coordinator",
     "DEFAULT_POOL",
+    "DEFAULT_REMOTE_DIR",
+    "HOSTFILE_NAME",
     "PlanError",
+    "STAGE_NEEDS",
+    "discovery_request",
     "dot",
     "hostfile",
     "ip_plan",
     "links",
+    "make_plan",
+    "remote_dir",
+    "stage_runs",
     "topology",
 ]
 
 # Not 192.168.x.y: MLX hard-codes 192.168.x.y/30, which collides with home and office LANs.
 DEFAULT_POOL = "10.208.0.0/16"
 NETMASK_30 = "255.255.255.252"
+# MLX's distributed backends the plan can choose, best first; `auto` lets the plan choose.
+# The one list of them: roles/mlx_cluster/meta/argument_specs.yml and validate.yml repeat it in
+# YAML, and tests/unit/plugin_utils/test_plan_step.py fails when they differ.
 BACKENDS = ("jaccl", "jaccl-ring", "ring")
+BACKEND_CHOICES = ("auto",) + BACKENDS
 
 # Ranges a cable pool must never overlap, and a coordinator address must never be in.
 _FORBIDDEN_POOL = (
@@ -1526,3 +1540,168 @@ def dot(links, topology=None, plan=None):
                              'style=dotted];' % (ids[pair[0]], ids[pair[1]]))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# the plan step: facts of every Mac + settings -> the cluster plan (mlx.cluster.mlx_cluster_plan)
+# --------------------------------------------------------------------------------------------
+
+# Where the toolkit keeps its files on a Mac when mlx_cluster_remote_dir is empty, and the
+# hostfile's name there and in the artifacts directory (roles/hostfile's hostfile_name default).
+DEFAULT_REMOTE_DIR = "~/mlx-cluster"
+HOSTFILE_NAME = "hostfile.json"
+
+# What discovery must read for a stage that runs later in the same run, by the stage's tag:
+# the network stage leaves alone a Mac whose links are in place and answer (probe_links), the
+# hostfile stage one whose hostfile is right (read_hostfile).
+STAGE_NEEDS = {
+    "network": ("probe_links",),
+    "hostfile": ("read_hostfile",),
+}
+
+
+def stage_runs(play_tags, run_tags=("all",), skip_tags=()):
+    """Whether this run's tag selection (ansible_run_tags, ansible_skip_tags) runs the tasks of
+    a play tagged `play_tags`, by Ansible's own rule (`never` only when named, `always` always,
+    `all`/`tagged` select every play not tagged `never`)."""
+    if isinstance(play_tags, str) or not isinstance(play_tags, (list, tuple)):
+        raise PlanError("play_tags must be the play's list of tags, got %r" % (play_tags,))
+    tags = set(play_tags)
+    only = set(run_tags or ("all",))
+    skip = set(skip_tags or ())
+    if "all" in skip or "tagged" in skip or tags & skip:
+        return False
+    if "always" in tags and "always" not in skip:
+        return True
+    return bool(tags & only) or ("never" not in tags and bool({"all", "tagged"} & only))
+
+
+def _remote_dir_setting(setting):
+    setting = setting or DEFAULT_REMOTE_DIR
+    if not isinstance(setting, str):
+        raise PlanError("mlx_cluster_remote_dir must be a path, got %r" % (setting,))
+    setting = setting.rstrip("/") or "/"
+    if not (setting.startswith("/") or setting == "~" or setting.startswith("~/")):
+        raise PlanError("mlx_cluster_remote_dir %r is relative: give an absolute path (the same on "
+                        "every Mac, e.g. /Users/Shared/mlx-cluster) or one under ~ (each Mac's home, "
+                        "when every Mac has the same home directory)" % setting)
+    return setting
+
+
+def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
+                      hostfile_name=HOSTFILE_NAME):
+    """What the discovery module reads besides the facts, for the stages this run runs:
+    ``{probe_links: bool, read_files: [paths]}``. The hostfile is read where the plan will put
+    it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it)."""
+    needs = set()
+    for tag, what in STAGE_NEEDS.items():
+        if stage_runs([tag], run_tags, skip_tags):
+            needs.update(what)
+    base = _remote_dir_setting(remote_dir_setting)
+    return {
+        "probe_links": "probe_links" in needs,
+        "read_files": (["%s/%s" % (base.rstrip("/"), hostfile_name)]
+                       if "read_hostfile" in needs else []),
+    }
+
+
+def remote_dir(setting, homes):
+    """The one absolute directory the toolkit uses on every Mac, from mlx_cluster_remote_dir
+    (empty: ``~/mlx-cluster``) and each Mac's home directory (``{host: home}``).
+
+    mlx.launch runs one command line on every Mac (interpreter, script and model paths are the
+    same words everywhere), so the directory must be the same absolute path on all of them:
+    ``~`` is expanded with each Mac's home, and Macs whose homes differ need an absolute
+    mlx_cluster_remote_dir that each of them can write (``/Users/Shared/mlx-cluster``)."""
+    setting = _remote_dir_setting(setting)
+    if not setting.startswith("~"):
+        return setting
+    resolved = {}
+    for host in sorted(homes):
+        home = homes[host]
+        if not isinstance(home, str) or not home.startswith("/"):
+            raise PlanError("%s: its home directory is unknown (discovery returned %r), so %s "
+                            "cannot be resolved: set mlx_cluster_remote_dir to an absolute path"
+                            % (host, home, setting))
+        resolved[host] = home.rstrip("/") + setting[1:] if home != "/" else setting[1:] or "/"
+    paths = sorted(set(resolved.values()))
+    if len(paths) > 1:
+        raise PlanError(
+            "%s is a different directory on each Mac (%s): their home directories differ, and "
+            "mlx.launch runs the same interpreter, script and model paths on every Mac. Set "
+            "mlx_cluster_remote_dir to one absolute path every Mac's user can write, e.g. "
+            "/Users/Shared/mlx-cluster" % (setting, _join_limited(
+                "%s %s" % (h, p) for h, p in resolved.items())))
+    if not paths:
+        raise PlanError("no hosts to resolve %s on" % setting)
+    return paths[0]
+
+
+def coordinator(host_vars):
+    """The address a host is reached on for coordination: the inventory override
+    (mlx_cluster_coordinator_address), else the address of the interface Ansible connects over
+    (its mlx_cluster facts' mgmt.address)."""
+    override = host_vars.get("mlx_cluster_coordinator_address") or ""
+    return override or ((host_vars.get("mlx_cluster") or {}).get("mgmt") or {}).get("address")
+
+
+def _home(host, facts):
+    home = facts.get("home")
+    if home is None:  # facts of an older discovery module: the home is where it measured disk
+        home = (facts.get("disk") or {}).get("path")
+    return home
+
+
+def make_plan(facts_by_host, settings):
+    """The cluster plan, the one thing every later stage reads (as ``mlx_cluster_plan``).
+
+    `facts_by_host`: ``{host: mlx_cluster facts}`` in inventory order (rank order).
+    `settings`: ``hosts`` (the play's hosts, rank order), ``coordinators`` ({host: address}),
+    ``ssh`` ({host: ssh target}), ``backend``, ``rdma_wanted``, ``rdma_required``,
+    ``rdma_through_docks``, ``ip_pool``, ``exclude_networks``, ``envs``, ``remote_dir``,
+    ``hostfile_name``.
+
+    Returns ``{hosts, links, topology, ip_plan, coordinators, hostfile, ssh, remote_dir,
+    hostfile_name, hostfile_path}``: hostfile is None when no backend fits the wiring (the
+    topology says why); remote_dir and hostfile_path are the same absolute paths on every Mac.
+    """
+    hosts = list(settings.get("hosts") or facts_by_host)
+    missing = [h for h in hosts if not isinstance(facts_by_host.get(h), Mapping)]
+    if missing:
+        raise PlanError("no discovery facts for %s: run the discover stage on every Mac of the "
+                        "play (it always runs with site.yml)" % _join_limited(missing))
+    facts = {h: facts_by_host[h] for h in hosts}
+    for h in hosts:
+        for key in ("thunderbolt", "interfaces"):
+            if key not in facts[h]:
+                raise PlanError("%s: discovery facts lack %r (an older mlx_cluster_facts?): re-run "
+                                "the discover stage" % (h, key))
+    rdma_wanted = bool(settings.get("rdma_wanted", True))
+    coordinators = dict(settings.get("coordinators") or {})
+    found = links({h: facts[h]["thunderbolt"] for h in hosts})
+    topo = topology(found, hosts,
+                    rdma={h: facts[h].get("rdma") for h in hosts} if rdma_wanted else False,
+                    backend=settings.get("backend") or "auto",
+                    rdma_through_docks=bool(settings.get("rdma_through_docks", False)),
+                    rdma_required=rdma_wanted and bool(settings.get("rdma_required", False)))
+    addresses = ip_plan(found, pool=settings.get("ip_pool") or DEFAULT_POOL,
+                        interfaces={h: facts[h]["interfaces"] for h in hosts},
+                        exclude=list(settings.get("exclude_networks") or []))
+    directory = remote_dir(settings.get("remote_dir"), {h: _home(h, facts[h]) for h in hosts})
+    name = settings.get("hostfile_name") or HOSTFILE_NAME
+    if "/" in name or name in (".", ".."):
+        raise PlanError("hostfile_name %r must be a file name, not a path" % name)
+    return {
+        "hosts": hosts,
+        "links": found,
+        "topology": topo,
+        "ip_plan": addresses,
+        "coordinators": coordinators,
+        "hostfile": (hostfile(topo, addresses, coordinators=coordinators,
+                              envs=list(settings.get("envs") or []))
+                     if topo.get("backend") else None),
+        "ssh": dict(settings.get("ssh") or {}),
+        "remote_dir": directory,
+        "hostfile_name": name,
+        "hostfile_path": "%s/%s" % (directory.rstrip("/"), name),
+    }

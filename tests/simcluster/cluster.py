@@ -291,8 +291,9 @@ class SimCluster:
         return self.state_dir / "hosts" / host
 
     def home(self, host) -> Path:
-        """The Mac's home directory on the machine's disk (the Mac sees it as /srv/admin)."""
-        return self.host_dir(host) / "home" / "admin"
+        """The Mac's home directory on the machine's disk (the Mac sees it as /srv/admin, or
+        /srv/<home> when the spec gives the host another home)."""
+        return self.host_dir(host) / "home" / self.spec.host(host).home
 
     def root_home(self, host) -> Path:
         return self.host_dir(host) / "home" / "root"
@@ -316,10 +317,9 @@ class SimCluster:
     def mgmt_address(self, host) -> str:
         return self.spec.mgmt_address(host)
 
-    @property
-    def session_home(self) -> str:
-        """HOME of an SSH session on a Mac, as the Mac sees it (/srv/admin)."""
-        return HOME if self.user == "admin" else ROOT_HOME
+    def session_home(self, host) -> str:
+        """HOME of an SSH session on a Mac, as the Mac sees it (/srv/admin, /srv/<home>)."""
+        return f"{MOUNTPOINT}/{self.spec.host(host).home}" if self.user == "admin" else ROOT_HOME
 
     def host_path_env(self, host) -> str:
         return ":".join([str(self.host_dir(host) / "bin"), str(Path(self.python).parent),
@@ -480,7 +480,7 @@ class SimCluster:
                  "-f", str(self.key_path)]]
         for h in self.hosts:
             hd = self.host_dir(h)
-            for sub in ("bin", "home/admin/.ssh", "home/root", "tmp", "var_tmp", "var_log"):
+            for sub in ("bin", f"home/{self.spec.host(h).home}/.ssh", "home/root", "tmp", "var_tmp", "var_log"):
                 (hd / sub).mkdir(parents=True, exist_ok=True)
             jobs.append([_which("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h}",
                          "-f", str(hd / "ssh_host_ed25519_key")])
@@ -503,6 +503,12 @@ class SimCluster:
             lines.append(":".join(f))
         (st / "passwd").write_text("\n".join(lines) + "\n")
         os.chmod(st / "passwd", 0o644)
+        # a Mac whose admin user has another home gets its own copy (hostinit binds it)
+        for h in self.hosts:
+            home = f"{MOUNTPOINT}/{self.spec.host(h).home}"
+            if home != HOME:
+                (self.host_dir(h) / "passwd").write_text("\n".join([lines[0].replace(HOME, home)] + lines[1:]) + "\n")
+                os.chmod(self.host_dir(h) / "passwd", 0o644)
         # no DNS server on the cluster LAN: lookups fail at once (nothing on 127.0.0.1:53)
         (st / "resolv.conf").write_text("# simulated Mac cluster: no DNS server on this LAN\n"
                                         "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
@@ -609,7 +615,7 @@ class SimCluster:
                     "AllowTcpForwarding no", "X11Forwarding no", "PermitUserEnvironment no",
                     "PrintMotd no", "PrintLastLog no", "UseDNS no", "LogLevel VERBOSE",
                     "MaxStartups 200:30:400", "MaxSessions 200", "AcceptEnv LANG LC_*",
-                    f"SetEnv \"PATH={path}\" \"HOME={self.session_home}\"",
+                    f"SetEnv \"PATH={path}\" \"HOME={self.session_home(h)}\"",
                     "Subsystem sftp /usr/lib/openssh/sftp-server", ""]
             (hd / "sshd_config").write_text("\n".join(sshd))
 
@@ -779,14 +785,14 @@ class SimCluster:
         """Run argv on the simulated Mac (inside all its namespaces), with the environment an
         SSH session there gets. `sudo=True` prefixes the simulated sudo."""
         init = self._init_pid(host)
-        e = {"PATH": self.host_path_env(host), "HOME": self.session_home,
+        e = {"PATH": self.host_path_env(host), "HOME": self.session_home(host),
              "USER": self.user, "LOGNAME": self.user, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
         if env:
             e.update(env)
         argv = [str(a) for a in argv]
         if sudo:
             argv = ["sudo", *argv]
-        cmd = [_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", f"--wdns={cwd or self.session_home}",
+        cmd = [_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", f"--wdns={cwd or self.session_home(host)}",
                "--", *argv]
         r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env=e)
         if check and r.returncode != 0:

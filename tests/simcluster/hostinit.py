@@ -102,7 +102,8 @@ def setup(state, host, cfg):
     if library and os.path.isdir(library):
         os.makedirs(os.path.join(hostdir, "Library", "Preferences", "SystemConfiguration"), exist_ok=True)
         bind(os.path.join(hostdir, "Library"), library)
-    bind(os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
+    own = os.path.join(hostdir, "passwd")  # this Mac's admin user has another home
+    bind(own if os.path.exists(own) else os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
     etc_ssh = os.path.join(hostdir, "etc_ssh")
     if os.path.isdir(etc_ssh) and os.path.isdir("/etc/ssh"):
         bind(etc_ssh, "/etc/ssh", readonly=True)

@@ -47,6 +47,9 @@ HOST_DEFAULTS = {
     "memory_gb": 512,
     "ncpu": 32,
     "thunderbolt_bridge": True,
+    # the login user's home directory, <mount point>/<home> (/srv/admin); a Mac whose admin
+    # user is someone else (/Users/alice beside /Users/admin) has another
+    "home": "admin",
 }
 HOST_KEYS = {"name", *HOST_DEFAULTS}
 CABLE_KEYS = {"a", "b", "speed", "dock"}
@@ -71,6 +74,7 @@ class HostSpec:
     memory_gb: int
     ncpu: int
     thunderbolt_bridge: bool
+    home: str
 
     def iface(self, receptacle: int) -> str:
         return f"en{receptacle + 1}"
@@ -221,6 +225,7 @@ class ClusterSpec:
                 "memory_gb": h.memory_gb,
                 "ncpu": h.ncpu,
                 "thunderbolt_bridge": h.thunderbolt_bridge,
+                "home": h.home,
                 "mgmt_address": self.mgmt_address(h.name),
                 "en0_mac": self.mac(h.name, "en0"),
                 "bridge_mac": self.mac(h.name, "en2"),  # macOS gives bridge0 its first member's MAC
@@ -296,6 +301,10 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
         for key in ("rdma", "thunderbolt_bridge"):
             if not isinstance(v[key], bool):
                 _fail(where, f"host {hname}: {key} must be true or false, not {v[key]!r}")
+        if not isinstance(v["home"], str) or not re.match(r"^[a-z][a-z0-9_-]{0,31}$", v["home"]) \
+                or v["home"] == "root":
+            _fail(where, f"host {hname}: home must be a user name like alice (the home is "
+                         f"<mount point>/<home>), not {v['home']!r}")
         for key in ("model", "model_id", "chip", "macos", "build"):
             v[key] = str(v[key])
         if not re.match(r"^\d+(\.\d+){0,2}$", v["macos"]):

@@ -1966,7 +1966,7 @@ def cmd_sudo(ctx, args):
             env.pop(k, None)
         env.update({"USER": "admin", "LOGNAME": "admin"})
         if set_home or login:
-            env["HOME"] = os.path.join(ctx.mountpoint, "admin")
+            env["HOME"] = os.path.join(ctx.mountpoint, ctx.cfg.get("home", "admin"))
     # leading VAR=value words set variables, as with the real sudo
     while cmd and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", cmd[0]):
         k, _, v = cmd[0].partition("=")

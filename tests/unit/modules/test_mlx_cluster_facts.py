@@ -34,13 +34,14 @@ def run(module_runner, read_fixture, tmp_path, env=SSH, bins=BINS, **overrides):
 
 
 def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
-    out = run(module_runner, read_fixture, tmp_path)
+    out = run(module_runner, read_fixture, tmp_path, env={**SSH, "HOME": "/Users/tester"})
     assert not out.failed, out.result
     # started side by side: each command once, in any order
     assert sorted(out.calls) == sorted(list(argv) for argv in ORDER_RUN)
     assert all(env == C_LOCALE for env in out.envs)
     facts = out.result["ansible_facts"]["mlx_cluster"]
-    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk"}
+    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "home"}
+    assert facts["home"] == "/Users/tester"  # what ~ means there: the plan resolves the remote dir with it
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert facts["os"] == {"product_version": "26.2", "build_version": "25C56"}
     assert facts["hw"] == {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}

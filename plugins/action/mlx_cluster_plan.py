@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+"""Action plugin mlx_cluster_plan: the discovery facts of every Mac + the cluster settings ->
+the cluster plan (links, topology, addresses, hostfile, remote paths), set as the fact
+``mlx_cluster_plan`` on every host of the play.
+
+Thin on purpose: it gathers each host's ``mlx_cluster`` facts and coordinator address from
+hostvars, then calls the one pure function ``planner.make_plan``. The documentation is
+library/mlx_cluster_plan.py (a stub, as for mlx_ssh_targets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.six import string_types
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.mlx.cluster.plugins.filter.plan_filters import _plain
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+
+_SETTINGS = ("ssh", "backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
+             "exclude_networks", "envs", "remote_dir", "hostfile_name")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts",) + _SETTINGS)
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        hosts = args.get("hosts")
+        if not isinstance(hosts, list) or not all(isinstance(h, string_types) for h in hosts):
+            raise AnsibleActionFail("mlx_cluster_plan: hosts must be a list of inventory names")
+        hostvars = task_vars.get("hostvars", {})
+        facts, coordinators, unknown = {}, {}, []
+        for name in hosts:
+            if name not in hostvars:
+                unknown.append(name)
+                continue
+            hv = hostvars[name]
+            facts[name] = self._templar.template(hv.get("mlx_cluster"))
+            coordinators[name] = self._templar.template(planner.coordinator(
+                {"mlx_cluster_coordinator_address": hv.get("mlx_cluster_coordinator_address"),
+                 "mlx_cluster": facts[name]}))
+        if unknown:
+            raise AnsibleActionFail("mlx_cluster_plan: %s not in the inventory" % ", ".join(unknown))
+        settings = {k: args[k] for k in _SETTINGS if k in args}
+        settings.update(hosts=list(hosts), coordinators=coordinators)
+        for key in ("exclude_networks", "envs"):
+            if key in settings and not isinstance(settings[key], (list, tuple)):
+                raise AnsibleActionFail("mlx_cluster_plan: %s must be a list" % key)
+        if "ssh" in settings and not isinstance(settings["ssh"], Mapping):
+            raise AnsibleActionFail("mlx_cluster_plan: ssh must be the targets of mlx_ssh_targets")
+        try:
+            plan = planner.make_plan(_plain(facts), _plain(settings))
+        except planner.PlanError as exc:
+            raise AnsibleActionFail("mlx_cluster_plan: %s" % exc.message)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise AnsibleActionFail("mlx_cluster_plan: malformed discovery facts (%s): re-run the "
+                                    "discover stage" % exc)
+        result.update(changed=False, ansible_facts={"mlx_cluster_plan": plan})
+        return result

@@ -1,0 +1,169 @@
+"""The plan step (planner.make_plan, the action mlx.cluster.mlx_cluster_plan): the same plan the
+filters give one by one, one absolute directory on every Mac (right when homes differ, refused
+with the fix when it cannot be), what discovery reads per stage, and each fact written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from tests.unit.filter.planner_synth import cable, make_facts
+
+ROOT = Path(__file__).resolve().parents[3]
+HOSTS = ["m1", "m2", "m3"]
+CABLES = [cable("m1", "en2", "m2", "en2"), cable("m2", "en3", "m3", "en2"), cable("m3", "en3", "m1", "en3")]
+
+
+def cluster_facts(homes=None, rdma=False):
+    tb = make_facts(HOSTS, CABLES)
+    homes = homes or {}
+    return {h: {"thunderbolt": tb[h], "interfaces": {}, "rdma": {"rdma_ctl": "disabled", "devices": []} if not rdma else None,
+                "mgmt": {"iface": "en0", "address": "10.1.0.%d" % (i + 11)},
+                "home": homes.get(h, "/Users/admin"), "disk": {"path": homes.get(h, "/Users/admin"), "free_bytes": 1}}
+            for i, h in enumerate(HOSTS)}
+
+
+def settings(**kw):
+    base = {"hosts": HOSTS, "coordinators": {h: "10.1.0.%d" % (i + 11) for i, h in enumerate(HOSTS)},
+            "ssh": {h: {"host": h} for h in HOSTS}, "backend": "auto", "rdma_wanted": True,
+            "rdma_required": False, "rdma_through_docks": False, "ip_pool": "10.208.0.0/16",
+            "exclude_networks": [], "envs": [], "remote_dir": ""}
+    base.update(kw)
+    return base
+
+
+def test_plan_is_the_filters_composed():
+    facts = cluster_facts()
+    plan = planner.make_plan(facts, settings())
+    links = planner.links({h: facts[h]["thunderbolt"] for h in HOSTS})
+    topo = planner.topology(links, HOSTS, rdma={h: facts[h]["rdma"] for h in HOSTS})
+    ips = planner.ip_plan(links, pool="10.208.0.0/16", interfaces={h: {} for h in HOSTS}, exclude=[])
+    assert plan["links"] == links and plan["topology"] == topo and plan["ip_plan"] == ips
+    assert plan["hostfile"] == planner.hostfile(topo, ips, coordinators=settings()["coordinators"], envs=[])
+    assert plan["hostfile"]["backend"] == "ring"
+    assert plan["hosts"] == HOSTS and plan["ssh"] == settings()["ssh"]
+    assert set(plan) == {"hosts", "links", "topology", "ip_plan", "coordinators", "hostfile", "ssh",
+                         "remote_dir", "hostfile_name", "hostfile_path"}
+
+
+def test_rdma_not_wanted_plans_no_rdma_and_is_not_required():
+    plan = planner.make_plan(cluster_facts(), settings(rdma_wanted=False, rdma_required=True))
+    assert plan["topology"]["backend"] == "ring"
+
+
+def test_no_backend_gives_no_hostfile():
+    facts = cluster_facts()
+    for h in HOSTS:
+        facts[h]["thunderbolt"] = make_facts(HOSTS, [])[h]
+    plan = planner.make_plan(facts, settings())
+    assert plan["hostfile"] is None and plan["topology"]["backend"] is None
+
+
+def test_remote_dir_defaults_to_the_shared_home():
+    plan = planner.make_plan(cluster_facts(), settings())
+    assert plan["remote_dir"] == "/Users/admin/mlx-cluster"
+    assert plan["hostfile_path"] == "/Users/admin/mlx-cluster/hostfile.json"
+    assert plan["hostfile_name"] == planner.HOSTFILE_NAME
+
+
+def test_homes_that_differ_need_one_absolute_directory():
+    facts = cluster_facts(homes={"m2": "/Users/alice"})
+    with pytest.raises(planner.PlanError) as err:
+        planner.make_plan(facts, settings())
+    msg = err.value.message
+    assert "m1 /Users/admin/mlx-cluster" in msg and "m2 /Users/alice/mlx-cluster" in msg
+    assert "mlx_cluster_remote_dir" in msg and "/Users/Shared/mlx-cluster" in msg
+    plan = planner.make_plan(facts, settings(remote_dir="/Users/Shared/mlx-cluster/", hostfile_name="h.json"))
+    assert plan["remote_dir"] == "/Users/Shared/mlx-cluster"
+    assert plan["hostfile_path"] == "/Users/Shared/mlx-cluster/h.json"
+
+
+@pytest.mark.parametrize("setting", ["mlx-cluster", "./x", "~alice/x"])
+def test_relative_remote_dir_is_refused(setting):
+    with pytest.raises(planner.PlanError, match="relative"):
+        planner.make_plan(cluster_facts(), settings(remote_dir=setting))
+
+
+def test_unknown_home_is_named():
+    facts = cluster_facts()
+    facts["m3"]["home"] = None
+    facts["m3"]["disk"]["path"] = None
+    with pytest.raises(planner.PlanError, match="m3: its home directory is unknown"):
+        planner.make_plan(facts, settings())
+
+
+def test_missing_facts_name_the_host():
+    facts = cluster_facts()
+    del facts["m2"]
+    with pytest.raises(planner.PlanError, match="no discovery facts for m2"):
+        planner.make_plan(facts, settings())
+
+
+def test_hostfile_name_is_a_name():
+    with pytest.raises(planner.PlanError, match="file name"):
+        planner.make_plan(cluster_facts(), settings(hostfile_name="a/b.json"))
+
+
+@pytest.mark.parametrize("run_tags,skip_tags,probe,read", [
+    (["all"], [], True, True),
+    (["network"], [], True, False),
+    (["hostfile"], [], False, True),
+    (["preflight"], [], False, False),
+    (["all"], ["network"], False, True),
+    (["tagged"], [], True, True),
+    (["all"], ["hostfile", "network"], False, False),
+])
+def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, read):
+    got = planner.discovery_request(run_tags, skip_tags, "", planner.HOSTFILE_NAME)
+    assert got == {"probe_links": probe, "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
+
+
+def test_discovery_reads_the_hostfile_where_the_plan_puts_it():
+    for setting in ("", "~/x/", "/Users/Shared/mlx-cluster"):
+        (path,) = planner.discovery_request(["hostfile"], [], setting, "h.json")["read_files"]
+        home = "/Users/admin"
+        expanded = home + path[1:] if path.startswith("~") else path
+        facts = cluster_facts()
+        assert planner.make_plan(facts, settings(remote_dir=setting, hostfile_name="h.json"))["hostfile_path"] == expanded
+
+
+def test_every_stage_of_the_table_is_a_play_tag():
+    tags = set()
+    for play_file in (ROOT / "playbooks").glob("*.yml"):
+        for play in yaml.safe_load(play_file.read_text()):
+            tags.update(play.get("tags") or [])
+    assert set(planner.STAGE_NEEDS) <= tags
+
+
+# ---- each fact once: the YAML that cannot import the table is checked against it ----------
+
+def _spec(role, entry="main"):
+    return yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"][entry]
+
+
+def test_backend_choices_are_the_planners():
+    assert tuple(_spec("mlx_cluster", "validate")["options"]["mlx_cluster_backend"]["choices"]) == planner.BACKEND_CHOICES
+    validate = (ROOT / "roles" / "mlx_cluster" / "tasks" / "validate.yml").read_text()
+    assert "mlx_cluster_backend in %s" % list(planner.BACKEND_CHOICES) in validate
+    from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+    doc = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)
+    assert tuple(doc["options"]["backend"]["choices"]) == planner.BACKEND_CHOICES
+
+
+def test_hostfile_name_default_is_the_planners():
+    assert yaml.safe_load((ROOT / "roles" / "hostfile" / "defaults" / "main.yml").read_text())["hostfile_name"] \
+        == planner.HOSTFILE_NAME
+    assert _spec("hostfile")["options"]["hostfile_name"]["default"] == planner.HOSTFILE_NAME
+
+
+def test_plan_settings_defaults_are_the_roles():
+    from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+    options = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)["options"]
+    defaults = yaml.safe_load((ROOT / "roles" / "mlx_cluster" / "defaults" / "main.yml").read_text())
+    for option in ("backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
+                   "exclude_networks", "envs", "remote_dir"):
+        assert options[option]["default"] == defaults["mlx_cluster_" + option], option
+    assert options["ip_pool"]["default"] == planner.DEFAULT_POOL

@@ -4,6 +4,7 @@ with the fix when it cannot be), what discovery reads per stage, and each fact w
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,24 @@ def test_plan_settings_defaults_are_the_roles():
                    "exclude_networks", "envs", "remote_dir"):
         assert options[option]["default"] == defaults["mlx_cluster_" + option], option
     assert options["ip_pool"]["default"] == planner.DEFAULT_POOL
+
+
+def test_every_backend_list_is_the_planners():
+    """The Mac side (module_utils, which cannot import plugin_utils), the filters' documentation
+    and the server role's check list the same backends as planner.BACKENDS."""
+    from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server
+    assert set(mlx_server.BACKENDS) == set(planner.BACKENDS)
+    for name, choices in (("mlx_topology", planner.BACKEND_CHOICES), ("mlx_hostfile", planner.BACKENDS)):
+        doc = yaml.safe_load((ROOT / "plugins" / "filter" / f"{name}.yml").read_text())["DOCUMENTATION"]
+        assert tuple(doc["options"]["backend"]["choices"]) == choices, name
+    start = (ROOT / "roles" / "mlx_server" / "tasks" / "start.yml").read_text()
+    (listed,) = re.findall(r"mlx_cluster_plan\.hostfile\.backend in (\[[^]]*\])", start)
+    assert set(yaml.safe_load(listed)) == set(planner.BACKENDS)
+
+
+def test_preflight_thresholds_are_the_roles():
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight
+    defaults = yaml.safe_load((ROOT / "roles" / "preflight" / "defaults" / "main.yml").read_text())
+    spec = _spec("preflight")["options"]
+    for key in ("min_macos_rdma", "min_memory_gb", "min_free_disk_gb"):
+        assert defaults["preflight_" + key] == preflight.DEFAULTS[key] == spec["preflight_" + key]["default"], key

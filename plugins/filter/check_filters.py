@@ -12,13 +12,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
-DOCUMENTATION = r"""
-name: mlx_preflight
-short_description: Check every host's facts, the cables and the topology; list the problems
-description:
-  - Pure function over the C(mlx_cluster) facts of every host. Returns a list of problems,
-    each naming host, port and fix. Render them with C(mlx_preflight_report).
-"""
+# Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
+# `ansible-doc -t filter mlx.cluster.<name>`.
 
 
 def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):

@@ -36,3 +36,38 @@ def test_every_module_documents_itself(module):
         if section == "OPTIONS" and "options: {}" in (ROOT / "library" / f"{module}.py").read_text():
             continue  # a module without options shows no OPTIONS section
         assert section in res.stdout, f"{module}: ansible-doc shows no {section}"
+
+
+def _filters():
+    """Every filter the collection exports: the names each filter file's FilterModule returns."""
+    import ast
+    names = []
+    for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "filters":
+                ret = [n for n in ast.walk(node) if isinstance(n, ast.Return)][0]
+                names += [k.value for k in ret.value.keys]
+    return sorted(names)
+
+
+FILTERS = _filters()
+
+
+def test_every_filter_has_its_own_documentation():
+    """`ansible-doc -t filter` shows each filter's own text, from its own file (one
+    DOCUMENTATION shared by several filters showed one filter's text for all of them)."""
+    assert len(FILTERS) >= 15, FILTERS
+    import json
+    res = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{f}" for f in FILTERS],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    docs = json.loads(res.stdout)
+    for f in FILTERS:
+        doc = docs[f"mlx.cluster.{f}"]["doc"]
+        assert doc["name"] == f, (f, doc["name"])
+        assert Path(doc["filename"]).name == f"{f}.yml", (f, doc["filename"])
+        assert doc.get("short_description") and doc.get("options", {}).get("_input"), f
+        assert docs[f"mlx.cluster.{f}"].get("examples") and docs[f"mlx.cluster.{f}"].get("return"), f
+    shorts = [docs[f"mlx.cluster.{f}"]["doc"]["short_description"] for f in FILTERS]
+    assert len(set(shorts)) == len(shorts)

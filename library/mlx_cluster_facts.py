@@ -20,15 +20,9 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: mlx-cluster contributors
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its whole
-        process group killed) and named with a fix; the Mac fails, except for a hung C(ibv_devices),
-        C(ibv_devinfo) or C(rdma_ctl), which makes RDMA unusable on this Mac (C(rdma.problems)
-        names the command and the fix).
-    type: int
-    default: 30
   disk_path:
     description:
       - Path whose file system's free space is reported in C(disk). Defaults to the remote user's home.
@@ -63,6 +57,7 @@ attributes:
     support: full
     description: Returns C(ansible_facts.mlx_cluster).
 notes:
+  - "A hung C(ibv_devices), C(ibv_devinfo) or C(rdma_ctl) (see I(command_timeout)) does not fail the module: RDMA is then unusable on this Mac and C(rdma.problems) names the command and the fix."
   - macOS only. Commands run, four at a time (they only read), C(sysctl -n hw.memsize hw.model hw.ncpu),
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
@@ -183,7 +178,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     module_runner,
     side_by_side,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
@@ -255,7 +250,7 @@ def read_files(paths):
 def main():
     module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
                                               read_files=dict(type="list", elements="str", default=[]),
-                                              command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
+                                              **COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     record = {}
     runner = Runner(module.params["command_timeout"])

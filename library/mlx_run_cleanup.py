@@ -15,13 +15,9 @@ description:
   - Ends them by PID (SIGTERM, then SIGKILL after I(grace) seconds) and reports them. In check
     mode they are only reported.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its
-        whole process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
   run_id:
     description: The unique id the run was started with (at least 16 characters).
     type: str
@@ -59,7 +55,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import run_processes
 
 
@@ -75,7 +71,7 @@ def alive(pid):
 
 def main():
     module = AnsibleModule(argument_spec=dict(run_id=dict(type="str", required=True), grace=dict(type="int", default=3),
-                                              command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
+                                              **COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     run_id = module.params["run_id"]
     if len(run_id) < 16:

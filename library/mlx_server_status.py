@@ -19,13 +19,9 @@ description:
     C(reason), so the caller can report every rank together.
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its
-        whole process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
   run_dir:
     description: The server's directory on this Mac.
     type: path
@@ -127,7 +123,7 @@ import urllib.request
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     problems,
@@ -283,7 +279,7 @@ def main():
             wait=dict(type="int", default=0), url=dict(type="str", default=""),
             model_id=dict(type="str", default=""), chat=dict(type="bool", default=False),
             log_lines=dict(type="int", default=20),
-            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
     )

@@ -19,13 +19,9 @@ description:
   - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(state.json) to
     C(state.last.json)) so a new start never reads a stale state.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its
-        whole process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
   run_dir:
     description: The server's directory on this Mac.
     type: path
@@ -110,7 +106,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     process_matches,
@@ -193,7 +189,7 @@ def main():
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"), plist=dict(type="path"),
             grace=dict(type="int", default=30),
-            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            **COMMAND_TIMEOUT_SPEC,
         ),
         required_if=[("supervisor", "launchd", ("plist",))],
         supports_check_mode=True,

@@ -24,13 +24,9 @@ description:
     long options both take are used.
   - Runs with C(HF_HUB_OFFLINE=1) and C(TRANSFORMERS_OFFLINE=1) and a C locale; nothing is downloaded.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds C(rsync --version) may take before it is stopped and named with a fix. The
-        transfer itself is not bounded by it (its length depends on the model's size).
-    type: int
-    default: 30
   src:
     description: Directory whose contents are copied (on the machine the task runs on).
     type: path
@@ -107,6 +103,7 @@ attributes:
     support: full
     details: The itemized changes, as rsync printed them.
 notes:
+  - "I(command_timeout) bounds C(rsync --version); the transfer itself is not bounded by it (its length depends on the model's size)."
   - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
 author:
   - mlx-cluster contributors
@@ -189,7 +186,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
     OFFLINE_ENV,
@@ -249,7 +246,7 @@ def main():
             log_file=dict(type="path"),
             rsync_path=dict(type="str", default=""),
             source_name=dict(type="str", default=""),
-            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
     )

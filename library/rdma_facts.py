@@ -19,14 +19,9 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: mlx-cluster contributors
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its whole
-        process group killed) and named with a fix; RDMA is then unusable on this Mac
-        (C(problems) names the command and the fix), the module does not fail.
-    type: int
-    default: 30
   cabled_ifaces:
     description:
       - Interfaces that have a Thunderbolt cable to another Mac. Their RDMA device should be
@@ -45,6 +40,7 @@ attributes:
     support: full
     description: Returns C(ansible_facts.mlx_rdma).
 notes:
+  - "A command that outlives I(command_timeout) does not fail the module: RDMA is then unusable on this Mac and C(problems) names the command and the fix."
   - macOS 26.2 or later on Thunderbolt 5 hardware. RDMA is enabled from Recovery with
     C(rdma_ctl enable).
 seealso:
@@ -114,14 +110,14 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_rdma, module_runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(cabled_ifaces=dict(type="list", elements="str", default=[]),
-                           command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
+                           **COMMAND_TIMEOUT_SPEC),
         supports_check_mode=True,
     )
     record = {}

@@ -18,13 +18,8 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author: mlx-cluster contributors
-options:
-  command_timeout:
-    description:
-      - Seconds each command may take. One that has not answered by then is stopped (its whole
-        process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 attributes:
   check_mode:
     support: full
@@ -118,13 +113,13 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_thunderbolt, module_runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(command_timeout=dict(type="int", default=DEFAULT_TIMEOUT)),
+    module = AnsibleModule(argument_spec=dict(**COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     record = {}
     try:

@@ -28,13 +28,11 @@ description:
   - The state is read with the read-only commands a few at a time, side by side; the
     changes run one after the other, in order.
 version_added: "0.1.0"
+notes:
+  - "A C(ping) may take at least I(verify_timeout) + 10 seconds, whatever I(command_timeout) says."
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take (a C(ping) at least I(verify_timeout) + 10). One that has not answered by then is stopped (its
-        whole process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
   links:
     description: The links of this host, as produced by the C(mlx_ip_plan) filter.
     type: list
@@ -233,7 +231,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     services_from_preferences,
     stale_ports,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
 
 # Read-only commands run side by side at most.
@@ -412,7 +410,7 @@ def main():
             verify_timeout=dict(type="int", default=3),
             verify_wait=dict(type="int", default=60),
             fail_on_no_answer=dict(type="bool", default=True),
-            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
     )

@@ -18,13 +18,11 @@ description:
   - Fails naming every cable that did not answer, with the fix. Read-only; in check mode
     nothing is sent (the planned addresses may not exist yet) and the result says so.
 version_added: "0.1.0"
+notes:
+  - "A C(ping) may take at least I(timeout) + 10 seconds, whatever I(command_timeout) says."
+extends_documentation_fragment:
+  - mlx.cluster.command_timeout
 options:
-  command_timeout:
-    description:
-      - Seconds each command may take (a C(ping) at least I(timeout) + 10). One that has not answered by then is stopped (its
-        whole process group killed) and the module fails naming the command and a fix.
-    type: int
-    default: 30
   links:
     description: This host's links from the C(mlx_ip_plan) filter.
     type: list
@@ -88,7 +86,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import DEFAULT_TIMEOUT, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
 
 
@@ -100,7 +98,7 @@ def main():
             timeout=dict(type="int", default=3),
             first_end_only=dict(type="bool", default=False),
             fail_on_no_answer=dict(type="bool", default=True),
-            command_timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
     )

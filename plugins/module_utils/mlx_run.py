@@ -31,6 +31,10 @@ C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 # failed, while a Mac that never answers costs a run half a minute, not forever.
 DEFAULT_TIMEOUT = 30
 
+# The argument_spec entry of every module that runs commands on a Mac; its documentation is the
+# doc fragment mlx.cluster.command_timeout (plugins/doc_fragments/command_timeout.py).
+COMMAND_TIMEOUT_SPEC = {"command_timeout": {"type": "int", "default": DEFAULT_TIMEOUT}}
+
 # Seconds to wait for a killed process group to go (and release its pipes) before leaving it.
 KILL_GRACE = 2
 

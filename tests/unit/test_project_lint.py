@@ -71,3 +71,24 @@ def test_every_filter_has_its_own_documentation():
         assert docs[f"mlx.cluster.{f}"].get("examples") and docs[f"mlx.cluster.{f}"].get("return"), f
     shorts = [docs[f"mlx.cluster.{f}"]["doc"]["short_description"] for f in FILTERS]
     assert len(set(shorts)) == len(shorts)
+
+
+def test_command_timeout_is_documented_once_and_specified_once():
+    """Every module that bounds its commands takes the option from one doc fragment and one
+    argument_spec entry (module_utils/mlx_run.py), with the same default."""
+    import re
+
+    import yaml
+    from ansible_collections.mlx.cluster.plugins.doc_fragments.command_timeout import ModuleDocFragment
+    from ansible_collections.mlx.cluster.plugins.module_utils import mlx_run
+
+    frag = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]["command_timeout"]
+    assert frag["default"] == mlx_run.DEFAULT_TIMEOUT == mlx_run.COMMAND_TIMEOUT_SPEC["command_timeout"]["default"]
+    users = [m for m in MODULES if "command_timeout" in (ROOT / "library" / f"{m}.py").read_text()]
+    assert len(users) >= 9, users
+    for m in users:
+        text = (ROOT / "library" / f"{m}.py").read_text()
+        doc = yaml.safe_load(re.search(r'DOCUMENTATION = r"""(.*?)"""', text, re.S).group(1))
+        assert "mlx.cluster.command_timeout" in doc.get("extends_documentation_fragment", []), m
+        assert "command_timeout" not in (doc.get("options") or {}), f"{m} documents command_timeout again"
+        assert "**COMMAND_TIMEOUT_SPEC" in text and 'command_timeout=dict(' not in text, m

@@ -1,27 +1,53 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a simulated 4-Mac Thunderbolt mesh.
-# Sets everything up (apt packages, .venv), brings the simulated cluster up, runs
-# site.yml against it, then prints the plan, the hostfile and where the picture is.
+# The main job on the embedded default: a simulated 4-Mac Thunderbolt mesh, end to end.
+# Sets everything up (apt packages, .venv), brings the simulated cluster up, makes a small model
+# here (nothing is downloaded), then one site.yml run does it all: validate, discover, plan,
+# preflight, Thunderbolt network, hostfile, Python environment, model sync, the benchmark
+# (tensor and pipeline) and the collective check (net_check). It prints the plan, the
+# benchmark table and where the results are.
 # Needs root (network namespaces). Usage: scripts/demo.sh [spec] (default mesh4).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 spec="${1:-mesh4}"
 state="${MLXSIM_STATE:-/tmp/mlxsim/$spec}"
+start=$SECONDS
 
 bash scripts/bootstrap.sh
 export PATH="$here/.venv/bin:$PATH" ANSIBLE_CONFIG="$here/ansible.cfg"
+# Every simulated cluster has the same management addresses (10.99.0.x): Ansible's SSH masters
+# (kept 120 s, keyed by address, port and user) must not carry one cluster's run into another.
+# (a short path: a Unix socket's path is limited to about 100 bytes)
+ANSIBLE_SSH_CONTROL_PATH_DIR="$(mktemp -d /tmp/mlxc-cp.XXXXXX)"
+export ANSIBLE_SSH_CONTROL_PATH_DIR
+trap 'rm -rf "$ANSIBLE_SSH_CONTROL_PATH_DIR"' EXIT
 
 python -m tests.simcluster up "$spec" --state "$state"
-# The simulated Macs have no package index: they use this venv's Python, pinned to what it has.
-python - "$state/sim_vars.json" <<'PY'
+# The model: a small qwen2 checkpoint made here (shards and an index, like a converted one), with
+# enough layers for a pipeline over every Mac (mlx-lm gives each rank whole layers) and heads
+# that split evenly over 4 tensor ranks.
+model="$state/models/tiny"
+[[ -f "$model/model.safetensors.index.json" ]] || python tests/tinymodel.py "$model" --dtype float32 --layers 8 --heads 8 --kv-heads 4 >/dev/null
+# What the simulated Macs need besides the inventory (tests/e2e/runner.py sim_vars, shared):
+# they have no package index, so they use this venv's Python, pinned to what it has; and
+# they run Linux, which has no RDMA: MLX's JACCL cannot run there, so the demo picks the ring
+# backend over the same Thunderbolt cables (on Macs, leave mlx_cluster_backend at auto).
+python - "$state/sim_vars.json" "$model" <<'PY'
 import json, sys
-from importlib import metadata
-json.dump({"python_env_mode": "existing", "python_env_interpreter": sys.executable,
-           "python_env_mlx_version": metadata.version("mlx"),
-           "python_env_mlx_lm_version": metadata.version("mlx-lm")}, open(sys.argv[1], "w"))
+sys.path.insert(0, ".")
+from tests.e2e.runner import sim_vars
+settings = dict(sim_vars(), mlx_cluster_backend="ring",
+                model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=sys.argv[2],
+                benchmark_modes=["tensor", "pipeline"], benchmark_max_tokens=32,
+                net_check_max_bytes=1 << 20, net_check_cable_bytes=4 << 20, net_check_iters=3,
+                # a simulated cable is a veth: its speed is whatever CPU the machine has free at
+                # that moment, not a link class (on Macs the default 0.5 singles out a TB4 cable
+                # or a dock leg among TB5 cables)
+                net_check_slow_ratio=0.2)
+json.dump(settings, open(sys.argv[1], "w"), indent=2)
 PY
-ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json"
+# all: every stage; net_check: the collective check, which is opt-in (tagged never)
+ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json" --tags all,net_check
 
 python - "$state/artifacts" <<'PY'
 import json, os, sys
@@ -34,10 +60,22 @@ print(f"full mesh: {topo['mesh']}   ring: {' -> '.join(topo['ring'] or []) or 'n
 for cid, c in sorted(plan["ip_plan"]["cables"].items()):
     print(f"  {c['a']['host']}:{c['a']['iface']} {c['a']['address']:<15} <-> "
           f"{c['b']['host']}:{c['b']['iface']} {c['b']['address']:<15} ({c['network']})")
-print("\n== hostfile ==")
-print(open(os.path.join(art, "hostfile.json")).read())
-pic = os.path.join(art, "topology.svg")
-print("picture:", pic if os.path.exists(pic) else os.path.join(art, "topology.dot"))
+print("\n== benchmark ==")
+table = os.path.join(art, "bench", "results.md")
+print(open(table).read() if os.path.exists(table) else "no benchmark results")
+nc = os.path.join(art, "net_check", "results.json")
+if os.path.exists(nc):
+    res = json.load(open(nc))
+    print("== collective check ==")
+    print(f"all_sum sweep over {res['sweep']['world_size']} ranks: "
+          f"{'every sum right' if all(r['ok'] for r in res['sweep']['results']) else 'WRONG SUMS'}")
+    for c in res.get("cables", []):
+        print(f"  {c.get('name')}: {c.get('gbps')} Gb/s")
+print("\nresults:", art)
+for name in ("report.html", "topology.svg", "topology.dot"):
+    if os.path.exists(os.path.join(art, name)):
+        print("picture:" if name != "report.html" else "report: ", os.path.join(art, name))
+        break
 PY
 echo
-echo "The simulated cluster stays up: python -m tests.simcluster status|down $spec --state $state"
+echo "demo: $((SECONDS - start)) s. The simulated cluster stays up: python -m tests.simcluster status|down $spec --state $state"

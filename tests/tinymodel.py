@@ -215,8 +215,12 @@ def main(argv=None) -> int:
     parser.add_argument("out_dir", help="directory to write the model into")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers (a pipeline needs one per rank)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (tensor ranks split them evenly)")
+    parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads (tensor ranks split them evenly)")
     args = parser.parse_args(argv)
-    print(make_tiny_model(args.out_dir, dtype=args.dtype, seed=args.seed))
+    print(make_tiny_model(args.out_dir, dtype=args.dtype, seed=args.seed, layers=args.layers,
+                          heads=args.heads, kv_heads=args.kv_heads))
     return 0
 
 

@@ -47,7 +47,7 @@ from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 
-EXIT_INIT, EXIT_MISMATCH = 3, 4  # 2: bad arguments (argparse)
+EXIT_INIT, EXIT_MISMATCH, EXIT_MODEL = 3, 4, 5  # 2: bad arguments (argparse)
 HOSTNAME_BYTES = 256
 _PREFIX = [f"[rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}]"]
 
@@ -168,6 +168,36 @@ def parse_args(argv):
     return args
 
 
+def mode_refusal(model_path, mode, size):
+    """Why `model_path` cannot run in `mode` over `size` ranks, or None. mlx-lm gives each
+    pipeline rank whole layers (it refuses a split with an empty rank, deep in the load) and
+    splits every attention layer's heads and key/value heads evenly between tensor ranks (an
+    uneven split fails at the first token)."""
+    if size <= 1:
+        return None
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None  # mlx-lm's own loader says what is wrong with the directory
+    cfg = config.get("text_config", config) if isinstance(config, dict) else {}
+    if mode == "pipeline":
+        layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+        if isinstance(layers, int) and layers < size:
+            return (f"pipeline mode gives every rank at least one layer, and {model_path} has {layers} "
+                    f"layer(s) for {size} ranks: run it in tensor mode (benchmark_modes: [tensor]) or on "
+                    f"at most {layers} Macs")
+        return None
+    heads = cfg.get("num_attention_heads")
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    uneven = [f"{n} {what}" for n, what in ((heads, "attention heads"), (kv_heads, "key/value heads"))
+              if isinstance(n, int) and n % size]
+    if uneven:
+        return (f"tensor mode splits every layer's heads evenly between the ranks, and {model_path} has "
+                f"{' and '.join(uneven)} for {size} ranks: run it in pipeline mode (benchmark_modes: "
+                f"[pipeline]) or on a number of Macs that divides them")
+    return None
+
+
 def load_shard(model_path, mode, group):
     from mlx_lm import load
     from mlx_lm.utils import sharded_load
@@ -230,6 +260,10 @@ def run(args):
 
     # stdout carries rank 0's JSON line only: mlx-lm's own prints (warnings) go to stderr.
     with contextlib.redirect_stdout(sys.stderr):
+        refusal = mode_refusal(args.model, args.mode, size)
+        if refusal:
+            log(refusal)
+            return EXIT_MODEL
         log(f"loading {args.model} ({args.mode} over {size} rank(s))")
         model, tokenizer = load_shard(Path(args.model), args.mode, group)
         prompt = encode_prompt(tokenizer, args.prompt, args.ignore_chat_template)

@@ -285,3 +285,26 @@ def test_init_helper_is_the_same_in_both_scripts():
         return text[text.index("\n", start):text.index("# --- end of the shared helper ---")]
 
     assert helper(BENCH) == helper(NETCHECK)
+
+
+def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tmp_path):
+    """mlx-lm would fail deep in the load ("split [1, 1, 0, 0] must be positive") or at the first
+    token ("Cannot infer the shape of an empty array"): the script names the model, what does
+    not split over how many ranks, and what to run instead."""
+    bench = _load_script(BENCH)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                                    "num_key_value_heads": 2}))
+    msg = bench.mode_refusal(model, "pipeline", 4)
+    assert msg and "2 layer(s) for 4 ranks" in msg and "benchmark_modes: [tensor]" in msg
+    msg = bench.mode_refusal(model, "tensor", 4)
+    assert msg and "2 key/value heads for 4 ranks" in msg and "attention heads" not in msg
+    assert "benchmark_modes: [pipeline]" in msg
+    assert bench.mode_refusal(model, "pipeline", 2) is None
+    assert bench.mode_refusal(model, "tensor", 2) is None
+    assert bench.mode_refusal(model, "tensor", 1) is None
+    (model / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 3}}))
+    assert "3 layer(s) for 4 ranks" in bench.mode_refusal(model, "pipeline", 4)
+    (model / "config.json").write_text("not json")
+    assert bench.mode_refusal(model, "pipeline", 4) is None

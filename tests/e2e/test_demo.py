@@ -1,0 +1,35 @@
+"""The README's main command, `bash scripts/demo.sh`, run as a user runs it (on the two-Mac
+spec to keep the suite short; the default is mesh4): the whole main job in one site.yml run,
+the benchmark table (tensor and pipeline) and the collective check printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.runner import ROOT
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+
+def test_demo_runs_the_whole_main_job(tmp_path):
+    state = tmp_path / "demo-pair"
+    env = dict(os.environ, MLXSIM_STATE=str(state))
+    try:
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh"), "pair"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+        out = res.stdout
+        assert res.returncode == 0, out[-4000:] + res.stderr[-2000:]
+        assert "failed=0" in out and "unreachable=0" in out
+        table = out.split("== benchmark ==", 1)[1].split("== collective check ==", 1)[0]
+        rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "| ring | 2 |" in ln]
+        assert {r.split("|")[4].strip() for r in rows} == {"tensor", "pipeline"}, table
+        assert "all_sum sweep over 2 ranks: every sum right" in out
+        assert (state / "models" / "tiny" / "model.safetensors.index.json").is_file()
+        assert f"results: {state / 'artifacts'}" in out
+    finally:
+        subprocess.run([sys.executable, "-m", "tests.simcluster", "down", "pair", "--state", str(state)],
+                       cwd=ROOT, capture_output=True, timeout=120)

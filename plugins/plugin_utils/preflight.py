@@ -52,6 +52,21 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
                 problems.append(_p("error", "macos_version", h,
                                    f"{h} runs macOS {versions[h]} while {others} run {majority}",
                                    f"update {h} (System Settings > General > Software Update) so every node runs the same macOS"))
+    else:
+        # Same version, another build: a beta, a rapid security response or a staged update on
+        # one Mac. RDMA, the Thunderbolt driver and Metal change between builds of one version.
+        builds = {h: (facts_by_host[h].get("os") or {}).get("build_version") for h in hosts}
+        bcounts = Counter(b for b in builds.values() if b)
+        if len(bcounts) > 1:
+            majority = bcounts.most_common(1)[0][0]
+            for h in hosts:
+                if builds[h] and builds[h] != majority:
+                    others = ", ".join(x for x in hosts if builds[x] == majority)
+                    problems.append(_p("error", "macos_build", h,
+                                       f"{h} runs macOS {versions[h]} build {builds[h]} while {others} run build {majority}",
+                                       f"install the same build on every Mac: on {h}, turn Beta Updates off "
+                                       f"(System Settings > General > Software Update) and update, or update the "
+                                       f"others to build {builds[h]}"))
     cabled = _cabled_ifaces(links)
     for h in hosts:
         f = facts_by_host[h]

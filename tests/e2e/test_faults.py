@@ -234,6 +234,18 @@ def test_macos_versions_differ(sim_cluster):
         finally:
             cluster.set_host("m4", macos="26.2")
         f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+    with Fault("macOS builds differ (a beta of 26.2 on one Mac)") as f:
+        cluster.set_host("m2", build="25C5048a")
+        try:
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            text = fail_text(run)
+            f.message(next(ln for ln in text.splitlines() if "m2 runs macOS 26.2 build 25C5048a" in ln))
+            assert "m2 runs macOS 26.2 build 25C5048a while m1, m3, m4 run build 25C56" in text
+            assert "Beta Updates off" in text
+        finally:
+            cluster.set_host("m2", build="25C56")
+        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
 
 
 def test_mlx_versions_differ(sim_cluster):

@@ -62,6 +62,25 @@ def test_macos_mismatch_and_too_old_for_rdma():
     assert old["host"] == "m3"
 
 
+def _with_build(facts, build):
+    facts["os"]["build_version"] = build
+    return facts
+
+
+def test_same_version_other_build_is_named_with_the_builds_and_the_fix():
+    probs = preflight({"m1": _with_build(host_facts(), "25C56"), "m2": _with_build(host_facts(), "25C56"),
+                       "m3": _with_build(host_facts(), "25C5048a")}, LINKS)
+    (p,) = only(probs, "macos_build")
+    assert (p["host"], p["severity"]) == ("m3", "error")
+    assert p["msg"] == "m3 runs macOS 26.2 build 25C5048a while m1, m2 run build 25C56"
+    assert "Beta Updates off" in p["fix"] and "m3" in p["fix"]
+    same = {h: _with_build(host_facts(), "25C56") for h in ("m1", "m2")}
+    assert only(preflight(same, LINKS), "macos_build") == []
+    # another version already says it all: no second finding about the build
+    mixed = {"m1": _with_build(host_facts(), "25C56"), "m2": _with_build(host_facts(version="26.1"), "25B78")}
+    assert only(preflight(mixed, LINKS), "macos_build") == []
+
+
 def test_tb4_cable_warns_or_fails_with_rdma_required():
     links = {"cables": [cable("m1", "en2", "m2", "en2", speed=40, cls="TB4")]}
     (w,) = only(preflight({"m1": host_facts(), "m2": host_facts()}, links), "link_speed")

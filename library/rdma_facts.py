@@ -111,7 +111,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_rdma, module_runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 
 
 def main():

@@ -232,7 +232,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     stale_ports,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, module_run
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, parse_hardware_ports, parse_ifconfig, parse_service_order
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_hardware_ports, parse_ifconfig, parse_service_order
 
 # Read-only commands run side by side at most.
 READ_WORKERS = 4

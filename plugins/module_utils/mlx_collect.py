@@ -41,7 +41,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_facts
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import BRIDGE_PORT, ParseError, parse_service_order, thunderbolt_facts
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import BRIDGE_PORT, parse_service_order, thunderbolt_facts
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
 HWPORTS_ARGV = ["networksetup", "-listallhardwareports"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, parse_ifconfig, small_int, to_text
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError, small_int, to_text
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_ifconfig
 
 SW_VERS_COMMAND = "sw_vers"
 SYSCTL_COMMAND = "sysctl -n hw.memsize hw.model hw.ncpu"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 
 TB_PORT = re.compile(r"^Thunderbolt \d+$")
 

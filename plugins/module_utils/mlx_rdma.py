@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError, small_int, to_text
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError, small_int, to_text
 
 IBV_DEVICES_COMMAND = "ibv_devices"
 IBV_DEVINFO_COMMAND = "ibv_devinfo -v"

@@ -40,7 +40,7 @@ import posixpath
 import re
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import to_text
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import to_text
 
 RSYNC_COMMAND = "rsync"
 # What `-i` means in GNU rsync and openrsync alike.

@@ -3,7 +3,8 @@
 
 Nothing here runs a command or imports Ansible: the modules in `library/` run
 `system_profiler`, `networksetup` and `ifconfig`, and hand the text to these functions.
-Every parser accepts `str` or `bytes` and either returns a result or raises `ParseError`;
+Every parser accepts `str` or `bytes` and either returns a result or raises `ParseError`
+(module_utils/mlx_parse.py, shared by every parser);
 partial data (a bus without a receptacle tag, an unexpected type inside the JSON) becomes
 a warning in the result instead.
 
@@ -18,6 +19,8 @@ import json
 import math
 import re
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError, small_int, to_text
+
 SP_COMMAND = "system_profiler SPThunderboltDataType -json"
 HWPORTS_COMMAND = "networksetup -listallhardwareports"
 SERVICE_ORDER_COMMAND = "networksetup -listnetworkserviceorder"
@@ -30,57 +33,12 @@ DETECT_FIX = "sudo networksetup -detectnewhardware"
 _MAX_DEPTH = 32
 
 
-class ParseError(Exception):
-    """A command's output could not be understood.
-
-    `command` names the command whose output was bad, `message` says what was wrong.
-    """
-
-    def __init__(self, command, message):
-        super().__init__(f"{command}: {message}")
-        self.command = command
-        self.message = message
-
-
-def to_text(data, command):
-    """Return (text, replaced): `data` as str, with anything that is not UTF-8 replaced by U+FFFD.
-
-    Accepts bytes, or str that may carry lone surrogates (bytes decoded with
-    surrogateescape); anything else raises ParseError.
-    """
-    if isinstance(data, (bytes, bytearray)):
-        raw = bytes(data)
-    elif isinstance(data, str):
-        try:
-            data.encode("utf-8")
-            return data, False
-        except UnicodeEncodeError:
-            return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in data), True
-    else:
-        raise ParseError(command, f"expected text output, got {type(data).__name__}")
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "replace"), True
-
-
 # --------------------------------------------------------------------------------------
 # system_profiler SPThunderboltDataType -json
 # --------------------------------------------------------------------------------------
 
 _SPEED = re.compile(r"(?i)^\s*(up to\s+)?(\d+(?:\.\d+)?)\s*gb/s")
 _BUS_NAME = re.compile(r"^thunderboltusb4_bus_(\d+)$")
-
-
-def small_int(text):
-    """'42' -> 42; anything that is not 1-18 decimal digits (after stripping) -> None.
-
-    The bound keeps clear of Python's int-from-str digit limit (4300) and of absurd values.
-    """
-    if not isinstance(text, str):
-        return None
-    text = text.strip()
-    return int(text) if 0 < len(text) <= 18 and text.isdecimal() else None
 
 
 def _num(value):

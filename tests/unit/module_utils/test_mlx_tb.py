@@ -6,9 +6,9 @@ import json
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     SP_COMMAND,
-    ParseError,
     link_class,
     netmask_prefix,
     parse_hardware_ports,

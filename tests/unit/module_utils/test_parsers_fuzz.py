@@ -16,7 +16,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SP_FIXTURES = sorted(p.name for p in FIXTURES.glob("sp_*.json"))

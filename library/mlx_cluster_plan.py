@@ -21,6 +21,8 @@ description:
   - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once)
     (the fact is then set on every host of the play).
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.attributes
 options:
   hosts:
     description: Inventory names of the Macs, in rank order.
@@ -70,11 +72,6 @@ options:
     description: File name of the hostfile, in I(remote_dir) on every Mac and in the artifacts directory.
     type: str
     default: hostfile.json
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

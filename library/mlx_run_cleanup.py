@@ -16,6 +16,7 @@ description:
     mode they are only reported.
 version_added: "0.1.0"
 extends_documentation_fragment:
+  - mlx.cluster.attributes
   - mlx.cluster.command_timeout
 options:
   run_id:
@@ -26,11 +27,6 @@ options:
     description: Seconds between SIGTERM and SIGKILL.
     type: int
     default: 3
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

@@ -20,6 +20,7 @@ description:
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 extends_documentation_fragment:
+  - mlx.cluster.attributes
   - mlx.cluster.command_timeout
 options:
   run_dir:
@@ -62,11 +63,6 @@ options:
     description: Lines of the rank's log to return.
     type: int
     default: 20
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

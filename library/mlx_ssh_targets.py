@@ -21,17 +21,14 @@ description:
     never turned off.
   - Runs on the controller only (action plugin); contacts no host.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.attributes
 options:
   hosts:
     description: Inventory names of the Macs.
     type: list
     elements: str
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

@@ -18,6 +18,8 @@ description:
     this host and the file. Finding problems is not a failure of the module; the caller decides.
   - Read-only; a missing directory is RV(exists=false), not a failure. Runs the same in check mode.
 version_added: "0.1.0"
+extends_documentation_fragment:
+  - mlx.cluster.attributes
 options:
   path:
     description: The model directory.
@@ -40,11 +42,6 @@ options:
         user's home), that is not C(/), not the home directory or above it, at least two levels below it.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

@@ -21,6 +21,7 @@ version_added: "0.1.0"
 notes:
   - "A C(ping) may take at least I(timeout) + 10 seconds, whatever I(command_timeout) says."
 extends_documentation_fragment:
+  - mlx.cluster.attributes
   - mlx.cluster.command_timeout
 options:
   links:
@@ -51,11 +52,6 @@ options:
         dropped out of the run (its own failure names it).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 author:
   - mlx-cluster contributors
 """

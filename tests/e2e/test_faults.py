@@ -220,32 +220,30 @@ def test_rdma_faults_are_named_by_rdma_check(sim_cluster, name, host, fault, rep
         f.converged(run_site(cluster, tags=["rdma_check"], extravars=required).rc == 0)
 
 
+# (fault, Mac, what it reports, what the others report, the message, more it must say)
+MACOS_SKEW = [
+    ("macOS versions differ (26.1 on one Mac)", "m4", {"macos": "26.1"}, {"macos": "26.2"},
+     "m4 runs macOS 26.1 while m1, m2, m3 run 26.2", "Software Update"),
+    ("macOS builds differ (a beta of 26.2 on one Mac)", "m2", {"build": "25C5048a"}, {"build": "25C56"},
+     "m2 runs macOS 26.2 build 25C5048a while m1, m3, m4 run build 25C56", "Beta Updates off"),
+]
+
+
 def test_macos_versions_differ(sim_cluster):
     cluster = sim_cluster("mesh4")
     cluster.reset()
-    with Fault("macOS versions differ (26.1 on one Mac)") as f:
-        cluster.set_host("m4", macos="26.1")
-        try:
-            run = run_site(cluster, tags=["rdma_check"])
-            assert run.rc != 0
-            text = fail_text(run)
-            f.message(next(ln for ln in text.splitlines() if "m4 runs macOS 26.1" in ln))
-            assert "m4 runs macOS 26.1 while m1, m2, m3 run 26.2" in text
-        finally:
-            cluster.set_host("m4", macos="26.2")
-        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
-    with Fault("macOS builds differ (a beta of 26.2 on one Mac)") as f:
-        cluster.set_host("m2", build="25C5048a")
-        try:
-            run = run_site(cluster, tags=["rdma_check"])
-            assert run.rc != 0
-            text = fail_text(run)
-            f.message(next(ln for ln in text.splitlines() if "m2 runs macOS 26.2 build 25C5048a" in ln))
-            assert "m2 runs macOS 26.2 build 25C5048a while m1, m3, m4 run build 25C56" in text
-            assert "Beta Updates off" in text
-        finally:
-            cluster.set_host("m2", build="25C56")
-        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+    for name, host, skew, usual, msg, fix in MACOS_SKEW:
+        with Fault(name) as f:
+            cluster.set_host(host, **skew)
+            try:
+                run = run_site(cluster, tags=["rdma_check"])
+                assert run.rc != 0
+                text = fail_text(run)
+                f.message(next(ln for ln in text.splitlines() if msg in ln))
+                assert fix in text
+            finally:
+                cluster.set_host(host, **usual)
+            f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
 
 
 def test_mlx_versions_differ(sim_cluster):

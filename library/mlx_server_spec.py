@@ -40,6 +40,13 @@ options:
     description: The deployed server program on this Mac.
     type: path
     required: true
+  imports:
+    description:
+      - The deployed files the program imports (beside it); their sha256 are part of the
+        settings, so a changed helper restarts the server as a changed program does.
+    type: list
+    elements: path
+    default: []
   model:
     description: Model directory on every Mac.
     type: str
@@ -202,6 +209,7 @@ def main():
             hostfile=dict(type="dict", required=True), host=dict(type="str", required=True),
             run_dir=dict(type="path", required=True), python=dict(type="str", required=True),
             script=dict(type="path", required=True), model=dict(type="str", required=True),
+            imports=dict(type="list", elements="path", default=[]),
             model_id=dict(type="str", default=""),
             mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
             address=dict(type="str", default="127.0.0.1"), port=dict(type="int", default=8080),
@@ -226,12 +234,17 @@ def main():
     script_sum = sha256_of(p["script"]) if os.path.isfile(p["script"]) else None
     if script_sum is None and not module.check_mode:
         module.fail_json(msg=f"the server program {p['script']} is missing: deploy it first")
+    import_sums = {path: sha256_of(path) if os.path.isfile(path) else None for path in p["imports"]}
+    missing = [path for path, digest in import_sums.items() if digest is None]
+    if missing and not module.check_mode:
+        module.fail_json(msg=f"{', '.join(missing)} (imported by {p['script']}) missing: deploy it first")
     model_id = p["model_id"] or os.path.basename(p["model"].rstrip("/"))
     world = len(p["hostfile"]["hosts"])
     settings = {
         "model": p["model"], "model_id": model_id, "mode": p["mode"], "backend": p["hostfile"].get("backend"),
         "hostfile": p["hostfile"], "address": p["address"], "port": p["port"], "ring_port": p["ring_port"],
-        "python": p["python"], "script": p["script"], "script_sha256": script_sum, "run_dir": run_dir,
+        "python": p["python"], "script": p["script"], "script_sha256": script_sum,
+        "imports_sha256": import_sums, "run_dir": run_dir,
         "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
         "request_timeout": p["request_timeout"], "env": p["env"], "supervisor": p["supervisor"],
         "label": p["label"],

@@ -4,7 +4,8 @@
     mlx_server_daemon.py --pidfile FILE --log FILE [--env-file FILE] [--cwd DIR] -- ARGV...
 
 The `process` supervisor of mlx-cluster's server role (where there is no launchd: the
-simulated cluster, or by choice). Standard library only.
+simulated cluster, or by choice). Standard library only, plus mlx_cluster_startup.py
+(deployed beside it) for the launcher variables it drops.
 
 - ARGV is exec'd as given (an argv list, never a shell string).
 - Double fork + setsid: the command runs in a new session and process group (not as their
@@ -27,8 +28,7 @@ import json
 import os
 import sys
 
-LAUNCHER_ENV = ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
-                "MLX_JACCL_RING", "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+from mlx_cluster_startup import LAUNCHER_ENV  # deployed beside this file
 
 
 def parse_args(argv):

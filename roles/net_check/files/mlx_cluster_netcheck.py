@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mlx-cluster network check: all_sum latency and bandwidth across the cluster, verified.
 
-Deployed alone to every Mac (stdlib + mlx only) and started on all of them by `mlx.launch`:
+Deployed to every Mac with mlx_cluster_startup.py beside it (stdlib + mlx) and started on
+all of them by `mlx.launch`:
 
     mlx_cluster_netcheck.py [--expect-world N] [--init-timeout SECONDS] [--backend NAME]
         [--min-bytes 4096] [--max-bytes 67108864] [--iters 5] [--warmup 2] [--json-out PATH]
@@ -34,12 +35,12 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
+from mlx_cluster_startup import InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
 
 EXIT_INIT, EXIT_WRONG_SUM = 3, 4  # 2: bad arguments (argparse)
 _PREFIX = [f"[rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}]"]
@@ -49,88 +50,6 @@ def log(msg):
     print(f"{_PREFIX[0]} {msg}", file=sys.stderr, flush=True)
 
 
-# --- distributed init: the same helper as mlx_cluster_bench.py (each file stands alone) ---
-
-# Variables the MLX launchers set (ring, jaccl, nccl, mpirun): without any of them nothing
-# will ever join this process, so waiting for peers is pointless.
-LAUNCHER_ENV = ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
-                "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-
-# Runs beside init: an accepting ring rank blocks in accept() holding the GIL, so no Python
-# timer in this process can fire. Ends quietly when its stdin closes (init returned, or this
-# process died); at the deadline it logs and sends SIGTERM.
-_WATCHDOG = (
-    "import os, select, signal, sys\n"
-    "if not select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:\n"
-    "    sys.stderr.write(sys.argv[3] + '\\n'); sys.stderr.flush()\n"
-    "    os.kill(int(sys.argv[1]), signal.SIGTERM)\n"
-)
-
-
-class InitError(Exception):
-    """Distributed init failed or gave the wrong world size; the message says where and why."""
-
-
-def init_distributed(backend, expect_world, timeout):
-    """The global group of exactly `expect_world` ranks, or InitError naming rank and host."""
-    rank = os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
-    who = f"rank {rank} on {socket.gethostname()}"
-    if expect_world <= 1:
-        group = mx.distributed.init(backend=backend)
-    elif not any(v in os.environ for v in LAUNCHER_ENV):
-        raise InitError(
-            f"{who}: --expect-world {expect_world} but no distributed launcher started this "
-            f"process (none of {', '.join(LAUNCHER_ENV)} is set); refusing to run as a "
-            "single rank: start it on every host with mlx.launch")
-    else:
-        msg = (f"{who}: distributed init (backend {backend}) did not complete in {timeout:g}s; "
-               "a peer is not running or not reachable: check every host started and the "
-               "addresses in the hostfile")
-        watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
-                                     str(timeout + 1), msg], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL)
-        try:
-            group = _init_with_backoff(backend, time.monotonic() + timeout, who)
-        finally:
-            watchdog.stdin.close()
-            watchdog.wait()
-    if group.size() != expect_world:
-        raise InitError(
-            f"{who}: distributed init (backend {backend}) gave {group.size()} rank(s), "
-            f"expected {expect_world}; refusing to run as a silent fallback: check the "
-            "hostfile and the launcher")
-    return group
-
-
-def _init_with_backoff(backend, deadline, who):
-    delay = 0.5
-    while True:
-        try:
-            return mx.distributed.init(strict=True, backend=backend)
-        except RuntimeError as err:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise InitError(f"{who}: distributed init (backend {backend}) failed until "
-                                f"the deadline: {err}") from err
-            log(f"distributed init failed ({err}); retrying in {min(delay, left):.1f}s")
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 8.0)
-
-
-def backend_name(requested, size):
-    """What ran: init(backend="any") tries ring, then mpi, then jaccl, by the launcher's env."""
-    if size == 1:
-        return "none"
-    if requested != "any":
-        return requested
-    env = os.environ
-    if "MLX_HOSTFILE" in env and "MLX_RANK" in env:
-        return "ring"
-    if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
-        return "mpi"
-    return "jaccl" if "MLX_IBV_DEVICES" in env else "any"
-
-# --- end of the shared helper ---
 
 
 def parse_args(argv):
@@ -184,7 +103,7 @@ def measure(nbytes, group, iters, warmup):
 
 def run(args):
     try:
-        group = init_distributed(args.backend, args.expect_world, args.init_timeout)
+        group = init_distributed(args.backend, args.expect_world, args.init_timeout, log)
     except InitError as err:
         print(err, file=sys.stderr, flush=True)  # names rank and host itself
         return EXIT_INIT

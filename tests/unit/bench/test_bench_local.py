@@ -10,7 +10,6 @@ hung rank is killed with its launcher and nothing else.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.programs import load_program
 from tests.tinymodel import make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -256,10 +256,7 @@ def test_netcheck_ranks_started_out_of_order(tmp_path):
 
 
 def _load_script(path):
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_program(path.parent.parent.name, path.name)
 
 
 def test_netcheck_wrong_sum_fails_naming_the_rank(monkeypatch, capsys):
@@ -276,15 +273,6 @@ def test_netcheck_wrong_sum_fails_naming_the_rank(monkeypatch, capsys):
     report = json.loads(captured.out)
     assert [r["ok"] for r in report["results"]] == [False, False]
     assert "wrong all_sum result on rank(s) [0]" in captured.err
-
-
-def test_init_helper_is_the_same_in_both_scripts():
-    def helper(path):
-        text = path.read_text()
-        start = text.index("# --- distributed init")
-        return text[text.index("\n", start):text.index("# --- end of the shared helper ---")]
-
-    assert helper(BENCH) == helper(NETCHECK)
 
 
 def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tmp_path):

@@ -4,11 +4,12 @@ prompt building. Collectives are simulated by summing the rows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.programs import load_program, program_path
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVER = ROOT / "roles" / "mlx_server" / "files" / "mlx_cluster_server.py"
@@ -17,10 +18,7 @@ BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 
 @pytest.fixture(scope="module")
 def srv():
-    spec = importlib.util.spec_from_file_location("mlx_cluster_server_under_test", SERVER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_program("mlx_server", SERVER.name)
 
 
 REQ = {"tokens": [1, 2, 300, 7], "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 42,
@@ -133,10 +131,21 @@ def test_completion_prompt_accepts_text_or_token_ids(srv):
             srv.completion_prompt(FakeTokenizer(), bad)
 
 
-def test_init_helper_is_the_benchmarks(srv):
-    def helper(path):
-        text = path.read_text()
-        start = text.index("# --- distributed init")
-        return text[text.index("\n", start):text.index("# --- end of the shared helper ---")]
-
-    assert helper(SERVER) == helper(BENCH)
+def test_startup_code_lives_once():
+    """Each role deploys the one mlx_cluster_startup.py (its files/ entry is a link to
+    roles/mlx_cluster/files/), and no program defines the start-up again."""
+    home = program_path("mlx_cluster", "mlx_cluster_startup.py")
+    assert home.is_file() and not home.is_symlink()
+    programs = {"benchmark": ["mlx_cluster_bench.py"], "net_check": ["mlx_cluster_netcheck.py"],
+                "mlx_server": ["mlx_cluster_server.py", "mlx_server_daemon.py"]}
+    for role, names in programs.items():
+        link = program_path(role, "mlx_cluster_startup.py")
+        assert link.is_symlink() and link.resolve() == home.resolve(), link
+        tasks = "".join(p.read_text() for p in (ROOT / "roles" / role / "tasks").glob("*.yml"))
+        tasks += "".join(p.read_text() for p in (ROOT / "roles" / role / "vars").glob("*.yml"))
+        assert "mlx_cluster_startup.py" in tasks, f"{role} does not deploy the start-up helper"
+        for name in names:
+            text = program_path(role, name).read_text()
+            assert "from mlx_cluster_startup import" in text, name
+            for defined in ("def init_distributed", "LAUNCHER_ENV =", "class InitError"):
+                assert defined not in text, f"{name} defines {defined} again"

@@ -1,0 +1,1 @@
+../../mlx_cluster/files/mlx_cluster_startup.py

@@ -18,8 +18,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.mlx.cluster.plugins.filter.plan_filters import _plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 _SETTINGS = ("ssh", "backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
              "exclude_networks", "envs", "remote_dir", "hostfile_name")
@@ -57,7 +57,7 @@ class ActionModule(ActionBase):
         if "ssh" in settings and not isinstance(settings["ssh"], Mapping):
             raise AnsibleActionFail("mlx_cluster_plan: ssh must be the targets of mlx_ssh_targets")
         try:
-            plan = planner.make_plan(_plain(facts), _plain(settings))
+            plan = planner.make_plan(plain(facts), plain(settings))
         except planner.PlanError as exc:
             raise AnsibleActionFail("mlx_cluster_plan: %s" % exc.message)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:

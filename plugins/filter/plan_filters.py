@@ -14,22 +14,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-
-def _plain(value):
-    """Ansible's tagged/lazy containers and strings -> plain dict/list/str (recursively)."""
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    return value
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 
 def _check(filter_name, arg, value, types, what):
@@ -40,7 +25,7 @@ def _check(filter_name, arg, value, types, what):
 
 def _call(filter_name, function, *args, **kwargs):
     try:
-        return function(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+        return function(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
     except planner.PlanError as exc:
         raise AnsibleFilterError("%s: %s" % (filter_name, exc.message))
     except (TypeError, ValueError) as exc:

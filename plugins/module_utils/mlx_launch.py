@@ -13,6 +13,12 @@ from __future__ import annotations
 import json
 import re
 
+# MLX's distributed backends the toolkit plans and launches, best first. The one list: the
+# planner (controller) and the server's spec (on a Mac) import it; the YAML that must name
+# them (roles/mlx_cluster/meta/argument_specs.yml, validate.yml) is checked against it by
+# tests/unit/plugin_utils/test_plan_step.py.
+BACKENDS = ("jaccl", "jaccl-ring", "ring")
+
 RANK_LINE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")

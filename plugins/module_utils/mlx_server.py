@@ -21,11 +21,12 @@ import hashlib
 import json
 import re
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
+
 # mlx.launch's defaults (mlx/_distributed_utils/launch.py): one connection per address.
 RING_FILE = "ring_hosts.json"
 IBV_FILE = "ibv_devices.json"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-BACKENDS = ("ring", "jaccl", "jaccl-ring")
 
 
 class SpecError(ValueError):

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 """Controller-side planner: Thunderbolt facts -> cables -> topology -> IP plan -> MLX hostfile.
 
-Pure functions with no Ansible import, so they can be tested (and benchmarked) on their own.
+Pure functions with no Ansible import (only the backend list, from module_utils/mlx_launch),
+so they can be tested (and benchmarked) on their own.
 ``plugins/filter/plan_filters.py`` is the thin Ansible face of this module. Every planning
 failure raises :class:`PlanError` with a message that says what is wrong and how to fix it.
 
@@ -24,6 +25,8 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -48,10 +51,8 @@ __all__ = [
 # Not 192.168.x.y: MLX hard-codes 192.168.x.y/30, which collides with home and office LANs.
 DEFAULT_POOL = "10.208.0.0/16"
 NETMASK_30 = "255.255.255.252"
-# MLX's distributed backends the plan can choose, best first; `auto` lets the plan choose.
-# The one list of them: roles/mlx_cluster/meta/argument_specs.yml and validate.yml repeat it in
-# YAML, and tests/unit/plugin_utils/test_plan_step.py fails when they differ.
-BACKENDS = ("jaccl", "jaccl-ring", "ring")
+# MLX's distributed backends the plan can choose (module_utils/mlx_launch.BACKENDS, best
+# first); `auto` lets the plan choose.
 BACKEND_CHOICES = ("auto",) + BACKENDS
 
 # Ranges a cable pool must never overlap, and a coordinator address must never be in.

@@ -100,7 +100,7 @@ def test_jaccl_ring_sets_the_ring_flag_and_coordinator():
 
 
 @pytest.mark.parametrize("hostfile, match", [
-    ({"backend": "mpi", "hosts": RING2["hosts"]}, "ring, jaccl, jaccl-ring only"),
+    ({"backend": "mpi", "hosts": RING2["hosts"]}, "jaccl, jaccl-ring, ring only"),
     ({"backend": "ring", "hosts": [{"ssh": "a"}, {"ssh": "b", "ips": ["1.2.3.4"]}]}, "needs addresses"),
     ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None]},
                                     {"ssh": "b", "ips": [], "rdma": ["x", None]}]}, "does not match hosts"),

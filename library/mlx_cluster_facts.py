@@ -59,6 +59,7 @@ attributes:
 notes:
   - "A hung C(ibv_devices), C(ibv_devinfo) or C(rdma_ctl) (see I(command_timeout)) does not fail the module: RDMA is then unusable on this Mac and C(rdma.problems) names the command and the fix."
   - macOS only. Commands run, four at a time (they only read), C(sysctl -n hw.memsize hw.model hw.ncpu),
+    C(sysctl -n iogpu.wired_limit_mb),
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
     C(ifconfig) (bridge0 included), C(route -n get default) (only when needed) and C(sw_vers).
@@ -128,10 +129,13 @@ ansible_facts:
           type: dict
           sample: {"product_version": "26.2", "build_version": "25C56"}
         hw:
-          description: Memory in bytes, model identifier and CPU count from C(sysctl).
+          description:
+            - Memory in bytes, model identifier and CPU count from C(sysctl), and the GPU
+              wired-memory limit in MB (C(iogpu.wired_limit_mb); 0 is macOS's own default,
+              null when the Mac has no such setting).
           returned: always
           type: dict
-          sample: {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}
+          sample: {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16, "wired_limit_mb": 0}
         disk:
           description: Free bytes (for an unprivileged user) on the file system of C(path); null when it cannot be read.
           returned: always

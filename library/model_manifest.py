@@ -36,6 +36,13 @@ options:
     description: Name of this host in RV(problems) and messages. Empty = its host name.
     type: str
     default: ""
+  weights:
+    description:
+      - Also read the header of every top-level C(*.safetensors) file (a few KB each) and return
+        how the weights divide into layers (RV(weights)), which the memory check needs to know
+        how many bytes each rank will hold.
+    type: bool
+    default: false
   safe_dest:
     description:
       - Fail unless O(path) is a safe directory to sync into (the rules of M(model_rsync), with this
@@ -84,6 +91,16 @@ home:
   returned: always
   type: str
   sample: /Users/admin
+weights:
+  description:
+    - With O(weights), the model's tensors by layer, from the safetensors headers (tensors named
+      C(layers.<i>.) belong to layer i, the rest is shared by every pipeline stage, as mlx-lm
+      shards them); C(index) tells whether C(model.safetensors.index.json) exists (mlx-lm's
+      pipeline mode needs it). Null without O(weights) or when the directory does not exist.
+  returned: always
+  type: dict
+  sample: {"total_bytes": 2264924160, "shared_bytes": 311164928, "layer_bytes": [54263808, 54263808],
+           "files": 1, "index": false}
 problems:
   description: Differences from O(expected) (empty without it), each naming the host and the file.
   returned: always
@@ -98,7 +115,9 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import INDEX_FILE, header_length, layout, tensor_bytes
 
 _CHUNK = 8 * 1024 * 1024
 
@@ -140,6 +159,26 @@ def walk(module, root, with_sha):
     return files
 
 
+def read_weights(module, root, files, label):
+    """The layout of the top-level *.safetensors files' tensors (mlx_weights.layout)."""
+    tensors, count = {}, 0
+    for rel in sorted(files):
+        if "/" in rel or not rel.endswith(".safetensors"):
+            continue
+        full = os.path.join(root, rel)
+        try:
+            with open(full, "rb") as fh:
+                header = fh.read(header_length(fh.read(8), rel))
+            tensors.update(tensor_bytes(header, rel))
+        except OSError as exc:
+            module.fail_json(msg=f"cannot read {full} on {label}: {exc.strerror}")
+        except ParseError as exc:
+            module.fail_json(msg=f"{full} on {label}: {exc.message}. Fix: copy the model again "
+                                 "(the file is damaged or not a safetensors file)")
+        count += 1
+    return dict(layout(tensors), files=count, index=INDEX_FILE in files)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -148,6 +187,7 @@ def main():
             expected=dict(type="dict"),
             label=dict(type="str", default=""),
             safe_dest=dict(type="bool", default=False),
+            weights=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -165,9 +205,10 @@ def main():
     files = walk(module, path, module.params["sha256"]) if exists else {}
     expected = module.params["expected"]
     problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []
+    weights = read_weights(module, path, files, label) if exists and module.params["weights"] else None
     module.exit_json(changed=False, exists=exists, files=files,
                      total_bytes=sum(e["size"] for e in files.values()),
-                     home=home, problems=problems)
+                     home=home, problems=problems, weights=weights)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,18 @@ def mlx_preflight_report(problems):
     return preflight_rules.report(problems)
 
 
+def mlx_memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
+    if not isinstance(weights, dict) or "layer_bytes" not in weights:
+        raise AnsibleFilterError("mlx_memory_fit: expects the weights returned by mlx.cluster.model_manifest "
+                                 "with weights: true")
+    if not isinstance(hw_by_host, dict) or not isinstance(modes, (list, tuple)):
+        raise AnsibleFilterError("mlx_memory_fit: hw_by_host must be a dict host -> mlx_cluster.hw, modes a list")
+    try:
+        return preflight_rules.memory_fit(weights, list(hosts), hw_by_host, list(modes), float(headroom), str(model))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"mlx_memory_fit: malformed input ({exc})") from exc
+
+
 def mlx_coordinator(host_vars):
     """The address a host is reached on for coordination: the inventory override, else
     the address of the interface Ansible connects over (from mlx_cluster facts)."""
@@ -230,4 +242,5 @@ class FilterModule:
             "mlx_links_in_place": mlx_links_in_place,
             "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
+            "mlx_memory_fit": mlx_memory_fit,
         }

@@ -26,6 +26,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     parse_route_default,
     parse_sw_vers,
     parse_sysctl_hw,
+    parse_wired_limit,
     ssh_server_address,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
@@ -55,13 +56,15 @@ IFCONFIG_ARGV = ["ifconfig"]
 ROUTE_ARGV = ["route", "-n", "get", "default"]
 SW_VERS_ARGV = ["sw_vers"]
 SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
+# apart from SYSCTL_ARGV: an unknown oid fails the whole sysctl run, and this one may be unknown
+WIRED_LIMIT_ARGV = ["sysctl", "-n", "iogpu.wired_limit_mb"]
 
 # What collect_cluster() runs on every Mac (`route -n get default` only when SSH_CONNECTION
 # does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).
 # All read-only and independent: a module may start them at once and answer `run` from
 # their results, in any order.
 # bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
-CLUSTER_ARGVS = (SYSCTL_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
+CLUSTER_ARGVS = (SYSCTL_ARGV, WIRED_LIMIT_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
                  IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV)
 
 
@@ -244,6 +247,8 @@ def collect_cluster(run, ssh_connection, disk, preferences=None):
     """mlx_cluster facts: everything in one run. `disk` is {"path", "free_bytes"} from the
     module; `preferences` the bytes of the network preferences file (see collect_thunderbolt)."""
     hw = parse_sysctl_hw(required(run, SYSCTL_ARGV))
+    wired = run(WIRED_LIMIT_ARGV, required=False)  # (rc, out, err), None: no sysctl at all
+    hw["wired_limit_mb"] = parse_wired_limit(*wired[:2]) if wired else None
     ifconfig_text = required(run, IFCONFIG_ARGV)
     raw = {}
     thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text,

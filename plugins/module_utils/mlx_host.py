@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 """Pure parsers for the host part of `ansible_facts.mlx_cluster` (docs/design.md).
 
-`sw_vers`, `sysctl -n hw.memsize hw.model hw.ncpu`, `route -n get default`, and the
+`sw_vers`, `sysctl -n hw.memsize hw.model hw.ncpu`, `sysctl -n iogpu.wired_limit_mb`,
+`route -n get default`, and the
 choice of the management interface (the one the SSH session arrived on). The
 Thunderbolt and RDMA parts live in mlx_tb and mlx_rdma.
 """
@@ -16,6 +17,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_if
 SW_VERS_COMMAND = "sw_vers"
 SYSCTL_COMMAND = "sysctl -n hw.memsize hw.model hw.ncpu"
 ROUTE_COMMAND = "route -n get default"
+WIRED_LIMIT_COMMAND = "sysctl -n iogpu.wired_limit_mb"
 
 
 def parse_sw_vers(text):
@@ -42,6 +44,17 @@ def parse_sysctl_hw(text):
     if small_int(memsize) is None or small_int(ncpu) is None:
         raise ParseError(SYSCTL_COMMAND, f"memsize {memsize[:40]!r} or ncpu {ncpu[:40]!r} is not a number")
     return {"memsize": small_int(memsize), "model": model, "ncpu": small_int(ncpu)}
+
+
+def parse_wired_limit(rc, text):
+    """The GPU wired-memory limit in MB from `sysctl -n iogpu.wired_limit_mb`: 0 means macOS's
+    own default (a share of memory it decides); None when the Mac has no such setting (exit
+    status non-zero, "unknown oid") or printed something else."""
+    if rc != 0:
+        return None
+    text, _ = to_text(text, WIRED_LIMIT_COMMAND)
+    value = small_int(text.strip())
+    return value if value is not None and value >= 0 else None
 
 
 def parse_route_default(text):

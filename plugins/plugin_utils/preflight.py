@@ -305,3 +305,109 @@ def report(problems):
     n_err = sum(p["severity"] == "error" for p in problems)
     n_warn = sum(p["severity"] == "warning" for p in problems)
     return "\n".join([f"preflight: {n_err} error(s), {n_warn} warning(s)"] + lines)
+
+
+# ---- memory fit: each rank's share of the model against what its Mac's GPU may wire ----
+
+GIB = 2**30
+MIB = 2**20
+# macOS's own GPU wired-memory limit when iogpu.wired_limit_mb is 0 (Metal's
+# recommendedMaxWorkingSetSize): about 2/3 of memory up to 36 GB, 3/4 above, as reported by
+# MLX users (mlx.core.metal.device_info()["max_recommended_working_set_size"]); unverified
+# without a Mac (tests/simcluster/README.md).
+DEFAULT_GPU_SHARE_SMALL, DEFAULT_GPU_SHARE_LARGE, SMALL_MEMORY = 2 / 3, 3 / 4, 36 * GIB
+
+
+def gpu_limit(hw):
+    """(bytes the GPU may wire, how that was decided) from the `hw` facts, or (None, why)."""
+    mem = (hw or {}).get("memsize")
+    if not mem:
+        return None, "memory size unknown"
+    wired = (hw or {}).get("wired_limit_mb")
+    if wired:
+        return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
+    share = DEFAULT_GPU_SHARE_SMALL if mem <= SMALL_MEMORY else DEFAULT_GPU_SHARE_LARGE
+    return int(mem * share), (f"iogpu.wired_limit_mb={wired}: macOS's default, about "
+                              f"{'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB")
+
+
+def safe_wired_limit_mb(memsize):
+    """A wired limit that leaves macOS room: memory less 1/8 of it, at least 6 GB and at most
+    16 GB kept back; never below macOS's own default."""
+    keep = min(max(memsize // 8, 6 * GIB), 16 * GIB)
+    default = gpu_limit({"memsize": memsize})[0]
+    return max(memsize - keep, default) // MIB
+
+
+def pipeline_split(layers, ranks):
+    """mlx-lm's pipeline split: rank r runs split[r] layers, the low ranks get the extra ones,
+    and rank r's layers come after those of ranks r+1 .. size-1 (rank 0 runs the last)."""
+    base, extra = divmod(layers, ranks)
+    split = [base + (1 if r < extra else 0) for r in range(ranks)]
+    return [(sum(split[r + 1:]), split[r]) for r in range(ranks)]
+
+
+def rank_bytes(weights, mode, ranks):
+    """Bytes of weights each rank holds ([per rank]), or None when `mode` cannot split the model
+    over `ranks` (pipeline with fewer layers than ranks). Tensor parallel: the layers divided
+    evenly (mlx-lm shards their projections), the shared weights whole on every rank."""
+    shared, layer_bytes = weights["shared_bytes"], weights["layer_bytes"]
+    if ranks <= 1:
+        return [weights["total_bytes"]]
+    if mode == "pipeline":
+        if len(layer_bytes) < ranks:
+            return None
+        return [shared + sum(layer_bytes[start:start + n]) for start, n in pipeline_split(len(layer_bytes), ranks)]
+    return [shared + -(-sum(layer_bytes) // ranks)] * ranks
+
+
+def memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
+    """Does each rank's share of the model fit in what its Mac's GPU may wire?
+
+    `weights`: model_manifest's RV(weights); `hosts`: the Macs in rank order; `hw_by_host`:
+    {host: mlx_cluster.hw}; `modes`: the modes that will run; `headroom`: the fraction kept
+    free beyond the weights (KV cache, activations). Returns {"problems": [preflight problems],
+    "ranks": {mode: [{host, rank, bytes, need, limit, how}]}, "fits": {mode: bool}}: an error per
+    Mac and mode that does not fit, naming the numbers and the fix.
+    """
+    problems, table = [], {}
+    n = len(hosts)
+    fits = {}
+    if not weights.get("files") and not weights.get("total_bytes"):
+        # no safetensors weights to measure (another format): nothing to say
+        return {"problems": [], "ranks": {}, "fits": {mode: True for mode in modes}}
+    for mode in modes:
+        per_rank = rank_bytes(weights, mode, n)
+        if per_rank is None:
+            problems.append(_p("error", "memory", None,
+                               f"{model} has {len(weights['layer_bytes'])} layer(s): pipeline mode cannot "
+                               f"give each of {n} Macs at least one",
+                               "run tensor mode, or fewer Macs"))
+            continue
+        rows = []
+        for rank, (host, held) in enumerate(zip(hosts, per_rank)):
+            limit, how = gpu_limit(hw_by_host.get(host))
+            need = int(held * (1 + headroom))
+            rows.append({"host": host, "rank": rank, "bytes": held, "need": need, "limit": limit, "how": how})
+        table[mode] = rows
+        fits[mode] = [r for r in rows if r["limit"] is not None and r["need"] > r["limit"]]
+    for mode, over in fits.items():
+        others = [m for m in fits if m != mode and not fits[m]]
+        for r in over:
+            mem = (hw_by_host.get(r["host"]) or {}).get("memsize") or 0
+            safe = safe_wired_limit_mb(mem) * MIB if mem else 0
+            fixes = []
+            if others:
+                fixes.append(f"run {others[0]} mode instead (it fits)")
+            if safe >= r["need"] > r["limit"]:
+                fixes.append(f"raise the GPU's limit on {r['host']}: sudo sysctl iogpu.wired_limit_mb={safe // MIB} "
+                             "(lasts until the next restart)")
+            fixes.append("add Macs, or use a smaller quantization of the model")
+            problems.append(_p(
+                "error", "memory", r["host"],
+                f"{mode} mode over {n} Mac(s) puts {r['bytes'] / GIB:.2f} GB of {model}'s weights on "
+                f"{r['host']} (rank {r['rank']}; {r['need'] / GIB:.2f} GB with {headroom:.0%} headroom), "
+                f"more than its GPU may use: {r['limit'] / GIB:.2f} GB ({r['how']})",
+                "; or ".join(fixes)))
+    return {"problems": problems, "ranks": table,
+            "fits": {mode: mode in fits and not fits[mode] for mode in modes}}

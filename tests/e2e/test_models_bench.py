@@ -169,3 +169,26 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
     assert gone.rc == 0, gone.failures()
     assert (m2_ssh / "authorized_keys").read_text().strip() == controller_key
     assert sorted(p.name for p in m1_ssh.iterdir()) == ["authorized_keys"]
+
+
+def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(sim_cluster, tmp_path):
+    """iogpu.wired_limit_mb set low on m2: the model's share (~5 MB per rank, either mode) is
+    more than m2's GPU may wire. The run stops before anything is copied, naming m2, the numbers
+    and the fix; with the limit back to macOS's default the same run copies."""
+    wide = make_tiny_model(tmp_path / "wide", dtype="float32", hidden_size=512, heads=4, kv_heads=2,
+                           intermediate_size=512)
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    cluster.set_host("m2", wired_limit_mb=4)
+    try:
+        run = run_site(cluster, tags=["models"], extravars=settings(cluster, wide, model_sync_name="wide"))
+        assert run.rc != 0
+        msgs = "\n".join(m for _, _, m in run.failures())
+        assert "[ERROR] m2: tensor mode over 2 Mac(s)" in msgs and "[ERROR] m2: pipeline mode" in msgs, msgs
+        assert "iogpu.wired_limit_mb=4" in msgs and "add Macs" in msgs and "m1:" not in msgs, msgs
+        for h in cluster.hosts:
+            assert not (cluster.home(h) / "mlx-cluster" / "models" / "wide").exists(), h
+    finally:
+        cluster.set_host("m2", wired_limit_mb=0)
+    ok = run_site(cluster, tags=["models"], extravars=settings(cluster, wide, model_sync_name="wide"))
+    assert ok.rc == 0, ok.failures()

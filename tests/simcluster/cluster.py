@@ -57,7 +57,7 @@ LIBRARY = "/Library"         # every Mac sees its own /Library (preferences) her
 HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
-LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu",
+LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu", "wired_limit_mb",
              "require_sudo", "rdma_port_down", "die_on", "hang", "slow"}
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 

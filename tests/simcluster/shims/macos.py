@@ -1543,6 +1543,8 @@ def sysctl_values(ctx):
         "kern.osproductversion": cfg["macos"],
         "kern.osversion": cfg["build"],
         "machdep.cpu.brand_string": cfg.get("chip", "Apple M3 Ultra"),
+        # 0: macOS decides the GPU's share of memory (the value a Mac ships with)
+        "iogpu.wired_limit_mb": str(int(cfg.get("wired_limit_mb", 0))),
     }
 
 

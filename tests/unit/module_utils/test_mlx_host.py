@@ -192,6 +192,7 @@ def test_collect_rdma_ibv_devices_failing_means_no_devices(read_fixture):
 def test_collect_cluster(read_fixture):
     answers = {**TB_ANSWERS, **RDMA_ANSWERS,
                ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+               ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
                ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
                ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
                ("route", "-n", "get", "default"): (0, "route_get_default_en0.txt", "")}
@@ -203,6 +204,7 @@ def test_collect_cluster(read_fixture):
     assert ["route", "-n", "get", "default"] not in run.calls  # SSH_CONNECTION was enough
     assert facts["thunderbolt"]["mac"]["model_id"] == "Mac16,9"
     assert facts["disk"] is disk
+    assert facts["hw"]["wired_limit_mb"] == 0  # macOS's default share
     # en2 has a Mac behind it (studio A receptacle 1) and rdma_en2 is active with an IPv4 GID
     assert facts["rdma"]["problems"] == [] and warnings == []
 
@@ -210,9 +212,12 @@ def test_collect_cluster(read_fixture):
 def test_collect_cluster_falls_back_to_default_route(read_fixture):
     answers = {**TB_ANSWERS, **RDMA_ANSWERS,
                ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+               # an older macOS: no such oid (sysctl exits 1)
+               ("sysctl", "-n", "iogpu.wired_limit_mb"): (1, None, "sysctl: unknown oid 'iogpu.wired_limit_mb'\n"),
                ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
                ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
                ("route", "-n", "get", "default"): (1, None, "route: writing to routing socket: not in table\n")}
     facts, warnings = collect_cluster(FakeRun(read_fixture, answers), None, {"path": "/", "free_bytes": 1})
     assert facts["mgmt"] == {"iface": None, "address": None}
     assert "management interface is unknown" in warnings[0]
+    assert facts["hw"]["wired_limit_mb"] is None

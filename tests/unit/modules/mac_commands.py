@@ -27,6 +27,7 @@ ROUTE = ("/sbin/route", "-n", "get", "default")
 NETSTAT = ("/usr/sbin/netstat", "-rn", "-f", "inet")
 SW_VERS = ("/usr/bin/sw_vers",)
 SYSCTL = ("/usr/sbin/sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu")
+WIRED_LIMIT = ("/usr/sbin/sysctl", "-n", "iogpu.wired_limit_mb")
 
 # argv -> (rc, fixture name or None, stderr)
 STUDIO_A = {
@@ -41,6 +42,7 @@ STUDIO_A = {
     ROUTE: (0, "route_get_default_en0.txt", ""),
     SW_VERS: (0, "sw_vers_26_2.txt", ""),
     SYSCTL: (0, "sysctl_hw_studio_m4max.txt", ""),
+    WIRED_LIMIT: (0, "sysctl_wired_limit_0.txt", ""),
 }
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}

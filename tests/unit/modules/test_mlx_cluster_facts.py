@@ -20,12 +20,13 @@ from tests.unit.modules.mac_commands import (
     STUDIO_A,
     SW_VERS,
     SYSCTL,
+    WIRED_LIMIT,
     answers,
 )
 
 SSH = {"SSH_CONNECTION": "10.1.2.99 50522 10.1.2.3 22"}
 # bridge0 comes from the plain ifconfig: no `ifconfig bridge0`
-ORDER_RUN = [SYSCTL, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS]
+ORDER_RUN = [SYSCTL, WIRED_LIMIT, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS]
 
 
 def run(module_runner, read_fixture, tmp_path, env=SSH, bins=BINS, **overrides):
@@ -44,7 +45,7 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
     assert facts["home"] == "/Users/tester"  # what ~ means there: the plan resolves the remote dir with it
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert facts["os"] == {"product_version": "26.2", "build_version": "25C56"}
-    assert facts["hw"] == {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}
+    assert facts["hw"] == {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16, "wired_limit_mb": 0}
     assert facts["disk"]["path"] == str(tmp_path)
     st = os.statvfs(tmp_path)
     assert abs(facts["disk"]["free_bytes"] - st.f_bavail * st.f_frsize) < 64 * 2**20

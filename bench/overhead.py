@@ -244,7 +244,8 @@ def mask_run_id(argv):
 
 def bench_args(model_dir, mode, max_tokens, world, run_id):
     """The script's arguments, in the order roles/benchmark/tasks/main.yml gives them."""
-    return ["--model", model_dir, "--prompt", PROMPT, "--max-tokens", str(max_tokens), "--mode", mode,
+    return ["--model", model_dir, "--prompt", PROMPT, "--max-tokens", str(max_tokens), "--num-trials", "1",
+            "--mode", mode,
             "--expect-world", str(world), "--init-timeout", str(INIT_TIMEOUT), "--run-id", run_id]
 
 
@@ -309,13 +310,13 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
         log(f"{SPEC}: {len(cluster.hosts)} Macs up in {time.monotonic() - t0:.1f} s")
         settings = {**sim_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
                     "model_sync_source": "controller", "model_sync_source_path": str(model),
-                    "benchmark_prompt": PROMPT, "benchmark_max_tokens": max_tokens,
+                    "benchmark_prompt": PROMPT, "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
                     "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT}
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the
         # first run on a machine, seconds of C++ compiling): no timed run starts cold.
         seconds, _, beside = run_playbook(cluster, work, "converge", CONVERGE_TAGS,
-                                          {**settings, "benchmark_modes": modes, "benchmark_max_tokens": WARM_TOKENS})
+                                          {**settings, "benchmark_modes": modes, "benchmark_generation_tokens": WARM_TOKENS})
         # The role's launcher runs in the playbook's directory (Ansible's choice for a local
         # module): by hand starts from there too (the ranks `cd` to it when the Mac has it).
         launch_cwd = beside.launch_cwd

@@ -38,7 +38,8 @@ sys.path.insert(0, ".")
 from tests.e2e.runner import sim_vars
 settings = dict(sim_vars(), mlx_cluster_backend="ring",
                 model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=sys.argv[2],
-                benchmark_modes=["tensor", "pipeline"], benchmark_max_tokens=32,
+                benchmark_modes=["tensor", "pipeline"], benchmark_prompt_tokens=128,
+                benchmark_generation_tokens=32, benchmark_trials=3,
                 net_check_max_bytes=1 << 20, net_check_cable_bytes=4 << 20, net_check_iters=3,
                 # a simulated cable is a veth: its speed is whatever CPU the machine has free at
                 # that moment, not a link class (on Macs the default 0.5 singles out a TB4 cable

@@ -26,7 +26,7 @@ RUN_ID = "e2etestrunid0123456789"
 def settings(cluster, tiny, **extra):
     return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
             "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
-            "benchmark_modes": ["tensor", "pipeline"], "benchmark_max_tokens": TOKENS,
+            "benchmark_modes": ["tensor", "pipeline"], "benchmark_generation_tokens": TOKENS, "benchmark_trials": 1,
             "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240, **extra}
 
 
@@ -41,7 +41,7 @@ def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, 
     art = cluster.inventory_path.parent / "artifacts"
     plan = json.loads((art / "plan.json").read_text())
     args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable, "script": REMOTE_SCRIPT,
-            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", str(max_tokens),
+            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", str(max_tokens), "--warmup", "0", "--num-trials", "1",
                      "--expect-world", "2", "--init-timeout", "20", "--run-id", run_id],
             "timeout": timeout, "ssh_targets": plan["ssh"]}
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",

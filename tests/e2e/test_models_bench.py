@@ -28,7 +28,7 @@ def tiny(tmp_path_factory):
 def single_run(tiny):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     res = subprocess.run([sys.executable, str(BENCH), "--model", str(tiny), "--prompt", PROMPT,
-                          "--max-tokens", str(TOKENS), "--expect-world", "1"],
+                          "--max-tokens", str(TOKENS), "--expect-world", "1", "--num-trials", "1"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
            ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"),
-           ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
+           ("num_trials", "trials"), ("prompt_tps", "prompt tok/s (median)"),
+           ("generation_tps", "gen tok/s (median)"), ("gen_spread", "gen tok/s min-max"),
            ("peak_memory_gb", "peak GB per rank"), ("tokens_sha256", "tokens sha256")]
 
 
@@ -32,6 +33,9 @@ def load(folder):
             continue
         if isinstance(data, dict) and "generation_tps" in data:
             data["_file"] = path.name
+            spread = (data.get("stats") or {}).get("generation_tps") or {}
+            if "min" in spread and "max" in spread:
+                data["gen_spread"] = f"{spread['min']:.2f}-{spread['max']:.2f}"
             runs.append(data)
     return runs
 

@@ -1,32 +1,45 @@
 #!/usr/bin/env python3
-"""mlx-cluster benchmark: greedy generation of a fixed number of tokens on every rank.
+"""mlx-cluster benchmark: tokens/s of a model split over the cluster, measured as mlx_lm.benchmark does.
 
 Deployed to every Mac with mlx_cluster_startup.py beside it (stdlib + mlx + mlx_lm) and
 started on all of them by `mlx.launch` (or run as one process with --expect-world 1):
 
-    mlx_cluster_bench.py --model PATH --prompt TEXT --max-tokens N
-        [--mode tensor|pipeline] [--expect-world N] [--init-timeout SECONDS]
-        [--backend any|ring|jaccl|mpi|nccl] [--seed N] [--ignore-chat-template]
-        [--json-out PATH]
+    mlx_cluster_bench.py --model PATH [--prompt-tokens 512] [--generation-tokens 1024]
+        [--num-trials 5] [--warmup 1] [--prompt TEXT] [--mode tensor|pipeline]
+        [--expect-world N] [--init-timeout SECONDS] [--backend any|ring|jaccl|mpi|nccl]
+        [--seed N] [--ignore-chat-template] [--json-out PATH]
 
 Each rank joins the distributed group (retried with exponential backoff for --init-timeout
 seconds, since nodes come up out of order), loads its shard with mlx_lm.utils.sharded_load
-(tensor parallel or pipeline group), and generates exactly --max-tokens tokens with greedy
-sampling, EOS ignored. After a final barrier rank 0 prints ONE JSON line on stdout:
+(tensor parallel or pipeline group) and runs what mlx_lm.benchmark runs: a prompt of
+--prompt-tokens random token ids (mx.random.seed(--seed), ids below the vocabulary size; or
+--prompt TEXT through the chat template), then exactly --generation-tokens greedy tokens, EOS
+ignored; --warmup runs first and is not counted (kernel compilation), then --num-trials timed
+trials. mlx_lm.benchmark's defaults: 512 prompt tokens, 1024 generated, 5 trials.
+
+prompt_tps and generation_tps follow mlx-lm's stream_generate: prompt tokens over the time to
+the first token; generated tokens over the time from the first token to the last. Every trial
+is kept; the headline numbers are the medians (mlx_lm.benchmark prints the means: both are in
+"stats", with min, max and the standard deviation). Each rank logs each trial to stderr
+("[rank R/N host] trial 2/5: ..."), which mlx.launch passes on.
+
+After a final barrier rank 0 prints ONE JSON line on stdout:
 
     {"backend", "world_size", "mode", "model", "prompt_tokens", "generation_tokens",
-     "prompt_tps", "generation_tps", "peak_memory_gb": [per rank], "tokens_sha256",
-     "tokens": [ids], "hostname": [per rank]}
+     "prompt_source": "random"|"text", "warmup", "num_trials",
+     "prompt_tps", "generation_tps" (medians), "trials": [{"prompt_tps", "generation_tps",
+     "total_time"}], "stats": {key: {"median", "mean", "min", "max", "stdev"}},
+     "peak_memory_gb": [per rank], "fast_synch": bool, "versions": {"mlx", "mlx_lm", "python"},
+     "tokens_sha256", "tokens": [ids of the last trial], "hostname": [per rank]}
 
 tokens_sha256 is the sha256 of the ids written as decimal numbers joined by "," (no spaces).
-prompt_tps and generation_tps follow mlx-lm's stream_generate: prompt tokens over the time to
-the first token; generated tokens over the time from the first token to the last.
-Other ranks print nothing on stdout; every rank logs to stderr as "[rank R/N host] ...".
-With one rank the whole model is loaded with mlx_lm.load (nothing to shard).
+Other ranks print nothing on stdout. With one rank the whole model is loaded with
+mlx_lm.load (nothing to shard).
 
 Exit codes: 0 done; 2 bad arguments or model directory; 3 distributed init failed or gave a
 world size other than --expect-world (a process killed by the init watchdog exits by
-SIGTERM); 4 the ranks generated different tokens.
+SIGTERM); 4 the ranks (or two trials) generated different tokens; 5 the mode cannot split
+this model over the ranks (the message says why and what to run instead).
 """
 
 import os
@@ -40,6 +53,7 @@ import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -61,9 +75,14 @@ def log(msg):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--model", required=True, help="local model directory (never downloaded)")
-    p.add_argument("--prompt", required=True, help="user message (chat template applied)")
-    p.add_argument("--max-tokens", type=int, default=128,
-                   help="tokens to generate, exactly: EOS does not stop generation")
+    p.add_argument("--prompt-tokens", "-p", type=int, default=512,
+                   help="length of the random prompt (mlx_lm.benchmark's default)")
+    p.add_argument("--generation-tokens", "-g", "--max-tokens", dest="generation_tokens", type=int,
+                   default=1024, help="tokens to generate, exactly: EOS does not stop generation")
+    p.add_argument("--num-trials", "-n", type=int, default=5, help="timed trials")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs first (kernel compilation)")
+    p.add_argument("--prompt", default="",
+                   help="a user message (chat template applied) instead of random token ids")
     p.add_argument("--mode", choices=("tensor", "pipeline"), default="tensor",
                    help="tensor parallel or pipeline sharding across the ranks")
     p.add_argument("--expect-world", type=int, default=1,
@@ -79,8 +98,10 @@ def parse_args(argv):
     p.add_argument("--run-id", default="",
                    help="unique id of this run, so its processes can be found (and only they) for clean-up")
     args = p.parse_args(argv)
-    if args.max_tokens < 1 or args.expect_world < 1 or args.init_timeout <= 0:
-        p.error("--max-tokens and --expect-world must be >= 1, --init-timeout > 0")
+    if min(args.generation_tokens, args.prompt_tokens, args.num_trials, args.expect_world) < 1 \
+            or args.warmup < 0 or args.init_timeout <= 0:
+        p.error("--generation-tokens, --prompt-tokens, --num-trials and --expect-world must be >= 1, "
+                "--warmup >= 0, --init-timeout > 0")
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
     return args
@@ -99,6 +120,11 @@ def mode_refusal(model_path, mode, size):
         return None  # mlx-lm's own loader says what is wrong with the directory
     cfg = config.get("text_config", config) if isinstance(config, dict) else {}
     if mode == "pipeline":
+        if not (Path(model_path) / "model.safetensors.index.json").is_file():
+            return (f"pipeline mode loads each rank's layers by the model's index, and {model_path} has no "
+                    "model.safetensors.index.json (a single-file model): run it in tensor mode "
+                    "(benchmark_modes: [tensor]), or use a copy of the model saved in several shards "
+                    "(mlx_lm.convert writes the index)")
         layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
         if isinstance(layers, int) and layers < size:
             return (f"pipeline mode gives every rank at least one layer, and {model_path} has {layers} "
@@ -136,6 +162,15 @@ def encode_prompt(tokenizer, text, ignore_chat_template):
     return tokenizer.encode(text, add_special_tokens=not use_template)
 
 
+def random_prompt(model_path, length, seed):
+    """mlx_lm.benchmark's prompt: `length` random token ids below the vocabulary size. Drawn
+    from an explicit key, so every rank (and a one-process run) gets the same ids whatever
+    loading the model did to the global random state."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    vocab = config.get("vocab_size") or config["text_config"]["vocab_size"]
+    return mx.random.randint(0, vocab, (length,), key=mx.random.key(seed)).tolist()
+
+
 def generate_fixed(model, prompt, max_tokens):
     """Exactly max_tokens greedy tokens, and the timings. generate_step never looks at EOS
     (stream_generate does), and with no sampler it takes the argmax."""
@@ -156,7 +191,42 @@ def generate_fixed(model, prompt, max_tokens):
     return tokens, {
         "prompt_tps": len(prompt) / (first - tic),
         "generation_tps": len(tokens) / max(last - first, 1e-9),
+        "total_time": time.perf_counter() - tic,
     }
+
+
+def summary(values):
+    """median, mean, min, max and (sample) standard deviation of the trials' values."""
+    return {"median": statistics.median(values), "mean": statistics.fmean(values), "min": min(values),
+            "max": max(values), "stdev": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def trials(model, prompt, args):
+    """--warmup untimed runs, then --num-trials timed ones: ([timing per trial], tokens, fault).
+    Greedy decoding makes every trial's tokens the same; `fault` names a trial that differs
+    (reported after the ranks' last collectives, so no rank is left waiting)."""
+    for i in range(args.warmup):
+        log(f"warm-up {i + 1}/{args.warmup}: {args.generation_tokens} tokens from a {len(prompt)}-token prompt")
+        generate_fixed(model, prompt, args.generation_tokens)
+    timings, tokens, fault = [], None, None
+    for i in range(args.num_trials):
+        got, timing = generate_fixed(model, prompt, args.generation_tokens)
+        if tokens is not None and got != tokens and fault is None:
+            fault = f"trial {i + 1} generated other tokens than trial 1 (greedy decoding)"
+        tokens = got
+        timings.append(timing)
+        log(f"trial {i + 1}/{args.num_trials}: prompt_tps={timing['prompt_tps']:.3f}, "
+            f"generation_tps={timing['generation_tps']:.3f}, total_time={timing['total_time']:.3f}")
+    return timings, tokens, fault
+
+
+def versions():
+    import platform
+
+    import mlx_lm
+
+    return {"mlx": getattr(mx, "__version__", "unknown"), "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
+            "python": platform.python_version()}
 
 
 def gather_hostnames(group):
@@ -184,9 +254,11 @@ def run(args):
             return EXIT_MODEL
         log(f"loading {args.model} ({args.mode} over {size} rank(s))")
         model, tokenizer = load_shard(Path(args.model), args.mode, group)
-        prompt = encode_prompt(tokenizer, args.prompt, args.ignore_chat_template)
-        log(f"generating {args.max_tokens} tokens from a {len(prompt)}-token prompt")
-        tokens, timing = generate_fixed(model, prompt, args.max_tokens)
+        if args.prompt:
+            prompt = encode_prompt(tokenizer, args.prompt, args.ignore_chat_template)
+        else:
+            prompt = random_prompt(args.model, args.prompt_tokens, args.seed)
+        timings, tokens, fault = trials(model, prompt, args)
 
     peaks = mx.distributed.all_gather(mx.array([mx.get_peak_memory() / 1e9], dtype=mx.float32),
                                       group=group, stream=mx.cpu).tolist()
@@ -195,12 +267,17 @@ def run(args):
                                       stream=mx.cpu).reshape(size, len(tokens)).tolist()
     mx.eval(mx.distributed.all_sum(mx.array(1), group=group, stream=mx.cpu))  # final barrier
 
+    if fault:
+        log(fault)
+        return EXIT_MISMATCH
     differ = [r for r, row in enumerate(every) if row != every[0]]
     if differ:
         log(f"ranks {differ} generated other tokens than rank 0: the shards disagree")
         return EXIT_MISMATCH
     if rank != 0:
         return 0
+    keys = ("prompt_tps", "generation_tps", "total_time")
+    stats = {k: {name: round(v, 3) for name, v in summary([t[k] for t in timings]).items()} for k in keys}
     line = json.dumps({
         "backend": backend_name(args.backend, size),
         "world_size": size,
@@ -208,9 +285,16 @@ def run(args):
         "model": args.model,
         "prompt_tokens": len(prompt),
         "generation_tokens": len(tokens),
-        "prompt_tps": round(timing["prompt_tps"], 3),
-        "generation_tps": round(timing["generation_tps"], 3),
+        "prompt_source": "text" if args.prompt else "random",
+        "warmup": args.warmup,
+        "num_trials": args.num_trials,
+        "prompt_tps": stats["prompt_tps"]["median"],
+        "generation_tps": stats["generation_tps"]["median"],
+        "trials": [{k: round(t[k], 3) for k in keys} for t in timings],
+        "stats": stats,
         "peak_memory_gb": [round(p, 6) for p in peaks],
+        "fast_synch": os.environ.get("MLX_METAL_FAST_SYNCH") == "1",
+        "versions": versions(),
         "tokens_sha256": hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest(),
         "tokens": tokens,
         "hostname": hosts,

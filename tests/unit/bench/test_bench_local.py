@@ -31,8 +31,8 @@ NETCHECK = ROOT / "roles" / "net_check" / "files" / "mlx_cluster_netcheck.py"
 PROMPT = "Write a story about a fast computer"
 MAX_TOKENS = 32
 JSON_KEYS = {"backend", "world_size", "mode", "model", "prompt_tokens", "generation_tokens",
-             "prompt_tps", "generation_tps", "peak_memory_gb", "tokens_sha256", "tokens",
-             "hostname"}
+             "prompt_source", "warmup", "num_trials", "prompt_tps", "generation_tps", "trials", "stats",
+             "peak_memory_gb", "fast_synch", "versions", "tokens_sha256", "tokens", "hostname"}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 for _var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
              "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
@@ -102,7 +102,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_run(tiny_model):
     result = _run([sys.executable, str(BENCH), "--model", str(tiny_model), "--prompt", PROMPT,
-                   "--max-tokens", str(MAX_TOKENS), "--expect-world", "1"])
+                   "--max-tokens", str(MAX_TOKENS), "--expect-world", "1", "--num-trials", "2"])
     return _one_json_line(result)
 
 
@@ -172,7 +172,7 @@ def test_single_process_generates_a_fixed_number_of_tokens(single_run, tiny_mode
 def test_two_ranks_generate_the_single_process_tokens(mode, single_run, tiny_model, tmp_path):
     json_out = tmp_path / "bench.json"
     result = _launch2(BENCH, "--model", str(tiny_model), "--prompt", PROMPT,
-                      "--max-tokens", str(MAX_TOKENS), "--mode", mode, "--expect-world", "2",
+                      "--max-tokens", str(MAX_TOKENS), "--mode", mode, "--expect-world", "2", "--num-trials", "2",
                       "--init-timeout", "60", "--json-out", str(json_out))
     report = _one_json_line(result)
     assert set(report) == JSON_KEYS
@@ -182,6 +182,15 @@ def test_two_ranks_generate_the_single_process_tokens(mode, single_run, tiny_mod
     assert report["prompt_tokens"] == single_run["prompt_tokens"]
     assert len(report["peak_memory_gb"]) == 2 and all(p > 0 for p in report["peak_memory_gb"])
     assert report["hostname"] == [socket.gethostname()] * 2
+    # one warm-up, then two timed trials; the headline numbers are their medians
+    assert (report["warmup"], report["num_trials"], len(report["trials"])) == (1, 2, 2)
+    for key in ("prompt_tps", "generation_tps", "total_time"):
+        st = report["stats"][key]
+        assert st["min"] <= st["median"] <= st["max"] and st["stdev"] >= 0
+        assert sorted(t[key] for t in report["trials"]) == [st["min"], st["max"]]
+    assert report["generation_tps"] == report["stats"]["generation_tps"]["median"]
+    assert report["fast_synch"] is False and report["versions"]["mlx"] and report["versions"]["mlx_lm"]
+    assert "trial 2/2: prompt_tps=" in result.stderr and "warm-up 1/1" in result.stderr
     assert json.loads(json_out.read_text()) == report
     for rank in (0, 1):
         assert f"[rank {rank}/2 " in result.stderr
@@ -284,6 +293,10 @@ def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tm
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
                                                     "num_key_value_heads": 2}))
+    # a single-file model (no index): pipeline mode cannot find each rank's layers
+    msg = bench.mode_refusal(model, "pipeline", 2)
+    assert msg and "model.safetensors.index.json" in msg and "benchmark_modes: [tensor]" in msg
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
     msg = bench.mode_refusal(model, "pipeline", 4)
     assert msg and "2 layer(s) for 4 ranks" in msg and "benchmark_modes: [tensor]" in msg
     msg = bench.mode_refusal(model, "tensor", 4)

@@ -8,7 +8,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_power
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
@@ -203,6 +203,30 @@ def mlx_files_differ(files, mode="0600"):
     return out
 
 
+def mlx_power_plan(power, settings):
+    """What `pmset -c` would change on a Mac, from its discovered power settings (`mlx_cluster.power`:
+    {source: {setting: value}}) and the settings asked for: {source, changes, unsupported,
+    current} (mlx_power.plan_power), or None when discovery could not read them (the power
+    stage then runs its module, which reads them itself). Bad settings fail, naming them."""
+    try:
+        settings = mlx_power.check_settings(_plain_dict(settings))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"mlx_power_plan: power_settings: {exc}") from None
+    if power is None:
+        return None
+    if not isinstance(power, dict):
+        raise AnsibleFilterError("mlx_power_plan: expects the mlx_cluster.power fact ({source: {setting: value}})")
+    try:
+        return mlx_power.plan_power(_plain_dict(power), settings)
+    except ValueError:
+        return None  # no AC settings seen: let the module read and say so
+
+
+def _plain_dict(value):
+    return {str(k): (_plain_dict(v) if isinstance(v, dict) else v) for k, v in value.items()} \
+        if isinstance(value, dict) else value
+
+
 def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
     """`hosts` when the tag selection of this run (--tags / --skip-tags: ansible_run_tags,
     ansible_skip_tags) runs the tasks of a play tagged `play_tags`, else [] (the play matches
@@ -230,4 +254,5 @@ class FilterModule:
             "mlx_links_in_place": mlx_links_in_place,
             "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
+            "mlx_power_plan": mlx_power_plan,
         }

@@ -30,7 +30,7 @@ options:
     description:
       - pmset settings for AC power, each a number. Minutes for C(sleep), C(disksleep) and
         C(displaysleep) (0 means never); 0 or 1 for C(autorestart), C(womp), C(powernap),
-        C(ttyskeepawake), C(tcpkeepalive), C(standby) (any other number counts as 1, as for pmset).
+        C(ttyskeepawake), C(tcpkeepalive), C(standby).
     type: dict
     default:
       sleep: 0

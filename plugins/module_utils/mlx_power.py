@@ -15,7 +15,7 @@ pmset (Apple's PowerManagement source, pmset/pmset.m; real captures in tests/fix
   are left alone); it needs root (`'pmset' must be run as root...` on stdout, exit 1
   otherwise), and any bad argument prints the usage on stdout and exits 1. The values are
   stored in /Library/Preferences/SystemConfiguration/com.apple.PowerManagement.plist and
-  survive a reboot. On/off settings take any number, non-zero meaning 1.
+  survive a reboot.
 
 Automatic updates: `defaults read /Library/Preferences/com.apple.SoftwareUpdate <key>`
 prints the value (`1`/`0` for a boolean); a key never written exits 1 with "The
@@ -98,8 +98,10 @@ def parse_pmset_custom(text):
 
 
 def check_settings(desired):
-    """`desired` ({setting: value}) as pmset would store it: ints, on/off settings 0 or 1.
-    Raises ValueError naming the first setting this toolkit does not set, or a bad value."""
+    """`desired` ({setting: value}) as pmset stores it: ints (true/false as 1/0); on/off
+    settings 0 or 1 only (pmset would store 5 as 1 for some and as 5 for others: powernap,
+    standby). Raises ValueError naming the first setting this toolkit does not set, or a bad
+    value."""
     if not isinstance(desired, dict):
         raise ValueError(f"the power settings must be a mapping of pmset settings to numbers, not {desired!r}")
     out = {}
@@ -111,10 +113,11 @@ def check_settings(desired):
             value = int(value)
         if isinstance(value, str) and value.strip().isdecimal():
             value = int(value)
-        if not isinstance(value, int) or value < 0 or (kind == "minutes" and value > MAX_MINUTES):
+        top = 1 if kind == "bool" else MAX_MINUTES
+        if not isinstance(value, int) or not 0 <= value <= top:
             what = "0 or 1" if kind == "bool" else f"minutes from 0 (never) to {MAX_MINUTES}"
             raise ValueError(f"pmset setting {name}: {value!r} is not {what}")
-        out[name] = min(value, 1) if kind == "bool" else value
+        out[name] = value
     return out
 
 

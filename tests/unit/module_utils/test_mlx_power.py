@@ -108,8 +108,10 @@ def test_bad_settings_are_named(desired, says):
         check_settings(desired)
 
 
-def test_on_off_settings_take_any_number_as_pmset_does():
-    assert check_settings({"autorestart": 5, "womp": True, "sleep": "0"}) == {"autorestart": 1, "womp": 1, "sleep": 0}
+def test_on_off_settings_are_0_or_1_and_booleans_count():
+    assert check_settings({"autorestart": True, "womp": 0, "sleep": "0"}) == {"autorestart": 1, "womp": 0, "sleep": 0}
+    with pytest.raises(ValueError, match="powernap: 2 is not 0 or 1"):
+        check_settings({"powernap": 2})
 
 
 def test_settings_text_is_pmset_s_layout(read_fixture):

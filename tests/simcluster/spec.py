@@ -7,6 +7,8 @@ A spec is YAML::
     hosts:
       - {name: m1, model: "Mac Studio", model_id: "Mac16,9", macos: "26.2", build: "25C56",
          tb_ports: 6, tb_version: 5, rdma: true, memory_gb: 512, thunderbolt_bridge: true}
+      - {name: m2, battery: true, pmset: {sleep: 10},      # a laptop, AC sleep 10 minutes
+         software_update: {AutomaticallyInstallMacOSUpdates: true}}
     cables:
       - {a: "m1:1", b: "m2:1", speed: 80, dock: {name: "CalDigit TS4", vendor: "...", seen_by: m1}}
 

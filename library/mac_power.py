@@ -21,7 +21,7 @@ description:
     C(/Library/Preferences/SystemConfiguration/com.apple.PowerManagement.plist), so they
     survive a reboot.
   - "Changing settings needs root (C(become: true)); reading does not."
-version_added: "0.2.0"
+version_added: "0.4.0"
 author: mlx-cluster contributors
 extends_documentation_fragment:
   - mlx.cluster.command_timeout

@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_power
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
 # Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
@@ -209,22 +210,18 @@ def mlx_power_plan(power, settings):
     current} (mlx_power.plan_power), or None when discovery could not read them (the power
     stage then runs its module, which reads them itself). Bad settings fail, naming them."""
     try:
-        settings = mlx_power.check_settings(_plain_dict(settings))
+        settings = mlx_power.check_settings(plain(settings))
     except ValueError as exc:
         raise AnsibleFilterError(f"mlx_power_plan: power_settings: {exc}") from None
+    power = plain(power)
     if power is None:
         return None
     if not isinstance(power, dict):
         raise AnsibleFilterError("mlx_power_plan: expects the mlx_cluster.power fact ({source: {setting: value}})")
     try:
-        return mlx_power.plan_power(_plain_dict(power), settings)
+        return mlx_power.plan_power(power, settings)
     except ValueError:
         return None  # no AC settings seen: let the module read and say so
-
-
-def _plain_dict(value):
-    return {str(k): (_plain_dict(v) if isinstance(v, dict) else v) for k, v in value.items()} \
-        if isinstance(value, dict) else value
 
 
 def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):

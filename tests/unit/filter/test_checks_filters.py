@@ -185,3 +185,9 @@ def test_power_plan_bad_settings_fail_naming_them(checks):
         checks["mlx_power_plan"](DESKTOP, {"hibernatemode": 0})
     with pytest.raises(AnsibleFilterError, match="minutes from 0"):
         checks["mlx_power_plan"](None, {"sleep": "never"})
+
+
+def test_power_plan_refuses_what_is_not_the_power_fact(checks):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="expects the mlx_cluster.power fact"):
+        checks["mlx_power_plan"](["AC Power"], ASKED)

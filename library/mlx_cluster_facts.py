@@ -62,7 +62,11 @@ notes:
     C(sysctl -n iogpu.wired_limit_mb),
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
-    C(ifconfig) (bridge0 included), C(route -n get default) (only when needed) and C(sw_vers).
+    C(ifconfig) (bridge0 included), C(route -n get default) (only when needed), C(sw_vers),
+    C(pmset -g custom) and C(defaults read /Library/Preferences/com.apple.SoftwareUpdate KEY) for
+    four keys.
+  - "C(pmset) and C(defaults) never fail the module: a failure, a hang or output that cannot be read
+    leaves C(power) null (with a warning), a key never written leaves its C(updates) entry null."
   - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
     world-readable) is read for the Thunderbolt Bridge's definition; C(thunderbolt.bridge.persistent_members)
     are the ports macOS puts back into the bridge at the next boot (null when the file cannot be read).
@@ -141,6 +145,25 @@ ansible_facts:
           returned: always
           type: dict
           sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+        power:
+          description:
+            - The stored power settings per power source (C(pmset -g custom)), C(AC Power) always,
+              C(Battery Power) on a laptop, C(UPS Power) with a UPS; numbers as ints. Null when
+              they could not be read.
+          returned: always
+          type: dict
+          sample: {"AC Power": {"sleep": 1, "disksleep": 10, "displaysleep": 10, "autorestart": 0, "womp": 1}}
+        updates:
+          description:
+            - The automatic-update settings (C(/Library/Preferences/com.apple.SoftwareUpdate)), each
+              true, false or null (never written or unreadable, macOS then applies its default).
+              C(automatic_check) is AutomaticCheckEnabled, C(automatic_download) AutomaticDownload,
+              C(install_macos_updates) AutomaticallyInstallMacOSUpdates (installs and restarts by
+              itself), C(critical_update_install) CriticalUpdateInstall.
+          returned: always
+          type: dict
+          sample: {"automatic_check": true, "automatic_download": true, "install_macos_updates": false,
+                   "critical_update_install": true}
         home:
           description: The remote user's home directory (what C(~) means on this Mac); the plan resolves C(mlx_cluster_remote_dir) with it.
           returned: always

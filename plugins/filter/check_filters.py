@@ -8,8 +8,9 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_power
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
 # Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
@@ -215,6 +216,26 @@ def mlx_files_differ(files, mode="0600"):
     return out
 
 
+def mlx_power_plan(power, settings):
+    """What `pmset -c` would change on a Mac, from its discovered power settings (`mlx_cluster.power`:
+    {source: {setting: value}}) and the settings asked for: {source, changes, unsupported,
+    current} (mlx_power.plan_power), or None when discovery could not read them (the power
+    stage then runs its module, which reads them itself). Bad settings fail, naming them."""
+    try:
+        settings = mlx_power.check_settings(plain(settings))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"mlx_power_plan: power_settings: {exc}") from None
+    power = plain(power)
+    if power is None:
+        return None
+    if not isinstance(power, dict):
+        raise AnsibleFilterError("mlx_power_plan: expects the mlx_cluster.power fact ({source: {setting: value}})")
+    try:
+        return mlx_power.plan_power(power, settings)
+    except ValueError:
+        return None  # no AC settings seen: let the module read and say so
+
+
 def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
     """`hosts` when the tag selection of this run (--tags / --skip-tags: ansible_run_tags,
     ansible_skip_tags) runs the tasks of a play tagged `play_tags`, else [] (the play matches
@@ -243,4 +264,5 @@ class FilterModule:
             "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
             "mlx_memory_fit": mlx_memory_fit,
+            "mlx_power_plan": mlx_power_plan,
         }

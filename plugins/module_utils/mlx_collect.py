@@ -11,7 +11,9 @@ Each function returns `(facts, warnings)`. A required command that fails, or out
 cannot be parsed, raises ParseError whose `command` is the argv joined by spaces (the
 module keys its record of rc/stderr by the same text). Every command is bounded in time
 (mlx_run): one that does not answer raises CommandTimeout, which fails the Mac, except for
-the RDMA probes: a hung one is an RDMA problem of that Mac (collect_rdma), not a failure.
+the RDMA probes: a hung one is an RDMA problem of that Mac (collect_rdma), not a failure, and
+the power and automatic-update probes (collect_power, collect_updates): their facts are then
+unknown, with a warning.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     route_of,
     slash30_partner,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
+    PMSET_CUSTOM_ARGV,
+    UPDATE_ARGVS,
+    parse_pmset_custom,
+    updates_facts,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_facts
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
@@ -59,13 +67,15 @@ SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
 # apart from SYSCTL_ARGV: an unknown oid fails the whole sysctl run, and this one may be unknown
 WIRED_LIMIT_ARGV = ["sysctl", "-n", "iogpu.wired_limit_mb"]
 
+PMSET_ARGV = PMSET_CUSTOM_ARGV
+
 # What collect_cluster() runs on every Mac (`route -n get default` only when SSH_CONNECTION
 # does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).
 # All read-only and independent: a module may start them at once and answer `run` from
 # their results, in any order.
 # bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
 CLUSTER_ARGVS = (SYSCTL_ARGV, WIRED_LIMIT_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
-                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV)
+                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV, PMSET_ARGV) + UPDATE_ARGVS
 
 
 def label(argv):
@@ -231,6 +241,32 @@ def collect_rdma(run, cabled=None):
     return rdma_facts(devices_text, devinfo_text, ctl_text, cabled_ifaces=cabled), warnings
 
 
+def collect_power(run, warnings):
+    """The stored power settings, {source: {setting: value}} (mlx_power.parse_pmset_custom), or
+    None (and a warning) when `pmset -g custom` failed, did not answer or printed something
+    else: the power stage then reads them itself. A soft fact: it never fails the Mac."""
+    try:
+        out = optional(run, PMSET_ARGV, warnings)
+        return parse_pmset_custom(out) if out is not None else None
+    except CommandTimeout as exc:
+        warnings.append(f"{exc.reason}; the power settings are unknown")
+    except ParseError as exc:
+        warnings.append(f"cannot read `{exc.command}`: {exc.message}; the power settings are unknown")
+    return None
+
+
+def collect_updates(run, warnings):
+    """The automatic-update settings (mlx_power.updates_facts): each True, False or None
+    (never written, unreadable, `defaults` missing or not answering). Never fails the Mac."""
+    results = {}
+    for argv in UPDATE_ARGVS:
+        try:
+            results[argv[-1]] = run(argv, required=False)
+        except CommandTimeout as exc:
+            warnings.append(f"{exc.reason}; that automatic-update setting is unknown")
+    return updates_facts(results)
+
+
 def _mgmt(run, interfaces, ssh_connection, warnings):
     mgmt = mgmt_by_address(interfaces, ssh_server_address(ssh_connection))
     if mgmt is None:
@@ -266,6 +302,8 @@ def collect_cluster(run, ssh_connection, disk, preferences=None):
         "os": parse_sw_vers(required(run, SW_VERS_ARGV)),
         "hw": hw,
         "disk": disk,
+        "power": collect_power(run, warnings),
+        "updates": collect_updates(run, warnings),
     }
     return facts, warnings
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import SOFTWARE_UPDATE_DOMAIN, UPDATE_KEYS
+
 DEFAULTS = {
     "rdma_wanted": True,       # plan for RDMA (jaccl) when the hardware has it
     "rdma_required": False,    # fail (not warn) when RDMA is not usable everywhere
@@ -77,6 +79,7 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
         problems.extend(_rdma_problems(h, f.get("rdma") or {}, cabled.get(h, set()), rdma_sev, s["rdma_wanted"]))
         problems.extend(_bridge_problems(h, f.get("thunderbolt") or {}, cabled.get(h, set())))
         problems.extend(_resource_problems(h, f, s))
+        problems.extend(_update_problems(h, f))
 
     problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
     problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
@@ -161,6 +164,24 @@ def _resource_problems(host, f, s):
                       f"{(f.get('disk') or {}).get('path')}, less than {s['min_free_disk_gb']} GB",
                       f"free disk space on {host} or lower preflight_min_free_disk_gb"))
     return out
+
+
+def _update_problems(host, f):
+    """A Mac that installs macOS updates by itself restarts when it likes, perhaps in the middle
+    of a run, and comes back on another build than the others. Read only: reported, never
+    changed. Unknown (never written, unreadable) is not reported; with automatic checking off
+    nothing is found to install."""
+    updates = f.get("updates") or {}
+    if updates.get("install_macos_updates") is not True or updates.get("automatic_check") is False:
+        return []
+    key = UPDATE_KEYS["install_macos_updates"]
+    return [_p("warning", "macos_updates", host,
+               f"{host} installs macOS updates by itself ({key} = 1): it restarts to install one when "
+               f"it chooses, perhaps in the middle of a run, and then runs another build than the other Macs",
+               f"on {host}, System Settings > General > Software Update > Automatic Updates: turn off "
+               f"\"Install macOS updates\" (or `sudo defaults write {SOFTWARE_UPDATE_DOMAIN} {key} -bool false`; "
+               f"`sudo softwareupdate --schedule off` stops the automatic checks altogether), then update "
+               f"every Mac together, by hand")]
 
 
 def _link_problems(links, slow_sev):

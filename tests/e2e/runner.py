@@ -19,7 +19,7 @@ MUTATING = (
     ("networksetup", "-setnetworkserviceenabled"), ("networksetup", "-removenetworkservice"),
     ("networksetup", "-setdhcp"), ("ifconfig", "deletem"), ("ifconfig", "addm"), ("ifconfig", "inet"),
     ("ifconfig", "down"), ("ifconfig", "up"), ("route", "add"), ("route", "change"), ("route", "delete"),
-    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"), ("scutil", "--prefs"),
+    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"), ("scutil", "--prefs"), ("defaults", "write"),
 )
 
 
@@ -27,6 +27,10 @@ def is_mutating(argv):
     """True for a macOS command line that changes the host (the shims log every argv)."""
     if not argv:
         return False
+    names = [os.path.basename(a) for a in argv]
+    if "pmset" in names:  # (sudo ...) pmset: anything but a getter (-g ...) sets something
+        rest = argv[names.index("pmset") + 1:]
+        return bool(rest) and rest[0] != "-g"
     # sudo X ... -> judge X
     while argv and os.path.basename(argv[0]) == "sudo":
         argv = [a for a in argv[1:] if not a.startswith("-")]

@@ -474,6 +474,78 @@ def test_sw_vers_sysctl_route_ping(sim_cluster):
 
 
 @pytest.mark.sim
+def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
+    """pmset as Apple's pmset.m answers: -g custom per source (a laptop's battery first, no
+    autorestart there), -c changes AC only and needs root, bad arguments print the usage,
+    the settings survive a reboot; defaults reads and writes the SoftwareUpdate keys."""
+    from tests.simcluster.cluster import unavailable_reason
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import parse_pmset_custom
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    spec = tmp_path / "power.yml"
+    spec.write_text(yaml.safe_dump({
+        "name": "power", "management": {"cidr": "10.99.7.0/24"},
+        "hosts": [{"name": "m1", "pmset": {"displaysleep": 0}, "software_update": {}},
+                  {"name": "m2", "model": "MacBook Pro", "model_id": "Mac16,5", "battery": True,
+                   "software_update": {"AutomaticallyInstallMacOSUpdates": True}}],
+        "cables": [{"a": "m1:1", "b": "m2:1"}]}))
+    c = SimCluster(str(spec), tmp_path / "state").up()
+    try:
+        desk = sh(c, "m1", ["pmset", "-g", "custom"]).stdout
+        assert desk.startswith("AC Power:\n Sleep On Power Button 1\n autorestartatconnect 0\n")
+        assert " displaysleep         0\n" in desk      # the spec's, over macOS's default of 10
+        assert parse_pmset_custom(desk) == {"AC Power": parse_pmset_custom(desk)["AC Power"]}
+        assert {k: parse_pmset_custom(desk)["AC Power"][k] for k in ("sleep", "disksleep", "autorestart")} == \
+            {"sleep": 1, "disksleep": 10, "autorestart": 0}
+        laptop = parse_pmset_custom(sh(c, "m2", ["pmset", "-g", "custom"]).stdout)
+        assert list(laptop) == ["Battery Power", "AC Power"]
+        assert "autorestart" not in laptop["AC Power"] and laptop["Battery Power"]["displaysleep"] == 2
+        # -g (live): the AC settings in use
+        live = sh(c, "m1", ["pmset", "-g"]).stdout
+        assert live.startswith("System-wide power settings:\n SleepDisabled\t\t0\nCurrently in use:\n")
+
+        # changing needs root: refused as pmset refuses, on stdout, nothing stored
+        r = sh(c, "m1", ["pmset", "-c", "sleep", "0"], ok=False)
+        assert r.returncode == 1 and r.stdout.endswith("pmset' must be run as root...\n")
+        for argv, says in ((["pmset", "-c", "sleep"], ""), (["pmset", "-c", "sleep", "never"], ""),
+                           (["pmset", "-c", "sleep", "-1"], ""), (["pmset", "-c", "bogus", "1"], ""),
+                           (["pmset", "-x"], ""), (["pmset"], ""),
+                           (["pmset", "-g", "bogus"], "Error: unhandled argument bogus\n")):
+            r = sh(c, "m1", argv, sudo=True, ok=False)
+            assert (r.returncode, r.stdout) == (1, says + "Usage: pmset <options>\nSee pmset(1) for details: "
+                                                "'man pmset'\n"), argv
+        # sleep on, disk sleep never: pmset warns (stderr) and stores it
+        r = sh(c, "m1", ["pmset", "-c", "disksleep", "0"], sudo=True)
+        assert 'Warning: Idle sleep timings for "AC Power" may not behave as expected.' in r.stderr
+        assert "- Disk sleep should be non-zero whenever system sleep is non-zero." in r.stderr
+        sh(c, "m1", ["pmset", "-c", "SLEEP", "0", "autorestart", "5"], sudo=True)   # lowercased; on/off: 1
+        sh(c, "m2", ["pmset", "-c", "sleep", "0", "autorestart", "1", "disksleep", "0x0"], sudo=True)
+        c.reboot("m1")
+        after = parse_pmset_custom(sh(c, "m1", ["pmset", "-g", "custom"]).stdout)["AC Power"]
+        assert (after["sleep"], after["disksleep"], after["autorestart"]) == (0, 0, 1)   # survived the reboot
+        laptop = parse_pmset_custom(sh(c, "m2", ["pmset", "-g", "custom"]).stdout)
+        assert (laptop["AC Power"]["sleep"], laptop["AC Power"]["disksleep"]) == (0, 0)
+        assert laptop["Battery Power"]["sleep"] == 1                 # -c: the battery's stay
+        assert "autorestart" not in laptop["AC Power"]              # written, never shown
+
+        su = "/Library/Preferences/com.apple.SoftwareUpdate"
+        r = sh(c, "m1", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"], ok=False)
+        assert r.returncode == 1 and r.stderr.endswith(
+            f"\nThe domain/default pair of ({su}, AutomaticallyInstallMacOSUpdates) does not exist\n")
+        assert sh(c, "m2", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"]).stdout == "1\n"
+        r = sh(c, "m2", ["defaults", "write", su, "AutomaticallyInstallMacOSUpdates", "-bool", "false"], ok=False)
+        assert r.returncode == 1 and f"Could not write domain {su}" in r.stderr
+        sh(c, "m2", ["defaults", "write", su, "AutomaticallyInstallMacOSUpdates", "-bool", "false"], sudo=True)
+        assert sh(c, "m2", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"]).stdout == "0\n"
+        c.reset()
+        assert sh(c, "m2", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"]).stdout == "1\n"
+        again = parse_pmset_custom(sh(c, "m1", ["pmset", "-g", "custom"]).stdout)["AC Power"]
+        assert (again["sleep"], again["autorestart"]) == (1, 0)      # reset: the spec's again
+    finally:
+        assert c.down() == []
+
+
+@pytest.mark.sim
 def test_argv_is_logged_per_host(sim_cluster, sim_clean_logs):
     c = sim_cluster("mesh4")
     assert c.ssh("m2", "sw_vers -productVersion; sudo ifconfig bridge0 >/dev/null").returncode == 0

@@ -49,7 +49,7 @@ REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
                  "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
-                 "scutil"]
+                 "scutil", "pmset", "defaults"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
@@ -946,7 +946,8 @@ class SimCluster:
 
     def reset(self, timeout=60):
         """Back to freshly booted Macs without rebuilding the network: every cable plugged,
-        live overrides dropped, persistent network preferences back to the factory state,
+        live overrides dropped, persistent network preferences, power settings and
+        SoftwareUpdate preferences back to the factory state (the spec's),
         runtime state and /tmp emptied, ~/.ssh as set up for the controller alone, every Mac
         restarted. The rest of the homes (and argv logs) stay."""
         fd = self._lock()
@@ -979,7 +980,8 @@ class SimCluster:
             for h in self.hosts:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
-                for f in ("netprefs.json", "runtime.json"):
+                # persistent settings back to the spec's: network, power (pmset), SoftwareUpdate
+                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json"):
                     (hd / f).unlink(missing_ok=True)
                 shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
                 if (hd / "tmp").exists():

@@ -7,6 +7,8 @@ A spec is YAML::
     hosts:
       - {name: m1, model: "Mac Studio", model_id: "Mac16,9", macos: "26.2", build: "25C56",
          tb_ports: 6, tb_version: 5, rdma: true, memory_gb: 512, thunderbolt_bridge: true}
+      - {name: m2, battery: true, pmset: {sleep: 10},      # a laptop, AC sleep 10 minutes
+         software_update: {AutomaticallyInstallMacOSUpdates: true}}
     cables:
       - {a: "m1:1", b: "m2:1", speed: 80, dock: {name: "CalDigit TS4", vendor: "...", seen_by: m1}}
 
@@ -50,6 +52,15 @@ HOST_DEFAULTS = {
     # the login user's home directory, <mount point>/<home> (/srv/admin); a Mac whose admin
     # user is someone else (/Users/alice beside /Users/admin) has another
     "home": "admin",
+    # a laptop (MacBook Pro): pmset has Battery Power and AC Power settings, and no autorestart
+    "battery": False,
+    # stored AC power settings that differ from macOS's defaults (sleep 1, disksleep 10,
+    # displaysleep 10, autorestart 0 on a desktop; shims/macos.py PMSET_DESKTOP_AC)
+    "pmset": {},
+    # /Library/Preferences/com.apple.SoftwareUpdate as a Mac set up with automatic checks and
+    # downloads but without automatic macOS installs has it; {} is a Mac where none was written
+    "software_update": {"AutomaticCheckEnabled": True, "AutomaticDownload": True,
+                        "AutomaticallyInstallMacOSUpdates": False, "CriticalUpdateInstall": True},
 }
 HOST_KEYS = {"name", *HOST_DEFAULTS}
 CABLE_KEYS = {"a", "b", "speed", "dock"}
@@ -75,6 +86,9 @@ class HostSpec:
     ncpu: int
     thunderbolt_bridge: bool
     home: str
+    battery: bool
+    pmset: dict
+    software_update: dict
 
     def iface(self, receptacle: int) -> str:
         return f"en{receptacle + 1}"
@@ -226,6 +240,9 @@ class ClusterSpec:
                 "ncpu": h.ncpu,
                 "thunderbolt_bridge": h.thunderbolt_bridge,
                 "home": h.home,
+                "battery": h.battery,
+                "pmset": dict(h.pmset),
+                "software_update": dict(h.software_update),
                 "mgmt_address": self.mgmt_address(h.name),
                 "en0_mac": self.mac(h.name, "en0"),
                 "bridge_mac": self.mac(h.name, "en2"),  # macOS gives bridge0 its first member's MAC
@@ -298,13 +315,19 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
             _fail(where, f"host {hname}: tb_version must be 4 or 5, not {v['tb_version']}")
         if v["tb_ports"] > 14:
             _fail(where, f"host {hname}: at most 14 Thunderbolt ports (en2..en15)")
-        for key in ("rdma", "thunderbolt_bridge"):
+        for key in ("rdma", "thunderbolt_bridge", "battery"):
             if not isinstance(v[key], bool):
                 _fail(where, f"host {hname}: {key} must be true or false, not {v[key]!r}")
         if not isinstance(v["home"], str) or not re.match(r"^[a-z][a-z0-9_-]{0,31}$", v["home"]) \
                 or v["home"] == "root":
             _fail(where, f"host {hname}: home must be a user name like alice (the home is "
                          f"<mount point>/<home>), not {v['home']!r}")
+        for key in ("pmset", "software_update"):
+            if not isinstance(v[key], dict) or not all(
+                    isinstance(k, str) and isinstance(x, int) and (isinstance(x, bool) or x >= 0)
+                    for k, x in v[key].items()):
+                _fail(where, f"host {hname}: {key} maps setting names to numbers or booleans "
+                             f"(e.g. {{sleep: 1, autorestart: 0}}), not {v[key]!r}")
         for key in ("model", "model_id", "chip", "macos", "build"):
             v[key] = str(v[key])
         if not re.match(r"^\d+(\.\d+){0,2}$", v["macos"]):

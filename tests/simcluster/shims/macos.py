@@ -1579,6 +1579,253 @@ def cmd_sysctl(ctx, args):
 
 
 # ---------------------------------------------------------------------------------------
+# pmset and defaults: power settings, automatic macOS updates
+# ---------------------------------------------------------------------------------------
+# pmset follows Apple's source (apple-oss-distributions/PowerManagement, pmset/pmset.m):
+# parseArgs, checkAndSetIntValue, show_custom_pm_settings, show_pm_settings_dict,
+# checkSettingConsistency, usage. Which settings a Mac prints, their order and macOS's
+# defaults follow real captures (tests/fixtures/pmset_g_custom_*.txt): a desktop has one
+# source, `AC Power`, with autorestart; a laptop `Battery Power` then `AC Power`, without it.
+# The stored settings are the Mac's pmset.json (com.apple.PowerManagement.plist on a Mac):
+# they survive a reboot; reset() goes back to the spec's.
+
+PMSET_DESKTOP_AC = [("Sleep On Power Button", 1), ("autorestartatconnect", 0), ("lowpowermode", 0),
+                    ("standby", 0), ("ttyskeepawake", 1), ("powernap", 1), ("displaysleep", 10), ("womp", 1),
+                    ("networkoversleep", 0), ("sleep", 1), ("tcpkeepalive", 1), ("autorestart", 0),
+                    ("disksleep", 10)]
+PMSET_LAPTOP_BATTERY = [("Sleep On Power Button", 1), ("lowpowermode", 0), ("standby", 1), ("ttyskeepawake", 1),
+                        ("hibernatemode", 3), ("powernap", 1), ("hibernatefile", "/var/vm/sleepimage"),
+                        ("displaysleep", 2), ("womp", 0), ("networkoversleep", 0), ("sleep", 1), ("lessbright", 1),
+                        ("tcpkeepalive", 1), ("disksleep", 10)]
+PMSET_LAPTOP_AC = [("Sleep On Power Button", 1), ("lowpowermode", 0), ("standby", 1), ("ttyskeepawake", 1),
+                   ("hibernatemode", 3), ("powernap", 1), ("hibernatefile", "/var/vm/sleepimage"),
+                   ("displaysleep", 10), ("womp", 1), ("networkoversleep", 0), ("sleep", 1), ("tcpkeepalive", 1),
+                   ("disksleep", 10)]
+# setting argument -> (stored key, on/off): an on/off setting stores any non-zero number as 1
+PMSET_SETTINGS = {
+    "displaysleep": ("displaysleep", False), "dim": ("displaysleep", False),
+    "disksleep": ("disksleep", False), "spindown": ("disksleep", False), "sleep": ("sleep", False),
+    "womp": ("womp", True), "ring": ("ring", True), "autorestart": ("autorestart", True),
+    "acwake": ("acwake", True), "lidwake": ("lidwake", True), "lessbright": ("lessbright", True),
+    "halfdim": ("halfdim", True), "ttyskeepawake": ("ttyskeepawake", True),
+    "tcpkeepalive": ("tcpkeepalive", True), "powernap": ("powernap", False), "standby": ("standby", False),
+    "hibernatemode": ("hibernatemode", False), "proximitywake": ("proximitywake", False),
+}
+# real pmset verbs and settings the simulated Mac does not model (it says so, exit 64)
+PMSET_NOT_EMULATED = {
+    "touch", "noidle", "sleepnow", "displaysleepnow", "boot", "unboot", "schedule", "sched", "repeat",
+    "relative", "restoredefaults", "disablesleep", "destroyfvkeyonstandby", "haltlevel", "haltafter",
+    "haltremain", "hibernatefile", "hibernatefreeratio", "hibernatefreetime", "gpuswitch", "networkoversleep",
+    "standbydelay", "standbydelayhigh", "standbydelaylow", "highstandbythreshold", "darkwakes", "autopoweroff",
+    "autopoweroffdelay", "lowpowermode", "powermode", "sms", "motionsensor", "debugflags", "btinterval",
+    "dwlinterval", "bookmark", "clamshell", "acattach", "desktopmode",
+}
+PMSET_GETTERS_NOT_EMULATED = {
+    "cap", "sched", "ups", "ac", "adapter", "batt", "ps", "pslog", "accps", "accpslog", "rawbatt", "rawlog",
+    "therm", "thermlog", "assertions", "assertionslog", "sysload", "sysloadlog", "useractivitylog",
+    "useractivity", "log", "listen", "history", "historydetailed", "hidnull", "userclients", "uuid", "uuidlog",
+    "everything", "getters", "powerstate", "powerstatelog", "stats", "systemstate", "sleepblockers", "fba",
+}
+PMSET_USAGE = "Usage: pmset <options>\nSee pmset(1) for details: 'man pmset'"
+
+
+def pmset_sources(ctx):
+    """The stored settings {source: {setting: value}} in pmset's order: the Mac's pmset.json,
+    else macOS's defaults for its kind (spec `battery`) with the spec's `pmset` (AC) over them."""
+    stored = _read_json(ctx.path("pmset.json"), None)
+    if stored is not None:
+        return {source: dict(values) for source, values in stored}
+    if ctx.cfg.get("battery"):
+        sources = {"Battery Power": dict(PMSET_LAPTOP_BATTERY), "AC Power": dict(PMSET_LAPTOP_AC)}
+    else:
+        sources = {"AC Power": dict(PMSET_DESKTOP_AC)}
+    for key, value in (ctx.cfg.get("pmset") or {}).items():
+        if key in sources["AC Power"]:
+            sources["AC Power"][key] = value
+    return sources
+
+
+def save_pmset(ctx, sources):
+    # a list of pairs: the order pmset prints them in is kept
+    _write_json(ctx.path("pmset.json"), [[source, list(values.items())] for source, values in sources.items()])
+
+
+def _pmset_lines(values):
+    return "".join(f" {key:<20} {value}\n" for key, value in values.items())
+
+
+def _strtol(text):
+    """C strtol(text, &end, 0) that must consume the whole string: an int, or None."""
+    s = text.lstrip(" \t\n\v\f\r")
+    sign = -1 if s.startswith("-") else 1
+    if s[:1] in "+-" and s:
+        s = s[1:]
+    try:
+        if s[:2].lower() == "0x" and len(s) > 2:
+            return sign * int(s[2:], 16)
+        if s.startswith("0") and len(s) > 1:
+            return sign * int(s[1:], 8)
+        return sign * int(s) if s else 0   # strtol("") is 0 with nothing left over
+    except ValueError:
+        return None
+
+
+def _pmset_bad(msg=None):
+    if msg:
+        out(msg)
+    out(PMSET_USAGE)
+    raise ShimExit(1)
+
+
+def cmd_pmset(ctx, args):
+    if not args:
+        _pmset_bad()
+    args = [a.lower() for a in args]            # pmset lowercases every argument in place
+    fd = ctx.lock()
+    try:
+        sources = pmset_sources(ctx)
+        present = list(sources)
+        apply = list(present)                   # no flag: every source the Mac has
+        changed = False
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a.startswith("-") and a[1:2] != "1":
+                flag = a[1:2]
+                if flag == "g":
+                    if a != "-g":
+                        _pmset_bad()
+                    what = args[i + 1] if i + 1 < len(args) else ""
+                    what = {"": "live", "disk": "custom"}.get(what, what)
+                    if what == "custom":
+                        out("".join(f"{source}:\n{_pmset_lines(values)}" for source, values in sources.items()))
+                    elif what == "live":
+                        # the source in use: AC (a simulated laptop is always plugged in)
+                        out("System-wide power settings:\n SleepDisabled\t\t0\nCurrently in use:\n"
+                            + _pmset_lines(sources["AC Power"]))
+                    elif what in PMSET_GETTERS_NOT_EMULATED:
+                        die(f"pmset: -g {what}: not emulated by the simulated Mac", 64)
+                    else:
+                        _pmset_bad(f"Error: unhandled argument {what}")
+                    return 0
+                wanted = {"a": present, "b": ["Battery Power"], "c": ["AC Power"], "u": ["UPS Power"]}.get(flag)
+                if wanted is None:
+                    _pmset_bad()
+                apply = [s for s in wanted if s in present]   # -b on a desktop applies to nothing
+                i += 1
+                continue
+            if a in PMSET_SETTINGS:
+                key, on_off = PMSET_SETTINGS[a]
+                value = _strtol(args[i + 1]) if i + 1 < len(args) else None
+                if value is None or value < 0:
+                    _pmset_bad()
+                if on_off:
+                    value = 1 if value else 0
+                for source in apply:
+                    # a setting this Mac does not support for that source is written and then
+                    # dropped by powerd: -g custom never shows it (autorestart on a laptop)
+                    if key in sources[source]:
+                        sources[source][key] = value
+                changed = True
+                i += 2
+                continue
+            if a in PMSET_NOT_EMULATED:
+                die(f"pmset: {a}: not emulated by the simulated Mac", 64)
+            _pmset_bad()
+        if changed:
+            if not ctx.elevated():
+                out(f"'{sys.argv[0]}' must be run as root...")
+                raise ShimExit(1)
+            save_pmset(ctx, sources)
+            _pmset_consistency(sources)
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _pmset_consistency(sources):
+    """checkSettingConsistency: warn (stderr) about idle timers the kernel will not honour."""
+    for source, values in sources.items():
+        try:
+            sleep, dim, disk = (int(values[k]) for k in ("sleep", "displaysleep", "disksleep"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if sleep == 0:
+            continue
+        display_bad = sleep != 1 and (dim > sleep or dim == 0)
+        if display_bad or disk == 0:
+            err(f'Warning: Idle sleep timings for "{source}" may not behave as expected.')
+            if display_bad:
+                err("- Display sleep should have a lower timeout than system sleep.")
+            if disk == 0:
+                err("- Disk sleep should be non-zero whenever system sleep is non-zero.")
+
+
+SOFTWARE_UPDATE_DOMAIN = "/Library/Preferences/com.apple.SoftwareUpdate"
+
+
+def software_update_prefs(ctx):
+    stored = _read_json(ctx.path("software_update.json"), None)
+    return dict(ctx.cfg.get("software_update") or {}) if stored is None else stored
+
+
+def _defaults_domain(name):
+    return name[:-len(".plist")] if name.endswith(".plist") else name
+
+
+def _defaults_value(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def cmd_defaults(ctx, args):
+    """`defaults read|write /Library/Preferences/com.apple.SoftwareUpdate [key [value]]`: the
+    Mac's SoftwareUpdate preferences (software_update.json, from the spec's `software_update`)."""
+    if not args or args[0] not in ("read", "write"):
+        die("defaults: only `defaults read|write /Library/Preferences/com.apple.SoftwareUpdate ...` is "
+            "emulated by the simulated Mac", 64)
+    verb, rest = args[0], args[1:]
+    if not rest or _defaults_domain(rest[0]) != SOFTWARE_UPDATE_DOMAIN:
+        die(f"defaults: {verb} {' '.join(rest[:1])}: only the domain {SOFTWARE_UPDATE_DOMAIN} is emulated by "
+            f"the simulated Mac", 64)
+    domain = rest[0]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S") + f".000 defaults[{os.getpid()}:{os.getpid() + 1000}] "
+    prefs = software_update_prefs(ctx)
+    if verb == "read":
+        if len(rest) == 1:
+            if not prefs:
+                die(f"{stamp}\nDomain {domain} does not exist", 1)
+            out("{\n" + "".join(f"    {k} = {_defaults_value(v)};\n" for k, v in sorted(prefs.items())) + "}")
+            return 0
+        if len(rest) != 2:
+            die("defaults: read takes a domain and at most one key", 64)
+        if rest[1] not in prefs:
+            die(f"{stamp}\nThe domain/default pair of ({domain}, {rest[1]}) does not exist", 1)
+        out(_defaults_value(prefs[rest[1]]))
+        return 0
+    # write: key then -bool/-int/-integer value, or a plain (string) value
+    if len(rest) == 3:
+        value = rest[2]
+    elif len(rest) == 4 and rest[2] in ("-bool", "-boolean") and rest[3].lower() in ("true", "yes", "1", "false", "no", "0"):
+        value = rest[3].lower() in ("true", "yes", "1")
+    elif len(rest) == 4 and rest[2] in ("-int", "-integer") and _strtol(rest[3]) is not None:
+        value = _strtol(rest[3])
+    else:
+        die("defaults: the simulated Mac emulates `defaults write DOMAIN KEY [-bool|-int] VALUE` only", 64)
+    if not ctx.elevated():
+        die(f"Could not write domain {domain}; exiting", 1)
+    fd = ctx.lock()
+    try:
+        prefs = software_update_prefs(ctx)
+        prefs[rest[1]] = value
+        _write_json(ctx.path("software_update.json"), prefs)
+    finally:
+        os.close(fd)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
 # RDMA: rdma_ctl, ibv_devices, ibv_devinfo
 # ---------------------------------------------------------------------------------------
 
@@ -2195,6 +2442,7 @@ COMMANDS = {
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
     "rsync": cmd_rsync,
     "scutil": cmd_scutil,
+    "pmset": cmd_pmset, "defaults": cmd_defaults,
 }
 
 

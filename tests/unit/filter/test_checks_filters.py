@@ -151,3 +151,43 @@ def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
     kinds = {x["cable"]: x["hostfile"]["backend"] for x in checks["mlx_cable_hostfiles"](plan)}
     assert kinds == {cid: "jaccl" if cid in topo["rdma_cables"] else "ring" for cid in plan["ip_plan"]["cables"]}
     assert sorted(kinds.values()).count("ring") == 2
+
+
+# ---- mlx_power_plan: the power stage's shortcut --------------------------------------------
+
+DESKTOP = {"AC Power": {"Sleep On Power Button": 1, "sleep": 1, "disksleep": 10, "displaysleep": 10,
+                        "autorestart": 0, "womp": 1}}
+LAPTOP = {"Battery Power": {"sleep": 1, "disksleep": 10}, "AC Power": {"sleep": 0, "disksleep": 0, "womp": 1}}
+ASKED = {"sleep": 0, "disksleep": 0, "autorestart": 1}
+
+
+def test_power_plan_names_what_differs_on_ac(checks):
+    plan = checks["mlx_power_plan"](DESKTOP, ASKED)
+    assert plan["changes"] == {"sleep": {"before": 1, "after": 0}, "disksleep": {"before": 10, "after": 0},
+                               "autorestart": {"before": 0, "after": 1}}
+    settled = {"AC Power": dict(DESKTOP["AC Power"], sleep=0, disksleep=0, autorestart=1)}
+    assert checks["mlx_power_plan"](settled, ASKED)["changes"] == {}
+
+
+def test_power_plan_of_a_laptop_has_nothing_to_change_and_no_autorestart(checks):
+    plan = checks["mlx_power_plan"](LAPTOP, ASKED)
+    assert plan["changes"] == {} and plan["unsupported"] == ["autorestart"]
+
+
+def test_power_plan_unknown_settings_mean_run_the_module(checks):
+    assert checks["mlx_power_plan"](None, ASKED) is None
+    assert checks["mlx_power_plan"]({"UPS Power": {"sleep": 0}}, ASKED) is None
+
+
+def test_power_plan_bad_settings_fail_naming_them(checks):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="mlx_power_plan: power_settings: 'hibernatemode'"):
+        checks["mlx_power_plan"](DESKTOP, {"hibernatemode": 0})
+    with pytest.raises(AnsibleFilterError, match="minutes from 0"):
+        checks["mlx_power_plan"](None, {"sleep": "never"})
+
+
+def test_power_plan_refuses_what_is_not_the_power_fact(checks):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="expects the mlx_cluster.power fact"):
+        checks["mlx_power_plan"](["AC Power"], ASKED)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_cluster, collect_rdma, collect_thunderbolt
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     ParseError,
     cabled_ifaces,
@@ -98,8 +99,12 @@ class FakeRun:
             assert not required, f"{argv[0]} is required"
             return None
         self.calls.append(list(argv))
-        rc, out, err = self.answers[tuple(argv)]
-        return rc, self.read(out) if out else "", err
+        answer = self.answers[tuple(argv)]
+        if isinstance(answer, Exception):
+            raise answer
+        rc, out, err = answer
+        # a fixture's name, or the output itself
+        return rc, (self.read(out) if out.endswith((".txt", ".json")) else out) if out else "", err
 
 
 TB_ANSWERS = {
@@ -189,8 +194,19 @@ def test_collect_rdma_ibv_devices_failing_means_no_devices(read_fixture):
     assert len(warnings) == 1 and "taken as no device" in warnings[0]
 
 
+SU = "/Library/Preferences/com.apple.SoftwareUpdate"
+NEVER_WRITTEN = "The domain/default pair of ({}, {}) does not exist\n"
+POWER_ANSWERS = {
+    ("pmset", "-g", "custom"): (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
+    ("defaults", "read", SU, "AutomaticCheckEnabled"): (0, "1\n", ""),
+    ("defaults", "read", SU, "AutomaticDownload"): (0, "1\n", ""),
+    ("defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"): (0, "1\n", ""),
+    ("defaults", "read", SU, "CriticalUpdateInstall"): (1, None, NEVER_WRITTEN.format(SU, "CriticalUpdateInstall")),
+}
+
+
 def test_collect_cluster(read_fixture):
-    answers = {**TB_ANSWERS, **RDMA_ANSWERS,
+    answers = {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
                ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
                ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
                ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
@@ -199,7 +215,12 @@ def test_collect_cluster(read_fixture):
     disk = {"path": "/Users/admin", "free_bytes": 5}
     run = FakeRun(read_fixture, answers)
     facts, warnings = collect_cluster(run, "10.1.2.99 50000 10.1.2.3 22", disk)
-    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk"}
+    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "power",
+                          "updates"}
+    assert facts["power"]["AC Power"]["sleep"] == 0 and facts["power"]["AC Power"]["autorestart"] == 1
+    # a key never written is unknown, not off, and not a warning
+    assert facts["updates"] == {"automatic_check": True, "automatic_download": True, "install_macos_updates": True,
+                                "critical_update_install": None}
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert ["route", "-n", "get", "default"] not in run.calls  # SSH_CONNECTION was enough
     assert facts["thunderbolt"]["mac"]["model_id"] == "Mac16,9"
@@ -210,7 +231,7 @@ def test_collect_cluster(read_fixture):
 
 
 def test_collect_cluster_falls_back_to_default_route(read_fixture):
-    answers = {**TB_ANSWERS, **RDMA_ANSWERS,
+    answers = {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
                ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
                # an older macOS: no such oid (sysctl exits 1)
                ("sysctl", "-n", "iogpu.wired_limit_mb"): (1, None, "sysctl: unknown oid 'iogpu.wired_limit_mb'\n"),
@@ -221,3 +242,37 @@ def test_collect_cluster_falls_back_to_default_route(read_fixture):
     assert facts["mgmt"] == {"iface": None, "address": None}
     assert "management interface is unknown" in warnings[0]
     assert facts["hw"]["wired_limit_mb"] is None
+
+
+def _cluster_answers():
+    return {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
+               ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+               ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
+               ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+               ("sw_vers",): (0, "sw_vers_26_2.txt", "")}
+
+
+@pytest.mark.parametrize("answer, says", [
+    pytest.param((1, None, "pmset: error\n"), "`pmset -g custom` exited with 1", id="fails"),
+    pytest.param((0, "garbage\n", ""), "cannot read `pmset -g custom`", id="garbage"),
+    pytest.param(CommandTimeout(["/usr/bin/pmset", "-g", "custom"], 30), "did not answer within 30 s", id="hangs"),
+])
+def test_unreadable_power_settings_are_unknown_not_a_failed_mac(read_fixture, answer, says):
+    run = FakeRun(read_fixture, {**_cluster_answers(), ("pmset", "-g", "custom"): answer})
+    facts, warnings = collect_cluster(run, "10.1.2.99 50000 10.1.2.3 22", {"path": "/", "free_bytes": 1})
+    assert facts["power"] is None
+    assert any(says in w and ("unknown" in w or "null" in w) for w in warnings), warnings
+
+
+def test_update_settings_that_hang_or_are_missing_are_unknown(read_fixture):
+    answers = {**_cluster_answers(),
+               ("defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"):
+                   CommandTimeout(["/usr/bin/defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"], 30)}
+    ssh = "10.1.2.99 50000 10.1.2.3 22"
+    facts, warnings = collect_cluster(FakeRun(read_fixture, answers), ssh, {"path": "/", "free_bytes": 1})
+    assert facts["updates"]["install_macos_updates"] is None
+    assert any("defaults read" in w and "unknown" in w for w in warnings)
+    # without the tool at all: every one unknown, no warning about it
+    facts, warnings = collect_cluster(FakeRun(read_fixture, _cluster_answers(), missing={"defaults"}), ssh,
+                                      {"path": "/", "free_bytes": 1})
+    assert set(facts["updates"].values()) == {None} and warnings == []

@@ -13,6 +13,8 @@ BINS = {
     "ibv_devices": "/usr/bin/ibv_devices",
     "ibv_devinfo": "/usr/bin/ibv_devinfo",
     "rdma_ctl": "/usr/bin/rdma_ctl",
+    "pmset": "/usr/bin/pmset",
+    "defaults": "/usr/bin/defaults",
 }
 
 SP = ("/usr/sbin/system_profiler", "SPThunderboltDataType", "-json")
@@ -28,6 +30,12 @@ NETSTAT = ("/usr/sbin/netstat", "-rn", "-f", "inet")
 SW_VERS = ("/usr/bin/sw_vers",)
 SYSCTL = ("/usr/sbin/sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu")
 WIRED_LIMIT = ("/usr/sbin/sysctl", "-n", "iogpu.wired_limit_mb")
+PMSET = ("/usr/bin/pmset", "-g", "custom")
+SU = "/Library/Preferences/com.apple.SoftwareUpdate"
+UPDATES_CHECK = ("/usr/bin/defaults", "read", SU, "AutomaticCheckEnabled")
+UPDATES_DOWNLOAD = ("/usr/bin/defaults", "read", SU, "AutomaticDownload")
+UPDATES_INSTALL = ("/usr/bin/defaults", "read", SU, "AutomaticallyInstallMacOSUpdates")
+UPDATES_CRITICAL = ("/usr/bin/defaults", "read", SU, "CriticalUpdateInstall")
 
 # argv -> (rc, fixture name or None, stderr)
 STUDIO_A = {
@@ -43,14 +51,21 @@ STUDIO_A = {
     SW_VERS: (0, "sw_vers_26_2.txt", ""),
     SYSCTL: (0, "sysctl_hw_studio_m4max.txt", ""),
     WIRED_LIMIT: (0, "sysctl_wired_limit_0.txt", ""),
+    PMSET: (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
+    UPDATES_CHECK: (0, "1\n", ""),
+    UPDATES_DOWNLOAD: (0, "1\n", ""),
+    UPDATES_INSTALL: (0, "0\n", ""),
+    UPDATES_CRITICAL: (0, "1\n", ""),
 }
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
 
 def answers(read_fixture, table, **overrides):
-    """{argv: (rc, stdout, stderr)} from a table of fixture names; overrides by argv name in this module."""
+    """{argv: (rc, stdout, stderr)} from a table of fixture names (or outputs: `1\\n`); overrides by
+    argv name in this module."""
     table = dict(table)
     for name, value in overrides.items():
         table[globals()[name.upper()]] = value
-    return {argv: (rc, read_fixture(out) if out else "", err) for argv, (rc, out, err) in table.items()}
+    return {argv: (rc, (read_fixture(out) if out.endswith((".txt", ".json")) else out) if out else "", err)
+            for argv, (rc, out, err) in table.items()}

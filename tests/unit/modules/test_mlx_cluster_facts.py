@@ -14,6 +14,7 @@ from tests.unit.modules.mac_commands import (
     IBV_DEVINFO,
     IFCONFIG,
     ORDER,
+    PMSET,
     RDMA_CTL,
     ROUTE,
     SP,
@@ -21,12 +22,17 @@ from tests.unit.modules.mac_commands import (
     SW_VERS,
     SYSCTL,
     WIRED_LIMIT,
+    UPDATES_CHECK,
+    UPDATES_CRITICAL,
+    UPDATES_DOWNLOAD,
+    UPDATES_INSTALL,
     answers,
 )
 
 SSH = {"SSH_CONNECTION": "10.1.2.99 50522 10.1.2.3 22"}
 # bridge0 comes from the plain ifconfig: no `ifconfig bridge0`
-ORDER_RUN = [SYSCTL, WIRED_LIMIT, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS]
+ORDER_RUN = [SYSCTL, WIRED_LIMIT, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS, PMSET,
+             UPDATES_CHECK, UPDATES_DOWNLOAD, UPDATES_INSTALL, UPDATES_CRITICAL]
 
 
 def run(module_runner, read_fixture, tmp_path, env=SSH, bins=BINS, **overrides):
@@ -41,7 +47,11 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
     assert sorted(out.calls) == sorted(list(argv) for argv in ORDER_RUN)
     assert all(env == C_LOCALE for env in out.envs)
     facts = out.result["ansible_facts"]["mlx_cluster"]
-    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "home"}
+    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "home",
+                          "power", "updates"}
+    assert facts["power"] == {"AC Power": facts["power"]["AC Power"]} and facts["power"]["AC Power"]["sleep"] == 0
+    assert facts["updates"] == {"automatic_check": True, "automatic_download": True, "install_macos_updates": False,
+                                "critical_update_install": True}
     assert facts["home"] == "/Users/tester"  # what ~ means there: the plan resolves the remote dir with it
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert facts["os"] == {"product_version": "26.2", "build_version": "25C56"}

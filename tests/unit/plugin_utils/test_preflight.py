@@ -118,6 +118,28 @@ def test_disk_and_topology_errors_and_report_order():
     assert lines[1].startswith("[ERROR]") and lines[-1].startswith("[WARNING] m2")
 
 
+def test_a_mac_that_installs_macos_updates_by_itself_is_a_warning_with_the_fix():
+    on = {"automatic_check": True, "automatic_download": True, "install_macos_updates": True,
+          "critical_update_install": True}
+    probs = preflight({"m1": {**host_facts(), "updates": on}, "m2": host_facts()}, LINKS, {"backend": "jaccl"})
+    (p,) = probs
+    assert (p["severity"], p["check"], p["host"]) == ("warning", "macos_updates", "m1")
+    assert "restarts" in p["msg"] and "another build" in p["msg"]
+    assert "Software Update > Automatic Updates" in p["fix"]
+    assert "defaults write /Library/Preferences/com.apple.SoftwareUpdate AutomaticallyInstallMacOSUpdates " \
+           "-bool false" in p["fix"] and "softwareupdate --schedule off" in p["fix"]
+    assert report(probs).startswith("preflight: 0 error(s), 1 warning(s)\n[WARNING] m1: m1 installs macOS updates")
+
+
+def test_updates_off_unknown_or_never_checked_are_not_reported():
+    for updates in ({"install_macos_updates": False, "automatic_check": True},
+                    {"install_macos_updates": None, "automatic_check": True},     # never written
+                    {"install_macos_updates": True, "automatic_check": False},    # nothing is ever found
+                    None):
+        facts = {**host_facts(), "updates": updates}
+        assert only(preflight({"m1": facts, "m2": host_facts()}, LINKS), "macos_updates") == [], updates
+
+
 def test_version_tuple():
     assert version_tuple("26.2") == version_tuple("26.2.0") < version_tuple("26.10")
     assert version_tuple(None) == ()

@@ -68,6 +68,14 @@ class Run:
                 out.append((d.get("host"), d.get("task"), msg))
         return out
 
+    def preflight_summary(self):
+        """The preflight summary lines (warnings included), from the run's events."""
+        for e in self.events:
+            d = e.get("event_data", {})
+            if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
+                return "\n".join(d["res"].get("msg") or [])
+        return ""
+
     def results(self, task_name):
         return [e["event_data"] for e in self.events
                 if e.get("event") in ("runner_on_ok", "runner_on_failed")

@@ -35,14 +35,6 @@ def fail_text(run):
     return "\n".join(m for _, _, m in run.failures())
 
 
-def summary(run):
-    """The preflight summary lines (warnings included) from the run's events."""
-    for e in run.events:
-        d = e.get("event_data", {})
-        if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
-            return "\n".join(d["res"].get("msg") or [])
-    return ""
-
 
 def debug_lines(run, task):
     """The msg lines of a debug task's result (first host that ran it)."""
@@ -92,7 +84,7 @@ def test_unplugged_cable_is_named_and_replanning_touches_only_it(sim_cluster):
         cluster.unplug(cid)
         try:
             check = run_site(cluster, tags=["rdma_check"])
-            text = summary(check)
+            text = check.preflight_summary()
             f.message(next(ln for ln in text.splitlines() if "stale" in ln or "no cable" in ln))
             a, b = before[cid]["a"], before[cid]["b"]
             assert f"{a['host']}:{a['iface']}" in text and "unplugged or moved" in text, text
@@ -168,7 +160,7 @@ def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backen
     with Fault(f"cable moved to another {kind} ({frm} -> {to})") as f:
         cluster.move(frm, to)
         try:
-            text = summary(run_site(cluster, tags=["rdma_check"]))
+            text = run_site(cluster, tags=["rdma_check"]).preflight_summary()
             stale = next(ln for ln in text.splitlines() if f"{frm} still has the cluster address" in ln)
             f.message(stale)
             assert "unplugged or moved" in stale, text
@@ -309,7 +301,7 @@ def test_thunderbolt_bridge_loop_is_named_then_fixed(sim_cluster):
     cluster.reset()
     with Fault("Thunderbolt Bridge active with the ports as members") as f:
         run = run_site(cluster, tags=["rdma_check"])
-        text = summary(run)
+        text = run.preflight_summary()
         line = next(ln for ln in text.splitlines() if "Thunderbolt Bridge on m1" in ln)
         f.message(line)
         assert "broadcast loop" in line

@@ -33,13 +33,6 @@ def report():
     reliability.write()
 
 
-def summary(run):
-    for e in run.events:
-        d = e.get("event_data", {})
-        if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
-            return "\n".join(d["res"].get("msg") or [])
-    return ""
-
 
 def timed(cluster, **kw):
     start = time.monotonic()
@@ -74,7 +67,7 @@ def test_a_hung_ibv_devinfo_makes_rdma_unusable_on_that_mac_named_by_rdma_check(
         cluster.clear_argv_logs()
         try:
             run, took = timed(cluster)
-            text = summary(run)
+            text = run.preflight_summary()
             line = next((ln for ln in text.splitlines() if "did not answer" in ln), "")
             f.message(line)
             assert took < healthy + BOUND + MARGIN, (took, healthy)
@@ -95,7 +88,7 @@ def test_a_hung_ibv_devinfo_makes_rdma_unusable_on_that_mac_named_by_rdma_check(
         finally:
             cluster.set_host("m2", hang=[])
         again, _ = timed(cluster)
-        assert "did not answer" not in summary(again)
+        assert "did not answer" not in again.preflight_summary()
         f.converged(again.rc == 0)
         assert again.rc == 0, again.failures()
 

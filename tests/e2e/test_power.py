@@ -27,13 +27,6 @@ def mutations(cluster):
     return {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in cluster.hosts}
 
 
-def summary(run):
-    for e in run.events:
-        d = e.get("event_data", {})
-        if e.get("event") == "runner_on_ok" and d.get("task") == "Show the preflight summary":
-            return "\n".join(d["res"].get("msg") or [])
-    return ""
-
 
 def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluster):
     cluster = sim_cluster("pair")
@@ -58,7 +51,7 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     assert mutations(cluster) == {"m1": [], "m2": []}
     assert ac(cluster, "m1") == {"sleep": 1, "disksleep": 10, "autorestart": 0}
     # the preflight names m2's automatic updates, with the fix, and changes nothing about them
-    text = summary(dry)
+    text = dry.preflight_summary()
     line = next(ln for ln in text.splitlines() if "installs macOS updates by itself" in ln)
     assert line.startswith("[WARNING] m2: m2 installs macOS updates"), text
     assert "Automatic Updates" in line and "AutomaticallyInstallMacOSUpdates -bool false" in line, line
@@ -83,4 +76,4 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     assert second.changed() == 0, second.stats
     assert second.results(SET) == []                 # skipped on both Macs
     assert mutations(cluster) == {"m1": [], "m2": []}
-    assert "m2 installs macOS updates by itself" in summary(second)   # reported, never changed
+    assert "m2 installs macOS updates by itself" in second.preflight_summary()   # reported, never changed

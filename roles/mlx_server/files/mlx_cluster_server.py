@@ -8,8 +8,8 @@ started on every Mac at once (launchd job or detached process, with the environm
     mlx_cluster_server.py --model PATH --run-dir DIR [--mode tensor|pipeline]
         [--expect-world N] [--init-timeout SECONDS] [--backend any|ring|jaccl|mpi|nccl]
         [--host ADDRESS] [--port N] [--model-id NAME] [--max-tokens N]
-        [--poll-interval SECONDS] [--request-timeout SECONDS] [--settings-hash HEX]
-        [--run-id TOKEN]
+        [--poll-interval SECONDS] [--request-timeout SECONDS] [--queue-size N]
+        [--stall-timeout SECONDS] [--settings-hash HEX] [--run-id TOKEN]
 
 Every rank joins the distributed group (retried for --init-timeout seconds: the Macs start
 out of order), loads its shard with mlx_lm.utils.sharded_load and enters the serving loop.
@@ -34,11 +34,28 @@ spins while it waits), so a request waits at most one interval. Then every rank 
 same tokens: same prompt, same seed, same sampler (greedy at temperature 0), the same stop
 decisions (EOS, max_tokens, stop strings).
 
+Requests reach the ranks one at a time, in order: the serving loop takes the next one only
+when the last one is generated. At most --queue-size requests wait behind it; beyond that
+rank 0 answers 503 (OpenAI-style error body, code "server_busy") with a Retry-After header.
+A request whose client gave up waiting (--request-timeout) leaves the queue.
+
+Progress: every rank keeps a heartbeat of its serving loop in rank<N>.json ("progress": last
+turn, last token, tokens of the request under way, requests done, rank 0's queue depth),
+written at most once a second and at every request's start and end. Every turn (an idle
+turn comes every --poll-interval) and every generated token is progress; the loop is
+"stalled" when a ready rank made none for --stall-timeout seconds. /health returns the
+heartbeat and answers 503 when stalled; the supervisor (mlx_server_daemon.py) restarts the
+ranks on it.
+
 Files in --run-dir (created if missing), with N the rank:
     rank<N>.pid   this process's PID (removed on a clean exit)
     rank<N>.json  {"rank", "pid", "host", "phase", "message", "started", "updated",
-                   "settings_hash", "run_id", "world_size"}; phase is starting, init,
-                   loading, ready, stopping, stopped or failed
+                   "settings_hash", "run_id", "world_size", "progress"}; phase is starting,
+                   init, loading, ready, stopping, stopped or failed; progress (once ready):
+                   {"last_turn_at", "last_token_at", "progress_mono", "turns", "generating",
+                   "tokens", "requests_done", "queue_depth", "stall_timeout"} (times: wall
+                   clock; progress_mono: time.monotonic() of the last progress, for the
+                   supervisor and the status module on the same Mac)
     state.json    rank 0 only, once serving: {"settings_hash", "run_id", "started",
                    "ready_at", "model", "model_id", "mode", "backend", "endpoint",
                    "ranks": [{"rank", "host", "pid"}]}
@@ -56,8 +73,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import argparse  # noqa: E402
+import collections  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import queue  # noqa: E402
 import secrets  # noqa: E402
 import signal  # noqa: E402
@@ -218,18 +237,32 @@ def parse_args(argv):
                    help="seconds between idle turns of the serving loop")
     p.add_argument("--request-timeout", type=float, default=600.0,
                    help="seconds an HTTP request waits for its generation")
+    p.add_argument("--queue-size", type=int, default=8,
+                   help="requests that may wait while one is generated; more get HTTP 503")
+    p.add_argument("--stall-timeout", type=float, default=120.0,
+                   help="seconds without a turn or a token after which the loop counts as stalled "
+                        "(0: never)")
     p.add_argument("--settings-hash", default="", help="recorded in the state files")
     p.add_argument("--run-id", default="",
                    help="unique id of this start, so its processes can be found (and only they)")
     args = p.parse_args(argv)
     if args.expect_world < 1 or args.init_timeout <= 0 or args.max_tokens < 1 \
-            or args.poll_interval <= 0 or not 0 < args.port < 65536:
+            or args.poll_interval <= 0 or not 0 < args.port < 65536 or args.queue_size < 0:
         p.error("--expect-world and --max-tokens must be >= 1, --init-timeout and "
-                "--poll-interval > 0, --port in 1..65535")
+                "--poll-interval > 0, --port in 1..65535, --queue-size >= 0")
+    if args.stall_timeout and args.stall_timeout < min_stall_timeout(args.poll_interval):
+        p.error(f"--stall-timeout {args.stall_timeout:g} is too short: 0 (off) or at least "
+                f"{min_stall_timeout(args.poll_interval):g}s (5s and 4 poll intervals)")
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
     args.model_id = args.model_id or Path(args.model).name
     return args
+
+
+def min_stall_timeout(poll_interval):
+    """The shortest stall bound that idle turns (one per poll interval) and the heartbeat
+    (written once a second) cannot trip on their own."""
+    return max(5.0, 4 * poll_interval)
 
 
 def load_shard(model_path, mode, group):
@@ -245,10 +278,11 @@ def load_shard(model_path, mode, group):
 
 # --- generation (every rank, the same decisions) ---
 
-def generate(model, tokenizer, req, on_text=None):
+def generate(model, tokenizer, req, on_text=None, on_token=None):
     """Generate for one broadcast request. Every rank runs this with the same request and
     reaches the same stop decision (EOS, max_tokens, a stop string), so every rank runs the
-    same number of forward passes. Returns {"text", "tokens", "finish_reason"}."""
+    same number of forward passes. on_token() is called for every token (the heartbeat).
+    Returns {"text", "tokens", "finish_reason"}."""
     from mlx_lm.generate import generation_stream, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
@@ -261,6 +295,8 @@ def generate(model, tokenizer, req, on_text=None):
     try:
         for resp in stream_generate(model, tokenizer, mx.array(req["tokens"]),
                                     max_tokens=int(req["max_tokens"]), sampler=sampler):
+            if on_token is not None:
+                on_token()
             if resp.finish_reason is None or resp.token not in tokenizer.eos_token_ids:
                 tokens.append(int(resp.token))
             text += resp.text
@@ -288,9 +324,10 @@ def generate(model, tokenizer, req, on_text=None):
 # --- HTTP (rank 0 only) ---
 
 class ApiError(Exception):
-    def __init__(self, status, message, param=None, kind="invalid_request_error", code=None):
+    def __init__(self, status, message, param=None, kind="invalid_request_error", code=None, headers=None):
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+        self.headers = headers or {}
 
     def body(self):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -372,40 +409,141 @@ class Job:
         self.done = threading.Event()
         self.result = None
         self.error = None
+        self.abandoned = False  # its client stopped waiting while it was queued
         self.chunks = queue.Queue() if stream else None
+
+    def fail(self, error):
+        self.error = error
+        self.done.set()
+        if self.chunks is not None:
+            self.chunks.put(None)
+
+
+def stall_verdict(progress, now_mono):
+    """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
+    token for progress["stall_timeout"] seconds (0 = never). The same rule is in
+    mlx_server_daemon.py (which acts on it) and module_utils/mlx_server.py (the status view);
+    tests/unit/server/test_server_health.py holds the three to one table."""
+    bound = float(progress.get("stall_timeout") or 0)
+    mono = progress.get("progress_mono")
+    if bound <= 0 or mono is None:
+        return ""
+    idle = now_mono - float(mono)
+    if idle <= bound:
+        return ""
+    if progress.get("generating"):
+        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
+                f"flight ({progress.get('tokens', 0)} token(s) so far)")
+    return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"
+
+
+class Progress:
+    """The serving loop's heartbeat, kept by the loop itself (so it stops when the loop does)
+    and written into rank<N>.json ("progress") at most every WRITE_EVERY seconds, and at once
+    when a request starts or ends. Times: wall clock for people, progress_mono for the
+    supervisor and the status view (time.monotonic() is the Mac's, not the process's)."""
+
+    WRITE_EVERY = 1.0
+
+    def __init__(self, state, stall_timeout, depth=None, clock=time.monotonic, wall=time.time):
+        self.state, self.depth, self.clock, self.wall = state, depth, clock, wall
+        self.data = {"last_turn_at": None, "last_token_at": None, "progress_mono": clock(), "turns": 0,
+                     "generating": False, "tokens": 0, "requests_done": 0, "queue_depth": 0,
+                     "stall_timeout": stall_timeout}
+        self.written = None
+
+    def snapshot(self):
+        snap = dict(self.data)
+        if self.depth is not None:
+            snap["queue_depth"] = self.depth()
+        return snap
+
+    def _moved(self, key):
+        self.data[key] = self.wall()
+        self.data["progress_mono"] = self.clock()
+
+    def turn(self):
+        self.data["turns"] += 1
+        self._moved("last_turn_at")
+        self.write()
+
+    def start_request(self):
+        self.data.update(generating=True, tokens=0)
+        self.write(force=True)
+
+    def token(self):
+        self.data["tokens"] += 1
+        self._moved("last_token_at")
+        self.write()
+
+    def end_request(self, completed=True):
+        self.data["generating"] = False
+        self.data["requests_done"] += int(completed)
+        self._moved("last_turn_at")
+        self.write(force=True)
+
+    def write(self, force=False):
+        now = self.clock()
+        if not force and self.written is not None and now - self.written < self.WRITE_EVERY:
+            return
+        self.written = now
+        if self.state is not None:
+            self.state.data.update(progress=self.snapshot(), updated=self.wall())
+            self.state.save()
 
 
 class Server:
-    """Rank 0's side: the HTTP front and the queue the serving loop takes requests from."""
+    """Rank 0's side: the HTTP front and the bounded queue the serving loop takes requests
+    from, one at a time."""
 
-    def __init__(self, args, tokenizer, world):
+    RECENT = 8  # requests whose durations estimate Retry-After
+
+    def __init__(self, args, tokenizer, world, clock=time.monotonic):
         self.args = args
         self.tokenizer = tokenizer
         self.world = world
-        self.jobs = queue.Queue()
+        self.clock = clock
+        self.cond = threading.Condition()
+        self.jobs = collections.deque()
+        self.durations = collections.deque(maxlen=self.RECENT)
         self.created = int(time.time())
-        self.last_turn = time.monotonic()
-        self.busy_since = None
+        self.progress = Progress(None, args.stall_timeout, self.depth, clock)
         self.stopping = False
         self.httpd = None
 
     # -- the serving loop's side
     def next_job(self, timeout):
-        try:
-            return self.jobs.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        """The oldest waiting request, or None after `timeout` seconds without one."""
+        deadline = self.clock() + timeout
+        with self.cond:
+            while True:
+                while self.jobs and self.jobs[0].abandoned:
+                    self.jobs.popleft()
+                if self.jobs:
+                    return self.jobs.popleft()
+                left = deadline - self.clock()
+                if left <= 0:
+                    return None
+                self.cond.wait(left)
+
+    def finished(self, seconds):
+        with self.cond:
+            self.durations.append(seconds)
 
     def fail_pending(self, message):
-        while True:
-            try:
-                job = self.jobs.get_nowait()
-            except queue.Empty:
-                return
-            job.error = ApiError(503, message, kind="server_error")
-            job.done.set()
-            if job.chunks is not None:
-                job.chunks.put(None)
+        with self.cond:
+            jobs, self.jobs = list(self.jobs), collections.deque()
+        for job in jobs:
+            job.fail(ApiError(503, message, kind="server_error"))
+
+    def depth(self):
+        """Requests waiting (not the one being generated)."""
+        with self.cond:
+            return sum(1 for j in self.jobs if not j.abandoned)
+
+    def abandon(self, job):
+        with self.cond:
+            job.abandoned = True
 
     # -- the HTTP side
     def models(self):
@@ -415,13 +553,18 @@ class Server:
         return {"id": self.args.model_id, "object": "model", "created": self.created, "owned_by": "mlx-cluster"}
 
     def health(self):
-        age = time.monotonic() - self.last_turn
-        busy = self.busy_since is not None
-        stale = not busy and age > max(10 * self.args.poll_interval, 30.0)
-        return (503 if (stale or self.stopping) else 200), {
-            "status": "stopping" if self.stopping else ("stale" if stale else "ok"),
-            "world_size": self.world["size"], "ranks": self.world["ranks"],
-            "generating": busy, "seconds_since_last_turn": round(age, 3), "model": self.args.model_id}
+        """(HTTP status, body): the serving loop's heartbeat; 503 when stalled or stopping."""
+        snap = self.progress.snapshot()
+        stalled = stall_verdict(snap, self.clock())
+        status = "stopping" if self.stopping else ("stalled" if stalled else "ok")
+        return (200 if status == "ok" else 503), {
+            "status": status, "message": stalled, "world_size": self.world["size"], "ranks": self.world["ranks"],
+            "model": self.args.model_id, "generating": snap["generating"], "tokens": snap["tokens"],
+            "requests_done": snap["requests_done"], "queue_depth": snap["queue_depth"],
+            "queue_size": self.args.queue_size, "turns": snap["turns"],
+            "last_turn_at": snap["last_turn_at"], "last_token_at": snap["last_token_at"],
+            "seconds_since_progress": round(self.clock() - snap["progress_mono"], 3),
+            "stall_timeout": snap["stall_timeout"]}
 
     def check_model(self, body):
         name = body.get("model")
@@ -429,11 +572,26 @@ class Server:
             raise ApiError(404, f"model '{name}' is not served here; this server serves "
                                 f"'{self.args.model_id}'", "model", code="model_not_found")
 
+    def retry_after(self):
+        """Seconds until a place in the queue is likely free: the mean of the last requests'
+        durations (1 before any), rounded up."""
+        with self.cond:
+            mean = sum(self.durations) / len(self.durations) if self.durations else 1.0
+        return max(1, math.ceil(mean))
+
     def submit(self, params, tokens, stream):
-        if self.stopping:
-            raise ApiError(503, "the server is stopping", kind="server_error")
-        job = Job(dict(params, tokens=tokens), stream)
-        self.jobs.put(job)
+        with self.cond:
+            if self.stopping:
+                raise ApiError(503, "the server is stopping", kind="server_error")
+            waiting = sum(1 for j in self.jobs if not j.abandoned)
+            if waiting >= self.args.queue_size:
+                raise ApiError(503, f"the server is busy: one request is being generated and {waiting} "
+                                    f"wait (queue size {self.args.queue_size}); retry later",
+                               kind="server_error", code="server_busy",
+                               headers={"Retry-After": str(self.retry_after())})
+            job = Job(dict(params, tokens=tokens), stream)
+            self.jobs.append(job)
+            self.cond.notify()
         return job
 
 
@@ -445,11 +603,13 @@ def make_handler(server):
         def log_message(self, fmt, *a):
             log(f"http {self.address_string()} {fmt % a}")
 
-        def send_json(self, status, body):
+        def send_json(self, status, body, headers=None):
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 
@@ -496,13 +656,14 @@ def make_handler(server):
                 stream = bool(body.get("stream"))
                 job = server.submit(params, tokens, stream)
             except ApiError as err:
-                self.send_json(err.status, err.body())
+                self.send_json(err.status, err.body(), err.headers)
                 return
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if stream:
                 self.stream(job, rid, chat)
                 return
             if not job.done.wait(server.args.request_timeout):
+                server.abandon(job)  # still queued: it leaves the queue; under way: it runs to its end
                 self.send_json(504, ApiError(504, "generation did not finish in time", kind="server_error").body())
                 return
             if job.error is not None:
@@ -551,6 +712,7 @@ def make_handler(server):
                     try:
                         piece = job.chunks.get(timeout=max(0.1, deadline - time.monotonic()))
                     except queue.Empty:
+                        server.abandon(job)
                         break
                     if piece is None:
                         break
@@ -582,8 +744,9 @@ class Stop:
         self.signal = signum
 
 
-def serve(group, model, tokenizer, server, stop, poll):
-    """Turns of the loop until a stop vote. Raises RuntimeError when a collective fails."""
+def serve(group, model, tokenizer, server, stop, poll, progress):
+    """Turns of the loop until a stop vote. Raises RuntimeError when a collective fails.
+    One request at a time: the next is taken only when the last one is generated."""
     root = group.rank() == 0
     seq, idle = 0, False
     while True:
@@ -595,39 +758,32 @@ def serve(group, model, tokenizer, server, stop, poll):
             try:
                 data = encode_request(job.request)
             except ValueError as err:
-                job.error = ApiError(400, str(err))
-                job.done.set()
-                if job.chunks is not None:
-                    job.chunks.put(None)
+                job.fail(ApiError(400, str(err)))
                 job = None
         seq += 1
         header, req = broadcast(group, data, stop.requested, seq)
-        if root:
-            server.last_turn = time.monotonic()
+        progress.turn()
         if header["stop_votes"] > 0:
             if job is not None:
-                job.error = ApiError(503, "the server is stopping", kind="server_error")
-                job.done.set()
-                if job.chunks is not None:
-                    job.chunks.put(None)
+                job.fail(ApiError(503, "the server is stopping", kind="server_error"))
             return header["stop_votes"]
         idle = req is None
         if req is None:
             continue
-        if root:
-            server.busy_since = time.monotonic()
         t0 = time.perf_counter()
+        progress.start_request()
+        completed = False
         try:
             on_text = job.chunks.put if (root and job.chunks is not None) else None
-            result = generate(model, tokenizer, req, on_text)
+            result = generate(model, tokenizer, req, on_text, progress.token)
+            completed = True
         finally:
-            if root:
-                server.busy_since = None
-                server.last_turn = time.monotonic()
+            progress.end_request(completed)
         took = time.perf_counter() - t0
         log(f"request {header['seq']}: {len(req['tokens'])} prompt tokens, {len(result['tokens'])} "
             f"generated ({result['finish_reason']}) in {took:.2f}s")
         if root:
+            server.finished(took)
             job.result = result
             job.done.set()
             if job.chunks is not None:
@@ -680,6 +836,9 @@ def _run(args, state):
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     server = Server(args, tokenizer, {"size": size, "ranks": ranks})
+    # The heartbeat starts before "ready": the supervisor watches a ready rank's progress.
+    server.progress = progress = Progress(state, args.stall_timeout, server.depth if rank == 0 else None)
+    progress.write(force=True)
     if rank == 0:
         try:
             server_class = ThreadingHTTPServer
@@ -703,7 +862,7 @@ def _run(args, state):
     code = 0
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            votes = serve(group, model, tokenizer, server, stop, args.poll_interval)
+            votes = serve(group, model, tokenizer, server, stop, args.poll_interval, progress)
         if state.data["phase"] == "failed":
             code = EXIT_BIND
         else:

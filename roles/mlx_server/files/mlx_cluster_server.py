@@ -506,6 +506,7 @@ class Server:
         self.cond = threading.Condition()
         self.jobs = collections.deque()
         self.durations = collections.deque(maxlen=self.RECENT)
+        self.current = None  # the job the serving loop took last (in flight until done)
         self.created = int(time.time())
         self.progress = Progress(None, args.stall_timeout, self.depth, clock)
         self.stopping = False
@@ -520,7 +521,8 @@ class Server:
                 while self.jobs and self.jobs[0].abandoned:
                     self.jobs.popleft()
                 if self.jobs:
-                    return self.jobs.popleft()
+                    self.current = self.jobs.popleft()
+                    return self.current
                 left = deadline - self.clock()
                 if left <= 0:
                     return None
@@ -584,7 +586,8 @@ class Server:
             if self.stopping:
                 raise ApiError(503, "the server is stopping", kind="server_error")
             waiting = sum(1 for j in self.jobs if not j.abandoned)
-            if waiting >= self.args.queue_size:
+            generating = self.current is not None and not self.current.done.is_set()
+            if waiting + generating > self.args.queue_size:
                 raise ApiError(503, f"the server is busy: one request is being generated and {waiting} "
                                     f"wait (queue size {self.args.queue_size}); retry later",
                                kind="server_error", code="server_busy",

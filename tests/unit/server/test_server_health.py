@@ -1,0 +1,350 @@
+"""roles/mlx_server/files/mlx_cluster_server.py without MLX distributed: rank 0's HTTP front and
+its serving loop `serve()` with a one-rank stand-in group, the broadcast reduced to its pure
+rows (what a one-rank all_sum gives) and a fake `generate` that blocks until released, so the
+queue can be filled at will. Checks: requests reach the ranks one at a time and in order, at
+most --queue-size wait, the next gets 503 with an OpenAI-style body and Retry-After, a request
+whose client gave up leaves the queue; the heartbeat (progress) and /health on a fake clock.
+
+The stall rule exists three times (the server's /health, the supervisor that acts on it, the
+status module): one table holds all three to the same verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+FILES = ROOT / "roles" / "mlx_server" / "files"
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def srv():
+    return load("mlx_cluster_server_health_under_test", FILES / "mlx_cluster_server.py")
+
+
+class OneRank:
+    def rank(self):
+        return 0
+
+    def size(self):
+        return 1
+
+
+class FakeGenerate:
+    """Counts how many generations run at once and in which order; each waits for `gate`."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.active = self.most = 0
+        self.order = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def __call__(self, model, tokenizer, req, on_text=None, on_token=None):
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self.order.append(req["tokens"][0])
+        self.entered.set()
+        try:
+            assert self.gate.wait(30)
+            for _ in range(3):
+                on_token()
+                time.sleep(0.01)
+            if on_text is not None:
+                on_text("abc")
+            return {"text": "abc", "tokens": [5, 6, 7], "finish_reason": "length"}
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def args(**kw):
+    base = dict(model="/models/tiny", model_id="tiny", max_tokens=64, request_timeout=30.0, queue_size=2,
+                stall_timeout=0.0, poll_interval=0.05)
+    return argparse.Namespace(**{**base, **kw})
+
+
+class Rig:
+    """serve() in a thread, rank 0's HTTP server on a free loopback port."""
+
+    def __init__(self, srv, monkeypatch, **kw):
+        self.srv = srv
+        self.gen = FakeGenerate()
+        monkeypatch.setattr(srv, "generate", self.gen)
+
+        def broadcast(group, data, stop, seq):  # what a one-rank all_sum returns
+            kind = srv.KIND_GENERATE if data is not None else srv.KIND_IDLE
+            header = srv.read_header(srv.header_row(True, kind, len(data or b""), stop, seq))
+            return header, (srv.decode_request(data) if data is not None else None)
+
+        monkeypatch.setattr(srv, "broadcast", broadcast)
+        self.server = srv.Server(args(**kw), None, {"size": 1, "ranks": [{"rank": 0, "host": "m1", "pid": 1}]})
+        self.stop = srv.Stop()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), srv.make_handler(self.server))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.threads = [threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True),
+                        threading.Thread(target=self.loop, daemon=True)]
+        self.votes = None
+        for t in self.threads:
+            t.start()
+
+    def loop(self):
+        self.votes = srv_serve(self.srv, self.server, self.stop)
+
+    def close(self):
+        self.gen.gate.set()
+        self.stop.requested = True
+        self.threads[1].join(10)
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def ask(self, token, results=None, **extra):
+        """POST one completion whose prompt is [token]; with `results`, in a thread."""
+        def one():
+            got = http(self.url + "/v1/completions", {"prompt": [token], "max_tokens": 3, **extra})
+            if results is not None:
+                results[token] = got
+            return got
+        if results is None:
+            return one()
+        t = threading.Thread(target=one, daemon=True)
+        t.start()
+        return t
+
+
+def srv_serve(srv, server, stop):
+    return srv.serve(OneRank(), None, None, server, stop, server.args.poll_interval, server.progress)
+
+
+def http(url, body=None, timeout=30):
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), json.loads(err.read())
+
+
+def wait_for(cond, seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def rig(srv, monkeypatch, request):
+    r = Rig(srv, monkeypatch, **getattr(request, "param", {}))
+    yield r
+    r.close()
+
+
+def test_one_request_at_a_time_a_bounded_queue_then_503_with_retry_after(rig):
+    results = {}
+    first = rig.ask(1, results)
+    assert rig.gen.entered.wait(10)
+    waiting = [rig.ask(t, results) for t in (2, 3)]
+    assert wait_for(lambda: rig.server.depth() == 2)
+
+    status, headers, body = rig.ask(4)  # one generating, two waiting: the queue (2) is full
+    assert status == 503
+    assert body["error"]["type"] == "server_error" and body["error"]["code"] == "server_busy"
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert "2 wait (queue size 2)" in body["error"]["message"]
+    assert headers["Retry-After"] == "1"  # no request finished yet: 1 s
+
+    health = http(rig.url + "/health")[2]
+    assert (health["generating"], health["queue_depth"], health["queue_size"]) == (True, 2, 2)
+
+    rig.gen.gate.set()
+    for t in [first, *waiting]:
+        t.join(20)
+    assert [results[t][0] for t in (1, 2, 3)] == [200, 200, 200]
+    assert rig.gen.order == [1, 2, 3]  # in order of arrival
+    assert rig.gen.most == 1           # never two generations at once
+    assert 4 not in rig.gen.order      # the refused one never reached the ranks
+    health = http(rig.url + "/health")[2]
+    assert (health["requests_done"], health["queue_depth"], health["generating"]) == (3, 0, False)
+
+
+def test_many_concurrent_clients_are_served_one_at_a_time(rig):
+    rig.gen.gate.set()
+    results = {}
+    threads = [rig.ask(t, results) for t in range(1, 13)]
+    for t in threads:
+        t.join(30)
+    codes = [results[t][0] for t in range(1, 13)]
+    assert set(codes) <= {200, 503} and codes.count(200) >= 3
+    assert rig.gen.most == 1
+    assert sorted(rig.gen.order) == [t for t in range(1, 13) if results[t][0] == 200]
+    busy = [results[t] for t in range(1, 13) if results[t][0] == 503]
+    assert all(b[2]["error"]["code"] == "server_busy" and int(b[1]["Retry-After"]) >= 1 for b in busy)
+
+
+@pytest.mark.parametrize("rig", [{"queue_size": 0}], indirect=True)
+def test_queue_size_zero_serves_only_the_one_under_way(rig):
+    results = {}
+    first = rig.ask(1, results)
+    assert rig.gen.entered.wait(10)
+    assert rig.ask(2)[0] == 503
+    rig.gen.gate.set()
+    first.join(20)
+    assert results[1][0] == 200 and rig.gen.order == [1]
+
+
+@pytest.mark.parametrize("rig", [{"request_timeout": 0.5}], indirect=True)
+def test_a_request_whose_client_gave_up_leaves_the_queue(rig):
+    results = {}
+    first = rig.ask(1, results)
+    assert rig.gen.entered.wait(10)
+    second = rig.ask(2, results)
+    second.join(10)
+    assert results[2][0] == 504
+    assert rig.server.depth() == 0        # no longer counted against the queue
+    rig.gen.gate.set()
+    first.join(10)
+    rig.ask(3)
+    assert rig.gen.order == [1, 3]        # 2 was never generated for nobody
+
+
+def test_retry_after_follows_the_last_requests(srv):
+    server = srv.Server(args(), None, {"size": 1, "ranks": []})
+    assert server.retry_after() == 1
+    for seconds in (2.0, 4.0, 6.5):
+        server.finished(seconds)
+    assert server.retry_after() == 5  # ceil(mean 4.17)
+
+
+def test_streaming_client_gets_the_text(rig):
+    rig.gen.gate.set()
+    req = urllib.request.Request(rig.url + "/v1/completions",
+                                 data=json.dumps({"prompt": [9], "max_tokens": 3, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        events = [line[6:] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[0])["choices"][0]["text"] == "abc"
+
+
+# ---- the heartbeat and the stall rule, on a fake clock ------------------------------------
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+class FakeState:
+    def __init__(self):
+        self.data, self.saves = {}, []
+
+    def save(self):
+        self.saves.append(json.loads(json.dumps(self.data)))
+
+
+def test_progress_is_written_at_most_once_a_second_and_at_each_request_edge(srv):
+    clock, state = Clock(), FakeState()
+    p = srv.Progress(state, 60.0, depth=lambda: 4, clock=clock, wall=lambda: 1.7e9 + clock.t)
+    p.write(force=True)
+    for _ in range(5):
+        clock.t += 0.1
+        p.turn()
+    assert len(state.saves) == 1  # the five turns fell within a second of the first write
+    clock.t += 1.0
+    p.turn()
+    assert len(state.saves) == 2 and state.saves[-1]["progress"]["turns"] == 6
+    p.start_request()
+    assert len(state.saves) == 3 and state.saves[-1]["progress"]["generating"] is True
+    for _ in range(7):
+        clock.t += 0.2
+        p.token()
+    p.end_request()
+    last = state.saves[-1]["progress"]
+    assert (last["generating"], last["tokens"], last["requests_done"], last["queue_depth"]) == (False, 7, 1, 4)
+    assert last["progress_mono"] == clock.t and last["last_token_at"] == pytest.approx(1.7e9 + clock.t - 0.0, abs=0.5)
+    assert last["stall_timeout"] == 60.0 and state.saves[-1]["updated"] == 1.7e9 + clock.t
+
+
+def test_health_reports_progress_and_turns_503_when_the_loop_stalls(srv):
+    clock = Clock()
+    server = srv.Server(args(stall_timeout=30.0), None, {"size": 2, "ranks": []}, clock=clock)
+    server.progress = srv.Progress(None, 30.0, server.depth, clock=clock)
+    server.progress.turn()
+    clock.t += 29
+    code, body = server.health()
+    assert (code, body["status"], body["message"]) == (200, "ok", "")
+    assert body["seconds_since_progress"] == 29 and body["world_size"] == 2
+    clock.t += 2
+    code, body = server.health()
+    assert (code, body["status"]) == (503, "stalled")
+    assert body["message"].startswith("serving loop stalled: no turn for 31s (bound 30s) while idle")
+    server.progress.start_request()
+    server.progress.token()
+    assert server.health()[0] == 200
+    clock.t += 45
+    code, body = server.health()
+    assert code == 503 and "generation stalled: no token for 45s" in body["message"]
+    assert "1 token(s) so far" in body["message"] and body["generating"] is True
+    server.stopping = True
+    assert server.health()[1]["status"] == "stopping"
+
+
+def test_no_stall_bound_means_never_stalled(srv):
+    clock = Clock()
+    server = srv.Server(args(stall_timeout=0.0), None, {"size": 1, "ranks": []}, clock=clock)
+    server.progress = srv.Progress(None, 0.0, server.depth, clock=clock)
+    clock.t += 1e6
+    assert server.health()[0] == 200
+
+
+@pytest.mark.parametrize("argv, ok", [
+    (["--stall-timeout", "0"], True), (["--stall-timeout", "5"], True), (["--stall-timeout", "4.9"], False),
+    (["--stall-timeout", "8", "--poll-interval", "2.5"], False), (["--queue-size", "-1"], False),
+    (["--queue-size", "0"], True),
+], ids=["off", "5s", "too-short", "shorter-than-4-polls", "negative-queue", "no-queue"])
+def test_arguments_bound_the_stall_timeout_and_queue(srv, tmp_path, argv, ok):
+    (tmp_path / "config.json").write_text("{}")
+    base = ["--model", str(tmp_path), "--run-dir", str(tmp_path / "run")]
+    if ok:
+        srv.parse_args(base + argv)
+    else:
+        with pytest.raises(SystemExit):
+            srv.parse_args(base + argv)
+
+
+# (progress, seconds since its last progress) -> stalled?  The same for every copy of the rule.
+STALL_TABLE = [
+    ({"stall_timeout": 60, "generating": True, "tokens": 3}, 59.0, False),
+    ({"stall_timeout": 60, "generating": True, "tokens": 3}, 61.0, True),
+    ({"stall_timeout": 60, "generating": False}, 61.0, True),
+    ({"stall_timeout": 0, "generating": True}, 1e6, False),
+    ({"stall_timeout": None, "generating": True}, 1e6, False),
+]
+
+
+@pytest.mark.parametrize("progress, idle, stalled", STALL_TABLE)
+def test_the_server_stall_rule(srv, progress, idle, stalled):
+    verdict = srv.stall_verdict({**progress, "progress_mono": 100.0}, 100.0 + idle)
+    assert bool(verdict) is stalled

@@ -15,9 +15,10 @@ description:
   - Writes the backend's data file (ring addresses or RDMA device matrix, as C(mlx.launch)
     writes them) and C(rank<N>.env.json) (the rank's environment) into I(run_dir), only when
     their content differs; C(changed) is measured from the files.
-  - Returns the rank's command line and the settings hash (model, backend, hostfile, address,
-    port, mode, interpreter, script checksum and the other settings); a running server with the
-    same hash is left alone.
+  - Returns the rank's command line, its supervisor's command line (the part before C(--)), and
+    the settings hash (model, backend, hostfile, address, port, mode, interpreter, the checksums
+    of the server program and of its supervisor, and the other settings); a running server with
+    the same hash is left alone.
 version_added: "0.1.0"
 options:
   hostfile:
@@ -47,6 +48,10 @@ options:
     type: list
     elements: path
     default: []
+  keeper:
+    description: The deployed supervisor (C(mlx_server_daemon.py)) on this Mac.
+    type: path
+    required: true
   model:
     description: Model directory on every Mac.
     type: str
@@ -88,6 +93,20 @@ options:
     description: Seconds an HTTP request waits for its generation.
     type: int
     default: 600
+  queue_size:
+    description: Requests that may wait while one is generated; more get HTTP 503.
+    type: int
+    default: 8
+  stall_timeout:
+    description: >-
+      Seconds without a token (or an idle turn) after which a ready rank counts as stalled and
+      its supervisor restarts it (0 = never).
+    type: int
+    default: 120
+  max_restarts:
+    description: Restarts a rank's supervisor makes within an hour before it gives up.
+    type: int
+    default: 3
   env:
     description: Extra KEY=VALUE environment for every rank.
     type: list
@@ -119,6 +138,7 @@ EXAMPLES = r"""
     run_dir: /Users/admin/mlx-cluster/server
     python: /Users/admin/mlx-cluster/venv/bin/python
     script: /Users/admin/mlx-cluster/server/mlx_cluster_server.py
+    keeper: /Users/admin/mlx-cluster/server/mlx_server_daemon.py
     model: /Users/admin/mlx-cluster/models/Qwen3-4B-Instruct-4bit
     supervisor: process
   register: mlx_server_rank
@@ -156,6 +176,14 @@ argv:
   type: list
   elements: str
   sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_cluster_server.py, --model, "..."]
+keeper_argv:
+  description: >-
+    The rank's supervisor's command line, up to the C(--) after which the rank's own follows
+    (with C(--detach) for the process supervisor).
+  returned: always
+  type: list
+  elements: str
+  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_server_daemon.py, --pidfile, "..."]
 env:
   description: The rank's environment (what mlx.launch would set, plus the extras).
   returned: always
@@ -184,7 +212,15 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import SpecError, launch_env, rank_of, server_argv, settings_hash
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    SpecError,
+    keeper_argv,
+    launch_env,
+    rank_files,
+    rank_of,
+    server_argv,
+    settings_hash,
+)
 
 
 def sha256_of(path):
@@ -208,14 +244,15 @@ def main():
         argument_spec=dict(
             hostfile=dict(type="dict", required=True), host=dict(type="str", required=True),
             run_dir=dict(type="path", required=True), python=dict(type="str", required=True),
-            script=dict(type="path", required=True), model=dict(type="str", required=True),
-            imports=dict(type="list", elements="path", default=[]),
+            script=dict(type="path", required=True), keeper=dict(type="path", required=True),
+            model=dict(type="str", required=True), imports=dict(type="list", elements="path", default=[]),
             model_id=dict(type="str", default=""),
             mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
             address=dict(type="str", default="127.0.0.1"), port=dict(type="int", default=8080),
             ring_port=dict(type="int", default=42323), init_timeout=dict(type="int", default=120),
             max_tokens=dict(type="int", default=2048), poll_interval=dict(type="float", default=0.5),
-            request_timeout=dict(type="int", default=600),
+            request_timeout=dict(type="int", default=600), queue_size=dict(type="int", default=8),
+            stall_timeout=dict(type="int", default=120), max_restarts=dict(type="int", default=3),
             env=dict(type="list", elements="str", default=[]),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"),
@@ -231,9 +268,14 @@ def main():
         module.fail_json(msg=f"{p['host']}: {exc}")
     if not os.path.isdir(run_dir) and not module.check_mode:
         module.fail_json(msg=f"{run_dir} does not exist: create the server directory first")
-    script_sum = sha256_of(p["script"]) if os.path.isfile(p["script"]) else None
-    if script_sum is None and not module.check_mode:
-        module.fail_json(msg=f"the server program {p['script']} is missing: deploy it first")
+    if p["queue_size"] < 0 or p["max_restarts"] < 0 or p["stall_timeout"] < 0:
+        module.fail_json(msg=f"queue_size ({p['queue_size']}), max_restarts ({p['max_restarts']}) and "
+                             f"stall_timeout ({p['stall_timeout']}) cannot be negative")
+    sums = {}
+    for what, path in (("server program", p["script"]), ("server's supervisor", p["keeper"])):
+        sums[what] = sha256_of(path) if os.path.isfile(path) else None
+        if sums[what] is None and not module.check_mode:
+            module.fail_json(msg=f"the {what} {path} is missing: deploy it first")
     import_sums = {path: sha256_of(path) if os.path.isfile(path) else None for path in p["imports"]}
     missing = [path for path, digest in import_sums.items() if digest is None]
     if missing and not module.check_mode:
@@ -243,19 +285,23 @@ def main():
     settings = {
         "model": p["model"], "model_id": model_id, "mode": p["mode"], "backend": p["hostfile"].get("backend"),
         "hostfile": p["hostfile"], "address": p["address"], "port": p["port"], "ring_port": p["ring_port"],
-        "python": p["python"], "script": p["script"], "script_sha256": script_sum,
-        "imports_sha256": import_sums, "run_dir": run_dir,
+        "python": p["python"], "script": p["script"], "script_sha256": sums["server program"],
+        "imports_sha256": import_sums, "keeper": p["keeper"], "keeper_sha256": sums["server's supervisor"],
+        "run_dir": run_dir,
         "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
-        "request_timeout": p["request_timeout"], "env": p["env"], "supervisor": p["supervisor"],
-        "label": p["label"],
+        "request_timeout": p["request_timeout"], "queue_size": p["queue_size"],
+        "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"], "env": p["env"],
+        "supervisor": p["supervisor"], "label": p["label"],
     }
     digest = settings_hash(settings)
     argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
                        backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
                        model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
                        request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
-                       settings_hash_value=digest)
-    env_file = f"{run_dir}/rank{rank}.env.json"
+                       queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest)
+    keeper = keeper_argv(p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"],
+                         max_restarts=p["max_restarts"])
+    env_file = rank_files(run_dir, rank)["env"]
     files = dict(files)
     files[os.path.basename(env_file)] = json.dumps(env, indent=2, sort_keys=True) + "\n"
     before, after, written = {}, {}, []
@@ -276,7 +322,8 @@ def main():
             "after": "".join(f"# {k}\n{v}" for k, v in after.items())}
     me = pwd.getpwuid(os.getuid())
     module.exit_json(changed=bool(written), rank=rank, world_size=world, backend=p["hostfile"].get("backend"),
-                     settings_hash=digest, settings=settings, argv=argv, env=env, env_file=env_file,
+                     settings_hash=digest, settings=settings, argv=argv, keeper_argv=keeper, env=env,
+                     env_file=env_file,
                      files=written, user=me.pw_name, home=me.pw_dir, diff=diff)
 
 

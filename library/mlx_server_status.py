@@ -12,7 +12,14 @@ description:
   - Reads the rank's files in I(run_dir) (C(rank<N>.pid), C(rank<N>.json), the log) and checks
     that the recorded PID still runs our rank (its command line names the run directory and
     the run id). Processes are never looked up by name.
-  - With I(supervisor=launchd), also reads C(launchctl print system/<label>).
+  - Reports the serving loop's progress from the rank's heartbeat (C(progress) in
+    C(rank<N>.json)): requests done, the request under way and its tokens, rank 0's queue,
+    seconds since the last turn or token; a ready rank that made no progress for its stall
+    bound is C(stalled), which is unhealthy and a problem (the server stage restarts it).
+  - Reads the rank's supervisor (C(keeper<N>.pid), C(keeper<N>.json)): whether it runs, the
+    restarts it made and why, and whether it gave up.
+  - With I(supervisor=launchd), also reads C(launchctl print system/<label>) (the job's PID is
+    the supervisor's).
   - With I(wait) > 0, polls until the rank is ready (for rank 0 with I(url), C(/v1/models) lists
     the model and, with I(chat), a short chat completion returns) or has died, or the time is
     up. The module itself does not fail on an unhealthy rank, it returns C(healthy) and
@@ -96,6 +103,12 @@ status:
     settings_hash: 9f2c...
     run_id: k2x9...
     launchd: null
+    supervisor: {"pid": 4240, "running": true, "state": "running", "message": "", "restarts": 0,
+                 "last_restart": null}
+    progress: {"generating": false, "tokens": 8, "requests_done": 3, "queue_depth": 0,
+               "last_turn_at": 1763700100.2, "last_token_at": 1763700090.1,
+               "seconds_since_progress": 0.3, "stall_timeout": 120, "stalled": ""}
+    progress_line: "3 request(s) done, idle (last turn 0.3s ago)"
     log_tail: "..."
     problems: []
     http: {"models": ["qwen"], "chat": "Hello"}
@@ -124,6 +137,9 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     problems,
     process_matches,
+    progress_line,
+    progress_report,
+    rank_files,
     ranks_in,
     read_json,
     read_pid,
@@ -182,16 +198,27 @@ def launchd_job(module, label):
     return job
 
 
+def supervisor_of(module, files, run_dir, run_id, job):
+    """The rank's supervisor: its PID (launchd's job PID under launchd), whether it runs
+    (checked like the rank's: its command line carries our run dir and run id), its state."""
+    state = read_json(files["keeper"])
+    pid = (job or {}).get("pid") or read_pid(files["keeper_pid"]) or state.get("pid")
+    running = ours(module, pid, run_dir, run_id)
+    restarts = state.get("restarts") if isinstance(state.get("restarts"), list) else []
+    return {"pid": pid if running else None, "running": running, "state": state.get("state"),
+            "message": state.get("message", ""), "restarts": len(restarts),
+            "last_restart": restarts[-1] if restarts else None, "max_restarts": state.get("max_restarts")}
+
+
 def look(module, p, rank):
     run_dir = p["run_dir"].rstrip("/") or "/"
-    info = read_json(f"{run_dir}/rank{rank}.json")
-    pid = read_pid(f"{run_dir}/rank{rank}.pid")
+    files = rank_files(run_dir, rank)
+    info = read_json(files["state"])
+    pid = read_pid(files["pid"])
     # The last stopped start's state, shown only while nothing newer was started (a PID file
     # without a state file is a start that died before it wrote one: its log says why).
-    last = read_json(f"{run_dir}/rank{rank}.last.json") if not info and pid is None else {}
+    last = read_json(files["last"]) if not info and pid is None else {}
     job = launchd_job(module, p["label"]) if p["supervisor"] == "launchd" else None
-    if job and job.get("pid") and job["pid"] != pid:
-        pid = job["pid"]  # launchd knows best (the pidfile may not be written yet)
     if info and info.get("pid") not in (None, pid) and not alive(pid or 0):
         pid = info.get("pid")
     running = ours(module, pid, run_dir, info.get("run_id") or None)
@@ -207,9 +234,12 @@ def look(module, p, rank):
         datetime.fromtimestamp(shown["updated"], timezone.utc).isoformat(timespec="seconds"),
         "settings_hash": shown.get("settings_hash"),
         "run_id": shown.get("run_id"), "host": shown.get("host"), "world_size": shown.get("world_size"),
-        "launchd": job, "log": f"{run_dir}/rank{rank}.log",
-        "log_tail": tail(f"{run_dir}/rank{rank}.log", p["log_lines"]),
+        "launchd": job, "log": files["log"],
+        "log_tail": tail(files["log"], p["log_lines"]),
+        "supervisor": supervisor_of(module, files, run_dir, info.get("run_id") or None, job) if info else None,
+        "progress": progress_report(info, time.monotonic(), time.time()) if running else None,
     }
+    st["progress_line"] = progress_line(st["progress"])
     if running and info.get("phase") in ("stopped", "failed"):
         st["phase"] = info["phase"]  # exiting: it said so already
     st["problems"] = problems(st, p["want_hash"], p["supervisor"]) if p["want_hash"] else []
@@ -260,10 +290,16 @@ def describe(st):
     return f"{phase}{': ' + msg if msg else ''}"
 
 
-def launchd_pending(st):
-    """launchd has the job and will (re)start it: worth waiting for."""
+def pending(st):
+    """A rank without a word yet whose supervisor is about to start it: worth waiting for."""
     job = st.get("launchd") or {}
-    return bool(job.get("loaded")) and job.get("state") in ("running", "spawn scheduled", "spawning", "xpcproxy")
+    keeper = st.get("supervisor") or {}
+    return (bool(job.get("loaded")) and job.get("state") in ("running", "spawn scheduled", "spawning", "xpcproxy")) \
+        or (keeper.get("running") and keeper.get("state") in ("starting", "running", "waiting"))
+
+
+def stalled(st):
+    return (st.get("progress") or {}).get("stalled") or ""
 
 
 def main():
@@ -290,6 +326,7 @@ def main():
             module.exit_json(changed=False, status={"rank": None, "running": False, "phase": None, "message": "",
                                                     "pid": None, "since": None, "started": None,
                                                     "settings_hash": None, "run_id": None, "launchd": None,
+                                                    "supervisor": None, "progress": None, "progress_line": "",
                                                     "log_tail": "", "problems": ["no rank of the server on this host"]},
                              healthy=False, reason="no rank of the server on this host")
         rank = found[0]
@@ -304,6 +341,8 @@ def main():
             reason = f"rank {rank} is not running ({describe(st)})"
         elif not healthy:
             reason = f"rank {rank} is not ready ({describe(st)})"
+        elif stalled(st):
+            healthy, reason = False, f"rank {rank} is stalled: {stalled(st)}"
         elif p["url"]:
             healthy, st["http"] = probe(p, time.monotonic() + 10)
             if not healthy:
@@ -314,14 +353,18 @@ def main():
     reason, http_detail = "", None
     while True:
         if not st["running"]:
-            # A rank that said it failed or stopped is done; one without a word may not have
-            # written its files yet (just started), and launchd may start it again.
-            if st["phase"] in ("failed", "stopped") and not launchd_pending(st) or \
-                    time.monotonic() - began >= STARTUP_GRACE and not launchd_pending(st):
+            # A rank that said it failed or stopped is done (this is a start: its supervisor
+            # may try again, but the failure is the news); one without a word may not have
+            # written its files yet (just started), or its supervisor is about to start it.
+            if st["phase"] in ("failed", "stopped") or \
+                    time.monotonic() - began >= STARTUP_GRACE and not pending(st):
                 reason = f"rank {rank} is not running ({describe(st)})"
                 break
         elif st["phase"] in ("stopped", "failed"):
             reason = f"rank {rank} is exiting ({describe(st)})"
+            break
+        elif stalled(st):
+            reason = f"rank {rank} is stalled: {stalled(st)}"
             break
         elif st["phase"] == "ready":
             if not p["url"]:

@@ -11,13 +11,16 @@ short_description: Stop this Mac's rank of the MLX server by its recorded PID or
 description:
   - With I(supervisor=launchd), boots the job out of the system domain by its label
     (C(launchctl bootout system/<label>)) and removes its plist, so it does not come back at boot.
+  - First sends SIGTERM to the rank's supervisor (C(keeper<N>.pid), checked like the rank), so it
+    restarts nothing: it passes SIGTERM on to the rank and exits once the rank is gone.
   - Sends SIGTERM to the recorded PID (C(rank<N>.pid), checked to still be our rank by its command
     line, which names the run directory and the run id), waits up to I(grace) seconds for the rank to
     leave (every rank stops at the next turn of the serving loop), then sends SIGKILL.
   - Then lists processes with C(ps -ax -o pid=,args=) and ends those that carry the stopped
     start's run id as an argument (left behind); processes are never matched by name.
-  - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(state.json) to
-    C(state.last.json)) so a new start never reads a stale state.
+  - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(keeper<N>.json) to
+    C(keeper<N>.last.json), C(state.json) to C(state.last.json)) so a new start never reads a
+    stale state.
 version_added: "0.1.0"
 extends_documentation_fragment:
   - mlx.cluster.command_timeout
@@ -70,6 +73,12 @@ stopped:
   type: list
   elements: dict
   sample: [{"pid": 4242, "how": "SIGTERM", "seconds": 1.2}]
+supervisors:
+  description: The rank's supervisor, as it was ended (process supervisor; launchd's bootout ends it there).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4240, "rank": 1, "how": "SIGTERM", "seconds": 1.3}]
 leftovers:
   description: Other processes of the same start (by run id) that were still alive, and were ended.
   returned: always
@@ -111,6 +120,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     process_matches,
     processes_with,
+    rank_files,
     ranks_in,
     read_json,
     read_pid,
@@ -156,16 +166,51 @@ def run(module, argv, timeout=None):
     return module_run(module, Runner(bound), argv)
 
 
+def ours(module, ps, pid, run_dir, run_id):
+    """(alive and ours, its ps line): the PID runs a program whose arguments name our run
+    directory and run id (a rank or its supervisor); a reused PID fails this."""
+    if not pid or not alive(pid):
+        return False, ""
+    rc, out, _err = run(module, [ps, "-ww", "-p", str(pid), "-o", "pid=,args="])
+    return rc == 0 and process_matches(out, pid, run_dir, run_id or None), out
+
+
+def tell_supervisor(module, ps, run_dir, rank, supervisors):
+    """SIGTERM the rank's supervisor (it restarts nothing after that, passes SIGTERM on to
+    the rank and exits when the rank is gone). Returns (changed, its PID or None)."""
+    files = rank_files(run_dir, rank)
+    run_id = read_json(files["state"]).get("run_id") or read_json(files["keeper"]).get("run_id") or ""
+    pid = read_pid(files["keeper_pid"]) or read_json(files["keeper"]).get("pid")
+    mine, _out = ours(module, ps, pid, run_dir, run_id)
+    if not mine:
+        return False, None
+    if module.check_mode:
+        supervisors.append({"pid": pid, "rank": rank, "how": "would send SIGTERM", "seconds": 0.0})
+        return True, None
+    signal_all([pid], signal.SIGTERM)
+    return True, pid
+
+
+def reap_supervisor(pid, rank, start, supervisors, remaining):
+    """Its rank is gone: the supervisor leaves within seconds; SIGKILL when it does not."""
+    how = "SIGTERM"
+    if wait_gone([pid], 10):
+        signal_all([pid], signal.SIGKILL)
+        how = "SIGKILL after 10s"
+        if wait_gone([pid], 10):
+            remaining.append({"pid": pid, "args": "the rank's supervisor"})
+    supervisors.append({"pid": pid, "rank": rank, "how": how, "seconds": round(time.monotonic() - start, 2)})
+
+
 def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
     """SIGTERM the rank's recorded PID if it is still our rank; SIGKILL after `grace`.
     Returns (changed, run_id)."""
-    info = read_json(f"{run_dir}/rank{rank}.json")
+    files = rank_files(run_dir, rank)
+    info = read_json(files["state"])
     run_id = info.get("run_id") or ""
-    pid = pid or read_pid(f"{run_dir}/rank{rank}.pid") or info.get("pid")
-    if not pid or not alive(pid):
-        return False, run_id
-    rc, out, _err = run(module, [ps, "-ww", "-p", str(pid), "-o", "pid=,args="])
-    if rc != 0 or not process_matches(out, pid, run_dir, run_id or None):
+    pid = pid or read_pid(files["pid"]) or info.get("pid")
+    mine, out = ours(module, ps, pid, run_dir, run_id)
+    if not mine:
         return False, run_id
     if module.check_mode:
         stopped.append({"pid": pid, "rank": rank, "how": "would send SIGTERM", "seconds": 0.0})
@@ -206,7 +251,7 @@ def main():
             ranks = []
     changed = False
     launchd = {"booted_out": False, "plist_removed": False}
-    stopped, leftovers, remaining, run_ids = [], [], [], []
+    stopped, supervisors, leftovers, remaining, run_ids = [], [], [], [], []
     # The run ids of what runs now, before anything moves: leftovers are found by them.
     for rank in ranks:
         rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
@@ -240,8 +285,12 @@ def main():
                 launchd["plist_removed"] = True
 
     for rank in ranks:
+        start = time.monotonic()
+        told, keeper = tell_supervisor(module, ps, run_dir, rank, supervisors)
         did, _rid = stop_rank(module, ps, run_dir, rank, None, p["grace"], stopped, remaining)
-        changed = changed or did
+        if keeper:
+            reap_supervisor(keeper, rank, start, supervisors, remaining)
+        changed = changed or did or told
 
     # Anything else of those starts still alive on this Mac (by run id, never by name).
     if run_ids:
@@ -249,7 +298,7 @@ def main():
         rc, out, err = run(module, cmd)
         if rc != 0:
             module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
-        done = {s["pid"] for s in stopped if not module.check_mode}
+        done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
         found = [f for rid in run_ids for f in processes_with(out, rid, own_pid=os.getpid())
                  if f["pid"] not in done and alive(f["pid"])]
         if found:
@@ -266,10 +315,12 @@ def main():
     # A stopped rank leaves no state a new start could mistake for its own.
     tidy = []
     for rank in ranks:
-        for name, aside in ((f"rank{rank}.json", f"rank{rank}.last.json"), (f"rank{rank}.pid", None)) \
-                + ((("state.json", "state.last.json"),) if rank == 0 else ()):
-            if os.path.exists(f"{run_dir}/{name}"):
-                tidy.append((f"{run_dir}/{name}", f"{run_dir}/{aside}" if aside else None))
+        f = rank_files(run_dir, rank)
+        for path, aside in ((f["state"], f["last"]), (f["pid"], None), (f["keeper"], f["keeper_last"]),
+                            (f["keeper_pid"], None)) \
+                + (((f"{run_dir}/state.json", f"{run_dir}/state.last.json"),) if rank == 0 else ()):
+            if os.path.exists(path):
+                tidy.append((path, aside))
     changed = changed or bool(tidy)
     if not module.check_mode:
         for path, aside in tidy:
@@ -277,7 +328,7 @@ def main():
                 os.replace(path, aside)
             else:
                 os.unlink(path)
-    result = dict(changed=changed, stopped=stopped, leftovers=leftovers, remaining=remaining,
+    result = dict(changed=changed, stopped=stopped, supervisors=supervisors, leftovers=leftovers, remaining=remaining,
                   launchd=launchd, run_ids=run_ids, ranks=ranks)
     if remaining:
         module.fail_json(msg=f"processes {[r['pid'] for r in remaining]} did not end even after SIGKILL; "

@@ -6,11 +6,15 @@
   MLX_RANK + MLX_IBV_DEVICES + MLX_JACCL_COORDINATOR [+ MLX_JACCL_RING]), so a rank started
   by launchd or as a detached process joins exactly as under `mlx.launch`.
 - `settings_hash()`: what identifies a server's settings; equal hashes mean "leave it alone".
-- `server_argv()`: the rank's command line.
+- `rank_files()`: the names of a rank's files in the run directory (one place for them).
+- `server_argv()`: the rank's command line; `keeper_argv()`: its supervisor's
+  (files/mlx_server_daemon.py: runs the rank, kills it when stalled, restarts it, bounded).
 - `parse_launchctl_print()`: state and PID of a launchd job from `launchctl print`.
 - `process_matches()`: is a recorded PID still our rank (its command line names our run
   directory and run id)? PIDs are never looked up by process name.
 - `problems()`: why a rank does not count as "running with these settings".
+- `stall_verdict()` / `progress_report()`: the serving loop's heartbeat (rank<N>.json
+  "progress") read as the status view shows it, "stalled" included.
 - `ranks_in()`: which rank(s) a Mac's run directory holds files of (stop and status find
   them there, so they need neither the hostfile nor the model).
 """
@@ -134,15 +138,38 @@ def settings_hash(settings):
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def rank_files(run_dir, rank):
+    """{kind: path} of one rank's files in the run directory: what the rank writes (pid, state
+    with its heartbeat, log, the stopped start's state), what the spec writes (env), and its
+    supervisor's own (keeper_pid, keeper)."""
+    d = str(run_dir).rstrip("/") or ""
+    return {"pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json", "log": f"{d}/rank{rank}.log",
+            "last": f"{d}/rank{rank}.last.json", "env": f"{d}/rank{rank}.env.json",
+            "keeper_pid": f"{d}/keeper{rank}.pid", "keeper": f"{d}/keeper{rank}.json",
+            "keeper_last": f"{d}/keeper{rank}.last.json"}
+
+
 def server_argv(python, script, *, model, run_dir, mode, world, backend, host, port, model_id,
-                max_tokens, poll_interval, request_timeout, init_timeout, settings_hash_value):
+                max_tokens, poll_interval, request_timeout, init_timeout, queue_size, stall_timeout,
+                settings_hash_value):
     """The rank's command line (without --run-id, which each start adds)."""
     return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
             "--expect-world", str(world), "--init-timeout", _num(init_timeout),
             "--backend", init_backend(backend), "--host", host, "--port", str(port),
             "--model-id", model_id, "--max-tokens", str(max_tokens),
             "--poll-interval", _num(poll_interval), "--request-timeout", _num(request_timeout),
+            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout),
             "--settings-hash", settings_hash_value]
+
+
+def keeper_argv(python, keeper, *, run_dir, rank, supervisor, max_restarts):
+    """The rank's supervisor's command line, up to (without) the `--` before the rank's own.
+    launchd keeps it in the foreground; the process supervisor runs it detached."""
+    f = rank_files(run_dir, rank)
+    argv = [python, keeper, "--pidfile", f["pid"], "--own-pidfile", f["keeper_pid"], "--state", f["keeper"],
+            "--heartbeat", f["state"], "--log", f["log"], "--env-file", f["env"],
+            "--cwd", str(run_dir).rstrip("/") or "/", "--max-restarts", str(max_restarts)]
+    return argv + (["--detach"] if supervisor == "process" else [])
 
 
 def _num(x):
@@ -213,6 +240,10 @@ def problems(status, want_hash, supervisor="process"):
         msg = status.get("message")
         out.append(f"rank {status.get('rank')} is not running ({what}{': ' + msg if msg else ''})")
         return out
+    if (status.get("progress") or {}).get("stalled"):
+        out.append(f"rank {status.get('rank')} is stalled: {status['progress']['stalled']}")
+    if status.get("supervisor") is not None and not status["supervisor"].get("running"):
+        out.append(f"rank {status.get('rank')} runs without its supervisor (no watchdog, no restart)")
     if status.get("settings_hash") != want_hash:
         out.append(f"rank {status.get('rank')} runs other settings "
                    f"({(status.get('settings_hash') or 'unknown')[:12]}, want {want_hash[:12]})")
@@ -259,3 +290,56 @@ def read_pid(path):
         return int(text) if text.isdigit() else None
     except OSError:
         return None
+
+
+# ---- the serving loop's heartbeat --------------------------------------------------------
+
+def stall_verdict(progress, now_mono):
+    """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
+    token for progress["stall_timeout"] seconds (0 = never). The same rule is in the server's
+    /health and in its supervisor, which acts on it (files/mlx_cluster_server.py and
+    mlx_server_daemon.py stand alone on the Macs); one table tests all three
+    (tests/unit/server/test_server_health.py)."""
+    bound = float(progress.get("stall_timeout") or 0)
+    mono = progress.get("progress_mono")
+    if bound <= 0 or mono is None:
+        return ""
+    idle = now_mono - float(mono)
+    if idle <= bound:
+        return ""
+    if progress.get("generating"):
+        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
+                f"flight ({progress.get('tokens', 0)} token(s) so far)")
+    return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"
+
+
+def progress_report(info, now_mono, now_wall):
+    """The heartbeat of a rank's state file (rank<N>.json), as the status view shows it:
+    {"generating", "tokens", "requests_done", "queue_depth", "last_turn_at", "last_token_at",
+    "seconds_since_progress", "stall_timeout", "stalled"} (stalled: "" or why), or None before
+    the rank serves. A rank that is not ready is never "stalled" (it is loading, or gone)."""
+    prog = info.get("progress") if isinstance(info, dict) else None
+    if not isinstance(prog, dict):
+        return None
+    since = None
+    if prog.get("progress_mono") is not None:
+        since = round(max(0.0, now_mono - float(prog["progress_mono"])), 1)
+    return {"generating": bool(prog.get("generating")), "tokens": prog.get("tokens", 0),
+            "requests_done": prog.get("requests_done", 0), "queue_depth": prog.get("queue_depth", 0),
+            "last_turn_at": prog.get("last_turn_at"), "last_token_at": prog.get("last_token_at"),
+            "seconds_since_progress": since, "stall_timeout": prog.get("stall_timeout"),
+            "stalled": stall_verdict(prog, now_mono) if info.get("phase") == "ready" else ""}
+
+
+def progress_line(report):
+    """One line for people: "3 request(s) done, generating (45 tokens, last 0.2s ago)"."""
+    if not report:
+        return ""
+    if report["stalled"]:
+        return f"STALLED: {report['stalled']}"
+    ago = report["seconds_since_progress"]
+    now = (f"generating ({report['tokens']} token(s), last progress {ago}s ago)" if report["generating"]
+           else f"idle (last turn {ago}s ago)")
+    queue = f", {report['queue_depth']} waiting" if report.get("queue_depth") else ""
+    return f"{report['requests_done']} request(s) done, {now}{queue}"
+

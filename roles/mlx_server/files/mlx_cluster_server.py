@@ -468,7 +468,9 @@ class Progress:
         self.write()
 
     def start_request(self):
+        """A request is in flight: taken from the queue (rank 0), or received (the others)."""
         self.data.update(generating=True, tokens=0)
+        self.data["progress_mono"] = self.clock()
         self.write(force=True)
 
     def token(self):
@@ -763,18 +765,22 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
             except ValueError as err:
                 job.fail(ApiError(400, str(err)))
                 job = None
+        if job is not None:
+            progress.start_request()  # in flight from here: a broadcast that hangs is a stall too
         seq += 1
         header, req = broadcast(group, data, stop.requested, seq)
         progress.turn()
         if header["stop_votes"] > 0:
             if job is not None:
                 job.fail(ApiError(503, "the server is stopping", kind="server_error"))
+                progress.end_request(completed=False)
             return header["stop_votes"]
         idle = req is None
         if req is None:
             continue
         t0 = time.perf_counter()
-        progress.start_request()
+        if job is None:
+            progress.start_request()
         completed = False
         try:
             on_text = job.chunks.put if (root and job.chunks is not None) else None

@@ -4,6 +4,7 @@ code), the settings hash, launchctl parsing, PID checks and restart reasons."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from argparse import Namespace
 
 import pytest
@@ -162,13 +163,57 @@ def test_settings_hash_changes_with_any_setting(key, value):
 def test_server_argv():
     argv = ms.server_argv("/py", "/srv/s.py", model="/m", run_dir="/r", mode="tensor", world=2,
                           backend="jaccl-ring", host="0.0.0.0", port=8080, model_id="m", max_tokens=64,
-                          poll_interval=0.5, request_timeout=600, init_timeout=120, settings_hash_value="abc")
+                          poll_interval=0.5, request_timeout=600, init_timeout=120, queue_size=0,
+                          stall_timeout=120, settings_hash_value="abc")
     assert argv[:2] == ["/py", "/srv/s.py"]
     opts = dict(zip(argv[2::2], argv[3::2]))
     assert opts == {"--model": "/m", "--run-dir": "/r", "--mode": "tensor", "--expect-world": "2",
                     "--init-timeout": "120", "--backend": "jaccl", "--host": "0.0.0.0", "--port": "8080",
                     "--model-id": "m", "--max-tokens": "64", "--poll-interval": "0.5",
-                    "--request-timeout": "600", "--settings-hash": "abc"}
+                    "--request-timeout": "600", "--queue-size": "0", "--stall-timeout": "120",
+                    "--settings-hash": "abc"}
+
+
+def test_server_argv_is_what_the_server_accepts(tmp_path):
+    """Every option server_argv writes is one the deployed program parses, to the same value."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "mlx_cluster_server_argv", Path(__file__).resolve().parents[3] / "roles/mlx_server/files/mlx_cluster_server.py")
+    srv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(srv)
+    (tmp_path / "config.json").write_text("{}")
+    argv = ms.server_argv("/py", "/s.py", model=str(tmp_path), run_dir="/r", mode="pipeline", world=3,
+                          backend="ring", host="::", port=9000, model_id="m", max_tokens=64, poll_interval=0.25,
+                          request_timeout=30, init_timeout=60, queue_size=4, stall_timeout=90,
+                          settings_hash_value="abc")
+    args = srv.parse_args(argv[2:] + ["--run-id", "x"])
+    assert (args.queue_size, args.stall_timeout, args.poll_interval, args.expect_world) == (4, 90.0, 0.25, 3)
+
+
+@pytest.mark.parametrize("supervisor, detached", [("process", True), ("launchd", False)])
+def test_keeper_argv(supervisor, detached):
+    argv = ms.keeper_argv("/py", "/r/mlx_server_daemon.py", run_dir="/r/", rank=1, supervisor=supervisor,
+                          max_restarts=3)
+    assert argv[:2] == ["/py", "/r/mlx_server_daemon.py"]
+    assert ("--detach" in argv) is detached
+    opts = dict(zip(argv[2::2], argv[3::2]))
+    f = ms.rank_files("/r", 1)
+    assert opts["--pidfile"] == f["pid"] == "/r/rank1.pid"
+    assert opts["--own-pidfile"] == f["keeper_pid"] == "/r/keeper1.pid"
+    assert opts["--state"] == f["keeper"] and opts["--heartbeat"] == f["state"] == "/r/rank1.json"
+    assert opts["--log"] == f["log"] and opts["--env-file"] == f["env"] == "/r/rank1.env.json"
+    assert opts["--cwd"] == "/r" and opts["--max-restarts"] == "3"
+
+
+def test_keeper_argv_is_what_the_supervisor_accepts():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "mlx_server_daemon_argv", Path(__file__).resolve().parents[3] / "roles/mlx_server/files/mlx_server_daemon.py")
+    dmn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dmn)
+    argv = ms.keeper_argv("/py", "/d.py", run_dir="/r", rank=0, supervisor="process", max_restarts=2)
+    args = dmn.parse_args(argv[2:] + ["--", "/py", "/s.py"])
+    assert (args.detach, args.max_restarts, args.heartbeat, args.command) == (True, 2, "/r/rank0.json", ["/py", "/s.py"])
 
 
 # --- launchctl, processes, rank files ---
@@ -251,6 +296,34 @@ def test_ranks_in_prefers_live_files():
 ])
 def test_problems(status, want):
     assert ms.problems(status, "h") == want
+
+
+def test_problems_name_a_stalled_rank_and_a_missing_supervisor():
+    st = {"rank": 1, "running": True, "settings_hash": "h", "phase": "ready",
+          "progress": {"stalled": "generation stalled: no token for 130s"},
+          "supervisor": {"running": False}}
+    assert ms.problems(st, "h") == ["rank 1 is stalled: generation stalled: no token for 130s",
+                                    "rank 1 runs without its supervisor (no watchdog, no restart)"]
+    assert ms.problems({**st, "progress": {"stalled": ""}, "supervisor": {"running": True}}, "h") == []
+
+
+def test_progress_report_and_line():
+    info = {"phase": "ready", "progress": {"progress_mono": 100.0, "stall_timeout": 60, "generating": True,
+                                          "tokens": 45, "requests_done": 3, "queue_depth": 2,
+                                          "last_turn_at": 1.7e9, "last_token_at": 1.7e9 + 5}}
+    rep = ms.progress_report(info, 100.25, 1.7e9 + 6)
+    assert rep == {"generating": True, "tokens": 45, "requests_done": 3, "queue_depth": 2,
+                   "last_turn_at": 1.7e9, "last_token_at": 1.7e9 + 5, "seconds_since_progress": 0.2,
+                   "stall_timeout": 60, "stalled": ""}
+    assert ms.progress_line(rep) == "3 request(s) done, generating (45 token(s), last progress 0.2s ago), 2 waiting"
+    late = ms.progress_report(info, 200.0, 0)
+    assert late["stalled"].startswith("generation stalled: no token for 100s (bound 60s)")
+    assert ms.progress_line(late).startswith("STALLED: generation stalled")
+    # loading, or gone: never "stalled"; before serving: no report
+    assert ms.progress_report({**info, "phase": "loading"}, 200.0, 0)["stalled"] == ""
+    assert ms.progress_report({"phase": "loading"}, 200.0, 0) is None and ms.progress_line(None) == ""
+    idle = ms.progress_report({"phase": "ready", "progress": {"progress_mono": 10.0, "stall_timeout": 60}}, 11.0, 0)
+    assert ms.progress_line(idle) == "0 request(s) done, idle (last turn 1.0s ago)"
 
 
 def test_problems_launchd_needs_a_loaded_job():

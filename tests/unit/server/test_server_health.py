@@ -164,8 +164,10 @@ def test_one_request_at_a_time_a_bounded_queue_then_503_with_retry_after(rig):
     results = {}
     first = rig.ask(1, results)
     assert rig.gen.entered.wait(10)
-    waiting = [rig.ask(t, results) for t in (2, 3)]
-    assert wait_for(lambda: rig.server.depth() == 2)
+    waiting = []
+    for n, t in enumerate((2, 3), 1):  # one after the other: the order of arrival is known
+        waiting.append(rig.ask(t, results))
+        assert wait_for(lambda: rig.server.depth() == n)
 
     status, headers, body = rig.ask(4)  # one generating, two waiting: the queue (2) is full
     assert status == 503
@@ -344,7 +346,17 @@ STALL_TABLE = [
 ]
 
 
+@pytest.fixture(scope="module")
+def stall_rules(srv):
+    """The three copies of the rule: rank 0's /health, the supervisor that acts on it, the
+    status module (the first two stand alone on the Macs and cannot import the third)."""
+    from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
+    dmn = load("mlx_server_daemon_rule_under_test", FILES / "mlx_server_daemon.py")
+    return {"server": srv.stall_verdict, "supervisor": dmn.stall_verdict, "status": ms.stall_verdict}
+
+
 @pytest.mark.parametrize("progress, idle, stalled", STALL_TABLE)
-def test_the_server_stall_rule(srv, progress, idle, stalled):
-    verdict = srv.stall_verdict({**progress, "progress_mono": 100.0}, 100.0 + idle)
-    assert bool(verdict) is stalled
+def test_every_copy_of_the_stall_rule_agrees(stall_rules, progress, idle, stalled):
+    verdicts = {name: rule({**progress, "progress_mono": 100.0}, 100.0 + idle) for name, rule in stall_rules.items()}
+    assert {name: bool(v) for name, v in verdicts.items()} == dict.fromkeys(stall_rules, stalled)
+    assert len(set(verdicts.values())) == 1, verdicts  # and they say it in the same words

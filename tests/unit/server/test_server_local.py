@@ -1,7 +1,8 @@
 """The server program for real on this machine: two local ranks over the ring backend, each
-started detached by the process supervisor's daemonizer with the environment
+started by its own detached supervisor (mlx_server_daemon.py) with the environment
 plugins/module_utils/mlx_server.launch_env gives it (what mlx.launch would set), on the tiny
-qwen2 model. Queried over HTTP like any OpenAI client; stopped by PID.
+qwen2 model. Queried over HTTP like any OpenAI client; stopped by PID. The supervisors restart
+nothing here (--max-restarts 0) except in the watchdog test, which is about that.
 
 Every process started here is ended by its PID in a finally block (each is its own session)."""
 
@@ -91,25 +92,30 @@ class Cluster:
         self.port = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         self.pids = []
+        self.keepers = []
 
-    def start(self):
+    def start(self, stall_timeout=0, max_restarts=0):
         ring = free_ports(2)
         hostfile = {"backend": "ring", "hosts": [{"ssh": "a", "ips": ["127.0.0.1"]}, {"ssh": "b", "ips": ["127.0.0.1"]}]}
         argv = ms.server_argv(sys.executable, str(SERVER), model=str(self.model), run_dir=str(self.run_dir),
                               mode=self.mode, world=2, backend="ring", host="127.0.0.1", port=self.port,
                               model_id="tiny", max_tokens=64, poll_interval=0.2, request_timeout=120,
-                              init_timeout=60, settings_hash_value="h" * 64)
+                              init_timeout=60, queue_size=8, stall_timeout=stall_timeout,
+                              settings_hash_value="h" * 64)
         for rank in (0, 1):
             env, files = ms.launch_env(hostfile, rank, str(self.run_dir), ring, ["HF_HUB_OFFLINE=1"])
             for name, content in files.items():
                 (self.run_dir / name).write_text(content)
             env_file = self.run_dir / f"rank{rank}.env.json"
             env_file.write_text(json.dumps(env))
-            out = subprocess.run([sys.executable, str(DAEMON), "--pidfile", str(self.run_dir / f"rank{rank}.pid"),
-                                  "--log", str(self.run_dir / f"rank{rank}.log"), "--env-file", str(env_file),
-                                  "--cwd", str(self.run_dir), "--", *argv, "--run-id", "localtest0123456789"],
+            keeper = ms.keeper_argv(sys.executable, str(DAEMON), run_dir=str(self.run_dir), rank=rank,
+                                    supervisor="process", max_restarts=max_restarts)
+            out = subprocess.run([*keeper, "--throttle", "1",
+                                  "--", *argv, "--run-id", "localtest0123456789"],
                                  capture_output=True, text=True, timeout=30, check=True)
-            self.pids.append(json.loads(out.stdout)["pid"])
+            said = json.loads(out.stdout)
+            self.pids.append(said["pid"])
+            self.keepers.append(said["supervisor"])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -128,11 +134,16 @@ class Cluster:
     def state(self, rank):
         return json.loads((self.run_dir / f"rank{rank}.json").read_text())
 
+    def rank_pids(self):
+        """The ranks' PIDs now (a supervisor's restart gives new ones); None once stopped."""
+        files = [self.run_dir / f"rank{r}.pid" for r in (0, 1)]
+        return [int(f.read_text()) if f.exists() else None for f in files]
+
     def kill(self):
-        for pid in self.pids:
+        for pid in [p for p in self.keepers + self.pids + self.rank_pids() if p]:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        wait_gone(self.pids, 10)
+        wait_gone(self.keepers + self.pids, 10)
 
 
 @pytest.fixture(scope="module")
@@ -289,35 +300,51 @@ def test_a_lost_peer_ends_the_other_ranks(tiny_model, tmp_path):
         c.kill()
 
 
-def test_daemonizer_reports_a_command_that_cannot_start(tmp_path):
-    res = subprocess.run([sys.executable, str(DAEMON), "--pidfile", str(tmp_path / "x.pid"), "--log",
-                          str(tmp_path / "x.log"), "--", str(tmp_path / "no-such-program")],
-                         capture_output=True, text=True, timeout=30)
-    assert res.returncode == 1
-    assert "could not start" in res.stderr and "No such file" in res.stderr
-
-
-def test_daemonizer_detaches_records_the_pid_and_keeps_the_old_log(tmp_path):
-    (tmp_path / "x.log").write_text("old run\n")
-    (tmp_path / "env.json").write_text(json.dumps({"GREETING": "hello"}))
-    code = ("import os, time; print(os.environ['GREETING'], os.getsid(0), os.environ.get('MLX_RANK'), flush=True);"
-            " time.sleep(30)")
-    res = subprocess.run([sys.executable, str(DAEMON), "--pidfile", str(tmp_path / "x.pid"), "--log",
-                          str(tmp_path / "x.log"), "--env-file", str(tmp_path / "env.json"), "--cwd", str(tmp_path),
-                          "--", sys.executable, "-c", code],
-                         capture_output=True, text=True, timeout=30, env={**os.environ, "MLX_RANK": "5"})
-    pid = json.loads(res.stdout)["pid"]
+def test_a_stalled_rank_makes_the_supervisors_restart_every_rank(tiny_model, tmp_path, reference):
+    """The watchdog for real: rank 1 is frozen (SIGSTOP: it cannot act on any signal) while a
+    request is under way, so no token comes. After the stall bound (5 s) its supervisor kills it
+    and rank 0 goes down too (its collective fails, or its own supervisor finds it stalled); both
+    supervisors start their rank again and the group serves again, the same text as before."""
+    c = Cluster(tiny_model, tmp_path / "run", "tensor")
     try:
-        assert int((tmp_path / "x.pid").read_text()) == pid
-        deadline = time.monotonic() + 20
-        while "hello" not in (tmp_path / "x.log").read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        # the env file's variables, a session of its own, no inherited launcher variables
-        greeting, sid, rank = (tmp_path / "x.log").read_text().split()
-        assert (greeting, rank) == ("hello", "None")
-        assert int(sid) not in (os.getsid(0), pid)  # not ours; and not a session leader (double fork)
-        assert (tmp_path / "x.log.1").read_text() == "old run\n"
-        assert oct((tmp_path / "x.pid").stat().st_mode & 0o777) == "0o600"
+        c.start(stall_timeout=5, max_restarts=2)
+        before = c.rank_pids()
+        os.kill(before[1], signal.SIGSTOP)
+        stuck = {}
+        asker = threading.Thread(target=lambda: stuck.update(r=_try(lambda: chat(c))), daemon=True)
+        asker.start()
+        time.sleep(1.0)
+        health = json.loads(http(c.url + "/health")[1])
+        assert (health["generating"], health["tokens"], health["queue_depth"]) == (True, 0, 0)  # in flight
+        t0 = time.monotonic()
+        deadline = t0 + 90
+        back = False
+        while time.monotonic() < deadline and not back:
+            time.sleep(0.5)
+            now = c.rank_pids()
+            if all(now) and all(n != b for n, b in zip(now, before)) and all(alive(p) for p in now):
+                back = _try(lambda: http(c.url + "/v1/models", timeout=2)[0]) == 200
+        assert back, c.logs()
+        took = time.monotonic() - t0
+        assert wait_gone(before, 10) == [], c.logs()     # the frozen rank was killed, not left behind
+        keepers = [json.loads((c.run_dir / f"keeper{r}.json").read_text()) for r in (0, 1)]
+        assert [k["state"] for k in keepers] == ["running", "running"]
+        assert all(len(k["restarts"]) == 1 for k in keepers)
+        # rank 1 was frozen between requests: for it the loop stalled idle; rank 0 took the
+        # request, so for it a generation stalled (or its collective failed first: exit 7)
+        assert keepers[1]["restarts"][0]["why"].startswith("serving loop stalled: no turn for")
+        assert keepers[0]["restarts"][0]["why"].startswith(("generation stalled: no token for", "exit code 7"))
+        assert all(alive(k) for k in c.keepers)            # the same supervisors, new ranks
+        status, body = chat(c)
+        assert status == 200 and body["choices"][0]["message"]["content"] == reference
+        asker.join(5)
+        print(f"stall to serving again: {took:.1f}s; rank 0 ended by: {keepers[0]['restarts'][0]['why']}")
     finally:
-        os.kill(pid, signal.SIGKILL)
-        wait_gone([pid], 10)
+        c.kill()
+
+
+def _try(fn):
+    try:
+        return fn()
+    except (OSError, ValueError) as exc:
+        return exc

@@ -21,11 +21,12 @@ PS_ALL = ("/usr/bin/ps", "-ax", "-ww", "-o", "pid=,args=")
 
 
 def spec_args(run_dir, **kw):
-    script = run_dir / "mlx_cluster_server.py"
-    if not script.exists():
-        script.write_text("# server\n")
+    script, keeper = run_dir / "mlx_cluster_server.py", run_dir / "mlx_server_daemon.py"
+    for f in (script, keeper):
+        if not f.exists():
+            f.write_text(f"# {f.name}\n")
     return {"hostfile": HOSTFILE, "host": "m2", "run_dir": str(run_dir), "python": "/venv/bin/python",
-            "script": str(script), "model": "/models/tiny", "supervisor": "process", **kw}
+            "script": str(script), "keeper": str(keeper), "model": "/models/tiny", "supervisor": "process", **kw}
 
 
 def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
@@ -40,6 +41,10 @@ def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
     assert r["argv"][:2] == ["/venv/bin/python", str(tmp_path / "mlx_cluster_server.py")]
     assert r["argv"][r["argv"].index("--settings-hash") + 1] == r["settings_hash"]
     assert r["argv"][r["argv"].index("--model-id") + 1] == "tiny"
+    assert r["argv"][r["argv"].index("--queue-size") + 1] == "8"
+    assert r["argv"][r["argv"].index("--stall-timeout") + 1] == "120"
+    assert r["keeper_argv"][:2] == ["/venv/bin/python", str(tmp_path / "mlx_server_daemon.py")]
+    assert r["keeper_argv"][-1] == "--detach" and "--max-restarts" in r["keeper_argv"]
     assert first.calls == []  # no command run: pure computation and two files
 
     again = module_runner("mlx_server_spec", args=spec_args(tmp_path))
@@ -47,8 +52,14 @@ def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
 
     # any setting, or the program itself, changes the hash
     assert module_runner("mlx_server_spec", args=spec_args(tmp_path, port=9000)).result["settings_hash"] != r["settings_hash"]
+    for setting in ({"queue_size": 0}, {"stall_timeout": 60}, {"max_restarts": 1}):
+        assert module_runner("mlx_server_spec", args=spec_args(tmp_path, **setting)).result["settings_hash"] \
+            != r["settings_hash"], setting
     (tmp_path / "mlx_cluster_server.py").write_text("# server v2\n")
-    assert module_runner("mlx_server_spec", args=spec_args(tmp_path)).result["settings_hash"] != r["settings_hash"]
+    v2 = module_runner("mlx_server_spec", args=spec_args(tmp_path)).result["settings_hash"]
+    assert v2 != r["settings_hash"]
+    (tmp_path / "mlx_server_daemon.py").write_text("# supervisor v2\n")
+    assert module_runner("mlx_server_spec", args=spec_args(tmp_path)).result["settings_hash"] != v2
 
 
 def test_spec_check_mode_writes_nothing_and_shows_the_diff(module_runner, tmp_path):
@@ -68,11 +79,17 @@ def test_spec_fails_naming_the_problem(module_runner, tmp_path, change, match):
     assert run.failed and match in run.result["msg"]
 
 
-def test_spec_needs_the_deployed_program(module_runner, tmp_path):
+@pytest.mark.parametrize("which", ["script", "keeper"])
+def test_spec_needs_the_deployed_programs(module_runner, tmp_path, which):
     args = spec_args(tmp_path)
-    os.unlink(args["script"])
+    os.unlink(args[which])
     run = module_runner("mlx_server_spec", args=args)
-    assert run.failed and "deploy it first" in run.result["msg"]
+    assert run.failed and "deploy it first" in run.result["msg"] and args[which] in run.result["msg"]
+
+
+def test_spec_refuses_negative_bounds(module_runner, tmp_path):
+    run = module_runner("mlx_server_spec", args=spec_args(tmp_path, queue_size=-1))
+    assert run.failed and "cannot be negative" in run.result["msg"]
 
 
 @pytest.fixture
@@ -92,13 +109,25 @@ def sleeper():
         p.wait(5)
 
 
-def write_rank(run_dir, rank, pid, phase="ready", run_id=RUN_ID, settings_hash="h" * 64):
+def write_rank(run_dir, rank, pid, phase="ready", run_id=RUN_ID, settings_hash="h" * 64, progress=None):
     (run_dir / f"rank{rank}.pid").write_text(f"{pid}\n")
     (run_dir / f"rank{rank}.json").write_text(json.dumps({
         "rank": rank, "pid": pid, "host": "m2", "phase": phase, "message": "serving tiny",
         "started": 1763700000.0, "updated": 1763700005.0, "settings_hash": settings_hash, "run_id": run_id,
-        "world_size": 2}))
+        "world_size": 2, **({"progress": progress} if progress else {})}))
     (run_dir / f"rank{rank}.log").write_text("line 1\nline 2\nthe last line\n")
+
+
+def write_keeper(run_dir, rank, pid, state="running", restarts=()):
+    (run_dir / f"keeper{rank}.pid").write_text(f"{pid}\n")
+    (run_dir / f"keeper{rank}.json").write_text(json.dumps({
+        "pid": pid, "host": "m2", "state": state, "message": "", "child_pid": None, "max_restarts": 3,
+        "restarts": [{"at": 1763700100.0, "why": w} for w in restarts]}))
+
+
+def keeper_line(pid, run_dir, run_id=RUN_ID):
+    return (f"{pid} /venv/bin/python {run_dir}/mlx_server_daemon.py --pidfile {run_dir}/rank0.pid -- "
+            f"/venv/bin/python {run_dir}/mlx_cluster_server.py --run-dir {run_dir} --run-id {run_id}\n")
 
 
 def ps_line(pid, run_dir, run_id=RUN_ID):
@@ -106,16 +135,55 @@ def ps_line(pid, run_dir, run_id=RUN_ID):
 
 
 def test_status_of_a_running_rank(module_runner, tmp_path, sleeper):
-    p = sleeper()
-    write_rank(tmp_path, 1, p.pid)
+    p, k = sleeper(), sleeper()
+    write_rank(tmp_path, 1, p.pid, progress={"progress_mono": time.monotonic() - 2, "stall_timeout": 120,
+                                             "generating": True, "tokens": 17, "requests_done": 4, "queue_depth": 1})
+    write_keeper(tmp_path, 1, k.pid, restarts=["generation stalled: no token for 130s"])
     run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
                                                    "want_hash": "h" * 64},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), "")})
+                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+                                  (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), "")})
     st = run.result["status"]
     assert (st["rank"], st["running"], st["pid"], st["phase"]) == (1, True, p.pid, "ready")
     assert st["since"] == "2025-11-21T04:40:00+00:00" and st["until"] is None
     assert st["problems"] == [] and run.result["healthy"] and not run.result["changed"]
     assert st["log_tail"].endswith("the last line")
+    assert (st["supervisor"]["pid"], st["supervisor"]["running"], st["supervisor"]["restarts"]) == (k.pid, True, 1)
+    assert st["supervisor"]["last_restart"]["why"].startswith("generation stalled")
+    prog = st["progress"]
+    assert (prog["generating"], prog["tokens"], prog["requests_done"], prog["queue_depth"]) == (True, 17, 4, 1)
+    assert 1.5 < prog["seconds_since_progress"] < 60 and prog["stalled"] == ""
+    assert st["progress_line"].startswith("4 request(s) done, generating (17 token(s), last progress")
+
+
+def test_status_flags_a_stalled_rank(module_runner, tmp_path, sleeper):
+    p, k = sleeper(), sleeper()
+    write_rank(tmp_path, 1, p.pid, progress={"progress_mono": time.monotonic() - 300, "stall_timeout": 120,
+                                             "generating": True, "tokens": 3, "requests_done": 0})
+    write_keeper(tmp_path, 1, k.pid)
+    commands = {(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+                (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), "")}
+    for wait in (0, 30):
+        t0 = time.monotonic()
+        run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
+                                                       "want_hash": "h" * 64, "wait": wait}, commands=commands)
+        assert time.monotonic() - t0 < 10   # reported at once, not at the end of the wait
+        assert not run.result["healthy"]
+        assert run.result["reason"].startswith("rank 1 is stalled: generation stalled: no token for 300s (bound 120s)")
+        assert run.result["status"]["problems"] == [run.result["reason"]]
+        assert run.result["status"]["progress_line"].startswith("STALLED: ")
+
+
+def test_status_names_a_rank_without_its_supervisor(module_runner, tmp_path, sleeper):
+    p = sleeper()
+    write_rank(tmp_path, 1, p.pid)
+    write_keeper(tmp_path, 1, 999999, state="gave_up")
+    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
+                                                   "want_hash": "h" * 64}, module_attrs={"alive": lambda pid: pid == p.pid},
+                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), "")})
+    st = run.result["status"]
+    assert st["running"] and st["supervisor"]["running"] is False and st["supervisor"]["state"] == "gave_up"
+    assert st["problems"] == ["rank 1 runs without its supervisor (no watchdog, no restart)"]
 
 
 def test_status_does_not_trust_a_reused_pid(module_runner, tmp_path, sleeper):
@@ -153,10 +221,12 @@ def test_status_wait_reports_a_dead_rank_at_once_with_its_log(module_runner, tmp
 
 
 def test_status_reads_launchd(module_runner, tmp_path):
-    """launchd's PID is the rank's PID; whether it lives is asked of a fake liveness probe
-    (module_attrs), never of this machine, whose PIDs are whatever they are."""
+    """launchd's PID is the rank's supervisor's; whether it lives is asked of a fake liveness
+    probe (module_attrs), never of this machine, whose PIDs are whatever they are. The rank's
+    own PID comes from its files (here: 4000, gone)."""
     out = "system/x = {\n\tstate = running\n\tpid = 12\n}\n"
     launchctl = ("/usr/bin/launchctl", "print", "system/x")
+    write_rank(tmp_path, 1, 4000)
     probed = []
 
     def alive(pid):
@@ -164,29 +234,31 @@ def test_status_reads_launchd(module_runner, tmp_path):
         return pid == 12
 
     args = {"run_dir": str(tmp_path), "rank": 1, "label": "x"}
-    # PID 12 lives but is somebody else's program: launchd's view is shown, the rank is not ours
+    # PID 12 lives but is somebody else's program: launchd's view is shown, the supervisor is not ours
     other = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
                           commands={launchctl: (0, out, ""),
                                     (*PS_ONE, "12", "-o", "pid=,args="): (0, "   12 /usr/sbin/other\n", "")})
     st = other.result["status"]
     assert not other.failed
     assert st["launchd"]["state"] == "running" and st["launchd"]["pid"] == 12 and st["launchd"]["loaded"]
-    assert probed == [12] and st["running"] is False and st["pid"] is None
-    # PID 12 runs our rank (its arguments name this run directory): running, with launchd's PID
+    assert probed == [4000, 12] and st["running"] is False and st["pid"] is None
+    assert st["supervisor"]["pid"] is None and st["supervisor"]["running"] is False
+    # PID 12 runs our supervisor (its arguments name this run directory and run id)
     ours = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
                          commands={launchctl: (0, out, ""),
-                                   (*PS_ONE, "12", "-o", "pid=,args="): (0, ps_line(12, tmp_path), "")})
-    assert ours.result["status"]["running"] is True and ours.result["status"]["pid"] == 12
+                                   (*PS_ONE, "12", "-o", "pid=,args="): (0, keeper_line(12, tmp_path), "")})
+    assert ours.result["status"]["supervisor"]["pid"] == 12 and ours.result["status"]["supervisor"]["running"]
+    assert ours.result["status"]["running"] is False  # the rank itself (4000) is gone
     # launchd's PID has exited: no ps at all (an unexpected command would fail the run)
     dead = module_runner("mlx_server_status", args=args, module_attrs={"alive": lambda pid: False},
                          commands={launchctl: (0, out, "")})
-    assert dead.result["status"]["running"] is False and dead.calls == [list(launchctl)]
+    assert dead.result["status"]["supervisor"]["running"] is False and dead.calls == [list(launchctl)]
 
     probed.clear()
     gone = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
                          commands={launchctl: (113, "", "Could not find service \"x\" in domain for system\n")})
     assert gone.result["status"]["launchd"]["loaded"] is False and "error" not in gone.result["status"]["launchd"]
-    assert probed == [] and gone.result["status"]["running"] is False
+    assert probed == [4000] and gone.result["status"]["running"] is False
 
 
 def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, sleeper):
@@ -207,9 +279,34 @@ def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, 
     assert r["remaining"] == [] and r["run_ids"] == [RUN_ID] and r["ranks"] == [0]
     assert rank.wait(5) == -15 and extra.wait(5) == -15
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.last.json", "rank0.log", "state.last.json"]
+    assert r["supervisors"] == []
 
     again = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process"})
     assert not again.result["changed"] and again.result["stopped"] == [] and again.calls == []
+
+
+def test_stop_tells_the_supervisor_first_then_the_rank(module_runner, tmp_path, sleeper):
+    """The supervisor gets SIGTERM before its rank (so it restarts nothing); both are ended and
+    reported apart; neither counts as left behind; their files are moved aside."""
+    rank, keeper = sleeper(), sleeper()
+    write_rank(tmp_path, 0, rank.pid)
+    write_keeper(tmp_path, 0, keeper.pid)
+    commands = {
+        (*PS_ONE, str(rank.pid), "-o", "pid=,args="): (0, ps_line(rank.pid, tmp_path), ""),
+        (*PS_ONE, str(keeper.pid), "-o", "pid=,args="): (0, keeper_line(keeper.pid, tmp_path), ""),
+        PS_ALL: (0, f"{ps_line(rank.pid, tmp_path)}{keeper_line(keeper.pid, tmp_path)}", ""),
+    }
+    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
+                        commands=commands)
+    r = run.result
+    assert not run.failed and r["changed"]
+    ps_calls = [c[3] for c in run.calls if c[:3] == list(PS_ONE)]
+    assert ps_calls == [str(keeper.pid), str(rank.pid)]  # the supervisor is looked at (and told) first
+    assert [(s["pid"], s["rank"], s["how"]) for s in r["supervisors"]] == [(keeper.pid, 0, "SIGTERM")]
+    assert [(s["pid"], s["how"]) for s in r["stopped"]] == [(rank.pid, "SIGTERM")]
+    assert r["leftovers"] == [] and r["remaining"] == []
+    assert keeper.wait(5) == -15 and rank.wait(5) == -15
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keeper0.last.json", "rank0.last.json", "rank0.log"]
 
 
 def test_stop_check_mode_signals_nothing(module_runner, tmp_path, sleeper):

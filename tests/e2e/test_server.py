@@ -4,6 +4,9 @@ qwen2 model at the same path in both Macs' homes, the `process` supervisor (no l
 
 HTTP is queried from inside rank 0's Mac (its loopback: the server listens on 127.0.0.1),
 which is where a client on a real cluster would tunnel to.
+
+Each Mac runs two processes of the server: the rank and its supervisor (mlx_server_daemon.py:
+watchdog and restarts), both carrying the run directory and run id on their command lines.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import plistlib
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,13 +88,19 @@ def http(cluster, path, body=None):
     return json.loads(res.stdout)
 
 
-def rank_pids(cluster):
-    """{host: PID of its rank} from the PID files, checked against the Mac's process list."""
+def rank_pids(cluster, kind="rank"):
+    """{host: PID of its rank (or of the rank's supervisor: kind "keeper")} from the PID files."""
     out = {}
     for h in cluster.hosts:
-        res = cluster.exec(h, ["sh", "-c", f"cat {RUN_DIR}/rank*.pid 2>/dev/null"])
+        res = cluster.exec(h, ["sh", "-c", f"cat {RUN_DIR}/{kind}*.pid 2>/dev/null"])
         out[h] = int(res.stdout.split()[0]) if res.stdout.strip() else None
     return out
+
+
+def keeper_state(cluster, host):
+    """The Mac's rank's supervisor's state file (keeper<N>.json), {} when there is none."""
+    res = cluster.exec(host, ["sh", "-c", f"cat {RUN_DIR}/keeper[0-9]*.json 2>/dev/null"])
+    return json.loads(res.stdout) if res.stdout.strip() else {}
 
 
 def server_processes(cluster):
@@ -130,8 +140,10 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     assert completion["status"] == 200 and completion["body"]["object"] == "text_completion"
     assert http(pair, "/v1/chat/completions", {**ask, "model": "other"})["status"] == 404
 
-    pids = rank_pids(pair)
-    assert all(pids.values()) and all(len(v) == 1 for v in server_processes(pair).values())
+    pids, keepers = rank_pids(pair), rank_pids(pair, "keeper")
+    assert all(pids.values()) and all(keepers.values())
+    for h, lines in server_processes(pair).items():   # the rank and its supervisor, nothing else
+        assert sorted(int(x.split()[0]) for x in lines) == sorted([pids[h], keepers[h]]), lines
 
     status = server(pair, "server_status")
     assert status.rc == 0 and status.changed() == 0
@@ -273,3 +285,84 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
         for fake in fakes:
             fake.unlink(missing_ok=True)
             fake.with_name("launchctl.calls").unlink(missing_ok=True)
+
+
+def wait_until(what, seconds, step=1.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
+def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
+    """The watchdog on the simulated Macs. The other Mac's rank is frozen (SIGSTOP by its PID,
+    from inside its Mac) while a request is under way: no token comes. After
+    mlx_server_stall_timeout its supervisor kills it, rank 0 goes down with it, both
+    supervisors start their rank again (10 s later) and the API answers again, with no
+    playbook run. Frozen a second time, within the restart budget (1), every supervisor gives
+    up: the status names the Mac and the fix, and a server run starts it all afresh."""
+    extra = {"mlx_server_stall_timeout": 10, "mlx_server_max_restarts": 1}
+    up = server(pair, **extra)
+    assert up.rc == 0, up.failures()
+    other = next(h for h in pair.hosts if h != pair.rank0)
+    ask = {"messages": [{"role": "user", "content": "Hello world!"}], "max_tokens": 8, "temperature": 0}
+
+    def freeze_and_ask():
+        before = rank_pids(pair)
+        assert pair.exec(other, ["kill", "-STOP", str(before[other])]).returncode == 0
+        # a request from rank 0's Mac: taken by rank 0, its first collective never completes
+        threading.Thread(target=lambda: pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT,
+                                                               f"http://127.0.0.1:{PORT}/v1/chat/completions",
+                                                               json.dumps(ask)], timeout=120),
+                         daemon=True).start()
+        return before, time.monotonic()
+
+    before, t0 = freeze_and_ask()
+    health = wait_until(lambda: (lambda h: h if h["body"].get("generating") else None)(http(pair, "/health")), 8, 0.5)
+    assert health and health["status"] == 200 and health["body"]["tokens"] == 0   # in flight, no token yet
+
+    def back():
+        now = rank_pids(pair)
+        if not all(now.values()) or any(now[h] == before[h] for h in pair.hosts):
+            return None
+        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/v1/models", ""],
+                        timeout=30)
+        return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None  # not yet bound: refused
+
+    now = wait_until(back, 120)
+    assert now, {h: keeper_state(pair, h) for h in pair.hosts}
+    recovered = round(time.monotonic() - t0, 1)
+    assert pair.exec(other, ["kill", "-0", str(before[other])]).returncode != 0   # the frozen rank is gone
+    chat = http(pair, "/v1/chat/completions", ask)
+    assert chat["status"] == 200, chat
+
+    status = server(pair, "server_status", **extra)
+    lines = status_lines(status)
+    assert "1 restart(s) (last: serving loop stalled: no turn for" in lines[other] \
+        or "1 restart(s) (last: generation stalled: no token for" in lines[other], lines
+    assert all("request(s) done" in line and "supervisor pid" in line for line in lines.values()), lines
+    same = server(pair, **extra)   # the supervisors restarted the same start: nothing to do
+    assert same.rc == 0 and same.changed() == 0, same.stats
+
+    # frozen again: the budget (1 restart an hour) is spent, every supervisor gives up
+    before, t1 = freeze_and_ask()
+    gave_up = wait_until(lambda: all(keeper_state(pair, h).get("state") == "gave_up" for h in pair.hosts), 90)
+    assert gave_up, {h: keeper_state(pair, h) for h in pair.hosts}
+    given_up_after = round(time.monotonic() - t1, 1)
+    assert all(p == [] for p in server_processes(pair).values())   # nothing left running, nothing restarts
+    lines = status_lines(server(pair, "server_status", **extra))
+    for h in pair.hosts:
+        assert "not running (failed at" in lines[h], lines
+        assert f"on {h} its supervisor gave up after 1 restart(s) within 3600s" in lines[h], lines
+        assert "--tags server" in lines[h] and "gave_up" in lines[h]
+
+    again = server(pair, **extra)   # the fix's last step: a server run starts every rank afresh
+    assert again.rc == 0, again.failures()
+    assert again.changed() > 0 and http(pair, "/v1/chat/completions", ask)["status"] == 200
+    print(f"stall bound 10 s: serving again {recovered}s after the freeze; all supervisors gave up "
+          f"{given_up_after}s after the second")
+    stop = server(pair, "server_stop")
+    assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}

@@ -13,11 +13,11 @@ description:
     that the recorded PID still runs our rank (its command line names the run directory and
     the run id). Processes are never looked up by name.
   - Reports the serving loop's progress from the rank's heartbeat (C(progress) in
-    C(rank<N>.json)): requests done, the request under way and its tokens, rank 0's queue,
-    seconds since the last turn or token; a ready rank that made no progress for its stall
-    bound is C(stalled), which is unhealthy and a problem (the server stage restarts it).
-  - Reads the rank's supervisor (C(keeper<N>.pid), C(keeper<N>.json)): whether it runs, the
-    restarts it made and why, and whether it gave up.
+    C(rank<N>.json)), that is requests done, the request under way and its tokens, rank 0's
+    queue, seconds since the last turn or token; a ready rank that made no progress for its
+    stall bound is C(stalled), which is unhealthy and a problem (the server stage restarts it).
+  - Reads the rank's supervisor (C(keeper<N>.pid), C(keeper<N>.json)), that is whether it runs,
+    the restarts it made and why, and whether it gave up.
   - With I(supervisor=launchd), also reads C(launchctl print system/<label>) (the job's PID is
     the supervisor's).
   - With I(wait) > 0, polls until the rank is ready (for rank 0 with I(url), C(/v1/models) lists

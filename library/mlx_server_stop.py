@@ -12,7 +12,7 @@ description:
   - With I(supervisor=launchd), boots the job out of the system domain by its label
     (C(launchctl bootout system/<label>)) and removes its plist, so it does not come back at boot.
   - First sends SIGTERM to the rank's supervisor (C(keeper<N>.pid), checked like the rank), so it
-    restarts nothing: it passes SIGTERM on to the rank and exits once the rank is gone.
+    restarts nothing; it passes SIGTERM on to the rank and exits once the rank is gone.
   - Sends SIGTERM to the recorded PID (C(rank<N>.pid), checked to still be our rank by its command
     line, which names the run directory and the run id), waits up to I(grace) seconds for the rank to
     leave (every rank stops at the next turn of the serving loop), then sends SIGKILL.

@@ -99,8 +99,10 @@ def rank_pids(cluster, kind="rank"):
 
 def keeper_state(cluster, host):
     """The Mac's rank's supervisor's state file (keeper<N>.json), {} when there is none."""
-    res = cluster.exec(host, ["sh", "-c", f"cat {RUN_DIR}/keeper[0-9]*.json 2>/dev/null"])
-    return json.loads(res.stdout) if res.stdout.strip() else {}
+    hostfile = json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
+    rank = [x["ssh"] for x in hostfile["hosts"]].index(host)
+    res = cluster.exec(host, ["cat", f"{RUN_DIR}/keeper{rank}.json"])
+    return json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else {}
 
 
 def server_processes(cluster):
@@ -115,6 +117,16 @@ def server_processes(cluster):
 
 def status_lines(run):
     return {r["host"]: r["res"]["msg"] for r in run.results("Show whether each Mac's rank runs, and since when")}
+
+
+def wait_until(what, seconds, step=1.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(step)
+    return None
 
 
 def test_start_query_leave_alone_restart_on_change_stop(pair):
@@ -207,25 +219,35 @@ def test_a_rank_that_dies_is_reported_by_the_health_check(pair):
     assert server_processes(pair) == {h: [] for h in pair.hosts}
 
 
-def test_a_rank_killed_while_serving_takes_the_group_down_and_the_next_start_restores_it(pair):
+def test_a_rank_killed_while_serving_takes_the_group_down_and_the_supervisors_restore_it(pair):
     up = server(pair)
     assert up.rc == 0, up.failures()
-    pids = rank_pids(pair)
+    pids, keepers = rank_pids(pair), rank_pids(pair, "keeper")
     other = next(h for h in pair.hosts if h != pair.rank0)
     assert pair.exec(other, ["kill", "-9", str(pids[other])]).returncode == 0
     # rank 0 sees the peer go at its next turn and leaves too (no half-alive server)
     deadline = time.monotonic() + 30
-    while server_processes(pair)[pair.rank0] and time.monotonic() < deadline:
+    while pair.exec(pair.rank0, ["kill", "-0", str(pids[pair.rank0])]).returncode == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert server_processes(pair) == {h: [] for h in pair.hosts}
-    lines = status_lines(server(pair, "server_status"))
-    assert "not running" in lines[other] and "not running" in lines[pair.rank0]
-    assert "group broke" in lines[pair.rank0], lines
+    assert pair.exec(pair.rank0, ["kill", "-0", str(pids[pair.rank0])]).returncode != 0
+    log = pair.exec(pair.rank0, ["sh", "-c", f"cat {RUN_DIR}/rank*.log"]).stdout
+    assert "the group broke while serving" in log
 
-    again = server(pair)
-    assert again.rc == 0, again.failures()
-    assert again.changed() > 0
-    assert http(pair, "/v1/models")["status"] == 200
+    # each supervisor starts its rank again (10 s later): the group serves with no playbook run
+    def back():
+        now = rank_pids(pair)
+        if not all(now.values()) or any(now[h] == pids[h] for h in pair.hosts):
+            return None
+        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/v1/models", ""],
+                        timeout=30)
+        return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None
+
+    assert wait_until(back, 90), {h: keeper_state(pair, h) for h in pair.hosts}
+    assert rank_pids(pair, "keeper") == keepers   # the same supervisors
+    why = {h: [r["why"] for r in keeper_state(pair, h)["restarts"]] for h in pair.hosts}
+    assert why == {other: ["killed by signal 9"], pair.rank0: ["exit code 7"]}
+    again = server(pair)   # the same start, healthy: nothing to do
+    assert again.rc == 0 and again.changed() == 0, again.stats
     stop = server(pair, "server_stop")
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
 
@@ -271,7 +293,9 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
             assert plist["EnvironmentVariables"]["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
             assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
             argv = plist["ProgramArguments"]
-            assert argv[1] == f"{RUN_DIR}/mlx_cluster_server.py"
+            assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"   # the supervisor, kept by launchd
+            assert "--detach" not in argv                          # in the foreground: launchd's child
+            assert argv[argv.index("--") + 2] == f"{RUN_DIR}/mlx_cluster_server.py"
             assert argv[argv.index("--model") + 1] == MODEL
             run_ids.add(argv[argv.index("--run-id") + 1])
             assert plist["StandardOutPath"] == f"{RUN_DIR}/rank{ranks[r['host']]}.log"
@@ -285,16 +309,6 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
         for fake in fakes:
             fake.unlink(missing_ok=True)
             fake.with_name("launchctl.calls").unlink(missing_ok=True)
-
-
-def wait_until(what, seconds, step=1.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(step)
-    return None
 
 
 def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):

@@ -4,12 +4,12 @@ code), the settings hash, launchctl parsing, PID checks and restart reasons."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from argparse import Namespace
 
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
+from tests.programs import load_program
 from mlx._distributed_utils import launch as mlx_launch
 from mlx._distributed_utils.common import Hostfile
 
@@ -176,11 +176,7 @@ def test_server_argv():
 
 def test_server_argv_is_what_the_server_accepts(tmp_path):
     """Every option server_argv writes is one the deployed program parses, to the same value."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "mlx_cluster_server_argv", Path(__file__).resolve().parents[3] / "roles/mlx_server/files/mlx_cluster_server.py")
-    srv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(srv)
+    srv = load_program("mlx_server", "mlx_cluster_server.py")
     (tmp_path / "config.json").write_text("{}")
     argv = ms.server_argv("/py", "/s.py", model=str(tmp_path), run_dir="/r", mode="pipeline", world=3,
                           backend="ring", host="::", port=9000, model_id="m", max_tokens=64, poll_interval=0.25,
@@ -206,11 +202,7 @@ def test_keeper_argv(supervisor, detached):
 
 
 def test_keeper_argv_is_what_the_supervisor_accepts():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "mlx_server_daemon_argv", Path(__file__).resolve().parents[3] / "roles/mlx_server/files/mlx_server_daemon.py")
-    dmn = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dmn)
+    dmn = load_program("mlx_server", "mlx_server_daemon.py")
     argv = ms.keeper_argv("/py", "/d.py", run_dir="/r", rank=0, supervisor="process", max_restarts=2)
     args = dmn.parse_args(argv[2:] + ["--", "/py", "/s.py"])
     assert (args.detach, args.max_restarts, args.heartbeat, args.command) == (True, 2, "/r/rank0.json", ["/py", "/s.py"])

@@ -6,7 +6,6 @@ Every process started here is ended by its PID in a finally block."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,16 +16,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-DAEMON = ROOT / "roles" / "mlx_server" / "files" / "mlx_server_daemon.py"
+from tests.programs import load_program, program_path
+
+DAEMON = program_path("mlx_server", "mlx_server_daemon.py")
 
 
 @pytest.fixture(scope="module")
 def dmn():
-    spec = importlib.util.spec_from_file_location("mlx_server_daemon_under_test", DAEMON)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_program("mlx_server", "mlx_server_daemon.py")
 
 
 # ---- pure rules ---------------------------------------------------------------------------

@@ -11,31 +11,22 @@ status module): one table holds all three to the same verdicts."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-FILES = ROOT / "roles" / "mlx_server" / "files"
+from tests.programs import load_program
 
-
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def srv():
-    return load("mlx_cluster_server_health_under_test", FILES / "mlx_cluster_server.py")
+    return load_program("mlx_server", "mlx_cluster_server.py")
 
 
 class OneRank:
@@ -351,7 +342,7 @@ def stall_rules(srv):
     """The three copies of the rule: rank 0's /health, the supervisor that acts on it, the
     status module (the first two stand alone on the Macs and cannot import the third)."""
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
-    dmn = load("mlx_server_daemon_rule_under_test", FILES / "mlx_server_daemon.py")
+    dmn = load_program("mlx_server", "mlx_server_daemon.py")
     return {"server": srv.stall_verdict, "supervisor": dmn.stall_verdict, "status": ms.stall_verdict}
 
 

@@ -354,9 +354,9 @@ def test_stop_launchd_needs_a_plist_path(module_runner, tmp_path):
 def test_the_settings_have_one_default_everywhere(tmp_path):
     """The role's defaults, its argument_specs, the spec module's documented defaults, the
     server program's and its supervisor's own defaults (for a standalone run) say the same."""
-    import importlib.util
-
     import yaml
+
+    from tests.programs import load_program
 
     root = Path(__file__).resolve().parents[3]
     defaults = yaml.safe_load((root / "roles/mlx_server/defaults/main.yml").read_text())
@@ -365,17 +365,10 @@ def test_the_settings_have_one_default_everywhere(tmp_path):
     doc = (root / "library/mlx_server_spec.py").read_text().split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0]
     module_opts = yaml.safe_load(doc)["options"]
 
-    def load(name, path):
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
     (tmp_path / "config.json").write_text("{}")
-    server = vars(load("mlx_cluster_server_defaults", root / "roles/mlx_server/files/mlx_cluster_server.py")
+    server = vars(load_program("mlx_server", "mlx_cluster_server.py")
                   .parse_args(["--model", str(tmp_path), "--run-dir", str(tmp_path)]))
-    keeper = vars(load("mlx_server_daemon_defaults", root / "roles/mlx_server/files/mlx_server_daemon.py")
-                  .parse_args(["--pidfile", "x", "--", "true"]))
+    keeper = vars(load_program("mlx_server", "mlx_server_daemon.py").parse_args(["--pidfile", "x", "--", "true"]))
     for var in defaults:
         assert options[var]["default"] == defaults[var], var
     for setting, where in [("queue_size", server), ("stall_timeout", server), ("max_tokens", server),

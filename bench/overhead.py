@@ -77,6 +77,8 @@ from tests.tinymodel import make_tiny_model  # noqa: E402
 SPEC = "pair"
 MODES = ("tensor", "pipeline")
 BIN = Path(sys.executable).parent
+# the role always passes --prompt-tokens; with a text prompt (PROMPT) the length is unused
+PROMPT_TOKENS = 512
 # About 210 tokens with the tiny model's tokenizer and chat template, so the prompt phase
 # lasts long enough to time (a one-line prompt is processed in a few ms).
 PROMPT = " ".join(["Write a short story about a cluster of Macs joined by Thunderbolt cables: how each node "
@@ -244,8 +246,8 @@ def mask_run_id(argv):
 
 def bench_args(model_dir, mode, max_tokens, world, run_id):
     """The script's arguments, in the order roles/benchmark/tasks/main.yml gives them."""
-    return ["--model", model_dir, "--prompt", PROMPT, "--max-tokens", str(max_tokens), "--num-trials", "1",
-            "--mode", mode,
+    return ["--model", model_dir, "--prompt-tokens", str(PROMPT_TOKENS), "--generation-tokens", str(max_tokens),
+            "--num-trials", "1", "--prompt", PROMPT, "--mode", mode,
             "--expect-world", str(world), "--init-timeout", str(INIT_TIMEOUT), "--run-id", run_id]
 
 
@@ -310,7 +312,8 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
         log(f"{SPEC}: {len(cluster.hosts)} Macs up in {time.monotonic() - t0:.1f} s")
         settings = {**sim_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
                     "model_sync_source": "controller", "model_sync_source_path": str(model),
-                    "benchmark_prompt": PROMPT, "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
+                    "benchmark_prompt": PROMPT, "benchmark_prompt_tokens": PROMPT_TOKENS,
+                    "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
                     "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT}
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the

@@ -312,6 +312,28 @@ def _missing_fix(topology):
     return "cable the Macs as a full mesh or a ring"
 
 
+# A cable whose collective-check bandwidth is below this fraction of the median of all cables is
+# slow (net_check_slow_ratio's default; the report falls back to it for results that lack theirs).
+SLOW_RATIO = 0.5
+
+
+def slow_cables(results, ratio=SLOW_RATIO):
+    """The per-cable results (``[{name, gbps, ...}]``) whose ``gbps`` is below ``ratio`` x the
+    median of all cables, each with ``median_gbps`` added. A cable far slower than its siblings
+    is a TB4 cable, a dock, a bad port or not the cable planned."""
+    speeds = sorted(r["gbps"] for r in results if _is_number(r.get("gbps")))
+    if not speeds:
+        return []
+    mid = len(speeds) // 2
+    median = speeds[mid] if len(speeds) % 2 else (speeds[mid - 1] + speeds[mid]) / 2
+    return [dict(r, median_gbps=median) for r in results
+            if _is_number(r.get("gbps")) and r["gbps"] < ratio * median]
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def report(problems):
     """One text summary: errors first, then warnings; each line names host, port and fix."""
     if not problems:

@@ -99,6 +99,8 @@ def _num(value, digits=2):
         return "" if value is None else str(value)
     if isinstance(value, int):
         return str(value)
+    if 0 < abs(value) < 1:          # 0.00093 GB, 0.872 Gb/s: three significant digits
+        return "%.3g" % value
     return "%.*f" % (digits, value)
 
 
@@ -756,7 +758,7 @@ def _versions_section(data):
         notes.append("Python, mlx and mlx-lm come from the env stage, which has not run yet.")
     elif data.get("versions_time"):
         notes.append("Python, mlx and mlx-lm as the env stage read them at %s." % data["versions_time"])
-    body = _table(["Mac"] + [h for _, h in keys], rows, "versions")
+    body = _table(["host"] + [h for _, h in keys], rows, "versions")
     body += "".join('<p class="note">%s</p>' % _e(n) for n in notes)
     return _section("versions", "Versions per Mac", body)
 

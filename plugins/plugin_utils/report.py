@@ -516,7 +516,7 @@ def _summary(data):
     if isinstance(problems, list):
         n_err = sum(p.get("severity") == "error" for p in problems if isinstance(p, dict))
         n_warn = sum(p.get("severity") == "warning" for p in problems if isinstance(p, dict))
-        cards.append(("preflight", "%d error(s), %d warning(s)" % (n_err, n_warn),
+        cards.append(("preflight", "%d error(s), %d warning(s)" % (n_err, n_warn) if problems else "no problems",
                       "bad" if n_err else "warn" if n_warn else "good"))
     else:
         cards.append(("preflight", "not run yet", ""))
@@ -534,9 +534,9 @@ def _summary(data):
     runs = data.get("bench") or []
     if runs:
         last = _runs_in_order(runs)[-1]
-        best = max((r.get("generation_tps") for r in runs if r.get("_run") == last[0]
+        best = max(((r.get("generation_tps"), str(r.get("mode"))) for r in runs if r.get("_run") == last[0]
                     and _is_number(r.get("generation_tps"))), default=None)
-        cards.append(("benchmark, last run", "%s gen tok/s (best mode)" % _num(best) if best is not None
+        cards.append(("benchmark, last run", "%s gen tok/s (%s)" % (_num(best[0]), best[1]) if best
                       else "no numbers", ""))
     else:
         cards.append(("benchmark", "not run yet", ""))

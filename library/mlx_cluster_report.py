@@ -17,9 +17,9 @@ description:
     as a table and charts across runs, and the versions per Mac (macOS and build, Python, mlx,
     mlx-lm; a Mac that differs from the others is marked).
   - Reads what the stages saved in I(artifacts_dir) (C(plan.json), C(preflight.json),
-    C(versions.json), C(net_check/results.json), C(bench/*.json)); what this run knows better
-    (I(plan), I(facts), I(preflight)) is taken from the arguments. A section whose stage has not
-    run yet says so and how to run it.
+    C(versions.json), C(net_check/results.json), C(bench/*.json)), each section with the time its
+    file was last written; this run's plan and facts come from the arguments. A section whose
+    stage has not run yet says so and how to run it.
   - The page loads nothing from anywhere (no script, stylesheet, font or image): it can be opened
     offline or mailed. It holds no clock reading, so the file is rewritten only when something it
     shows changed, and C(changed) says whether it was.
@@ -38,10 +38,6 @@ options:
   facts:
     description: This run's discovery facts, C(mlx_cluster) per inventory name (macOS version and build, model, memory, RDMA).
     type: dict
-  preflight:
-    description: This run's preflight findings (C(preflight_problems)); without them, C(preflight.json) of an earlier run.
-    type: list
-    elements: dict
 author:
   - mlx-cluster contributors
 """

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: mlx-cluster contributors
 # MIT License
-"""Action plugin mlx_cluster_report: the artifacts of the runs so far (and this run's plan,
-facts and preflight findings) -> the cluster report, ``<artifacts_dir>/report.html``.
+"""Action plugin mlx_cluster_report: the artifacts of the runs so far (and this run's plan and
+facts) -> the cluster report, ``<artifacts_dir>/report.html``.
 
 Thin on purpose: ``report.collect`` reads the artifacts, ``report.render`` makes the page (both
 plugins/plugin_utils/report.py); this plugin writes it only when it differs from the file there
@@ -41,7 +41,7 @@ def _write(path, data):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts", "preflight"))
+    _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -52,18 +52,16 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("mlx_cluster_report: artifacts_dir must be the artifacts directory "
                                     "(mlx_cluster_artifacts_dir)")
         for key, kind, what in (("plan", Mapping, "the mlx_cluster_plan fact"),
-                                ("facts", Mapping, "a mapping host -> mlx_cluster facts"),
-                                ("preflight", list, "the preflight findings (preflight_problems)")):
+                                ("facts", Mapping, "a mapping host -> mlx_cluster facts")):
             if args.get(key) is not None and not isinstance(args[key], kind):
                 raise AnsibleActionFail("mlx_cluster_report: %s must be %s" % (key, what))
         folder = os.path.expanduser(str(folder))
         path = os.path.join(folder, report.REPORT_NAME)
         data = report.collect(folder)
-        # this run's own findings over the files an earlier run left
+        # this run's plan over the one an earlier run left (no plan.json yet when preflight
+        # stops a first run)
         if args.get("plan") is not None:
             data.update(plan=plain(args["plan"]), plan_time="this run")
-        if args.get("preflight") is not None:
-            data.update(preflight=plain(args["preflight"]), preflight_time="this run")
         if args.get("facts") is not None:
             data["macs"] = plain(args["facts"])
         page = report.render(data).encode("utf-8")

@@ -243,7 +243,8 @@ def test_the_action_writes_only_when_the_page_changed(tmp_path):
     assert not run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts}, check_mode=True)["changed"]
 
     problems = [{"severity": "error", "check": "disk", "host": "m2", "port": None, "msg": "m2 is full", "fix": "free it"}]
-    res = run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts, "preflight": problems})
+    (folder / "preflight.json").write_text(json.dumps(problems))
+    res = run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts})
     assert res["changed"] and b"m2 is full" in path.read_bytes()
 
 
@@ -253,5 +254,5 @@ def test_the_action_makes_the_directory_and_names_bad_arguments(tmp_path):
     assert run_action({"artifacts_dir": str(folder)})["changed"] and (folder / "report.html").is_file()
     with pytest.raises(AnsibleActionFail, match="artifacts_dir must be"):
         run_action({})
-    with pytest.raises(AnsibleActionFail, match="preflight must be the preflight findings"):
-        run_action({"artifacts_dir": str(folder), "preflight": "nope"})
+    with pytest.raises(AnsibleActionFail, match="facts must be a mapping"):
+        run_action({"artifacts_dir": str(folder), "facts": ["m1"]})

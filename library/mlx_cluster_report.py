@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: mlx_cluster_report
 short_description: Write the cluster report, one self-contained HTML page
 description:
-  - Writes C(report.html) in I(artifacts_dir): the topology drawn from the plan (each Mac, each
+  - Writes C(report.html) in I(artifacts_dir) with the topology drawn from the plan (each Mac, each
     cable with its ports, addresses, speed and link class; TB4/TB3 cables, cables slow in the
     collective check and missing cables highlighted, with a legend), the preflight findings with
     their fixes, the collective check (all_sum sweep and each cable alone), every benchmark run
@@ -20,7 +20,7 @@ description:
     C(versions.json), C(net_check/results.json), C(bench/*.json)), each section with the time its
     file was last written; this run's plan and facts come from the arguments. A section whose
     stage has not run yet says so and how to run it.
-  - The page loads nothing from anywhere (no script, stylesheet, font or image): it can be opened
+  - The page loads nothing from anywhere (no script, stylesheet, font or image), so it can be opened
     offline or mailed. It holds no clock reading, so the file is rewritten only when something it
     shows changed, and C(changed) says whether it was.
   - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once).

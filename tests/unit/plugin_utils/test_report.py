@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from unittest import mock
 
@@ -15,26 +13,10 @@ import pytest
 import yaml
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight, report
+from tests.unit.filter.controller import controller_imports
+from tests.unit.plugin_utils.report_data import FIXTURE, NEW_RUN, OLD_RUN, artifacts, fixture_data
 
 ROOT = Path(__file__).resolve().parents[3]
-FIXTURE = ROOT / "tests" / "fixtures" / "report" / "mesh4"
-OLD_RUN, NEW_RUN = "281b27t0", "eeo9191b"
-
-
-def artifacts(tmp_path):
-    """The fixture's artifacts in a fresh directory, the older benchmark run older on disk."""
-    folder = tmp_path / "artifacts"
-    shutil.copytree(FIXTURE, folder)
-    for path in (folder / "bench").iterdir():
-        stamp = 1_790_000_000 if path.name.startswith(OLD_RUN) else 1_790_003_600
-        os.utime(path, (stamp, stamp))
-    return folder
-
-
-def fixture_data(tmp_path):
-    data = report.collect(str(artifacts(tmp_path)))
-    data["macs"] = json.loads((FIXTURE / "facts.json").read_text())
-    return data
 
 
 def cable_lines(page):
@@ -202,22 +184,11 @@ def test_net_check_default_ratio_is_the_rules_default():
     assert specs["argument_specs"]["main"]["options"]["net_check_slow_ratio"]["default"] == preflight.SLOW_RATIO
 
 
-def test_the_filters_use_the_rule_and_keep_the_cable_id():
-    from ansible_collections.mlx.cluster.plugins.filter.check_filters import mlx_cable_results, mlx_slow_cables
-    loop = [{"item": {"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2"},
-             "result": {"results": [{"bus_bandwidth_gbps": 1.0}, {"bus_bandwidth_gbps": 8.0}]}},
-            {"item": {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2"}, "result": {"results": []}},
-            {"skipped": True}]
-    assert mlx_cable_results(loop) == [{"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2", "gbps": 8.0},
-                                       {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2", "gbps": None}]
-    res = [{"name": "a", "gbps": 10.0}, {"name": "b", "gbps": 2.0}, {"name": "c", "gbps": 9.0}]
-    assert mlx_slow_cables(res) == preflight.slow_cables(res) == [{"name": "b", "gbps": 2.0, "median_gbps": 9.0}]
-
-
 # --- the action: written only when it changed, nothing in check mode -----------------------------
 
 def run_action(args, check_mode=False):
-    from plugins.action.mlx_cluster_report import ActionModule
+    with controller_imports():
+        from ansible_collections.mlx.cluster.plugins.action.mlx_cluster_report import ActionModule
     task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=False)
     task.get_validated_value.return_value = None
     action = ActionModule(task, mock.MagicMock(), mock.MagicMock(check_mode=check_mode), loader=None,
@@ -249,7 +220,8 @@ def test_the_action_writes_only_when_the_page_changed(tmp_path):
 
 
 def test_the_action_makes_the_directory_and_names_bad_arguments(tmp_path):
-    from ansible.errors import AnsibleActionFail
+    with controller_imports():
+        from ansible.errors import AnsibleActionFail
     folder = tmp_path / "new" / "artifacts"
     assert run_action({"artifacts_dir": str(folder)})["changed"] and (folder / "report.html").is_file()
     with pytest.raises(AnsibleActionFail, match="artifacts_dir must be"):

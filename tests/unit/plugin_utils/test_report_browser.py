@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import report
-from tests.unit.plugin_utils.test_report import FIXTURE, artifacts
+from tests.unit.plugin_utils.report_data import FIXTURE, artifacts
 
 pytestmark = pytest.mark.browser
 

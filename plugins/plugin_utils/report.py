@@ -41,6 +41,8 @@ BENCH_COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode
                  ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
                  ("peak_memory_gb", "peak GB per rank"), ("tokens_sha256", "tokens sha256")]
 BENCH_HIDDEN = {"tokens", "hostname", "model"}
+# Above this many cables the picture labels only the cables with a finding.
+DENSE_CABLES = 12
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,6 +267,9 @@ def topology_svg(plan, macs=None, net_check=None):
     bw, bh = 176, 58
 
     body, labels, ends, middles = [], [], [], []
+    # a dense picture (a mesh of 6 Macs and more) labels only the cables with a finding: every
+    # cable's ports, addresses and speed are in the table below it
+    dense = len(cables) > DENSE_CABLES
     boxes = _Boxes()
     for h in hosts:
         x, y = pos[h]
@@ -319,7 +324,10 @@ def topology_svg(plan, macs=None, net_check=None):
             # beside the line first (above a flat one), then along it
             cands = [(x1 + (x2 - x1) * t + px * (off + side), y1 + (y2 - y1) * t + py * (off + side))
                      for side in (0, -40, 40) for t in (0.5, 0.4, 0.6, 0.32, 0.68)]
-            middles.append((cands, lines, colors))
+            if not dense or marks:
+                middles.append((cands, lines, colors))
+            if dense:
+                continue
             # each end: its port and address, near its Mac
             entry = ip_cables.get(c["id"]) or {}
             for end, (hx, hy), (ox, oy) in (("a", (sx, sy), (ex, ey)), ("b", (ex, ey), (sx, sy))):
@@ -371,6 +379,10 @@ def topology_svg(plan, macs=None, net_check=None):
     if topology.get("ring"):
         title += " · ring %s" % " → ".join(topology["ring"])
     header = _svg_text(16, 24, title, size=13, anchor="start", weight="bold")
+    if dense:
+        header += _svg_text(16, 42, "%d cables: only those with a finding are labelled; the table below "
+                            "has every cable's ports, addresses and speed" % len(cables), size=11,
+                            anchor="start", color="#555")
     return ('<svg xmlns="http://www.w3.org/2000/svg" class="topology" role="img" '
             'aria-label="cluster topology" viewBox="0 0 %d %d" width="%d" height="%d" '
             'font-family="Helvetica, Arial, sans-serif">' % (width, height, width, height)

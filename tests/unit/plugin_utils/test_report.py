@@ -12,8 +12,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight, report
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, preflight, report
 from tests.unit.filter.controller import controller_imports
+from tests.unit.filter.planner_synth import make_facts, mesh_cables
 from tests.unit.plugin_utils.report_data import FIXTURE, NEW_RUN, OLD_RUN, artifacts, fixture_data
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -136,6 +137,19 @@ def test_slow_tb4_and_missing_cables_are_highlighted(tmp_path):
     # only the slow one, by the run's own ratio
     per_cable = page.split('<table class="per-cable">')[1].split("</table>")[0]
     assert per_cable.count("slow: below") == 1
+
+
+def test_a_dense_mesh_labels_only_the_cables_with_a_finding():
+    hosts, cables = mesh_cables(7)                      # 21 cables
+    cables[0].update(speed=40, speed_b=40)              # one TB4 among them
+    links = planner.links(make_facts(hosts, cables))
+    plan = {"hosts": hosts, "links": links, "topology": planner.topology(links, hosts, rdma=True),
+            "ip_plan": planner.ip_plan(links)}
+    svg = re.search(r'<svg[^>]*class="topology".*?</svg>', report.render({"plan": plan}), re.S).group(0)
+    assert len(cable_lines(svg)) == 21
+    assert "21 cables: only those with a finding are labelled" in svg
+    assert re.findall(r">(\d+ Gb/s TB\d)<", svg) == ["40 Gb/s TB4"]
+    assert "10.208." not in svg                         # no address labels: they are in the table
 
 
 def test_per_cable_results_without_ids_are_matched_by_name(tmp_path):

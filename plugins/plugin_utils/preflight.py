@@ -321,13 +321,19 @@ def slow_cables(results, ratio=SLOW_RATIO):
     """The per-cable results (``[{name, gbps, ...}]``) whose ``gbps`` is below ``ratio`` x the
     median of all cables, each with ``median_gbps`` added. A cable far slower than its siblings
     is a TB4 cable, a dock, a bad port or not the cable planned."""
-    speeds = sorted(r["gbps"] for r in results if _is_number(r.get("gbps")))
-    if not speeds:
+    mid = median([r["gbps"] for r in results if _is_number(r.get("gbps"))])
+    if mid is None:
         return []
-    mid = len(speeds) // 2
-    median = speeds[mid] if len(speeds) % 2 else (speeds[mid - 1] + speeds[mid]) / 2
-    return [dict(r, median_gbps=median) for r in results
-            if _is_number(r.get("gbps")) and r["gbps"] < ratio * median]
+    return [dict(r, median_gbps=mid) for r in results if _is_number(r.get("gbps")) and r["gbps"] < ratio * mid]
+
+
+def median(values):
+    """The median of a list of numbers; None for an empty one."""
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _is_number(value):

@@ -150,7 +150,7 @@ def _cable_name(cable):
 # --------------------------------------------------------------------------------------------
 
 def _measured(net_check, cables):
-    """cable id -> {gbps, slow, median_gbps} from the collective check's per-cable results
+    """(cable id -> {gbps, slow}, the slow ratio) from the collective check's per-cable results
     (matched by cable id, or by the name the check gives when the id is absent)."""
     results = [r for r in ((net_check or {}).get("cables") or []) if isinstance(r, dict)]
     ratio = (net_check or {}).get("slow_ratio")
@@ -648,7 +648,7 @@ def _net_check_section(data):
         measured, ratio = _measured(nc, cables)
         slow = preflight_rules.slow_cables(per_cable, ratio)
         slow_names = {r.get("name") for r in slow}
-        median = slow[0]["median_gbps"] if slow else _median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
+        median = preflight_rules.median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
         bars = [(r.get("name") or r.get("cable") or "?", r.get("gbps"),
                  COLORS["slow"] if r.get("name") in slow_names else COLORS["cable"]) for r in per_cable]
         parts.append(bar_chart("Each cable alone (all_sum, 2 ranks)", "Gb/s", bars,
@@ -665,14 +665,6 @@ def _net_check_section(data):
     if not parts:
         parts.append(_empty("The collective check saved no results."))
     return _section("net_check", "Collective check", "".join(parts), data.get("net_check_time"))
-
-
-def _median(values):
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _runs_in_order(runs):

@@ -34,13 +34,18 @@ COLORS = {"cable": "#2f6fb3", "tb4": "#e07b00", "slow": "#c62828", "missing": "#
           "grey": "#888888", "text": "#1d2733", "ok": "#2e7d32"}
 SERIES_COLORS = ["#2f6fb3", "#e07b00", "#2e7d32", "#8e44ad", "#c62828", "#00838f", "#6d4c41", "#ad1457"]
 
-# The benchmark result's keys, in the order the table shows them; any other key a result has
-# (a newer benchmark's settings and versions) follows, except those below.
+# The benchmark result's keys, in the order the table shows them (roles/benchmark/files/
+# mlx_cluster_bench.py writes them, the role adds the wiring and each Mac's macOS); a result of
+# an older benchmark lacks some, a newer one may have more: its other plain values follow.
+# `gen_spread` and `mlx` are made here from `stats` and `versions`.
 BENCH_COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
-                 ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"),
+                 ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"), ("num_trials", "trials"),
                  ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
-                 ("peak_memory_gb", "peak GB per rank"), ("tokens_sha256", "tokens sha256")]
-BENCH_HIDDEN = {"tokens", "hostname", "model"}
+                 ("gen_spread", "gen tok/s min–max"), ("peak_memory_gb", "peak GB per rank"),
+                 ("fast_synch", "FAST_SYNCH"), ("mlx", "mlx / mlx-lm"), ("tokens_sha256", "tokens sha256")]
+# Shown elsewhere (versions per Mac, the topology) or too long for a cell.
+BENCH_HIDDEN = {"tokens", "hostname", "model", "trials", "stats", "versions", "topology", "cables", "macos",
+                "macos_build"}
 # Above this many cables the picture labels only the cables with a finding.
 DENSE_CABLES = 12
 
@@ -430,10 +435,14 @@ def _nice_max(value, ticks=4):
 
 
 def line_chart(title, unit, labels, series, width=960, height=280):
-    """series: [(name, [value or None per label])] -> SVG with one line (and dots) per series."""
+    """series: [(name, [value, (value, low, high) or None per label])] -> SVG with one line (and
+    dots) per series; a low-high range is drawn as a bar through the dot."""
     left, right, top, bottom = 70, 200, 34, 52
     plot_w, plot_h = width - left - right, height - top - bottom
+    ranges = [[v if isinstance(v, tuple) else (v, None, None) for v in vals] for _, vals in series]
+    series = [(name, [v[0] for v in rng]) for (name, _), rng in zip(series, ranges)]
     values = [v for _, vals in series for v in vals if _is_number(v)]
+    values += [hi for rng in ranges for _, _, hi in rng if _is_number(hi)]
     ymax = _nice_max(max(values) if values else 1.0)
     n = len(labels)
 
@@ -468,6 +477,10 @@ def line_chart(title, unit, labels, series, width=960, height=280):
                        % (color, " ".join("%.1f,%.1f" % p for p in pts)))
         for i, v in enumerate(vals):
             if _is_number(v):
+                _, lo, hi = ranges[s][i]
+                if _is_number(lo) and _is_number(hi):
+                    out.append('<line class="range" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
+                               'stroke-width="2" stroke-opacity="0.6"/>' % (xpos(i), ypos(lo), xpos(i), ypos(hi), color))
                 out.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s: %s</title></circle>'
                            % (xpos(i), ypos(v), color, _e(name), _e(_num(v))))
         last = [(i, v) for i, v in enumerate(vals) if _is_number(v)]
@@ -677,6 +690,26 @@ def _runs_in_order(runs):
     return sorted(seen.items(), key=lambda kv: (kv[1], kv[0]))
 
 
+def _bench_row(run):
+    """A benchmark result with the cells the table makes from its nested values."""
+    row = dict(run)
+    spread = ((run.get("stats") or {}).get("generation_tps") or {}) if isinstance(run.get("stats"), dict) else {}
+    if _is_number(spread.get("min")) and _is_number(spread.get("max")):
+        row["gen_spread"] = "%s–%s" % (_num(spread["min"]), _num(spread["max"]))
+    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    if versions.get("mlx") or versions.get("mlx_lm"):
+        row["mlx"] = "%s / %s" % (versions.get("mlx") or "?", versions.get("mlx_lm") or "?")
+    return row
+
+
+def _spread(run, key):
+    """(median, min, max) of a benchmark number over its trials; (value, None, None) without."""
+    stats = (run.get("stats") or {}).get(key) if isinstance(run.get("stats"), dict) else None
+    if isinstance(stats, dict) and _is_number(stats.get("min")) and _is_number(stats.get("max")):
+        return run.get(key), stats["min"], stats["max"]
+    return run.get(key), None, None
+
+
 def _cell(key, value):
     if key == "tokens_sha256" and isinstance(value, str):
         return value[:12]
@@ -694,25 +727,31 @@ def _bench_section(data):
         return _section("benchmark", "Benchmark", _empty(
             "No benchmark yet (set model_sync_name or benchmark_model, then ansible-playbook site.yml --tags benchmark)."))
     order = _runs_in_order(runs)
+    table_rows = [_bench_row(r) for r in runs]
     known = [k for k, _ in BENCH_COLUMNS]
-    extra = sorted({k for r in runs for k in r if not k.startswith("_") and k not in known and k not in BENCH_HIDDEN})
-    headers = ["run", "time"] + [h for _, h in BENCH_COLUMNS] + extra + ["model"]
+    # a column only when some run has it; other plain values a newer benchmark writes follow
+    columns = [(k, h) for k, h in BENCH_COLUMNS if any(r.get(k) is not None for r in table_rows)]
+    columns += [(k, k) for k in sorted({k for r in table_rows for k, v in r.items()
+                                        if not k.startswith("_") and k not in known and k not in BENCH_HIDDEN
+                                        and (v is None or isinstance(v, (str, int, float, bool)))})]
+    headers = ["run", "time"] + [h for _, h in columns] + ["model"]
     index = {run: i for i, (run, _) in enumerate(order)}
     rows = []
-    for r in sorted(runs, key=lambda r: (-index.get(r.get("_run") or "?", 0), str(r.get("mode")))):
+    for r in sorted(table_rows, key=lambda r: (-index.get(r.get("_run") or "?", 0), str(r.get("mode")))):
         rows.append([(r.get("_run") or "?")[:8], r.get("_time") or ""]
-                    + [_cell(k, r.get(k)) for k in known + extra]
+                    + [_cell(k, r.get(k)) for k, _ in columns]
                     + [os.path.basename(str(r.get("model") or ""))])
     parts = ['<div class="scroll">', _table(headers, rows, "bench"), "</div>"]
     labels = ["%s %s" % ((t or "")[5:16], run[:6]) for run, t in order]
     names = sorted({(str(r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
                    key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, k[2]))
-    for key, title in (("generation_tps", "Generation tokens/s per run"), ("prompt_tps", "Prompt tokens/s per run")):
+    for key, title in (("generation_tps", "Generation tokens/s per run (median; bar: min–max over trials)"),
+                       ("prompt_tps", "Prompt tokens/s per run (median; bar: min–max over trials)")):
         series = []
         for backend, world, mode in names:
             vals = []
             for run, _ in order:
-                hits = [r.get(key) for r in runs if r.get("_run") == run and str(r.get("backend")) == backend
+                hits = [_spread(r, key) for r in runs if r.get("_run") == run and str(r.get("backend")) == backend
                         and r.get("world_size") == world and str(r.get("mode")) == mode and _is_number(r.get(key))]
                 vals.append(hits[-1] if hits else None)
             series.append(("%s ×%s %s" % (backend, world, mode), vals))

@@ -44,6 +44,35 @@ def test_the_demo_data_makes_a_whole_page(tmp_path):
     assert rows[:2] == [NEW_RUN, NEW_RUN] and rows[2:] == [OLD_RUN, OLD_RUN]
 
 
+def test_benchmark_results_with_trials_show_median_spread_and_settings(tmp_path):
+    """A result of the mlx_lm.benchmark-style script (trials, stats, versions; the role's cables,
+    topology and macOS) beside one of the older script: both in the table and on the charts."""
+    data = fixture_data(tmp_path)
+    for run in data["bench"]:
+        if run["_run"].startswith(NEW_RUN):
+            gen = run["generation_tps"]
+            run.update(num_trials=5, warmup=1, prompt_source="random", fast_synch=False,
+                       trials=[{"prompt_tps": 1.0, "generation_tps": gen, "total_time": 2.0}] * 5,
+                       stats={"generation_tps": {"median": gen, "mean": gen, "min": gen * 0.5, "max": gen * 1.5,
+                                                 "stdev": 0.1},
+                              "prompt_tps": {"median": 1.0, "mean": 1.0, "min": 1.0, "max": 1.0, "stdev": 0.0}},
+                       versions={"mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7"},
+                       topology="4 hosts, 6 cables; full mesh", cables=[{"id": "m1:en2~m2:en2"}],
+                       macos={"m1": "26.2"}, macos_build={"m1": "25C56"})
+    page = report.render(data)
+    table = page.split('<table class="bench">')[1].split("</table>")[0]
+    headers = re.findall(r"<th>([^<]*)</th>", table)
+    for header in ("trials", "gen tok/s min–max", "FAST_SYNCH", "mlx / mlx-lm", "prompt_source", "warmup"):
+        assert header in headers, header
+    for hidden in ("stats", "trials_", "versions", "cables", "macos", "topology"):
+        assert hidden not in headers
+    assert "0.32.4 / 0.32.2" in table and "median" not in table and "{" not in table
+    newest = re.findall(r"<tr><td>%s</td>.*?</tr>" % NEW_RUN, table)[0]
+    assert re.search(r"<td>5</td>", newest) and "–" in newest
+    chart = re.search(r'aria-label="Generation tokens/s per run[^"]*".*?</svg>', page, re.S).group(0)
+    assert chart.count('<line class="range"') == 2          # the new run's two modes; the old run has none
+
+
 def test_the_page_loads_nothing_from_anywhere(tmp_path):
     page = report.render(fixture_data(tmp_path))
     for needle in ("<script", "<link", "<img", "<iframe", "src=", "href=", "url(", "@import"):

@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
-apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps)
+apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,7 +4,7 @@
 # here (nothing is downloaded), then one site.yml run does it all: validate, discover, plan,
 # preflight, Thunderbolt network, hostfile, Python environment, model sync, the benchmark
 # (tensor and pipeline) and the collective check (net_check). It prints the plan, the
-# benchmark table and where the results are.
+# benchmark table and where the results and the cluster report (report.html) are.
 # Needs root (network namespaces). Usage: scripts/demo.sh [spec] (default mesh4).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,10 +73,12 @@ if os.path.exists(nc):
     for c in res.get("cables", []):
         print(f"  {c.get('name')}: {c.get('gbps')} Gb/s")
 print("\nresults:", art)
-for name in ("report.html", "topology.svg", "topology.dot"):
+for name in ("topology.svg", "topology.dot"):
     if os.path.exists(os.path.join(art, name)):
-        print("picture:" if name != "report.html" else "report: ", os.path.join(art, name))
+        print("picture:", os.path.join(art, name))
         break
+if os.path.exists(os.path.join(art, "report.html")):
+    print("report: ", os.path.join(art, "report.html"), "(open it in a browser: one self-contained page)")
 PY
 echo
 echo "demo: $((SECONDS - start)) s. The simulated cluster stays up: python -m tests.simcluster status|down $spec --state $state"

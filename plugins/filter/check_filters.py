@@ -103,28 +103,23 @@ def mlx_cable_hostfiles(plan, envs=None):
 
 
 def mlx_cable_results(loop_results):
-    """[{name, gbps}] from the registered results of the per-cable mlx_launch loop."""
+    """[{cable, name, gbps}] from the registered results of the per-cable mlx_launch loop."""
     out = []
     for r in loop_results or []:
         if not isinstance(r, dict) or r.get("skipped"):
             continue
         sizes = ((r.get("result") or {}).get("results") or [])
-        out.append({"name": (r.get("item") or {}).get("name"),
+        item = r.get("item") or {}
+        out.append({"cable": item.get("cable"), "name": item.get("name"),
                     "gbps": sizes[-1].get("bus_bandwidth_gbps") if sizes else None})
     return out
 
 
-def mlx_slow_cables(results, ratio=0.5):
+def mlx_slow_cables(results, ratio=preflight_rules.SLOW_RATIO):
     """Cables whose bandwidth is below `ratio` x the median of all cables."""
-    if not isinstance(results, list):
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
         raise AnsibleFilterError("mlx_slow_cables: expects a list of {name, gbps}")
-    speeds = sorted(r["gbps"] for r in results if isinstance(r.get("gbps"), (int, float)))
-    if not speeds:
-        return []
-    mid = len(speeds) // 2
-    median = speeds[mid] if len(speeds) % 2 else (speeds[mid - 1] + speeds[mid]) / 2
-    return [dict(r, median_gbps=median) for r in results
-            if isinstance(r.get("gbps"), (int, float)) and r["gbps"] < ratio * median]
+    return preflight_rules.slow_cables(results, ratio)
 
 
 def mlx_no_answer_msg(no_answer):

@@ -312,6 +312,34 @@ def _missing_fix(topology):
     return "cable the Macs as a full mesh or a ring"
 
 
+# A cable whose collective-check bandwidth is below this fraction of the median of all cables is
+# slow (net_check_slow_ratio's default; the report falls back to it for results that lack theirs).
+SLOW_RATIO = 0.5
+
+
+def slow_cables(results, ratio=SLOW_RATIO):
+    """The per-cable results (``[{name, gbps, ...}]``) whose ``gbps`` is below ``ratio`` x the
+    median of all cables, each with ``median_gbps`` added. A cable far slower than its siblings
+    is a TB4 cable, a dock, a bad port or not the cable planned."""
+    mid = median([r["gbps"] for r in results if _is_number(r.get("gbps"))])
+    if mid is None:
+        return []
+    return [dict(r, median_gbps=mid) for r in results if _is_number(r.get("gbps")) and r["gbps"] < ratio * mid]
+
+
+def median(values):
+    """The median of a list of numbers; None for an empty one."""
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def report(problems):
     """One text summary: errors first, then warnings; each line names host, port and fix."""
     if not problems:

@@ -49,7 +49,27 @@ class Run:
     stdout: str = field(repr=False, default="")
 
     def changed(self):
-        return sum((self.stats or {}).get("changed", {}).values())
+        """Changes the run made, less the report files it writes for people: the findings of
+        preflight (preflight.json) and the cluster report (report.html) follow what the run saw,
+        so a second run after a first that fixed what the first saw rewrites them, honestly
+        `changed`, while the cluster itself is unchanged (report_changes() counts them)."""
+        return sum((self.stats or {}).get("changed", {}).values()) - self.report_changes()
+
+    def report_changes(self):
+        """Task results that rewrote the report files (preflight.json, report.html)."""
+        # imported here: scripts/demo.sh imports this module without Ansible's collection loader
+        from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+        names = {report.REPORT_NAME, report.PREFLIGHT_NAME}
+        n = 0
+        for e in self.events:
+            res = (e.get("event_data") or {}).get("res") or {}
+            if e.get("event") != "runner_on_ok" or not res.get("changed"):
+                continue
+            paths = [res.get("path")] + [f.get("path") for f in res.get("files") or [] if isinstance(f, dict)]
+            written = [p for p in paths if isinstance(p, str)]
+            if written and all(os.path.basename(p) in names for p in written):
+                n += 1
+        return n
 
     def failures(self):
         """[(host, task, msg)] of failed / unreachable task results (or the output's tail)."""

@@ -1,6 +1,7 @@
 """The README's main command, `bash scripts/demo.sh`, run as a user runs it (on the two-Mac
 spec to keep the suite short; the default is mesh4): the whole main job in one site.yml run,
-the benchmark table (tensor and pipeline) and the collective check printed."""
+the benchmark table (tensor and pipeline) and the collective check printed, and the cluster
+report written."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ def test_demo_runs_the_whole_main_job(tmp_path):
         assert "all_sum sweep over 2 ranks: every sum right" in out
         assert (state / "models" / "tiny" / "model.safetensors.index.json").is_file()
         assert f"results: {state / 'artifacts'}" in out
+        # the cluster report: its path printed, every Mac, the benchmark and the collective check in it
+        report = state / "artifacts" / "report.html"
+        assert f"report:  {report}" in out
+        page = report.read_text()
+        for host in ("m1", "m2"):
+            assert f'data-host="{host}"' in page, host
+        assert '<table class="bench">' in page and '<table class="per-cable">' in page
+        assert '<table class="versions">' in page and "Preflight has not run yet" not in page
     finally:
         subprocess.run([sys.executable, "-m", "tests.simcluster", "down", "pair", "--state", str(state)],
                        cwd=ROOT, capture_output=True, timeout=120)

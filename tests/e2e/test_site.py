@@ -92,6 +92,11 @@ def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster
         assert run.changed() == 0
         ran = {e["event_data"].get("task") for e in run.events if e.get("event") == "runner_on_ok"}
         assert not any("Thunderbolt links" in (t or "") for t in ran)
+        # the run stopped at preflight, with its findings saved and the report written first
+        findings = json.loads((artifacts(cluster) / "preflight.json").read_text())
+        assert any(p["host"] == "m3" and p["severity"] == "error" and p["check"] == "rdma" for p in findings)
+        page = (artifacts(cluster) / "report.html").read_text()
+        assert "RDMA is disabled on m3" in page and "rdma_ctl enable" in page
     finally:
         cluster.set_host("m3", rdma=True)
 

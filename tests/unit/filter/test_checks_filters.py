@@ -1,4 +1,5 @@
-"""plugins/filter/check_filters.py: mlx_links_in_place, the re-run shortcut of the network stage."""
+"""plugins/filter/check_filters.py: mlx_links_in_place, the re-run shortcut of the network stage;
+the per-cable results of the collective check and its slow-cable rule."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import copy
 
 import pytest
 from tests.unit.filter.controller import controller_imports
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import slow_cables
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +154,18 @@ def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
     kinds = {x["cable"]: x["hostfile"]["backend"] for x in checks["mlx_cable_hostfiles"](plan)}
     assert kinds == {cid: "jaccl" if cid in topo["rdma_cables"] else "ring" for cid in plan["ip_plan"]["cables"]}
     assert sorted(kinds.values()).count("ring") == 2
+
+
+def test_cable_results_keep_the_cable_id_and_slow_cables_use_the_rule(checks):
+    mlx_cable_results, mlx_slow_cables = checks["mlx_cable_results"], checks["mlx_slow_cables"]
+    loop = [{"item": {"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2"},
+             "result": {"results": [{"bus_bandwidth_gbps": 1.0}, {"bus_bandwidth_gbps": 8.0}]}},
+            {"item": {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2"}, "result": {"results": []}},
+            {"skipped": True}]
+    assert mlx_cable_results(loop) == [{"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2", "gbps": 8.0},
+                                       {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2", "gbps": None}]
+    res = [{"name": "a", "gbps": 10.0}, {"name": "b", "gbps": 2.0}, {"name": "c", "gbps": 9.0}]
+    assert mlx_slow_cables(res) == slow_cables(res) == [{"name": "b", "gbps": 2.0, "median_gbps": 9.0}]
 
 
 # ---- mlx_power_plan: the power stage's shortcut --------------------------------------------

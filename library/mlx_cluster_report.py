@@ -1,0 +1,61 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+# Documentation of the action plugin plugins/action/mlx_cluster_report.py (runs on the controller).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mlx_cluster_report
+short_description: Write the cluster report, one self-contained HTML page
+description:
+  - Writes C(report.html) in I(artifacts_dir) with the topology drawn from the plan (each Mac, each
+    cable with its ports, addresses, speed and link class; TB4/TB3 cables, cables slow in the
+    collective check and missing cables highlighted, with a legend), the preflight findings with
+    their fixes, the collective check (all_sum sweep and each cable alone), every benchmark run
+    as a table and charts across runs, and the versions per Mac (macOS and build, Python, mlx,
+    mlx-lm; a Mac that differs from the others is marked).
+  - Reads what the stages saved in I(artifacts_dir) (C(plan.json), C(preflight.json),
+    C(versions.json), C(net_check/results.json), C(bench/*.json)), each section with the time its
+    file was last written; this run's plan and facts come from the arguments. A section whose
+    stage has not run yet says so and how to run it.
+  - The page loads nothing from anywhere (no script, stylesheet, font or image), so it can be opened
+    offline or mailed. It holds no clock reading, so the file is rewritten only when something it
+    shows changed, and C(changed) says whether it was.
+  - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once).
+version_added: "0.3.0"
+extends_documentation_fragment:
+  - mlx.cluster.attributes
+options:
+  artifacts_dir:
+    description: The artifacts directory (C(mlx_cluster_artifacts_dir)); created when missing.
+    type: path
+    required: true
+  plan:
+    description: This run's plan (the fact C(mlx_cluster_plan)); without it, C(plan.json) of an earlier run.
+    type: dict
+  facts:
+    description: This run's discovery facts, C(mlx_cluster) per inventory name (macOS version and build, model, memory, RDMA).
+    type: dict
+author:
+  - mlx-cluster contributors
+"""
+
+EXAMPLES = r"""
+- name: Write the cluster report
+  mlx.cluster.mlx_cluster_report:
+    artifacts_dir: "{{ mlx_cluster_artifacts_dir }}"
+    plan: "{{ mlx_cluster_plan }}"
+    facts: "{{ dict(mlx_cluster_plan.hosts | zip(mlx_cluster_plan.hosts | map('extract', hostvars, 'mlx_cluster'))) }}"
+  register: report_written
+  run_once: true
+"""
+
+RETURN = r"""
+path:
+  description: The report's path (in check mode, where it would be written).
+  returned: success
+  type: str
+  sample: /home/me/mlx-cluster/inventory/mac_cluster/artifacts/report.html
+"""

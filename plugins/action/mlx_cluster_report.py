@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright: mlx-cluster contributors
+# MIT License
+"""Action plugin mlx_cluster_report: the artifacts of the runs so far (and this run's plan and
+facts) -> the cluster report, ``<artifacts_dir>/report.html``.
+
+Thin on purpose: ``report.collect`` reads the artifacts, ``report.render`` makes the page (both
+plugins/plugin_utils/report.py); this plugin writes it only when it differs from the file there
+(``changed`` measured; in check mode nothing is written). The documentation is
+library/mlx_cluster_report.py (a stub, as for mlx_cluster_plan).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.six import string_types
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
+from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+
+MODE = 0o600
+
+
+def _write(path, data):
+    """Atomically: a temporary file beside it, then a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=".report.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, MODE)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts"))
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        folder = args.get("artifacts_dir")
+        if not isinstance(folder, string_types) or not folder:
+            raise AnsibleActionFail("mlx_cluster_report: artifacts_dir must be the artifacts directory "
+                                    "(mlx_cluster_artifacts_dir)")
+        for key, kind, what in (("plan", Mapping, "the mlx_cluster_plan fact"),
+                                ("facts", Mapping, "a mapping host -> mlx_cluster facts")):
+            if args.get(key) is not None and not isinstance(args[key], kind):
+                raise AnsibleActionFail("mlx_cluster_report: %s must be %s" % (key, what))
+        folder = os.path.expanduser(str(folder))
+        path = os.path.join(folder, report.REPORT_NAME)
+        data = report.collect(folder)
+        # this run's plan over the one an earlier run left (no plan.json yet when preflight
+        # stops a first run)
+        if args.get("plan") is not None:
+            data.update(plan=plain(args["plan"]), plan_time="this run")
+        if args.get("facts") is not None:
+            data["macs"] = plain(args["facts"])
+        page = report.render(data).encode("utf-8")
+        try:
+            with open(path, "rb") as fh:
+                same = fh.read() == page and (os.stat(path).st_mode & 0o7777) == MODE
+        except OSError:
+            same = False
+        if not same and not self._task.check_mode:
+            try:
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                _write(path, page)
+            except OSError as exc:
+                raise AnsibleActionFail("mlx_cluster_report: cannot write %s: %s. Check that the user "
+                                        "running ansible-playbook may write to %s (mlx_cluster_artifacts_dir)."
+                                        % (path, exc.strerror or exc, folder))
+        result.update(changed=not same, path=path)
+        return result

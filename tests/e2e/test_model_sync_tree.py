@@ -7,6 +7,7 @@ on rank 0 lists that file for every Mac and copies nothing."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -18,7 +19,7 @@ from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-ROUND_TASK = "Copy the model along the cables, round "
+ROUND_TASK = re.compile(r"^Copy the model along the cables, round (\d+)$")
 CHECK_TASK = "Copy the model from rank 0 to the other Macs, over Thunderbolt"
 
 
@@ -32,9 +33,9 @@ def round_copies(run):
     out = {}
     for e in run.events:
         data = e.get("event_data") or {}
-        if e.get("event") == "runner_on_ok" and (data.get("task") or "").startswith(ROUND_TASK):
-            if not data["res"].get("skipped"):
-                out[data["host"]] = (int(data["task"][len(ROUND_TASK):]), data["res"])
+        m = ROUND_TASK.match(data.get("task") or "")
+        if e.get("event") == "runner_on_ok" and m and not data["res"].get("skipped"):
+            out[data["host"]] = (int(m.group(1)), data["res"])
     return out
 
 

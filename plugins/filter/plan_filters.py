@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 """Filters over plugins/plugin_utils/planner.py: mlx_links, mlx_topology, mlx_ip_plan,
-mlx_hostfile, mlx_dot, mlx_discovery_request.
+mlx_hostfile, mlx_dot, mlx_discovery_request; and over plugin_utils/sync_plan.py:
+mlx_sync_rounds.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
 function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, sync_plan
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 
@@ -107,6 +108,18 @@ def mlx_dot(links, topology=None, plan=None):
     return _call("mlx_dot", planner.dot, links, topology=topology, plan=plan)
 
 
+def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
+    """the cluster plan -> {rounds: [[{dest, src, via, address, ...}]], copies, depth, lan, warnings}."""
+    _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
+    if source is not None:
+        _check("mlx_sync_rounds", "source", source, str, "the inventory name of the Mac that has the model")
+    if hosts is not None:
+        _check("mlx_sync_rounds", "hosts", hosts, (list, tuple), "a list of inventory names")
+    _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = one per cabled peer)")
+    return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts,
+                 fanout=fanout)
+
+
 class FilterModule(object):
     """mlx-cluster planner filters."""
 
@@ -118,4 +131,5 @@ class FilterModule(object):
             "mlx_hostfile": mlx_hostfile,
             "mlx_dot": mlx_dot,
             "mlx_discovery_request": mlx_discovery_request,
+            "mlx_sync_rounds": mlx_sync_rounds,
         }

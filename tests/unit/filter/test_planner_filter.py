@@ -14,10 +14,11 @@ from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
-NAMES = ["mlx_links", "mlx_topology", "mlx_ip_plan", "mlx_hostfile", "mlx_dot", "mlx_discovery_request"]
+NAMES = ["mlx_links", "mlx_topology", "mlx_ip_plan", "mlx_hostfile", "mlx_dot", "mlx_discovery_request",
+         "mlx_sync_rounds"]
 
 
-def test_exposes_the_six_filters(filters):
+def test_exposes_the_seven_filters(filters):
     assert sorted(filters) == sorted(NAMES)
 
 

@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""Benchmark: the model on every Mac, ours (tree) against the seed guide's serial loop, the
+controller fan-out and mlx_lm.share, on simulated clusters with shaped links.
+
+    .venv/bin/python bench/model_sync.py [--topologies mesh4,ring8,mesh3_dock] [--runs N]
+        [--baseline-runs N] [--size-mb 200] [--tb-mbit 400] [--lan-mbit 8] [--quick]
+        [--json [FILE]] [--markdown FILE]
+
+Each simulated cluster (tests/simcluster; needs root) is configured once (`site.yml --tags
+network,hostfile`, backend ring), then its links are shaped with `tc` (tbf) in the namespaces:
+every Thunderbolt port's egress at --tb-mbit x (cable speed / 80 Gb/s) (a 40 Gb/s leg through a
+dock at half), every Mac's management port at --lan-mbit both ways (its en0 and the switch
+port toward it), and the controller's own uplink (mgmt0) at --lan-mbit: the copies the
+controller sends in parallel share it, as they share a real controller's one network port.
+A model of --size-mb is made locally: random bytes in four `.safetensors` shards plus a
+config.json (rsync does not compress, so random bytes are what any weights cost).
+
+What is timed, the order rotating from round to round so a load change hits every method:
+- one copy: rsync from rank 0 to its first peer over their cable, the options model_rsync uses
+  (the physical limit of any broadcast is about this one copy's time);
+- parallel: the same from rank 0 to every cabled peer at once, one rsync per cable: whether a
+  Mac sending over several cables at once is slower per copy (what model_sync_tree_fanout 0
+  assumes it is not);
+- tree: `site.yml --tags models` with `model_sync_source: tree` (model on rank 0 only): the whole
+  run, and its copy phase (first round task's start to the last one's end);
+- share: `mlx_lm.share --path <dest> --hostfile <our hostfile>` from the controller: MLX's own
+  broadcast, all_sum over the ring backend across the same cables;
+- serial (the seed guide's loop): rsync -a from rank 0 to one Mac after another, by the name
+  the user reaches it at (the management network), each finished before the next starts;
+- controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
+  management network; its copy task's span is its copy phase).
+The LAN-bound methods (serial, controller) run --baseline-runs times (default 1: their time is
+the shaped LAN's, minutes per copy); the others --runs times. Every run starts with the model on
+rank 0 only (the controller's run: on the controller only) and ends checked (sizes on every Mac).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import rsync_argv, ssh_command  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan  # noqa: E402
+from bench.common import BenchError, emit, fmt, log, machine, machine_lines, measure, stats  # noqa: E402
+
+TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
+METHODS = ("one_copy", "parallel", "tree", "share", "serial", "controller")
+BASELINES = ("serial", "controller")
+LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share", "serial": "serial loop",
+          "controller": "controller fan-out"}
+DISTS = ("ansible-core", "mlx", "mlx-lm")
+MODEL = "bench"
+SHARDS = 4
+FULL_SPEED_GBPS = 80
+BIN = Path(sys.executable).parent
+# The ssh options of the cluster key (roles/ssh_trust), for the harness's own rsyncs from rank 0.
+KEY, KNOWN = "~/.ssh/mlx_cluster_ed25519", "~/.ssh/mlx_cluster_known_hosts"
+
+
+def make_model(path, size_mb, shards=SHARDS):
+    """config.json and `shards` .safetensors files of random bytes, size_mb MB in all."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb}) + "\n")
+    per = size_mb * 1024 * 1024 // shards
+    for k in range(1, shards + 1):
+        with open(path / f"model-{k:05d}-of-{shards:05d}.safetensors", "wb") as f:
+            left = per
+            while left:
+                chunk = os.urandom(min(left, 1 << 22))
+                f.write(chunk)
+                left -= len(chunk)
+    return sorted((p.name, p.stat().st_size) for p in path.iterdir())
+
+
+def tc(netns, dev, mbit):
+    """tbf on dev's egress in netns: mbit Mbit/s, bursts of 1/100 s (at least 32 KB)."""
+    burst = max(32 * 1024, int(mbit * 1e6 / 8 / 100))
+    argv = ["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+            "burst", str(burst), "latency", "100ms"]
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BenchError(f"{' '.join(argv)}: {res.stderr.strip()}")
+
+
+def shape(cluster, plan, tb_mbit, lan_mbit):
+    """Shape every Thunderbolt port (by its cable's speed), every management port both ways and
+    the controller's uplink. Returns {cable id: Mbit/s}."""
+    speeds = {c["id"]: c.get("speed_gbps") or FULL_SPEED_GBPS for c in plan["links"]["cables"]}
+    rates = {}
+    for i, host in enumerate(cluster.hosts):
+        for end in plan["ip_plan"]["hosts"].get(host, []):
+            rates[end["cable"]] = max(1, round(tb_mbit * speeds[end["cable"]] / FULL_SPEED_GBPS))
+            tc(cluster.ns(host), end["iface"], rates[end["cable"]])
+        tc(cluster.ns(host), "en0", lan_mbit)
+        tc(cluster.ctl_ns, f"h{i}", lan_mbit)
+    tc(cluster.ctl_ns, "mgmt0", lan_mbit)
+    return rates
+
+
+def dest_of(cluster, host):
+    return cluster.home(host) / "mlx-cluster" / "models" / MODEL
+
+
+def fresh(cluster, model, seed):
+    """The model on rank 0 only (seed=True) or on no Mac at all."""
+    rank0 = cluster.hosts[0]
+    for h in cluster.hosts:
+        if h != rank0 or not seed:
+            shutil.rmtree(dest_of(cluster, h), ignore_errors=True)
+        dest_of(cluster, h).parent.mkdir(parents=True, exist_ok=True)
+    if seed and not dest_of(cluster, rank0).exists():
+        shutil.copytree(model, dest_of(cluster, rank0))
+
+
+def check_everywhere(cluster, files, who):
+    for h in cluster.hosts:
+        dest = dest_of(cluster, h)
+        got = sorted((p.name, p.stat().st_size) for p in dest.iterdir()) if dest.is_dir() else []
+        if got != files:
+            raise BenchError(f"{who}: {h} has {got}, expected {files}")
+
+
+def span(run, match):
+    """Seconds from the first start to the last end of the (not skipped) task results whose task
+    name `match` accepts."""
+    starts, ends = [], []
+    for e in run.events:
+        data = e.get("event_data") or {}
+        if e.get("event") == "runner_on_ok" and match(data.get("task") or "") and not data["res"].get("skipped"):
+            starts.append(datetime.fromisoformat(data["start"]))
+            ends.append(datetime.fromisoformat(data["end"]))
+    if not starts:
+        raise BenchError("no copy task ran")
+    return (max(ends) - min(starts)).total_seconds()
+
+
+def run_playbook(cluster, model, source, timeout):
+    from tests.e2e.runner import run_site
+
+    extra = {"model_sync_name": MODEL, "model_sync_source": source, "mlx_cluster_backend": "ring",
+             "model_sync_source_path": str(model) if source == "controller" else ""}
+    t = time.perf_counter()
+    run = run_site(cluster, tags=["models"], extravars=extra, timeout=timeout)
+    seconds = time.perf_counter() - t
+    if run.rc != 0:
+        raise BenchError(f"model_sync_source {source}: {run.failures()}")
+    if source == "tree":
+        copy = span(run, lambda name: name.startswith("Copy the model along the cables, round "))
+    else:
+        copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
+    return seconds, copy
+
+
+def rank0_rsync(cluster, host, address, archive=False):
+    """rsync from rank 0 to host at address, with the cluster key; seconds. archive: the guide's
+    `rsync -a`, else the options model_rsync uses."""
+    rank0 = cluster.hosts[0]
+    src = str(Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / MODEL)
+    rsh = ssh_command("ssh", ["-i", KEY, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={KNOWN}",
+                              "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-l", cluster.user])
+    dest = f"{address}:{Path(cluster.session_home(host)) / 'mlx-cluster' / 'models' / MODEL}/"
+    argv = (["rsync", "-a", "--rsh", rsh, src + "/", dest] if archive
+            else rsync_argv("rsync", src, dest, ssh_command=rsh))
+    t = time.perf_counter()
+    res = cluster.exec(rank0, argv, timeout=7200)
+    if res.returncode != 0:
+        raise BenchError(f"rsync {rank0} -> {host} ({address}): {res.stderr.strip()[-1000:]}")
+    return time.perf_counter() - t
+
+
+def cabled_peers(cluster, plan):
+    """[(peer, its address)] of rank 0's cables, one per peer (the first cable to it)."""
+    out = {}
+    for end in plan["ip_plan"]["hosts"][cluster.hosts[0]]:
+        out.setdefault(end["peer_host"], end["peer_address"])
+    return list(out.items())
+
+
+def one_copy(cluster, plan):
+    return rank0_rsync(cluster, *cabled_peers(cluster, plan)[0])
+
+
+def parallel(cluster, plan):
+    """rank 0 to every cabled peer at once; the slowest copy's seconds."""
+    times, errors = {}, []
+
+    def copy(host, address):
+        try:
+            times[host] = rank0_rsync(cluster, host, address)
+        except BenchError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=copy, args=peer) for peer in cabled_peers(cluster, plan)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise BenchError("; ".join(errors))
+    return max(times.values())
+
+
+def serial(cluster, plan):
+    return sum(rank0_rsync(cluster, h, cluster.mgmt_address(h), archive=True) for h in cluster.hosts[1:])
+
+
+def share(cluster, hostfile, timeout):
+    rank0 = cluster.hosts[0]
+    path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / MODEL
+    argv = [str(BIN / "mlx_lm.share"), "--path", str(path), "--hostfile", str(hostfile),
+            "--tmpdir", str(path.parent)]
+    env = dict(cluster.harness_env(), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PATH"] = os.pathsep.join([str(BIN), env["PATH"]])
+    t = time.perf_counter()
+    res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                         stdin=subprocess.DEVNULL, check=False)
+    seconds = time.perf_counter() - t
+    if res.returncode != 0:
+        raise BenchError(f"mlx_lm.share exited with {res.returncode}: {(res.stdout + res.stderr)[-2000:]}")
+    return seconds
+
+
+def bench_topology(spec, args, runs, baseline_runs, state_root, model, files):
+    from tests.e2e.runner import run_site
+    from tests.simcluster import SimCluster
+
+    cluster = SimCluster(spec, state_dir=state_root / spec)
+    t0 = time.monotonic()
+    cluster.up()
+    try:
+        setup = run_site(cluster, tags=["network", "hostfile"], extravars={"mlx_cluster_backend": "ring"})
+        if setup.rc != 0:
+            raise BenchError(f"{spec}: the network stage failed: {setup.failures()}")
+        art = cluster.inventory_path.parent / "artifacts"
+        plan = json.loads((art / "plan.json").read_text())
+        rounds = sync_plan.plan_rounds(plan, source=cluster.hosts[0])
+        rates = shape(cluster, plan, args.tb_mbit, args.lan_mbit)
+        log(f"{spec}: {len(cluster.hosts)} Macs, {len(plan['links']['cables'])} cables, tree depth "
+            f"{rounds['depth']}, up and configured in {time.monotonic() - t0:.1f} s; links shaped "
+            f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s)")
+        # warm-up (not timed): the tree run makes the SSH trust the harness's rsyncs use too
+        fresh(cluster, model, seed=True)
+        run_playbook(cluster, model, "tree", args.timeout)
+        samples = {m: [] for m in METHODS}
+        copy_phase = {"tree": [], "controller": []}
+        for r in range(runs):
+            methods = [m for m in METHODS if m not in BASELINES or r < baseline_runs]
+            k = r % len(methods)
+            for method in methods[k:] + methods[:k]:
+                fresh(cluster, model, seed=method != "controller")
+                if method in ("tree", "controller"):
+                    seconds, copy = run_playbook(cluster, model, method, args.timeout)
+                    copy_phase[method].append(copy)
+                elif method == "one_copy":
+                    seconds = one_copy(cluster, plan)
+                elif method == "parallel":
+                    seconds = parallel(cluster, plan)
+                elif method == "serial":
+                    seconds = serial(cluster, plan)
+                else:
+                    seconds = share(cluster, art / "hostfile.json", args.timeout)
+                if method not in ("one_copy", "parallel"):
+                    check_everywhere(cluster, files, method)
+                samples[method].append(seconds)
+                log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {seconds:.1f} s"
+                    + (f" (copies {copy_phase[method][-1]:.1f} s)" if method in copy_phase else ""))
+    finally:
+        cluster.down()
+    return {"topology": spec, "hosts": len(cluster.hosts), "cables": len(plan["links"]["cables"]),
+            "depth": rounds["depth"], "rates_mbit": rates, "samples": samples, "copy_phase": copy_phase}
+
+
+def summarize(result):
+    s, c = result["samples"], result["copy_phase"]
+    out = {m: stats(v) for m, v in s.items() if v}
+    out.update({f"{m}_copies": stats(v) for m, v in c.items() if v})
+    one = out["one_copy"]["median"]
+    tree = out["tree_copies"]["median"]
+    out["parallel_vs_one"] = out["parallel"]["median"] / one
+    out["tree_vs_one"] = tree / one
+    out["tree_vs_depth"] = tree / (one * result["depth"])
+    for m in ("serial", "controller", "share"):
+        if m in out:
+            out[f"{m}_vs_tree"] = out[m]["median"] / out["tree"]["median"]
+    return out
+
+
+HEADER = ("topology", "Macs", "depth", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)", "tree: copies (s)",
+          "copies / one copy", "copies / (one copy x depth)", "mlx_lm.share (s)", "serial loop (s)",
+          "controller fan-out (s)", "serial / tree", "controller / tree")
+
+
+def _ratio(x, key):
+    return f"{x[key]:.1f}x" if key in x else "-"
+
+
+def table_rows(results):
+    rows = []
+    for r in results:
+        x = summarize(r)
+        cell = lambda key, digits=1: fmt(x[key], digits) if key in x else "-"  # noqa: E731
+        rows.append((r["topology"], str(r["hosts"]), str(r["depth"]), cell("one_copy"),
+                     f"{cell('parallel')} ({x['parallel_vs_one']:.2f}x)", cell("tree"),
+                     cell("tree_copies"), f"{x['tree_vs_one']:.2f}", f"{x['tree_vs_depth']:.2f}", cell("share"),
+                     cell("serial", 0), cell("controller", 0), _ratio(x, "serial_vs_tree"),
+                     _ratio(x, "controller_vs_tree")))
+    return rows
+
+
+def text_table(results, args):
+    rows = table_rows(results)
+    widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
+    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    out = [f"median (min–max); {args.size_mb} MB model; Thunderbolt {args.tb_mbit} Mbit/s per 80 Gb/s cable, "
+           f"LAN {args.lan_mbit} Mbit/s", line(HEADER), "  ".join("-" * w for w in widths)]
+    return "\n".join(out + [line(row) for row in rows])
+
+
+SECTION = "## Model on every Mac (bench/model_sync.py)"
+
+
+def markdown_section(results, args, runs, baseline_runs, info, command):
+    rows = table_rows(results)
+    out = [SECTION, "",
+           "Generated by `bench/model_sync.py` (re-run it with `--markdown docs/benchmarks.md`: it replaces",
+           "this section only).", "",
+           f"A {args.size_mb} MB model (random bytes in {SHARDS} `.safetensors` shards and a config.json) from rank 0",
+           "to every Mac of a simulated cluster whose links are shaped with `tc` (tbf) in the namespaces:",
+           f"each Thunderbolt port at {args.tb_mbit} Mbit/s for an 80 Gb/s cable (a 40 Gb/s leg at half), each",
+           f"Mac's management port at {args.lan_mbit} Mbit/s both ways and the controller's own uplink at",
+           f"{args.lan_mbit} Mbit/s (Thunderbolt {args.tb_mbit / args.lan_mbit:.0f}x the LAN).", "",
+           "- one copy: rsync from rank 0 to one peer over their cable (model_rsync's options): the time",
+           "  any broadcast is bounded by (a pipelined one comes close to it);",
+           "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
+           "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
+           "- tree (ours): `site.yml --tags models`, `model_sync_source: tree`; run = the whole playbook",
+           "  (discovery, plan, SSH trust, manifests, verification), copies = first round's start to the",
+           "  last round's end;",
+           "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
+           "- serial loop (the seed guide's): `rsync -a` from rank 0 to one Mac after another by the",
+           "  name the user reaches it at, over the management network;",
+           "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN.", "",
+           f"Median (min–max) of {runs} interleaved run(s) (serial loop and controller fan-out: "
+           f"{min(runs, baseline_runs)} run(s), the shaped LAN's time). Targets (issue #15): a mesh's copies",
+           "within 1.5x of one copy; ring8 within 1.5x of one copy x the tree's depth and at least 10x",
+           "faster than the serial loop.", "",
+           "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += ["", "Machine:", "", *machine_lines(info, DISTS), f"- command: `{command}`", ""]
+    return "\n".join(out)
+
+
+def write_section(path, section):
+    """Replace this benchmark's section of `path` (up to the next `## ` heading), or append it."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = text.splitlines()
+    if SECTION in lines:
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section.rstrip("\n").splitlines() + ([""] if end < len(lines) else [])
+    else:
+        lines += [""] + section.rstrip("\n").splitlines()
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+
+
+def from_json(args):
+    docs = [json.loads(Path(f).read_text()) for f in args.from_json]
+    first = docs[0]
+    for key in ("size_mb", "tb_mbit", "lan_mbit"):
+        if any(d[key] != first[key] for d in docs):
+            raise SystemExit(f"--from-json: the files differ in {key}")
+        setattr(args, key, first[key])
+    results = [r for d in docs for r in d["results"]]
+    runs, baseline_runs = max(d["runs"] for d in docs), max(d["baseline_runs"] for d in docs)
+    info = dict(first["machine"], loadavg_end=max(d["machine"]["loadavg_end"] for d in docs),
+                date=" to ".join(sorted({d["machine"]["date"] for d in docs})[::max(1, len(docs) - 1)]))
+    if args.markdown:
+        command = " ".join(["python bench/model_sync.py", "--topologies", ",".join(r["topology"] for r in results),
+                            "--runs", str(runs), "--baseline-runs", str(baseline_runs), "--size-mb", str(args.size_mb),
+                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit),
+                            "--markdown", args.markdown, "(one topology per run, then --from-json)"])
+        write_section(Path(args.markdown), markdown_section(results, args, runs, baseline_runs, info, command))
+    print(text_table(results, args))
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--topologies", default=None,
+                        help=f"comma-separated specs (default {','.join(TOPOLOGIES)}; --quick: mesh4)")
+    parser.add_argument("--runs", type=int, default=None, help="timed rounds (default 3; --quick: 1)")
+    parser.add_argument("--baseline-runs", type=int, default=1, help="rounds that also time serial and controller")
+    parser.add_argument("--size-mb", type=int, default=None, help="model size (default 200; --quick: 20)")
+    parser.add_argument("--tb-mbit", type=int, default=400, help="Thunderbolt rate of an 80 Gb/s cable")
+    parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
+    parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
+    parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE")
+    parser.add_argument("--markdown", metavar="FILE", help="replace (or add) this benchmark's section of FILE")
+    parser.add_argument("--state-root", metavar="DIR")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE",
+                        help="no measuring: the table (and --markdown) from the --json files of earlier runs, "
+                             "e.g. one topology each (same size and rates)")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        return from_json(args)
+    topologies = [t for t in (args.topologies or ("mesh4" if args.quick else ",".join(TOPOLOGIES))).split(",") if t]
+    runs = args.runs if args.runs is not None else (1 if args.quick else 3)
+    args.size_mb = args.size_mb or (20 if args.quick else 200)
+    if runs < 1 or args.baseline_runs < 0 or args.size_mb < 1:
+        parser.error("--runs and --size-mb must be at least 1, --baseline-runs at least 0")
+
+    info = machine(DISTS)
+
+    def work(root):
+        model = root / "model" / MODEL
+        files = make_model(model, args.size_mb)
+        return [bench_topology(spec, args, runs, args.baseline_runs, root, model, files) for spec in topologies]
+
+    results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
+    if status is not None:
+        return status
+    if args.markdown:
+        command = " ".join(["python bench/model_sync.py", "--topologies", ",".join(topologies), "--runs", str(runs),
+                            "--baseline-runs", str(args.baseline_runs), "--size-mb", str(args.size_mb),
+                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit),
+                            "--markdown", args.markdown])
+        write_section(Path(args.markdown), markdown_section(results, args, runs, args.baseline_runs, info, command))
+    emit({"machine": info, "runs": runs, "baseline_runs": args.baseline_runs, "size_mb": args.size_mb,
+          "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit,
+          "results": [{**r, "summary": summarize(r)} for r in results]}, args.json, text_table(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

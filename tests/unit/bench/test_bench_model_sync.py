@@ -1,0 +1,48 @@
+"""bench/model_sync.py's table code on made-up samples (no cluster, no timing threshold): the
+text table, the Markdown section, and that rewriting the section keeps the rest of the file."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench import model_sync
+
+
+def result(topology="ring8", hosts=8, depth=4, baselines=True):
+    samples = {"one_copy": [4.0, 4.4, 4.2], "parallel": [4.6, 4.5, 4.8], "tree": [40.0, 42.0, 41.0],
+               "share": [9.0, 9.5, 9.2], "serial": [1400.0] if baselines else [],
+               "controller": [1650.0] if baselines else []}
+    return {"topology": topology, "hosts": hosts, "cables": hosts, "depth": depth, "rates_mbit": {},
+            "samples": samples, "copy_phase": {"tree": [20.0, 21.0, 22.0], "controller": [1600.0] if baselines else []}}
+
+
+ARGS = argparse.Namespace(size_mb=200, tb_mbit=400, lan_mbit=8)
+INFO = {"cpus": 2, "cpu_model": "x", "kernel": "k", "python": "3.11", "ansible_core": "2.19", "mlx": "0.3",
+        "mlx_lm": "0.2", "date": "today", "loadavg_start": 1.0, "loadavg_end": 2.0}
+
+
+def test_summary_ratios():
+    x = model_sync.summarize(result())
+    assert x["tree_copies"]["median"] == 21.0 and x["one_copy"]["median"] == 4.2
+    assert x["tree_vs_one"] == pytest.approx(5.0) and x["tree_vs_depth"] == pytest.approx(1.25)
+    assert x["serial_vs_tree"] == pytest.approx(1400 / 41) and x["parallel_vs_one"] == pytest.approx(4.6 / 4.2)
+
+
+def test_text_table_and_markdown_section(tmp_path):
+    results = [result(), result("mesh4", 4, 1, baselines=False)]
+    lines = model_sync.text_table(results, ARGS).splitlines()
+    assert lines[1].split("  ")[0] == "topology" and len(lines) == 5
+    assert lines[3].startswith("ring8") and "34.1x" in lines[3]
+    assert lines[4].startswith("mesh4") and lines[4].rstrip().endswith("-")  # no baseline measured
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Time to a configured cluster\n\nkept\n\n## Test suite: workers\n\nkept too\n")
+    section = model_sync.markdown_section(results, ARGS, 3, 1, INFO, "python bench/model_sync.py")
+    model_sync.write_section(doc, section)
+    model_sync.write_section(doc, section.replace("| ring8 |", "| ring8x |"))  # again: replaced, not added
+    text = doc.read_text()
+    assert text.count(model_sync.SECTION) == 1 and "| ring8x | 8 | 4 |" in text and "| ring8 |" not in text
+    assert text.count("kept") == 2 and "mlx-lm 0.2" in text
+    assert "| " + " | ".join(model_sync.HEADER) + " |" in text

@@ -1,0 +1,295 @@
+"""The model's rounds along the cables (plugin_utils/sync_plan.py, filter mlx_sync_rounds): a
+breadth-first tree over the real plan of each wiring (links -> ip plan -> rounds), the LAN only
+for Macs with no Thunderbolt path, and invariants on random wirings."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, sync_plan
+from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from tests.unit.filter.planner_synth import cable, make_facts, wirings
+
+
+def plan_of(hosts, cables):
+    """The parts of the cluster plan the rounds read, made by the planner itself."""
+    found = planner.links(make_facts(hosts, cables))
+    return {"hosts": list(hosts), "links": found, "ip_plan": planner.ip_plan(found)}
+
+
+def names(n):
+    return ["m%d" % (i + 1) for i in range(n)]
+
+
+def ring(n, speed=80):
+    hosts = names(n)
+    return hosts, [cable(hosts[i], "en2", hosts[(i + 1) % n], "en3", speed=speed) for i in range(n)]
+
+
+def mesh(n):
+    hosts = names(n)
+    cables, port = [], {h: 2 for h in hosts}
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = hosts[i], hosts[j]
+            cables.append(cable(a, "en%d" % port[a], b, "en%d" % port[b]))
+            port[a] += 1
+            port[b] += 1
+    return hosts, cables
+
+
+def chain(n):
+    hosts = names(n)
+    return hosts, [cable(hosts[i], "en2", hosts[i + 1], "en3") for i in range(n - 1)]
+
+
+def rounds_of(hosts, cables, source="m1", fanout=0):
+    return sync_plan.plan_rounds(plan_of(hosts, cables), source=source, fanout=fanout)
+
+
+def pairs(result):
+    """[[(src, dest, via), ...] per round]."""
+    return [[(c["src"], c["dest"], c["via"]) for c in r] for r in result["rounds"]]
+
+
+def address_of(plan, host, peer):
+    """host's addresses on its cables to peer."""
+    return {e["address"] for e in plan["ip_plan"]["hosts"][host] if e["peer_host"] == peer}
+
+
+def check_tree(result, plan, hosts, source, fanout=0):
+    """Every Mac but the source gets one copy, from a Mac that had the model before that round,
+    over a cable between the two (to the receiver's address on it) or over the LAN."""
+    have = {source} if source else set()
+    got = []
+    for k, copies in enumerate(result["rounds"], start=1):
+        sent = {}
+        for c in copies:
+            assert c["round"] == k
+            assert c["dest"] not in have, c
+            assert c["src"] in have if c["src"] is not None else source is None, c
+            if c["via"] == sync_plan.THUNDERBOLT:
+                assert c["address"] in address_of(plan, c["dest"], c["src"]), c
+                assert c["src_address"] in address_of(plan, c["src"], c["dest"]), c
+                sent[c["src"]] = sent.get(c["src"], 0) + 1
+            else:
+                assert c["address"] is None and c["src"] == source, c
+            got.append(c["dest"])
+        if fanout:
+            assert max(sent.values(), default=0) <= fanout
+        have |= {c["dest"] for c in copies}
+    assert sorted(got) == sorted(h for h in hosts if h != source)
+    assert len(got) == len(set(got))
+    assert sorted(result["copies"]) == sorted(got)
+
+
+def test_mesh4_is_one_round_from_rank0_over_its_own_cables():
+    hosts, cables = mesh(4)
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m3", "thunderbolt"), ("m1", "m4", "thunderbolt")]]
+    assert result["depth"] == 1 and result["lan"] == [] and result["warnings"] == []
+    check_tree(result, plan, hosts, "m1")
+
+
+def test_ring4_goes_both_ways_in_two_rounds():
+    hosts, cables = ring(4)
+    result = rounds_of(hosts, cables)
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")],
+                             [("m2", "m3", "thunderbolt")]]
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 8, 9, 16])
+def test_ring_of_n_takes_ceil_half_rounds(n):
+    hosts, cables = ring(n)
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert result["depth"] == math.ceil((n - 1) / 2)
+    check_tree(result, plan, hosts, "m1")
+
+
+def test_ring8_depth_four_each_round_one_copy_each_way():
+    hosts, cables = ring(8)
+    result = rounds_of(hosts, cables)
+    assert pairs(result) == [
+        [("m1", "m2", "thunderbolt"), ("m1", "m8", "thunderbolt")],
+        [("m2", "m3", "thunderbolt"), ("m8", "m7", "thunderbolt")],
+        [("m3", "m4", "thunderbolt"), ("m7", "m6", "thunderbolt")],
+        [("m4", "m5", "thunderbolt")],
+    ]
+    assert result["lan"] == [] and result["warnings"] == []
+
+
+def test_mesh3_dock_one_round_the_docked_leg_included():
+    hosts = names(3)
+    cables = [cable("m1", "en2", "m2", "en2", speed=80),
+              cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
+              cable("m2", "en3", "m3", "en3", speed=80)]
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m3", "thunderbolt")]]
+    assert result["copies"]["m3"]["speed_gbps"] == 40
+    check_tree(result, plan, hosts, "m1")
+
+
+def test_a_chain_is_passed_down_one_hop_per_round():
+    hosts, cables = chain(5)
+    assert pairs(rounds_of(hosts, cables)) == [[("m%d" % i, "m%d" % (i + 1), "thunderbolt")] for i in range(1, 5)]
+    # from the middle: both ways at once
+    assert pairs(rounds_of(hosts, cables, source="m3")) == [
+        [("m3", "m2", "thunderbolt"), ("m3", "m4", "thunderbolt")],
+        [("m2", "m1", "thunderbolt"), ("m4", "m5", "thunderbolt")]]
+
+
+def test_two_islands_the_other_one_seeded_over_the_lan_at_its_centre():
+    hosts = names(5)
+    cables = [cable("m1", "en2", "m2", "en2"), cable("m3", "en2", "m4", "en2"), cable("m4", "en3", "m5", "en2")]
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m4", "lan")],
+                             [("m4", "m3", "thunderbolt"), ("m4", "m5", "thunderbolt")]]
+    assert result["lan"] == ["m4"]
+    assert result["islands"] == [["m1", "m2"], ["m3", "m4", "m5"]]
+    assert len(result["warnings"]) == 1
+    warning = result["warnings"][0]
+    for word in ("m3, m4, m5", "management network", "m4 gets the model from m1", "m3, m5", "Fix"):
+        assert word in warning, warning
+    check_tree(result, plan, hosts, "m1")
+
+
+def test_one_mac_alone():
+    plan = plan_of(["m1"], [])
+    assert sync_plan.plan_rounds(plan, source="m1")["rounds"] == []
+    # from the controller: one copy over the LAN, nothing to warn about
+    result = sync_plan.plan_rounds(plan, source=None)
+    assert pairs(result) == [[(None, "m1", "lan")]] and result["warnings"] == []
+
+
+def test_macs_without_any_cable_each_get_a_lan_copy_named_in_a_warning():
+    result = rounds_of(names(3), [])
+    assert pairs(result) == [[("m1", "m2", "lan"), ("m1", "m3", "lan")]]
+    assert [w.split(":")[0] for w in result["warnings"]] == ["no Thunderbolt path from m1 to m2",
+                                                            "no Thunderbolt path from m1 to m3"]
+
+
+def test_from_the_controller_one_lan_copy_then_the_cables():
+    hosts, cables = ring(4)
+    result = rounds_of(hosts, cables, source=None)
+    assert pairs(result) == [[(None, "m1", "lan")],
+                             [("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")],
+                             [("m2", "m3", "thunderbolt")]]
+    assert result["warnings"] == []
+
+
+def test_fanout_one_sends_to_one_peer_at_a_time():
+    hosts, cables = mesh(4)
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1", fanout=1)
+    assert pairs(result) == [[("m1", "m2", "thunderbolt")],
+                             [("m1", "m3", "thunderbolt"), ("m2", "m4", "thunderbolt")]]
+    check_tree(result, plan, hosts, "m1", fanout=1)
+
+
+def test_the_fastest_of_two_cables_and_the_least_loaded_sender():
+    hosts = names(3)
+    cables = [cable("m1", "en2", "m2", "en2", speed=40), cable("m1", "en3", "m2", "en3", speed=80),
+              cable("m2", "en4", "m3", "en2", speed=80), cable("m1", "en4", "m3", "en3", speed=80)]
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert result["copies"]["m2"]["speed_gbps"] == 80
+    assert result["copies"]["m2"]["address"] in address_of(plan, "m2", "m1")
+    assert result["copies"]["m2"]["dest_iface"] == "en3"
+    # ring4 from the controller, m3 wanted by m2 and m4: the first in rank order when equal
+    hosts, cables = ring(4)
+    cables[2]["speed"] = cables[2]["speed_b"] = 40  # m3-m4 slower: m3 still from m2
+    assert rounds_of(hosts, cables)["copies"]["m3"]["src"] == "m2"
+    cables[1]["speed"] = cables[1]["speed_b"] = 20  # m2-m3 slower still: from m4
+    assert rounds_of(hosts, cables)["copies"]["m3"]["src"] == "m4"
+
+
+def test_macs_gone_from_the_play_are_routed_around():
+    hosts, cables = ring(4)
+    result = sync_plan.plan_rounds(plan_of(hosts, cables), source="m1", hosts=["m4", "m1", "m3"])
+    assert pairs(result) == [[("m1", "m4", "thunderbolt")], [("m4", "m3", "thunderbolt")]]
+
+
+def test_the_same_wiring_in_any_order_gives_the_same_rounds():
+    hosts, cables = ring(8)
+    cables += [cable("m1", "en5", "m5", "en5"), cable("m3", "en5", "m7", "en5")]
+    want = rounds_of(hosts, cables)
+    for seed in range(5):
+        shuffled = list(cables)
+        random.Random(seed).shuffle(shuffled)
+        plan = plan_of(hosts, shuffled)
+        plan["ip_plan"]["cables"] = dict(reversed(list(plan["ip_plan"]["cables"].items())))
+        assert sync_plan.plan_rounds(plan, source="m1") == want
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"source": "m9"}, "the model's source 'm9' is not one of the Macs"),
+    ({"source": "m1", "fanout": -1}, "fanout must be 0"),
+    ({"source": "m1", "fanout": True}, "fanout must be 0"),
+    ({"source": "m1", "hosts": ["m1", "x"]}, "x not in the plan's hosts"),
+], ids=["source", "fanout-negative", "fanout-bool", "hosts"])
+def test_bad_arguments_say_what_is_wrong(kwargs, words):
+    hosts, cables = ring(3)
+    with pytest.raises(PlanError, match=words):
+        sync_plan.plan_rounds(plan_of(hosts, cables), **kwargs)
+
+
+def test_not_a_plan_and_duplicate_hosts_are_refused():
+    with pytest.raises(PlanError, match="must be the cluster plan"):
+        sync_plan.plan_rounds({"hosts": ["m1"]}, source="m1")
+    with pytest.raises(PlanError, match="lists m1 more than once"):
+        sync_plan.sync_rounds(["m1", "m1"], [], source="m1")
+
+
+def bfs_depth(hosts, cables, source):
+    adj = {h: set() for h in hosts}
+    for c in cables:
+        (a, _), (b, _) = c["a"], c["b"]
+        adj[a].add(b)
+        adj[b].add(a)
+    dist, todo = {source: 0}, [source]
+    while todo:
+        x = todo.pop(0)
+        for y in sorted(adj[x]):
+            if y not in dist:
+                dist[y] = dist[x] + 1
+                todo.append(y)
+    return dist
+
+
+@settings(max_examples=120, deadline=None)
+@given(wirings(min_hosts=2, max_hosts=10), st.integers(0, 3), st.data())
+def test_every_mac_served_once_by_a_holder_over_its_cable(wiring, fanout, data):
+    hosts, cables = wiring
+    source = data.draw(st.sampled_from(hosts + [None]))
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source=source, fanout=fanout)
+    check_tree(result, plan, hosts, source, fanout=fanout)
+    if source is not None:
+        dist = bfs_depth(hosts, cables, source)
+        lan = set(result["lan"])
+        assert lan.isdisjoint(dist)  # the LAN only where no cable path leads
+        assert len(lan) == len(result["islands"]) - 1 == len(result["warnings"])
+        if not fanout:  # breadth-first: each Mac of the source's island in round = distance
+            for h, d in dist.items():
+                if h != source:
+                    assert result["copies"][h]["round"] == d
+    assert sync_plan.plan_rounds(plan, source=source, fanout=fanout) == result
+
+
+def test_the_filter_is_the_same_function_and_names_itself_in_errors(filters, filter_error):
+    hosts, cables = ring(4)
+    plan = plan_of(hosts, cables)
+    assert filters["mlx_sync_rounds"](plan, "m1") == sync_plan.plan_rounds(plan, source="m1")
+    with pytest.raises(filter_error, match="^mlx_sync_rounds: the model's source 'm9'"):
+        filters["mlx_sync_rounds"](plan, "m9")
+    with pytest.raises(filter_error, match="^mlx_sync_rounds: fanout must be"):
+        filters["mlx_sync_rounds"](plan, "m1", fanout="2")

@@ -41,7 +41,7 @@ SERIES_COLORS = ["#2f6fb3", "#e07b00", "#2e7d32", "#8e44ad", "#c62828", "#00838f
 BENCH_COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
                  ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"), ("num_trials", "trials"),
                  ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
-                 ("gen_spread", "gen tok/s min–max"), ("peak_memory_gb", "peak GB per rank"),
+                 ("gen_spread", "gen tok/s min–max"), ("peak_memory_gb", "peak GB (largest rank)"),
                  ("fast_synch", "FAST_SYNCH"), ("mlx", "mlx / mlx-lm"), ("tokens_sha256", "tokens sha256")]
 # Shown elsewhere (versions per Mac, the topology) or too long for a cell.
 BENCH_HIDDEN = {"tokens", "hostname", "model", "trials", "stats", "versions", "topology", "cables", "macos",
@@ -696,6 +696,11 @@ def _bench_row(run):
     spread = ((run.get("stats") or {}).get("generation_tps") or {}) if isinstance(run.get("stats"), dict) else {}
     if _is_number(spread.get("min")) and _is_number(spread.get("max")):
         row["gen_spread"] = "%s–%s" % (_num(spread["min"]), _num(spread["max"]))
+    peaks = run.get("peak_memory_gb")
+    if isinstance(peaks, list) and peaks and all(_is_number(p) for p in peaks):
+        row["peak_memory_gb"] = max(peaks)
+    if isinstance(run.get("fast_synch"), bool):
+        row["fast_synch"] = "on" if run["fast_synch"] else "off"
     versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
     if versions.get("mlx") or versions.get("mlx_lm"):
         row["mlx"] = "%s / %s" % (versions.get("mlx") or "?", versions.get("mlx_lm") or "?")
@@ -734,11 +739,11 @@ def _bench_section(data):
     columns += [(k, k) for k in sorted({k for r in table_rows for k, v in r.items()
                                         if not k.startswith("_") and k not in known and k not in BENCH_HIDDEN
                                         and (v is None or isinstance(v, (str, int, float, bool)))})]
-    headers = ["run", "time"] + [h for _, h in columns] + ["model"]
+    headers = ["run", "time (UTC)"] + [h for _, h in columns] + ["model"]
     index = {run: i for i, (run, _) in enumerate(order)}
     rows = []
     for r in sorted(table_rows, key=lambda r: (-index.get(r.get("_run") or "?", 0), str(r.get("mode")))):
-        rows.append([(r.get("_run") or "?")[:8], r.get("_time") or ""]
+        rows.append([(r.get("_run") or "?")[:8], (r.get("_time") or "")[5:16]]
                     + [_cell(k, r.get(k)) for k, _ in columns]
                     + [os.path.basename(str(r.get("model") or ""))])
     parts = ['<div class="scroll">', _table(headers, rows, "bench"), "</div>"]
@@ -823,7 +828,7 @@ td.warn{background:#fff4e0;color:#8a4b00}td.good{color:#2e7d32}
 .card.good{border-color:#2e7d32}
 .reason{font-size:13px;color:#444}.fix{font-size:13px;color:#8a4b00}p.missing{color:#c62828;font-weight:bold}
 p.warn{color:#8a4b00}p.good{color:#2e7d32;font-weight:bold}.empty,.note{color:#666;font-size:13px}
-.scroll{overflow-x:auto}svg{max-width:100%;height:auto;display:block;margin:6px 0}
+.scroll{overflow-x:auto}table.bench td{white-space:nowrap}svg{max-width:100%;height:auto;display:block;margin:6px 0}
 """
 
 

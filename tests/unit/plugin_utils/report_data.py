@@ -12,7 +12,7 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import report
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = ROOT / "tests" / "fixtures" / "report" / "mesh4"
-OLD_RUN, NEW_RUN = "281b27t0", "eeo9191b"
+OLD_RUN, NEW_RUN = "281b27t0", "8wlhbyet"
 
 
 def artifacts(tmp_path):

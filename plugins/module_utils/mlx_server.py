@@ -296,10 +296,9 @@ def read_pid(path):
 
 def stall_verdict(progress, now_mono):
     """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
-    token for progress["stall_timeout"] seconds (0 = never). The same rule is in the server's
-    /health and in its supervisor, which acts on it (files/mlx_cluster_server.py and
-    mlx_server_daemon.py stand alone on the Macs); one table tests all three
-    (tests/unit/server/test_server_health.py)."""
+    token for progress["stall_timeout"] seconds (0 = never). The same rule is in
+    roles/mlx_cluster/files/mlx_cluster_startup.py, deployed beside the server and its
+    supervisor (which act on it); one table tests both (tests/unit/server/test_server_health.py)."""
     bound = float(progress.get("stall_timeout") or 0)
     mono = progress.get("progress_mono")
     if bound <= 0 or mono is None:

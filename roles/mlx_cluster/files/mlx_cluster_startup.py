@@ -13,6 +13,10 @@ the server's supervisor (no mlx needed) can import LAUNCHER_ENV too.
   stuck in init (a ring rank blocks in accept() holding the GIL); InitError says which rank,
   which host and what to check.
 - backend_name(): the backend that ran, for the results.
+- stall_verdict(): the server's rule for a serving loop that stopped making progress, which
+  the server's /health reports and its supervisor acts on (module_utils/mlx_server.py, the
+  status view, runs on the Macs from Ansible's side and keeps its own copy;
+  tests/unit/server/test_server_health.py holds the two to one table).
 """
 
 import os
@@ -107,3 +111,19 @@ def backend_name(requested, size):
     if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env:
         return "mpi"
     return "jaccl" if "MLX_IBV_DEVICES" in env else "any"
+
+
+def stall_verdict(progress, now_mono):
+    """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
+    token for progress["stall_timeout"] seconds (0 = never)."""
+    bound = float(progress.get("stall_timeout") or 0)
+    mono = progress.get("progress_mono")
+    if bound <= 0 or mono is None:
+        return ""
+    idle = now_mono - float(mono)
+    if idle <= bound:
+        return ""
+    if progress.get("generating"):
+        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
+                f"flight ({progress.get('tokens', 0)} token(s) so far)")
+    return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"

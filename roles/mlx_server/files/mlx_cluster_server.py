@@ -89,7 +89,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E40
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
-from mlx_cluster_startup import InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
+from mlx_cluster_startup import InitError, backend_name, init_distributed, stall_verdict  # noqa: E402  (deployed beside)
 
 EXIT_INIT, EXIT_LOAD, EXIT_BIND, EXIT_PEER = 3, 5, 6, 7  # 2: bad arguments (argparse)
 HOSTNAME_BYTES = 256
@@ -417,24 +417,6 @@ class Job:
         self.done.set()
         if self.chunks is not None:
             self.chunks.put(None)
-
-
-def stall_verdict(progress, now_mono):
-    """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
-    token for progress["stall_timeout"] seconds (0 = never). The same rule is in
-    mlx_server_daemon.py (which acts on it) and module_utils/mlx_server.py (the status view);
-    tests/unit/server/test_server_health.py holds the three to one table."""
-    bound = float(progress.get("stall_timeout") or 0)
-    mono = progress.get("progress_mono")
-    if bound <= 0 or mono is None:
-        return ""
-    idle = now_mono - float(mono)
-    if idle <= bound:
-        return ""
-    if progress.get("generating"):
-        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
-                f"flight ({progress.get('tokens', 0)} token(s) so far)")
-    return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"
 
 
 class Progress:

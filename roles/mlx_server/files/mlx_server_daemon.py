@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 
-from mlx_cluster_startup import LAUNCHER_ENV  # deployed beside this file
+from mlx_cluster_startup import LAUNCHER_ENV, stall_verdict  # deployed beside this file
 
 EXIT_USAGE = 2          # the rank's bad arguments or model directory: a restart cannot help
 CHECK_EVERY = 1.0       # seconds between two looks at the heartbeat
@@ -120,22 +120,6 @@ def read_json(path):
 
 
 # ---- pure rules (tests/unit/server/test_server_daemon.py) -------------------------------
-
-def stall_verdict(progress, now_mono):
-    """Why a ready rank's serving loop counts as stalled ("" = it does not); the server's
-    /health and module_utils/mlx_server.py apply the same rule (one table tests all three)."""
-    bound = float(progress.get("stall_timeout") or 0)
-    mono = progress.get("progress_mono")
-    if bound <= 0 or mono is None:
-        return ""
-    idle = now_mono - float(mono)
-    if idle <= bound:
-        return ""
-    if progress.get("generating"):
-        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
-                f"flight ({progress.get('tokens', 0)} token(s) so far)")
-    return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"
-
 
 def describe_exit(returncode):
     return f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"

@@ -123,8 +123,8 @@ def fresh(cluster, model, seed):
         shutil.copytree(model, dest_of(cluster, rank0))
 
 
-def check_everywhere(cluster, files, who):
-    for h in cluster.hosts:
+def check_everywhere(cluster, files, who, hosts=None):
+    for h in hosts or cluster.hosts:
         dest = dest_of(cluster, h)
         got = sorted((p.name, p.stat().st_size) for p in dest.iterdir()) if dest.is_dir() else []
         if got != files:
@@ -231,10 +231,89 @@ def share(cluster, hostfile, timeout):
     return seconds
 
 
-def bench_topology(spec, args, runs, baseline_runs, state_root, model, files):
+class Journal:
+    """Every measurement as it is made, one JSON line each in `path` (None: kept in memory only).
+    The machine is shared and the LAN-bound runs take many minutes: a run cut short is resumed by
+    the next one given the same file, which measures only what is missing."""
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path else None
+        text = self.path.read_text() if self.path and self.path.exists() else ""
+        self.records = [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def add(self, **record):
+        self.records.append(record)
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def get(self, topology, method, run, part=None):
+        return next((r for r in self.records if (r.get("topology"), r.get("method"), r.get("run"), r.get("part"))
+                     == (topology, method, run, part)), None)
+
+    def meta(self, topology):
+        return next((r["meta"] for r in self.records if r.get("topology") == topology and "meta" in r), None)
+
+    def result(self, topology):
+        """{topology, hosts, cables, depth, rates_mbit, samples, copy_phase} from the records."""
+        samples = {m: [] for m in METHODS}
+        copy_phase = {"tree": [], "controller": []}
+        for r in self.records:
+            if r.get("topology") == topology and r.get("method") in samples and r.get("part") is None:
+                samples[r["method"]].append(r["seconds"])
+                if r["method"] in copy_phase:
+                    copy_phase[r["method"]].append(r["copy"])
+        return {"topology": topology, **self.meta(topology), "samples": samples, "copy_phase": copy_phase}
+
+
+def schedule(runs, baseline_runs):
+    """[(run, method)] in the order they are measured: the methods rotate from run to run."""
+    out = []
+    for r in range(runs):
+        methods = [m for m in METHODS if m not in BASELINES or r < baseline_runs]
+        k = r % len(methods)
+        out += [(r, m) for m in methods[k:] + methods[:k]]
+    return out
+
+
+def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout):
+    """One measurement of `method` (the serial loop copy by copy, each journaled); the record."""
+    art = cluster.inventory_path.parent / "artifacts"
+    record = {"topology": spec, "method": method, "run": run}
+    fresh(cluster, model, seed=method != "controller")
+    if method in ("tree", "controller"):
+        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout)
+    elif method == "one_copy":
+        record["seconds"] = one_copy(cluster, plan)
+    elif method == "parallel":
+        record["seconds"] = parallel(cluster, plan)
+    elif method == "share":
+        record["seconds"] = share(cluster, art / "hostfile.json", timeout)
+    else:  # serial: one Mac after another; each copy kept as soon as it is done
+        total = 0.0
+        for host in cluster.hosts[1:]:
+            part = journal.get(spec, method, run, host)
+            if part is None:
+                seconds = rank0_rsync(cluster, host, cluster.mgmt_address(host), archive=True)
+                check_everywhere(cluster, files, method, [host])
+                part = {"topology": spec, "method": method, "run": run, "part": host, "seconds": seconds}
+                journal.add(**part)
+            total += part["seconds"]
+        record["seconds"] = total
+    if method in ("tree", "controller", "share"):
+        check_everywhere(cluster, files, method)
+    journal.add(**record)
+    return record
+
+
+def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, journal):
     from tests.e2e.runner import run_site
     from tests.simcluster import SimCluster
 
+    todo = [(r, m) for r, m in schedule(runs, baseline_runs) if journal.get(spec, m, r) is None]
+    if not todo:
+        log(f"{spec}: every measurement is in the journal already")
+        return journal.result(spec)
     cluster = SimCluster(spec, state_dir=state_root / spec)
     t0 = time.monotonic()
     cluster.up()
@@ -242,43 +321,26 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files):
         setup = run_site(cluster, tags=["network", "hostfile"], extravars={"mlx_cluster_backend": "ring"})
         if setup.rc != 0:
             raise BenchError(f"{spec}: the network stage failed: {setup.failures()}")
-        art = cluster.inventory_path.parent / "artifacts"
-        plan = json.loads((art / "plan.json").read_text())
+        plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
         rounds = sync_plan.plan_rounds(plan, source=cluster.hosts[0])
         rates = shape(cluster, plan, args.tb_mbit, args.lan_mbit)
+        if journal.meta(spec) is None:
+            journal.add(topology=spec, meta={"hosts": len(cluster.hosts), "cables": len(plan["links"]["cables"]),
+                                             "depth": rounds["depth"], "rates_mbit": rates})
         log(f"{spec}: {len(cluster.hosts)} Macs, {len(plan['links']['cables'])} cables, tree depth "
             f"{rounds['depth']}, up and configured in {time.monotonic() - t0:.1f} s; links shaped "
-            f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s)")
+            f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s); "
+            f"{len(todo)} measurement(s) to make")
         # warm-up (not timed): the tree run makes the SSH trust the harness's rsyncs use too
         fresh(cluster, model, seed=True)
         run_playbook(cluster, model, "tree", args.timeout)
-        samples = {m: [] for m in METHODS}
-        copy_phase = {"tree": [], "controller": []}
-        for r in range(runs):
-            methods = [m for m in METHODS if m not in BASELINES or r < baseline_runs]
-            k = r % len(methods)
-            for method in methods[k:] + methods[:k]:
-                fresh(cluster, model, seed=method != "controller")
-                if method in ("tree", "controller"):
-                    seconds, copy = run_playbook(cluster, model, method, args.timeout)
-                    copy_phase[method].append(copy)
-                elif method == "one_copy":
-                    seconds = one_copy(cluster, plan)
-                elif method == "parallel":
-                    seconds = parallel(cluster, plan)
-                elif method == "serial":
-                    seconds = serial(cluster, plan)
-                else:
-                    seconds = share(cluster, art / "hostfile.json", args.timeout)
-                if method not in ("one_copy", "parallel"):
-                    check_everywhere(cluster, files, method)
-                samples[method].append(seconds)
-                log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {seconds:.1f} s"
-                    + (f" (copies {copy_phase[method][-1]:.1f} s)" if method in copy_phase else ""))
+        for r, method in todo:
+            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout)
+            log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {rec['seconds']:.1f} s"
+                + (f" (copies {rec['copy']:.1f} s)" if "copy" in rec else ""))
     finally:
         cluster.down()
-    return {"topology": spec, "hosts": len(cluster.hosts), "cables": len(plan["links"]["cables"]),
-            "depth": rounds["depth"], "rates_mbit": rates, "samples": samples, "copy_phase": copy_phase}
+    return journal.result(spec)
 
 
 def summarize(result):
@@ -374,27 +436,6 @@ def write_section(path, section):
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
-def from_json(args):
-    docs = [json.loads(Path(f).read_text()) for f in args.from_json]
-    first = docs[0]
-    for key in ("size_mb", "tb_mbit", "lan_mbit"):
-        if any(d[key] != first[key] for d in docs):
-            raise SystemExit(f"--from-json: the files differ in {key}")
-        setattr(args, key, first[key])
-    results = [r for d in docs for r in d["results"]]
-    runs, baseline_runs = max(d["runs"] for d in docs), max(d["baseline_runs"] for d in docs)
-    info = dict(first["machine"], loadavg_end=max(d["machine"]["loadavg_end"] for d in docs),
-                date=" to ".join(sorted({d["machine"]["date"] for d in docs})[::max(1, len(docs) - 1)]))
-    if args.markdown:
-        command = " ".join(["python bench/model_sync.py", "--topologies", ",".join(r["topology"] for r in results),
-                            "--runs", str(runs), "--baseline-runs", str(baseline_runs), "--size-mb", str(args.size_mb),
-                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit),
-                            "--markdown", args.markdown, "(one topology per run, then --from-json)"])
-        write_section(Path(args.markdown), markdown_section(results, args, runs, baseline_runs, info, command))
-    print(text_table(results, args))
-    return 0
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -407,39 +448,53 @@ def main(argv=None):
     parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
+    parser.add_argument("--journal", metavar="FILE",
+                        help="keep every measurement in FILE (JSON lines) and measure only what it lacks: "
+                             "an interrupted run is resumed by running the same command again")
+    parser.add_argument("--report", action="store_true", help="measure nothing: the table from --journal")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE")
     parser.add_argument("--markdown", metavar="FILE", help="replace (or add) this benchmark's section of FILE")
     parser.add_argument("--state-root", metavar="DIR")
-    parser.add_argument("--from-json", nargs="+", metavar="FILE",
-                        help="no measuring: the table (and --markdown) from the --json files of earlier runs, "
-                             "e.g. one topology each (same size and rates)")
     args = parser.parse_args(argv)
-    if args.from_json:
-        return from_json(args)
     topologies = [t for t in (args.topologies or ("mesh4" if args.quick else ",".join(TOPOLOGIES))).split(",") if t]
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     args.size_mb = args.size_mb or (20 if args.quick else 200)
     if runs < 1 or args.baseline_runs < 0 or args.size_mb < 1:
         parser.error("--runs and --size-mb must be at least 1, --baseline-runs at least 0")
+    if args.report and not args.journal:
+        parser.error("--report needs --journal")
+    journal = Journal(args.journal)
+    setting = {"size_mb": args.size_mb, "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit}
+    earlier = [r["setting"] for r in journal.records if "setting" in r]
+    if any(e != setting for e in earlier):
+        parser.error(f"--journal {args.journal} holds measurements made with {earlier[0]}, not {setting}")
 
-    info = machine(DISTS)
+    if args.report:
+        machines = [r["machine"] for r in journal.records if "machine" in r]
+        info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
+                    date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
+        results = [journal.result(t) for t in topologies if journal.meta(t)]
+    else:
+        info = machine(DISTS)
+        journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]))
 
-    def work(root):
-        model = root / "model" / MODEL
-        files = make_model(model, args.size_mb)
-        return [bench_topology(spec, args, runs, args.baseline_runs, root, model, files) for spec in topologies]
+        def work(root):
+            model = root / "model" / MODEL
+            files = make_model(model, args.size_mb)
+            return [bench_topology(spec, args, runs, args.baseline_runs, root, model, files, journal)
+                    for spec in topologies]
 
-    results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
-    if status is not None:
-        return status
+        results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
+        if status is not None:
+            return status
+        journal.add(setting=setting, machine=info)
     if args.markdown:
         command = " ".join(["python bench/model_sync.py", "--topologies", ",".join(topologies), "--runs", str(runs),
                             "--baseline-runs", str(args.baseline_runs), "--size-mb", str(args.size_mb),
-                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit),
-                            "--markdown", args.markdown])
+                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit)]
+                           + (["--journal", "FILE"] if args.journal else []) + ["--markdown", args.markdown])
         write_section(Path(args.markdown), markdown_section(results, args, runs, args.baseline_runs, info, command))
-    emit({"machine": info, "runs": runs, "baseline_runs": args.baseline_runs, "size_mb": args.size_mb,
-          "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit,
+    emit({"machine": info, "runs": runs, "baseline_runs": args.baseline_runs, **setting,
           "results": [{**r, "summary": summarize(r)} for r in results]}, args.json, text_table(results, args))
     return 0
 

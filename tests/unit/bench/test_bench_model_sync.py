@@ -46,3 +46,20 @@ def test_text_table_and_markdown_section(tmp_path):
     assert text.count(model_sync.SECTION) == 1 and "| ring8x | 8 | 4 |" in text and "| ring8 |" not in text
     assert text.count("kept") == 2 and "mlx-lm 0.2" in text
     assert "| " + " | ".join(model_sync.HEADER) + " |" in text
+
+
+def test_the_journal_resumes_where_a_run_stopped(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    j = model_sync.Journal(path)
+    j.add(topology="ring8", meta={"hosts": 8, "cables": 8, "depth": 4, "rates_mbit": {}})
+    j.add(topology="ring8", method="one_copy", run=0, seconds=4.0)
+    j.add(topology="ring8", method="serial", run=0, part="m2", seconds=200.0)
+    again = model_sync.Journal(path)  # a new run reads what the cut one kept
+    assert again.get("ring8", "one_copy", 0)["seconds"] == 4.0
+    assert again.get("ring8", "serial", 0) is None and again.get("ring8", "serial", 0, "m2")["seconds"] == 200.0
+    res = again.result("ring8")
+    assert res["depth"] == 4 and res["samples"]["one_copy"] == [4.0] and res["samples"]["serial"] == []
+    # every method once per run, the baselines only in the first, the order rotating
+    order = model_sync.schedule(2, 1)
+    assert [m for r, m in order if r == 0] == list(model_sync.METHODS)
+    assert [m for r, m in order if r == 1] == ["parallel", "tree", "share", "one_copy"]

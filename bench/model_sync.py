@@ -271,7 +271,7 @@ def schedule(runs, baseline_runs, only=METHODS):
     out = []
     for r in range(runs):
         methods = [m for m in METHODS if (m not in BASELINES or r < baseline_runs) and m in only]
-        k = r % len(methods)
+        k = r % len(methods) if methods else 0
         out += [(r, m) for m in methods[k:] + methods[:k]]
     return out
 

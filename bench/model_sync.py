@@ -266,12 +266,12 @@ class Journal:
         return {"topology": topology, **self.meta(topology), "samples": samples, "copy_phase": copy_phase}
 
 
-def schedule(runs, baseline_runs):
+def schedule(runs, baseline_runs, only=METHODS):
     """[(run, method)] in the order they are measured: the methods rotate from run to run."""
     out = []
     for r in range(runs):
-        methods = [m for m in METHODS if m not in BASELINES or r < baseline_runs]
-        k = r % len(methods)
+        methods = [m for m in METHODS if (m not in BASELINES or r < baseline_runs) and m in only]
+        k = r % len(methods) if methods else 0
         out += [(r, m) for m in methods[k:] + methods[:k]]
     return out
 
@@ -310,7 +310,7 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
     from tests.e2e.runner import run_site
     from tests.simcluster import SimCluster
 
-    todo = [(r, m) for r, m in schedule(runs, baseline_runs) if journal.get(spec, m, r) is None]
+    todo = [(r, m) for r, m in schedule(runs, baseline_runs, args.methods) if journal.get(spec, m, r) is None]
     if not todo:
         log(f"{spec}: every measurement is in the journal already")
         return journal.result(spec)
@@ -448,6 +448,9 @@ def main(argv=None):
     parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
+                             "first, the LAN-bound baselines in later runs with the same --journal")
     parser.add_argument("--journal", metavar="FILE",
                         help="keep every measurement in FILE (JSON lines) and measure only what it lacks: "
                              "an interrupted run is resumed by running the same command again")
@@ -461,6 +464,9 @@ def main(argv=None):
     args.size_mb = args.size_mb or (20 if args.quick else 200)
     if runs < 1 or args.baseline_runs < 0 or args.size_mb < 1:
         parser.error("--runs and --size-mb must be at least 1, --baseline-runs at least 0")
+    args.methods = [m for m in args.methods.split(",") if m]
+    if set(args.methods) - set(METHODS):
+        parser.error(f"--methods: unknown {sorted(set(args.methods) - set(METHODS))}")
     if args.report and not args.journal:
         parser.error("--report needs --journal")
     journal = Journal(args.journal)

@@ -63,3 +63,4 @@ def test_the_journal_resumes_where_a_run_stopped(tmp_path):
     order = model_sync.schedule(2, 1)
     assert [m for r, m in order if r == 0] == list(model_sync.METHODS)
     assert [m for r, m in order if r == 1] == ["parallel", "tree", "share", "one_copy"]
+    assert model_sync.schedule(3, 1, ["serial"]) == [(0, "serial")]

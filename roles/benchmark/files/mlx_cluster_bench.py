@@ -9,8 +9,9 @@ started on all of them by `mlx.launch` (or run as one process with --expect-worl
         [--expect-world N] [--init-timeout SECONDS] [--backend any|ring|jaccl|mpi|nccl]
         [--seed N] [--ignore-chat-template] [--json-out PATH]
 
-Each rank joins the distributed group (retried with exponential backoff for --init-timeout
-seconds, since nodes come up out of order), loads its shard with mlx_lm.utils.sharded_load
+Each rank joins the distributed group (a peer not listening yet is retried, spaced, a bounded
+number of times within --init-timeout seconds, since nodes come up out of order; a failed RDMA
+link is never retried: mlx_cluster_startup.py), loads its shard with mlx_lm.utils.sharded_load
 (tensor parallel or pipeline group) and runs what mlx_lm.benchmark runs: a prompt of
 --prompt-tokens random token ids (mx.random.seed(--seed), ids below the vocabulary size; or
 --prompt TEXT through the chat template), then exactly --generation-tokens greedy tokens, EOS
@@ -39,7 +40,8 @@ mlx_lm.load (nothing to shard).
 Exit codes: 0 done; 2 bad arguments or model directory; 3 distributed init failed or gave a
 world size other than --expect-world (a process killed by the init watchdog exits by
 SIGTERM); 4 the ranks (or two trials) generated different tokens; 5 the mode cannot split
-this model over the ranks (the message says why and what to run instead).
+this model over the ranks (the message says why and what to run instead); 8 RDMA could not be
+brought up (not retried; the message names the devices and the fix).
 """
 
 import os
@@ -59,7 +61,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
-from mlx_cluster_startup import InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
+from mlx_cluster_startup import EXIT_RDMA, InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
 
 EXIT_INIT, EXIT_MISMATCH, EXIT_MODEL = 3, 4, 5  # 2: bad arguments (argparse)
 HOSTNAME_BYTES = 256
@@ -241,7 +243,7 @@ def run(args):
         group = init_distributed(args.backend, args.expect_world, args.init_timeout, log)
     except InitError as err:
         print(err, file=sys.stderr, flush=True)  # names rank and host itself
-        return EXIT_INIT
+        return EXIT_RDMA if err.kind == "rdma" else EXIT_INIT
     rank, size = group.rank(), group.size()
     _PREFIX[0] = f"[rank {rank}/{size} {socket.gethostname()}]"
     mx.random.seed(args.seed)

@@ -63,7 +63,8 @@ Logs go to stderr (the supervisor sends them to rank<N>.log) as "[time rank R/N 
 
 Exit codes: 0 stopped on request; 2 bad arguments or model directory; 3 distributed init
 failed or gave another world size than --expect-world; 5 loading the model failed; 6 the HTTP
-port could not be bound; 7 a peer was lost or a collective failed while serving.
+port could not be bound; 7 a peer was lost or a collective failed while serving; 8 RDMA could not
+be brought up (its supervisor does not restart it).
 """
 
 import os
@@ -89,7 +90,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E40
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
-from mlx_cluster_startup import InitError, backend_name, init_distributed, stall_verdict  # noqa: E402  (deployed beside)
+from mlx_cluster_startup import EXIT_RDMA, InitError, backend_name, init_distributed, stall_verdict  # noqa: E402  (deployed beside)
 
 EXIT_INIT, EXIT_LOAD, EXIT_BIND, EXIT_PEER = 3, 5, 6, 7  # 2: bad arguments (argparse)
 HOSTNAME_BYTES = 256
@@ -809,7 +810,7 @@ def _run(args, state):
         group = init_distributed(args.backend, args.expect_world, args.init_timeout, log)
     except InitError as err:
         state.phase("failed", str(err))
-        return EXIT_INIT
+        return EXIT_RDMA if err.kind == "rdma" else EXIT_INIT
     rank, size = group.rank(), group.size()
     _PREFIX[0] = f"rank {rank}/{size} {socket.gethostname()}"
     if rank != state.rank:

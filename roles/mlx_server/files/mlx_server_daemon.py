@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 
-from mlx_cluster_startup import LAUNCHER_ENV, stall_verdict  # deployed beside this file
+from mlx_cluster_startup import EXIT_RDMA, LAUNCHER_ENV, stall_verdict  # deployed beside this file
 
 EXIT_USAGE = 2          # the rank's bad arguments or model directory: a restart cannot help
 CHECK_EVERY = 1.0       # seconds between two looks at the heartbeat
@@ -137,6 +137,9 @@ def decide(returncode, recent, max_restarts):
         return "stop", "the rank stopped"
     if returncode == EXIT_USAGE:
         return "failed", "the rank refused its arguments or model directory (exit 2): a restart cannot help"
+    if returncode == EXIT_RDMA:
+        return "failed", (f"RDMA could not be brought up (exit {EXIT_RDMA}): never retried, as repeated "
+                          "attempts can wedge the link further; the rank's log names the devices and the fix")
     if recent >= max_restarts:
         return "give_up", f"{recent} restart(s) within the window already"
     return "restart", f"restart {recent + 1} of {max_restarts}"

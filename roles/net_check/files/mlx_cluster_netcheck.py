@@ -23,7 +23,8 @@ right sum for every iteration. Other ranks print nothing on stdout; logs go to s
 
 Exit codes: 0 all sums right; 2 bad arguments; 3 distributed init failed or gave a world size
 other than --expect-world (a process killed by the init watchdog exits by SIGTERM); 4 a wrong
-sum (stderr names the ranks that got it).
+sum (stderr names the ranks that got it); 8 RDMA could not be brought up (not retried; the
+message names the devices and the fix).
 """
 
 import os
@@ -40,7 +41,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
-from mlx_cluster_startup import InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
+from mlx_cluster_startup import EXIT_RDMA, InitError, backend_name, init_distributed  # noqa: E402  (deployed beside)
 
 EXIT_INIT, EXIT_WRONG_SUM = 3, 4  # 2: bad arguments (argparse)
 _PREFIX = [f"[rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}]"]
@@ -106,7 +107,7 @@ def run(args):
         group = init_distributed(args.backend, args.expect_world, args.init_timeout, log)
     except InitError as err:
         print(err, file=sys.stderr, flush=True)  # names rank and host itself
-        return EXIT_INIT
+        return EXIT_RDMA if err.kind == "rdma" else EXIT_INIT
     rank, size = group.rank(), group.size()
     _PREFIX[0] = f"[rank {rank}/{size} {socket.gethostname()}]"
 

@@ -16,6 +16,11 @@ description:
     the remote ranks get SIGHUP); nothing is killed by name.
   - Returns the job's JSON line (the last line of standard output that is a JSON object) and,
     on failure, the ranks that failed mapped to their hosts.
+  - When RDMA could not be brought up (a rank of a C(jaccl) or C(jaccl-ring) job exited with the
+    deployed programs' RDMA exit code, 8), nothing is retried: the failure names each Mac and
+    cable to replug or reboot. With O(fallback_hostfile), the job is instead run once more on
+    that C(ring) hostfile (the TCP ring over the same Thunderbolt cables), with a warning, and
+    the result says so (C(fallback_from), C(fallback_reason)).
 version_added: "0.1.0"
 options:
   hostfile:
@@ -54,6 +59,12 @@ options:
     description: Seconds each host gets to answer the SSH check (0 skips the check).
     type: int
     default: 10
+  fallback_hostfile:
+    description:
+      - A C(ring) hostfile (JSON, on the machine the task runs on) to run the job on once more
+        when RDMA could not be brought up. Empty, such a failure fails the task.
+      - The second run gets what is left of O(timeout).
+    type: path
   ssh_targets:
     description:
       - "How the controller reaches each Mac of the hostfile, by the hostfile's names (inventory
@@ -88,10 +99,22 @@ EXAMPLES = r"""
 
 RETURN = r"""
 result:
-  description: The job's JSON line, parsed.
+  description:
+    - The job's JSON line, parsed.
+    - After a fallback also C(fallback_from) (the RDMA backend that failed) and C(fallback_reason).
   returned: success
   type: dict
   sample: {"world_size": 2, "generation_tps": 31.2}
+rdma_failure:
+  description: When RDMA could not be brought up, the ranks, Macs and cables concerned and the message.
+  returned: when RDMA could not be brought up
+  type: dict
+  sample: {"backend": "jaccl", "hosts": ["m2"], "cables": ["m2:en2 <-> m1:en2"], "msg": "RDMA could not be brought up ..."}
+fallback:
+  description: The fallback made, or null.
+  returned: always
+  type: dict
+  sample: {"from": "jaccl", "to": "ring", "hostfile": "/path/artifacts/hostfile-ring.json", "reason": "RDMA could not ..."}
 failed_ranks:
   description: Ranks that exited non-zero or were killed, with their host.
   returned: always
@@ -126,7 +149,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
+    describe_failed, failure_lines, hostfile_hosts, launch_argv, rdma_failure, read_result)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 
@@ -164,6 +188,15 @@ def ssh_check(env, hosts, timeout):
         return [r for r in pool.map(one, hosts) if r[1] != 0]
 
 
+def read_hostfile(module, path):
+    try:
+        with open(path) as f:
+            hostfile = json.load(f)
+        return hostfile, hostfile_hosts(hostfile)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"cannot read the hostfile {path}: {exc}; run the hostfile stage first")
+
+
 def run_job(argv, env, timeout):
     """Run the launcher in its own process group; on timeout terminate the whole group."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -193,16 +226,17 @@ def main():
             args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
             timeout=dict(type="int", default=600), launcher=dict(type="str"),
             ssh_check_timeout=dict(type="int", default=10),
-            ssh_targets=dict(type="dict", default={}),
+            ssh_targets=dict(type="dict", default={}), fallback_hostfile=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    try:
-        with open(p["hostfile"]) as f:
-            hosts = hostfile_hosts(json.load(f))
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=f"cannot read the hostfile {p['hostfile']}: {exc}; run the hostfile stage first")
+    hostfile, hosts = read_hostfile(module, p["hostfile"])
+    if p["fallback_hostfile"]:
+        fallback = read_hostfile(module, p["fallback_hostfile"])
+        if fallback[0].get("backend") != "ring" or sorted(fallback[1]) != sorted(hosts):
+            module.fail_json(msg=f"the fallback hostfile {p['fallback_hostfile']} is not a ring hostfile of the "
+                                 f"same Macs as {p['hostfile']}: run the hostfile stage again")
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
                          failed_ranks=[], elapsed=0.0, stdout_tail="", stderr_tail="")
@@ -215,13 +249,13 @@ def main():
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"cannot prepare ssh for mlx.launch: {exc}")
     try:
-        run(module, p, hosts, wrapper)
+        run(module, p, hostfile, hosts, wrapper)
     finally:
         if wrapper:
             shutil.rmtree(wrapper, ignore_errors=True)
 
 
-def run(module, p, hosts, wrapper):
+def run(module, p, hostfile, hosts, wrapper):
     env = dict(os.environ)
     if wrapper:
         env["PATH"] = os.pathsep.join([wrapper, os.environ.get("PATH", "")])
@@ -237,26 +271,64 @@ def run(module, p, hosts, wrapper):
             module.fail_json(
                 msg="not started: " + " ".join(words),
                 failed_ranks=[{"rank": hosts.index(h), "host": h, "code": None, "killed": False} for h, _, _ in down],
-                elapsed=0.0, stdout_tail="", stderr_tail="")
+                elapsed=0.0, stdout_tail="", stderr_tail="", fallback=None)
     launcher = p["launcher"] or os.path.join(os.path.dirname(sys.executable), "mlx.launch")
     if not os.path.exists(launcher):
         launcher = module.get_bin_path("mlx.launch", required=True)
-    argv = launch_argv(launcher, p["hostfile"], p["backend"], p["python"], p["script"], p["args"], p["env"])
     start = time.monotonic()
-    rc, out, err, timed_out = run_job(argv, env, p["timeout"])
+    job = launch(launcher, p, p["hostfile"], hosts, env, p["timeout"])
+    rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
+    name = os.path.basename(p["script"])
+    if rdma and p["fallback_hostfile"]:
+        # The RDMA launch itself is never retried: the job runs once more, on the TCP ring.
+        module.warn(f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
+                    f"cables (mlx_cluster_fallback_backend: ring): {p['fallback_hostfile']}")
+        fallback = {"from": rdma["backend"], "to": "ring", "hostfile": p["fallback_hostfile"], "reason": rdma["msg"]}
+        ring_hosts = hostfile_hosts(read_hostfile(module, p["fallback_hostfile"])[0])
+        left = max(1, int(p["timeout"] - (time.monotonic() - start)))
+        first = job
+        job = launch(launcher, p, p["fallback_hostfile"], ring_hosts, env, left)
+        job.pop("stdout")
+        job["elapsed"] = round(time.monotonic() - start, 3)
+        if job["why"]:
+            module.fail_json(msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
+                                 f"{job['why']}: {job['who']}.{job['detail']}",
+                             rdma_failure=rdma, fallback=fallback, first_run=strip(first), **strip(job))
+        job["result"].update(fallback_from=rdma["backend"], fallback_reason=rdma["msg"])
+        module.exit_json(changed=False, result=job["result"], rdma_failure=rdma, fallback=fallback, **strip(job))
+    if rdma:
+        module.fail_json(msg=f"{name}: {rdma['msg']}, or set mlx_cluster_fallback_backend: ring to run on the "
+                             f"ring backend over the same cables when this happens.{job['detail']}",
+                         rdma_failure=rdma, fallback=None, **strip(job))
+    if job["why"]:
+        module.fail_json(msg=f"{name} {job['why']}: {job['who']}.{job['detail']}", fallback=None, **strip(job))
+    module.exit_json(changed=False, result=job["result"], fallback=None, **strip(job))
+
+
+def strip(job):
+    """The module's return keys of one launch (without the wording kept for the message)."""
+    return {k: v for k, v in job.items() if k in ("failed_ranks", "elapsed", "stdout_tail", "stderr_tail", "cmd")}
+
+
+def launch(launcher, p, hostfile, hosts, env, timeout):
+    """One mlx.launch run, bounded by `timeout`: its result and, when it failed, why ("why",
+    "who", "detail": the wording of the failure message; "why" empty on success)."""
+    argv = launch_argv(launcher, hostfile, p["backend"], p["python"], p["script"], p["args"], p["env"])
+    start = time.monotonic()
+    rc, out, err, timed_out = run_job(argv, env, timeout)
     elapsed = round(time.monotonic() - start, 3)
     parsed = read_result(out, err, hosts)
-    info = dict(failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out), stderr_tail=tail(err), cmd=argv)
+    job = dict(result=parsed["result"], failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out),
+               stderr_tail=tail(err), cmd=argv, stdout=out, why="", who="", detail="")
     if timed_out or rc != 0 or parsed["result"] is None:
-        who = describe_failed(parsed["failed"]) or "no rank reported"
         # mlx.launch may exit 0 after ending the other ranks of a job one rank broke
-        why = (f"timed out after {p['timeout']}s" if timed_out else f"failed (launcher exit {rc})" if rc
-               else "failed (mlx.launch exited 0, but without the job's result)")
-        ranks, launcher = failure_lines(out, err)
-        detail = "".join(f"\n{title}:\n" + "\n".join(lines) for title, lines in
-                         (("Last lines of the ranks", ranks), ("mlx.launch said", launcher)) if lines)
-        module.fail_json(msg=f"{os.path.basename(p['script'])} {why}: {who}.{detail}", **info)
-    module.exit_json(changed=False, result=parsed["result"], **info)
+        job["why"] = (f"timed out after {timeout}s" if timed_out else f"failed (launcher exit {rc})" if rc
+                      else "failed (mlx.launch exited 0, but without the job's result)")
+        job["who"] = describe_failed(parsed["failed"]) or "no rank reported"
+        ranks, launcher_lines = failure_lines(out, err)
+        job["detail"] = "".join(f"\n{title}:\n" + "\n".join(lines) for title, lines in
+                                (("Last lines of the ranks", ranks), ("mlx.launch said", launcher_lines)) if lines)
+    return job
 
 
 if __name__ == "__main__":

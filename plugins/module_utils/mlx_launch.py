@@ -4,7 +4,8 @@
 `launch_argv()` builds the launcher command; `read_result()` finds the job's one JSON line
 and maps `mlx.launch`'s "Node with rank N ..." lines to inventory hosts, so a failure names
 the Mac, not a rank number; `describe_failed()` and `failure_lines()` word the failure
-message; `run_processes()` finds leftover processes of one run by its unique run id in `ps`
+message; `rdma_failure()` recognises a launch whose RDMA could not be brought up (a rank exited
+with RDMA_EXIT) and names the Macs and cables to replug; `run_processes()` finds leftover processes of one run by its unique run id in `ps`
 output (never by a process name).
 """
 
@@ -22,6 +23,15 @@ BACKENDS = ("jaccl", "jaccl-ring", "ring")
 RANK_LINE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")
+# The deployed programs' exit code when RDMA could not be brought up: init is never retried for
+# it, and the ring backend over the same cables may still work. Its other copy is EXIT_RDMA in
+# roles/mlx_cluster/files/mlx_cluster_startup.py (a deployed program cannot import this room;
+# tests/unit/module_utils/test_init_recovery.py holds the two equal).
+RDMA_EXIT = 8
+RDMA_BACKENDS = ("jaccl", "jaccl-ring")
+RDMA_FIX = ("replug the Thunderbolt cables named (both ends); if that does not help, reboot the "
+            "Mac(s) named; check `rdma_ctl status` (enabled) and `ibv_devinfo` (PORT_ACTIVE) on them")
+_RDMA_NAME = re.compile(r"\brdma_[A-Za-z0-9]+")
 # What `ssh` exits with when the remote command died of a signal (or the connection failed):
 # the code `mlx.launch` reports for a rank that was killed on its Mac.
 SSH_DIED = 255
@@ -132,3 +142,74 @@ def run_processes(ps_text, run_id, own_pid=None):
         if run_id in args.split():
             found.append({"pid": pid, "args": args})
     return found
+
+
+def _device_list(entry):
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, list):
+        return [e for e in entry if isinstance(e, str)]
+    return []
+
+
+def _port(device):
+    return device[len("rdma_"):] if device and device.startswith("rdma_") else device
+
+
+def rank_cables(hostfile, rank):
+    """The RDMA cables of one rank of a jaccl / jaccl-ring hostfile, from both ends' devices:
+    [{"device", "host", "port", "peer", "peer_port"}] ("rdma_en2" is port en2, MLX's naming)."""
+    hosts = hostfile.get("hosts") if isinstance(hostfile, dict) else hostfile
+    me = hosts[rank]
+    out = []
+    for peer, entry in enumerate(me.get("rdma") or []):
+        theirs = (hosts[peer].get("rdma") or []) if peer < len(hosts) else []
+        back = _device_list(theirs[rank]) if rank < len(theirs) else []
+        for i, device in enumerate(_device_list(entry)):
+            out.append({"device": device, "host": me["ssh"], "port": _port(device),
+                        "peer": hosts[peer]["ssh"], "peer_port": _port(back[i]) if i < len(back) else None})
+    return out
+
+
+def _cable_text(c):
+    return f"{c['host']}:{c['port']} <-> {c['peer']}" + (f":{c['peer_port']}" if c["peer_port"] else "")
+
+
+def _rank_reason(stdout, rank):
+    """The failed rank's own line (its InitError starts with "rank N on <hostname>:")."""
+    found = ""
+    for line in (stdout or "").splitlines():
+        line = ANSI.sub("", line).strip()
+        if line.startswith(f"rank {rank} on ") and "RDMA" in line:
+            found = line
+    return found
+
+
+def rdma_failure(failed, hostfile, stdout=""):
+    """None, or what a launch whose RDMA could not be brought up says: {"backend", "ranks":
+    [{"rank", "host", "cables": [...], "reason"}], "cables": [text], "hosts": [name], "msg"}.
+
+    A rank that exited with RDMA_EXIT is one; its cables are those of its devices that its own
+    message names (MLX named the device), else all of its RDMA cables."""
+    backend = hostfile.get("backend") if isinstance(hostfile, dict) else None
+    hosts = hostfile.get("hosts") if isinstance(hostfile, dict) else None
+    ranks = sorted({f["rank"] for f in failed if f.get("code") == RDMA_EXIT})
+    if backend not in RDMA_BACKENDS or not isinstance(hosts, list) or not ranks:
+        return None
+    out, cables, names, words = [], [], [], []
+    for r in ranks:
+        if r >= len(hosts):
+            continue
+        mine = rank_cables(hostfile, r)
+        reason = _rank_reason(stdout, r)
+        named = set(_RDMA_NAME.findall(reason.split(":", 1)[-1]))
+        suspects = [c for c in mine if c["device"] in named] or mine
+        texts = [_cable_text(c) for c in suspects]
+        out.append({"rank": r, "host": hosts[r]["ssh"], "cables": texts, "reason": reason})
+        names.append(hosts[r]["ssh"])
+        cables += [t for t in texts if t not in cables]
+        words.append(f"{hosts[r]['ssh']} (rank {r}): cable(s) {', '.join(texts) or 'none listed'}")
+    msg = (f"RDMA could not be brought up (backend {backend}) on {'; '.join(words)}. Not retried: "
+           "a failed RDMA link is not a race, and repeated attempts can wedge it further. "
+           f"Fix: {RDMA_FIX}")
+    return {"backend": backend, "ranks": out, "cables": cables, "hosts": names, "msg": msg}

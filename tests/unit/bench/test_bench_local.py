@@ -228,6 +228,23 @@ def test_missing_peer_gives_up_at_the_init_timeout_naming_rank_and_host(rank, tm
     assert 3 <= elapsed < 20
 
 
+def test_rdma_that_cannot_come_up_ends_init_at_once_with_the_rdma_exit_code(tmp_path):
+    """As mlx.launch starts a jaccl rank (MLX_IBV_DEVICES, MLX_JACCL_COORDINATOR): this machine's
+    mlx has no JACCL, so init fails as on a Mac whose RDMA cannot come up. Not retried: exit 8 in
+    a few seconds, well before --init-timeout, naming rank, host and the device file's devices."""
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps([[None, "rdma_en2"], ["rdma_en2", None]]))
+    tic = time.monotonic()
+    result = _run([sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "60"], timeout=60,
+                  env={**ENV, "MLX_RANK": "1", "MLX_IBV_DEVICES": str(devices),
+                       "MLX_JACCL_COORDINATOR": f"127.0.0.1:{_free_port_pair()}"})
+    assert time.monotonic() - tic < 20
+    assert result.returncode == 8 and result.stdout == ""
+    assert f"rank 1 on {socket.gethostname()}: RDMA could not be brought up (backend jaccl)" in result.stderr
+    assert "Cannot initialize jaccl distributed backend" in result.stderr
+    assert "retrying" not in result.stderr and "attempt 2" not in result.stderr
+
+
 # --- the network check ---
 
 def test_netcheck_two_ranks_all_sizes_ok():

@@ -1,0 +1,100 @@
+"""library/mlx_launch.py when RDMA cannot be brought up: the RDMA launch is never retried; the
+failure names the Mac, its cables and the fix; with fallback_hostfile the job runs once more on
+the ring hostfile and says so. The launcher is a stand-in (`launcher` option) that answers as
+mlx.launch does for a jaccl job whose rank 1 exited with the RDMA exit code, and runs a ring
+job; every run is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import RDMA_EXIT
+from tests.unit.conftest import run_module
+
+FAKE_LAUNCHER = """#!{python}
+import json, sys
+argv = sys.argv[1:]
+hostfile = argv[argv.index("--hostfile") + 1]
+with open({log!r}, "a") as f:
+    f.write(hostfile + "\\n")
+backend = json.load(open(hostfile))["backend"]
+if backend == "jaccl":
+    print("rank 1 on studio-2: RDMA could not be brought up (backend jaccl): [jaccl] Changing queue pair "
+          "to RTR failed with errno 110. RDMA device(s) concerned: rdma_en2 (to rank 0). Not retried", flush=True)
+    print("\\x1b[33m[WARN] Node with rank 1 exited with code {code}\\x1b[0m", file=sys.stderr)
+    print("\\x1b[33m[WARN] Node with rank 0 was killed\\x1b[0m", file=sys.stderr)
+    sys.exit({exit})
+print(json.dumps({{"backend": "ring", "world_size": 2, "mode": "tensor"}}))
+"""
+
+JACCL = {"backend": "jaccl", "envs": [], "hosts": [
+    {"ssh": "m1", "ips": ["10.99.0.2"], "rdma": [None, "rdma_en2"]},
+    {"ssh": "m2", "ips": ["10.99.0.3"], "rdma": ["rdma_en2", None]}]}
+RING = {"backend": "ring", "envs": [], "hosts": [
+    {"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+    {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
+
+
+@pytest.fixture
+def files(tmp_path):
+    log = tmp_path / "launches.log"
+    launcher = tmp_path / "mlx.launch"
+    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(log), code=RDMA_EXIT, exit=1))
+    launcher.chmod(0o700)
+    jaccl, ring = tmp_path / "hostfile.json", tmp_path / "hostfile-ring.json"
+    jaccl.write_text(json.dumps(JACCL))
+    ring.write_text(json.dumps(RING))
+    return {"log": log, "launcher": str(launcher), "jaccl": str(jaccl), "ring": str(ring)}
+
+
+def _launch(capsys, files, **extra):
+    args = dict(hostfile=files["jaccl"], python="/usr/bin/python3", script="/srv/bench/mlx_cluster_bench.py",
+                launcher=files["launcher"], ssh_check_timeout=0, timeout=60, **extra)
+    return run_module(capsys, "mlx_launch", args)
+
+
+def test_without_a_fallback_rdma_fails_at_once_naming_the_cable_and_the_fix(capsys, files):
+    run = _launch(capsys, files)
+    assert run.failed
+    assert files["log"].read_text().splitlines() == [files["jaccl"]]  # launched once: no retry
+    msg = run.result["msg"]
+    assert msg.startswith("mlx_cluster_bench.py: RDMA could not be brought up (backend jaccl) on m2 (rank 1): "
+                          "cable(s) m2:en2 <-> m1:en2.")
+    for words in ("Not retried", "replug", "reboot", "rdma_ctl status", "mlx_cluster_fallback_backend: ring",
+                  "Changing queue pair to RTR failed"):
+        assert words in msg
+    assert run.result["rdma_failure"]["hosts"] == ["m2"]
+    assert run.result["fallback"] is None
+
+
+def test_with_the_fallback_the_job_runs_once_on_the_ring_and_says_so(capsys, files):
+    run = _launch(capsys, files, fallback_hostfile=files["ring"])
+    assert not run.failed, run.result
+    assert files["log"].read_text().splitlines() == [files["jaccl"], files["ring"]]
+    result = run.result["result"]
+    assert (result["backend"], result["fallback_from"]) == ("ring", "jaccl")
+    assert "m2:en2 <-> m1:en2" in result["fallback_reason"]
+    assert run.result["fallback"]["to"] == "ring" and run.result["fallback"]["hostfile"] == files["ring"]
+    assert any("Falling back to the ring backend" in w and "m2 (rank 1)" in w for w in run.warnings)
+
+
+def test_a_failure_that_is_not_rdma_does_not_fall_back(capsys, files, tmp_path):
+    launcher = tmp_path / "other.launch"
+    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(files["log"]), code=3, exit=1))
+    launcher.chmod(0o700)
+    run = _launch(capsys, dict(files, launcher=str(launcher)), fallback_hostfile=files["ring"])
+    assert run.failed and "RDMA" not in run.result["msg"].split(":")[0]
+    assert files["log"].read_text().splitlines() == [files["jaccl"]]
+    assert run.result["fallback"] is None
+
+
+def test_a_fallback_hostfile_that_is_not_a_ring_of_the_same_macs_is_refused(capsys, files, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(RING, hosts=RING["hosts"][:1])))
+    run = _launch(capsys, files, fallback_hostfile=str(other))
+    assert run.failed and "not a ring hostfile of the same Macs" in run.result["msg"]
+    assert not files["log"].exists()

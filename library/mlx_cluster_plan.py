@@ -72,6 +72,14 @@ options:
     description: File name of the hostfile, in I(remote_dir) on every Mac and in the artifacts directory.
     type: str
     default: hostfile.json
+  fallback_backend:
+    description:
+      - What a launch runs on when the planned RDMA backend (C(jaccl), C(jaccl-ring)) cannot be
+        brought up. C(ring), the plan holds a ring hostfile over the same Thunderbolt cables
+        (C(fallback)); empty, such a launch fails naming the cables and Macs to replug or reboot.
+    type: str
+    choices: ["", ring]
+    default: ""
 author:
   - mlx-cluster contributors
 """
@@ -95,8 +103,9 @@ ansible_facts:
     mlx_cluster_plan:
       description:
         - C(hosts) (rank order), C(links), C(topology), C(ip_plan), C(coordinators), C(ssh),
-          C(hostfile) (null when no backend fits the wiring), C(remote_dir), C(hostfile_name) and
-          C(hostfile_path) (absolute, the same on every Mac).
+          C(hostfile) (null when no backend fits the wiring), C(remote_dir), C(hostfile_name),
+          C(hostfile_path) (absolute, the same on every Mac) and C(fallback) (null, or
+          C({backend: ring, from, hostfile, hostfile_name}) with I(fallback_backend)).
       returned: success
       type: dict
       sample:

@@ -61,10 +61,16 @@ options:
     default: 10
   fallback_hostfile:
     description:
-      - A C(ring) hostfile (JSON, on the machine the task runs on) to run the job on once more
-        when RDMA could not be brought up. Empty, such a failure fails the task.
+      - A C(ring) hostfile of the same Macs (its content, as the plan's C(fallback.hostfile)) to
+        run the job on once more when RDMA could not be brought up; written to a private
+        temporary file for that run. Empty, such a failure fails the task.
       - The second run gets what is left of O(timeout).
-    type: path
+    type: dict
+  fallback_reason:
+    description:
+      - Set when RDMA already could not be brought up earlier in the same run (the reason given
+        then): the job runs on O(fallback_hostfile) at once, and RDMA is not tried again.
+    type: str
   ssh_targets:
     description:
       - "How the controller reaches each Mac of the hostfile, by the hostfile's names (inventory
@@ -114,7 +120,7 @@ fallback:
   description: The fallback made, or null.
   returned: always
   type: dict
-  sample: {"from": "jaccl", "to": "ring", "hostfile": "/path/artifacts/hostfile-ring.json", "reason": "RDMA could not ..."}
+  sample: {"from": "jaccl", "to": "ring", "hosts": ["m1", "m2"], "reason": "RDMA could not ..."}
 failed_ranks:
   description: Ranks that exited non-zero or were killed, with their host.
   returned: always
@@ -226,17 +232,23 @@ def main():
             args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
             timeout=dict(type="int", default=600), launcher=dict(type="str"),
             ssh_check_timeout=dict(type="int", default=10),
-            ssh_targets=dict(type="dict", default={}), fallback_hostfile=dict(type="path"),
+            ssh_targets=dict(type="dict", default={}), fallback_hostfile=dict(type="dict"),
+            fallback_reason=dict(type="str"),
         ),
+        required_by={"fallback_reason": "fallback_hostfile"},
         supports_check_mode=True,
     )
     p = module.params
     hostfile, hosts = read_hostfile(module, p["hostfile"])
     if p["fallback_hostfile"]:
-        fallback = read_hostfile(module, p["fallback_hostfile"])
-        if fallback[0].get("backend") != "ring" or sorted(fallback[1]) != sorted(hosts):
-            module.fail_json(msg=f"the fallback hostfile {p['fallback_hostfile']} is not a ring hostfile of the "
-                                 f"same Macs as {p['hostfile']}: run the hostfile stage again")
+        try:
+            ring_hosts = hostfile_hosts(p["fallback_hostfile"])
+        except ValueError as exc:
+            ring_hosts = exc
+        if p["fallback_hostfile"].get("backend") != "ring" or not isinstance(ring_hosts, list) \
+                or sorted(ring_hosts) != sorted(hosts):
+            module.fail_json(msg=f"fallback_hostfile is not a ring hostfile of the same Macs as {p['hostfile']} "
+                                 f"({ring_hosts}): run the discover and hostfile stages again")
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
                          failed_ranks=[], elapsed=0.0, stdout_tail="", stderr_tail="")
@@ -276,24 +288,38 @@ def run(module, p, hostfile, hosts, wrapper):
     if not os.path.exists(launcher):
         launcher = module.get_bin_path("mlx.launch", required=True)
     start = time.monotonic()
-    job = launch(launcher, p, p["hostfile"], hosts, env, p["timeout"])
-    rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
     name = os.path.basename(p["script"])
+    if p["fallback_reason"]:
+        # RDMA failed earlier in this run: not tried again
+        job = dict(why="", failed_ranks=[], stdout="")
+        rdma = {"backend": hostfile.get("backend"), "msg": p["fallback_reason"], "earlier": True}
+        module.warn(f"{name}: RDMA could not be brought up earlier in this run: running on the ring backend "
+                    "over the same Thunderbolt cables at once (RDMA is not tried again)")
+    else:
+        job = launch(launcher, p, p["hostfile"], hosts, env, p["timeout"])
+        rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
     if rdma and p["fallback_hostfile"]:
         # The RDMA launch itself is never retried: the job runs once more, on the TCP ring.
-        module.warn(f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
-                    f"cables (mlx_cluster_fallback_backend: ring): {p['fallback_hostfile']}")
-        fallback = {"from": rdma["backend"], "to": "ring", "hostfile": p["fallback_hostfile"], "reason": rdma["msg"]}
-        ring_hosts = hostfile_hosts(read_hostfile(module, p["fallback_hostfile"])[0])
+        ring_hosts = hostfile_hosts(p["fallback_hostfile"])
+        if not rdma.get("earlier"):
+            module.warn(f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
+                        f"cables (mlx_cluster_fallback_backend: ring), ranks {', '.join(ring_hosts)}")
+        fallback = {"from": rdma["backend"], "to": "ring", "hosts": ring_hosts, "reason": rdma["msg"]}
         left = max(1, int(p["timeout"] - (time.monotonic() - start)))
         first = job
-        job = launch(launcher, p, p["fallback_hostfile"], ring_hosts, env, left)
+        fd, path = tempfile.mkstemp(prefix="mlx-cluster-ring-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(p["fallback_hostfile"], f)
+            job = launch(launcher, p, path, ring_hosts, env, left, backend="ring")
+        finally:
+            os.unlink(path)
         job.pop("stdout")
         job["elapsed"] = round(time.monotonic() - start, 3)
         if job["why"]:
             module.fail_json(msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
                                  f"{job['why']}: {job['who']}.{job['detail']}",
-                             rdma_failure=rdma, fallback=fallback, first_run=strip(first), **strip(job))
+                             rdma_failure=rdma, fallback=fallback, first_run=strip(first) or None, **strip(job))
         job["result"].update(fallback_from=rdma["backend"], fallback_reason=rdma["msg"])
         module.exit_json(changed=False, result=job["result"], rdma_failure=rdma, fallback=fallback, **strip(job))
     if rdma:
@@ -310,10 +336,10 @@ def strip(job):
     return {k: v for k, v in job.items() if k in ("failed_ranks", "elapsed", "stdout_tail", "stderr_tail", "cmd")}
 
 
-def launch(launcher, p, hostfile, hosts, env, timeout):
+def launch(launcher, p, hostfile, hosts, env, timeout, backend=None):
     """One mlx.launch run, bounded by `timeout`: its result and, when it failed, why ("why",
     "who", "detail": the wording of the failure message; "why" empty on success)."""
-    argv = launch_argv(launcher, hostfile, p["backend"], p["python"], p["script"], p["args"], p["env"])
+    argv = launch_argv(launcher, hostfile, backend or p["backend"], p["python"], p["script"], p["args"], p["env"])
     start = time.monotonic()
     rc, out, err, timed_out = run_job(argv, env, timeout)
     elapsed = round(time.monotonic() - start, 3)

@@ -22,7 +22,7 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 _SETTINGS = ("ssh", "backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
-             "exclude_networks", "envs", "remote_dir", "hostfile_name")
+             "exclude_networks", "envs", "remote_dir", "hostfile_name", "fallback_backend")
 
 
 class ActionModule(ActionBase):

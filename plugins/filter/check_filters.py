@@ -77,6 +77,9 @@ def mlx_cable_hostfiles(plan, envs=None):
     `plan` is mlx_cluster_plan. With a jaccl/jaccl-ring backend a cable that carries RDMA
     (the topology's rdma_cables) is measured over its RDMA devices (coordinator: the first
     end's management address); any other cable over the TCP ring on its own /30 addresses.
+    Each RDMA cable also gets its ring twin (`ring_file`, `ring_hostfile`: the same cable over
+    TCP), which a check runs on when RDMA cannot be brought up and the plan has a ring
+    fallback; `ring_file` is null for a cable measured over TCP already.
     """
     try:
         topology = plan.get("topology") or {}
@@ -86,17 +89,18 @@ def mlx_cable_hostfiles(plan, envs=None):
         out = []
         for cid, c in sorted((plan.get("ip_plan") or {}).get("cables", {}).items()):
             a, b = c["a"], c["b"]
+            base = cid.replace(":", "_").replace("~", "__")
+            ring = {"backend": "ring", "envs": list(envs or []),
+                    "hosts": [{"ssh": a["host"], "ips": [a["address"]], "rdma": []},
+                              {"ssh": b["host"], "ips": [b["address"]], "rdma": []}]}
+            item = {"cable": cid, "name": f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}",
+                    "file": base + ".json", "hostfile": ring, "ring_file": None, "ring_hostfile": None}
             if backend in ("jaccl", "jaccl-ring") and (rdma_ids is None or cid in rdma_ids):
                 hosts = [{"ssh": a["host"], "ips": [coords.get(a["host"])], "rdma": [None, f"rdma_{a['iface']}"]},
                          {"ssh": b["host"], "ips": [coords.get(b["host"])], "rdma": [f"rdma_{b['iface']}", None]}]
-                kind = "jaccl"
-            else:
-                hosts = [{"ssh": a["host"], "ips": [a["address"]], "rdma": []},
-                         {"ssh": b["host"], "ips": [b["address"]], "rdma": []}]
-                kind = "ring"
-            out.append({"cable": cid, "name": f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}",
-                        "file": cid.replace(":", "_").replace("~", "__") + ".json",
-                        "hostfile": {"backend": kind, "envs": list(envs or []), "hosts": hosts}})
+                item.update(hostfile={"backend": "jaccl", "envs": list(envs or []), "hosts": hosts},
+                            ring_file=base + "-ring.json", ring_hostfile=ring)
+            out.append(item)
         return out
     except (AttributeError, KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"mlx_cable_hostfiles: malformed plan ({exc})") from exc

@@ -26,7 +26,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS, RDMA_BACKENDS
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -34,10 +34,12 @@ __all__ = [
     "coordinator",
     "DEFAULT_POOL",
     "DEFAULT_REMOTE_DIR",
+    "FALLBACK_CHOICES",
     "HOSTFILE_NAME",
     "PlanError",
     "STAGE_NEEDS",
     "discovery_request",
+    "fallback",
     "dot",
     "hostfile",
     "ip_plan",
@@ -1551,6 +1553,9 @@ def dot(links, topology=None, plan=None):
 # hostfile's name there and in the artifacts directory (roles/hostfile's hostfile_name default).
 DEFAULT_REMOTE_DIR = "~/mlx-cluster"
 HOSTFILE_NAME = "hostfile.json"
+# mlx_cluster_fallback_backend: what a launch runs on when RDMA cannot be brought up ("": none,
+# the launch fails naming the cables and Macs to replug or reboot).
+FALLBACK_CHOICES = ("", "ring")
 
 # What discovery must read for a stage that runs later in the same run, by the stage's tag:
 # the network stage leaves alone a Mac whose links are in place and answer (probe_links), the
@@ -1653,6 +1658,27 @@ def _home(host, facts):
     return home
 
 
+def fallback(topo, addresses, backend, hostfile_name, envs=()):
+    """What a launch runs on when the plan's RDMA backend cannot be brought up: None (no
+    fallback set, or the plan is not RDMA), else ``{backend: "ring", from, hostfile,
+    hostfile_name}``: the TCP ring over the same Thunderbolt cables and addresses (all the
+    cables of the ring, not only those that carry RDMA), in ``<hostfile stem>-ring.json``."""
+    if backend not in FALLBACK_CHOICES:
+        raise PlanError("fallback_backend must be one of %s, got %r"
+                        % (", ".join(repr(c) for c in FALLBACK_CHOICES), backend))
+    planned = topo.get("backend")
+    if not backend or planned not in RDMA_BACKENDS:
+        return None
+    try:
+        ring = hostfile(topo, addresses, envs=envs, backend=backend)
+    except PlanError as exc:
+        raise PlanError("mlx_cluster_fallback_backend %s: no %s hostfile fits this wiring: %s"
+                        % (backend, backend, exc.message))
+    stem = hostfile_name[:-len(".json")] if hostfile_name.endswith(".json") else hostfile_name
+    return {"backend": backend, "from": planned, "hostfile": ring,
+            "hostfile_name": "%s-%s.json" % (stem, backend)}
+
+
 def make_plan(facts_by_host, settings):
     """The cluster plan, the one thing every later stage reads (as ``mlx_cluster_plan``).
 
@@ -1660,11 +1686,12 @@ def make_plan(facts_by_host, settings):
     `settings`: ``hosts`` (the play's hosts, rank order), ``coordinators`` ({host: address}),
     ``ssh`` ({host: ssh target}), ``backend``, ``rdma_wanted``, ``rdma_required``,
     ``rdma_through_docks``, ``ip_pool``, ``exclude_networks``, ``envs``, ``remote_dir``,
-    ``hostfile_name``.
+    ``hostfile_name``, ``fallback_backend``.
 
     Returns ``{hosts, links, topology, ip_plan, coordinators, hostfile, ssh, remote_dir,
-    hostfile_name, hostfile_path}``: hostfile is None when no backend fits the wiring (the
-    topology says why); remote_dir and hostfile_path are the same absolute paths on every Mac.
+    hostfile_name, hostfile_path, fallback}``: hostfile is None when no backend fits the wiring
+    (the topology says why); remote_dir and hostfile_path are the same absolute paths on every
+    Mac; fallback is what `fallback()` gives.
     """
     hosts = list(settings.get("hosts") or facts_by_host)
     missing = [h for h in hosts if not isinstance(facts_by_host.get(h), Mapping)]
@@ -1692,17 +1719,18 @@ def make_plan(facts_by_host, settings):
     name = settings.get("hostfile_name") or HOSTFILE_NAME
     if "/" in name or name in (".", ".."):
         raise PlanError("hostfile_name %r must be a file name, not a path" % name)
+    envs = list(settings.get("envs") or [])
     return {
         "hosts": hosts,
         "links": found,
         "topology": topo,
         "ip_plan": addresses,
         "coordinators": coordinators,
-        "hostfile": (hostfile(topo, addresses, coordinators=coordinators,
-                              envs=list(settings.get("envs") or []))
+        "hostfile": (hostfile(topo, addresses, coordinators=coordinators, envs=envs)
                      if topo.get("backend") else None),
         "ssh": dict(settings.get("ssh") or {}),
         "remote_dir": directory,
         "hostfile_name": name,
         "hostfile_path": "%s/%s" % (directory.rstrip("/"), name),
+        "fallback": fallback(topo, addresses, settings.get("fallback_backend") or "", name, envs),
     }

@@ -38,14 +38,14 @@ SERIES_COLORS = ["#2f6fb3", "#e07b00", "#2e7d32", "#8e44ad", "#c62828", "#00838f
 # mlx_cluster_bench.py writes them, the role adds the wiring and each Mac's macOS); a result of
 # an older benchmark lacks some, a newer one may have more: its other plain values follow.
 # `gen_spread` and `mlx` are made here from `stats` and `versions`.
-BENCH_COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
+BENCH_COLUMNS = [("backend", "backend"), ("fallback_from", "fell back from"), ("world_size", "ranks"), ("mode", "mode"),
                  ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"), ("num_trials", "trials"),
                  ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
                  ("gen_spread", "gen tok/s min–max"), ("peak_memory_gb", "peak GB (largest rank)"),
                  ("fast_synch", "FAST_SYNCH"), ("mlx", "mlx / mlx-lm"), ("tokens_sha256", "tokens sha256")]
 # Shown elsewhere (versions per Mac, the topology) or too long for a cell.
 BENCH_HIDDEN = {"tokens", "hostname", "model", "trials", "stats", "versions", "topology", "cables", "macos",
-                "macos_build"}
+                "macos_build", "fallback_reason"}
 # Above this many cables the picture labels only the cables with a finding.
 DENSE_CABLES = 12
 
@@ -650,6 +650,9 @@ def _net_check_section(data):
     if results:
         parts.append("<p>all_sum over %s ranks (%s backend), every size checked:</p>"
                      % (_e(sweep.get("world_size")), _e(sweep.get("backend"))))
+        if sweep.get("fallback_from"):
+            parts.append('<p class="fix">Fell back from %s to the ring backend: %s</p>'
+                         % (_e(sweep["fallback_from"]), _e(sweep.get("fallback_reason") or "")))
         parts.append(_table(["bytes", "latency µs (median)", "bus bandwidth Gb/s", "sum"],
                             [[str(r.get("bytes")), _num(r.get("latency_us_median"), 1),
                               _num(r.get("bus_bandwidth_gbps"), 3),
@@ -747,6 +750,11 @@ def _bench_section(data):
                     + [_cell(k, r.get(k)) for k, _ in columns]
                     + [os.path.basename(str(r.get("model") or ""))])
     parts = ['<div class="scroll">', _table(headers, rows, "bench"), "</div>"]
+    fell_back = [r for r in table_rows if r.get("fallback_reason")]
+    if fell_back:  # the latest run that had to: RDMA could not be brought up, it ran on the ring
+        last = max(fell_back, key=lambda r: (index.get(r.get("_run") or "?", 0), str(r.get("mode"))))
+        parts.append('<p class="fix">Run %s fell back from %s to the ring backend: %s</p>' % (
+            _e((last.get("_run") or "?")[:8]), _e(last.get("fallback_from")), _e(last["fallback_reason"])))
     labels = ["%s %s" % ((t or "")[5:16], run[:6]) for run, t in order]
     names = sorted({(str(r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
                    key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, k[2]))

@@ -41,10 +41,14 @@ def load(folder):
 
 
 def table(runs):
-    lines = ["| run | " + " | ".join(h for _, h in COLUMNS) + " |",
-             "|---|" + "---|" * len(COLUMNS)]
+    columns = list(COLUMNS)
+    if any(r.get("fallback_from") for r in runs):  # a run that could not bring RDMA up ran on the ring
+        columns.insert(1, ("fallback_from", "fell back from"))
+    lines = ["| run | " + " | ".join(h for _, h in columns) + " |",
+             "|---|" + "---|" * len(columns)]
     for r in runs:
-        lines.append(f"| {r['_file'].split('-')[0][:8]} | " + " | ".join(cell(k, r.get(k)) for k, _ in COLUMNS) + " |")
+        lines.append(f"| {r['_file'].split('-')[0][:8]} | "
+                     + " | ".join(cell(k, r.get(k, "")) for k, _ in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -151,9 +151,18 @@ def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
     assert topo["backend"] == "jaccl-ring"
     plan = {"topology": topo, "ip_plan": planner.ip_plan(links),
             "coordinators": {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(hosts)}}
-    kinds = {x["cable"]: x["hostfile"]["backend"] for x in checks["mlx_cable_hostfiles"](plan)}
+    items = checks["mlx_cable_hostfiles"](plan)
+    kinds = {x["cable"]: x["hostfile"]["backend"] for x in items}
     assert kinds == {cid: "jaccl" if cid in topo["rdma_cables"] else "ring" for cid in plan["ip_plan"]["cables"]}
     assert sorted(kinds.values()).count("ring") == 2
+    # each RDMA cable has its ring twin over its own /30 (the fallback); a TCP cable needs none
+    for x in items:
+        cab = plan["ip_plan"]["cables"][x["cable"]]
+        if x["hostfile"]["backend"] == "jaccl":
+            assert x["ring_file"] == x["file"][:-len(".json")] + "-ring.json"
+            assert [h["ips"] for h in x["ring_hostfile"]["hosts"]] == [[cab["a"]["address"]], [cab["b"]["address"]]]
+        else:
+            assert x["ring_file"] is None and x["ring_hostfile"] is None
 
 
 def test_cable_results_keep_the_cable_id_and_slow_cables_use_the_rule(checks):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +46,9 @@ def files(tmp_path):
     launcher = tmp_path / "mlx.launch"
     launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(log), code=RDMA_EXIT, exit=1))
     launcher.chmod(0o700)
-    jaccl, ring = tmp_path / "hostfile.json", tmp_path / "hostfile-ring.json"
+    jaccl = tmp_path / "hostfile.json"
     jaccl.write_text(json.dumps(JACCL))
-    ring.write_text(json.dumps(RING))
-    return {"log": log, "launcher": str(launcher), "jaccl": str(jaccl), "ring": str(ring)}
+    return {"log": log, "launcher": str(launcher), "jaccl": str(jaccl)}
 
 
 def _launch(capsys, files, **extra):
@@ -72,13 +72,14 @@ def test_without_a_fallback_rdma_fails_at_once_naming_the_cable_and_the_fix(caps
 
 
 def test_with_the_fallback_the_job_runs_once_on_the_ring_and_says_so(capsys, files):
-    run = _launch(capsys, files, fallback_hostfile=files["ring"])
+    run = _launch(capsys, files, fallback_hostfile=RING)
     assert not run.failed, run.result
-    assert files["log"].read_text().splitlines() == [files["jaccl"], files["ring"]]
+    first, second = files["log"].read_text().splitlines()
+    assert first == files["jaccl"] and second != first and not Path(second).exists()  # a private file, removed
     result = run.result["result"]
     assert (result["backend"], result["fallback_from"]) == ("ring", "jaccl")
     assert "m2:en2 <-> m1:en2" in result["fallback_reason"]
-    assert run.result["fallback"]["to"] == "ring" and run.result["fallback"]["hostfile"] == files["ring"]
+    assert run.result["fallback"]["to"] == "ring" and run.result["fallback"]["hosts"] == ["m1", "m2"]
     assert any("Falling back to the ring backend" in w and "m2 (rank 1)" in w for w in run.warnings)
 
 
@@ -86,15 +87,24 @@ def test_a_failure_that_is_not_rdma_does_not_fall_back(capsys, files, tmp_path):
     launcher = tmp_path / "other.launch"
     launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(files["log"]), code=3, exit=1))
     launcher.chmod(0o700)
-    run = _launch(capsys, dict(files, launcher=str(launcher)), fallback_hostfile=files["ring"])
+    run = _launch(capsys, dict(files, launcher=str(launcher)), fallback_hostfile=RING)
     assert run.failed and "RDMA" not in run.result["msg"].split(":")[0]
     assert files["log"].read_text().splitlines() == [files["jaccl"]]
     assert run.result["fallback"] is None
 
 
-def test_a_fallback_hostfile_that_is_not_a_ring_of_the_same_macs_is_refused(capsys, files, tmp_path):
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps(dict(RING, hosts=RING["hosts"][:1])))
-    run = _launch(capsys, files, fallback_hostfile=str(other))
+@pytest.mark.parametrize("other", [dict(RING, hosts=RING["hosts"][:1]), dict(JACCL), {"backend": "ring"}])
+def test_a_fallback_hostfile_that_is_not_a_ring_of_the_same_macs_is_refused(capsys, files, other):
+    run = _launch(capsys, files, fallback_hostfile=other)
     assert run.failed and "not a ring hostfile of the same Macs" in run.result["msg"]
     assert not files["log"].exists()
+
+
+def test_after_an_earlier_rdma_failure_the_job_starts_on_the_ring_at_once(capsys, files):
+    run = _launch(capsys, files, fallback_hostfile=RING, fallback_reason="RDMA could not be brought up ... m2")
+    assert not run.failed, run.result
+    (only,) = files["log"].read_text().splitlines()
+    assert only != files["jaccl"]  # RDMA not tried again
+    assert (run.result["result"]["backend"], run.result["result"]["fallback_from"]) == ("ring", "jaccl")
+    assert run.result["result"]["fallback_reason"].endswith("m2")
+    assert any("RDMA is not tried again" in w for w in run.warnings)

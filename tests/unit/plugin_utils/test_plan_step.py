@@ -47,7 +47,40 @@ def test_plan_is_the_filters_composed():
     assert plan["hostfile"]["backend"] == "ring"
     assert plan["hosts"] == HOSTS and plan["ssh"] == settings()["ssh"]
     assert set(plan) == {"hosts", "links", "topology", "ip_plan", "coordinators", "hostfile", "ssh",
-                         "remote_dir", "hostfile_name", "hostfile_path"}
+                         "remote_dir", "hostfile_name", "hostfile_path", "fallback"}
+    assert plan["fallback"] is None
+
+
+def _rdma_facts():
+    """Every cable TB5 with its RDMA devices PORT_ACTIVE at both ends: the plan is jaccl."""
+    facts = cluster_facts()
+    for (a, ai, b, bi) in (("m1", "en2", "m2", "en2"), ("m2", "en3", "m3", "en2"), ("m3", "en3", "m1", "en3")):
+        for host, iface in ((a, ai), (b, bi)):
+            rdma = facts[host]["rdma"] = facts[host]["rdma"] if facts[host]["rdma"].get("rdma_ctl") == "enabled" \
+                else {"rdma_ctl": "enabled", "devices": [], "usable": True, "problems": []}
+            rdma["devices"].append({"name": "rdma_" + iface, "iface": iface, "port_state": "PORT_ACTIVE",
+                                    "active_mtu": 4096, "ipv4_gid": True, "gids": []})
+    return facts
+
+
+def test_the_ring_fallback_is_planned_over_the_same_cables_only_for_rdma_plans():
+    facts = _rdma_facts()
+    plan = planner.make_plan(facts, settings(fallback_backend="ring"))
+    assert plan["hostfile"]["backend"] == "jaccl"
+    fb = plan["fallback"]
+    assert (fb["backend"], fb["from"], fb["hostfile_name"]) == ("ring", "jaccl", "hostfile-ring.json")
+    assert fb["hostfile"] == planner.hostfile(plan["topology"], plan["ip_plan"], backend="ring")
+    cable_addresses = {e["address"] for host in plan["ip_plan"]["hosts"].values() for e in host}
+    assert {ip for h in fb["hostfile"]["hosts"] for ip in h["ips"]} <= cable_addresses
+    assert planner.make_plan(facts, settings())["fallback"] is None                       # not set
+    assert planner.make_plan(cluster_facts(), settings(fallback_backend="ring"))["fallback"] is None  # ring plan
+    named = planner.make_plan(facts, settings(fallback_backend="ring", hostfile_name="lab.json"))
+    assert named["fallback"]["hostfile_name"] == "lab-ring.json"
+
+
+def test_an_unknown_fallback_is_refused():
+    with pytest.raises(planner.PlanError, match="fallback_backend must be one of"):
+        planner.make_plan(_rdma_facts(), settings(fallback_backend="mpi"))
 
 
 def test_rdma_not_wanted_plans_no_rdma_and_is_not_required():
@@ -154,6 +187,16 @@ def test_backend_choices_are_the_planners():
     assert tuple(doc["options"]["backend"]["choices"]) == planner.BACKEND_CHOICES
 
 
+def test_fallback_choices_are_the_planners():
+    spec = _spec("mlx_cluster", "validate")["options"]["mlx_cluster_fallback_backend"]
+    assert tuple(spec["choices"]) == planner.FALLBACK_CHOICES and spec["default"] == ""
+    validate = (ROOT / "roles" / "mlx_cluster" / "tasks" / "validate.yml").read_text()
+    assert "mlx_cluster_fallback_backend in %s" % list(planner.FALLBACK_CHOICES) in validate
+    from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+    doc = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)
+    assert tuple(doc["options"]["fallback_backend"]["choices"]) == planner.FALLBACK_CHOICES
+
+
 def test_hostfile_name_default_is_the_planners():
     assert yaml.safe_load((ROOT / "roles" / "hostfile" / "defaults" / "main.yml").read_text())["hostfile_name"] \
         == planner.HOSTFILE_NAME
@@ -165,7 +208,7 @@ def test_plan_settings_defaults_are_the_roles():
     options = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)["options"]
     defaults = yaml.safe_load((ROOT / "roles" / "mlx_cluster" / "defaults" / "main.yml").read_text())
     for option in ("backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
-                   "exclude_networks", "envs", "remote_dir"):
+                   "exclude_networks", "envs", "remote_dir", "fallback_backend"):
         assert options[option]["default"] == defaults["mlx_cluster_" + option], option
     assert options["ip_pool"]["default"] == planner.DEFAULT_POOL
 

@@ -74,6 +74,23 @@ def test_benchmark_results_with_trials_show_median_spread_and_settings(tmp_path)
     assert chart.count('<line class="range"') == 2          # the new run's two modes; the old run has none
 
 
+def test_a_run_that_fell_back_to_the_ring_says_so_with_the_reason(tmp_path):
+    data = fixture_data(tmp_path)
+    reason = "RDMA could not be brought up (backend jaccl) on m2 (rank 1): cable(s) m2:en2 <-> m1:en2."
+    for run in data["bench"]:
+        if run["_run"].startswith(NEW_RUN):
+            run.update(backend="ring", fallback_from="jaccl", fallback_reason=reason)
+    data["net_check"]["sweep"].update(backend="ring", fallback_from="jaccl", fallback_reason=reason)
+    page = report.render(data)
+    table = page.split('<table class="bench">')[1].split("</table>")[0]
+    assert "fell back from" in re.findall(r"<th>([^<]*)</th>", table) and "fallback_reason" not in table
+    assert "<td>jaccl</td>" in re.findall(r"<tr><td>%s</td>.*?</tr>" % NEW_RUN, table)[0]
+    assert ("Run %s fell back from jaccl to the ring backend: %s" % (NEW_RUN, reason.replace("<", "&lt;")
+                                                                     .replace(">", "&gt;"))) in page
+    assert "Fell back from jaccl to the ring backend" in page.split('id="net_check"')[1]
+    assert "fell back" not in report.render(fixture_data(tmp_path / "plain")).lower()
+
+
 def test_the_page_loads_nothing_from_anywhere(tmp_path):
     page = report.render(fixture_data(tmp_path))
     for needle in ("<script", "<link", "<img", "<iframe", "src=", "href=", "url(", "@import"):

@@ -104,8 +104,8 @@ ansible_facts:
       description:
         - C(hosts) (rank order), C(links), C(topology), C(ip_plan), C(coordinators), C(ssh),
           C(hostfile) (null when no backend fits the wiring), C(remote_dir), C(hostfile_name),
-          C(hostfile_path) (absolute, the same on every Mac) and C(fallback) (null, or
-          C({backend: ring, from, hostfile, hostfile_name}) with I(fallback_backend)).
+          C(hostfile_path) (absolute, the same on every Mac) and C(fallback) (null, or with
+          I(fallback_backend) the keys C(backend) (ring), C(from), C(hostfile) and C(hostfile_name)).
       returned: success
       type: dict
       sample:

@@ -17,7 +17,7 @@ description:
   - Returns the job's JSON line (the last line of standard output that is a JSON object) and,
     on failure, the ranks that failed mapped to their hosts.
   - When RDMA could not be brought up (a rank of a C(jaccl) or C(jaccl-ring) job exited with the
-    deployed programs' RDMA exit code, 8), nothing is retried: the failure names each Mac and
+    deployed programs' RDMA exit code, 8), nothing is retried; the failure names each Mac and
     cable to replug or reboot. With O(fallback_hostfile), the job is instead run once more on
     that C(ring) hostfile (the TCP ring over the same Thunderbolt cables), with a warning, and
     the result says so (C(fallback_from), C(fallback_reason)).
@@ -69,7 +69,7 @@ options:
   fallback_reason:
     description:
       - Set when RDMA already could not be brought up earlier in the same run (the reason given
-        then): the job runs on O(fallback_hostfile) at once, and RDMA is not tried again.
+        then); the job runs on O(fallback_hostfile) at once, and RDMA is not tried again.
     type: str
   ssh_targets:
     description:

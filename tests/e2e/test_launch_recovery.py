@@ -1,0 +1,89 @@
+"""Issue #14 item 4 on the simulated cluster: a launch whose RDMA cannot come up.
+
+The pair's cable is Thunderbolt 5 with RDMA PORT_ACTIVE at both ends, so the plan is jaccl. The
+simulated Macs run Linux, whose mlx has no JACCL: every rank's init fails at once with MLX's
+"Cannot initialize jaccl distributed backend.", as a Mac's rank fails when RDMA cannot be brought
+up (on a Mac MLX's text differs: tests/simcluster/README.md). Without a fallback the benchmark
+fails naming the Macs, the cable and the fix, in seconds, and launches once; with
+mlx_cluster_fallback_backend: ring it runs on the ring over the same cable and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from tests.e2e.benchutil import bench_procs, settings
+from tests.e2e.runner import run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+LAUNCH = "Run the benchmark with mlx.launch (bounded in time)"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+def _launch_events(run):
+    return [e["event_data"] for e in run.events
+            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == LAUNCH]
+
+
+def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ring(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    bench = cluster.inventory_path.parent / "artifacts" / "bench"
+    shutil.rmtree(bench, ignore_errors=True)  # other tests' runs
+    auto = settings(cluster, tiny, mlx_cluster_backend="auto")
+
+    # No fallback: one launch, failed at once, naming both ends of the cable and the fix.
+    tic = time.monotonic()
+    run = run_site(cluster, extravars=auto)
+    assert run.rc != 0
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    assert plan["hostfile"]["backend"] == "jaccl" and plan["fallback"] is None
+    (failed,) = [e for e in _launch_events(run)]
+    res = failed["res"]
+    msg = res["msg"]
+    assert "RDMA could not be brought up (backend jaccl)" in msg, msg
+    assert "m1:en2 <-> m2:en2" in msg or "m2:en2 <-> m1:en2" in msg, msg
+    for words in ("replug", "reboot", "rdma_ctl status", "Not retried", "mlx_cluster_fallback_backend: ring",
+                  "Cannot initialize jaccl distributed backend"):
+        assert words in msg, words
+    assert res["elapsed"] < 30, res["elapsed"]            # no retry loop: bounded well below the init timeout
+    assert res["fallback"] is None and len(res["cmd"]) > 0
+    assert not list(bench.glob("*.json"))
+    for h in cluster.hosts:
+        assert bench_procs(cluster, h) == [], h
+    print(f"no fallback: failed in {res['elapsed']:.1f}s (site run {time.monotonic() - tic:.0f}s): {msg[:400]}")
+
+    # With the fallback: both modes run on the ring over the same cable; the first says why it
+    # fell back, the second starts on the ring at once.
+    tic = time.monotonic()
+    run = run_site(cluster, tags=["hostfile", "benchmark"], extravars=dict(auto, mlx_cluster_fallback_backend="ring"))
+    assert run.rc == 0, run.failures()
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    ring = plan["fallback"]["hostfile"]
+    assert plan["fallback"]["from"] == "jaccl" and ring["backend"] == "ring"
+    cable = plan["ip_plan"]["cables"][plan["links"]["cables"][0]["id"]]
+    assert sorted(ip for h in ring["hosts"] for ip in h["ips"]) == sorted([cable["a"]["address"], cable["b"]["address"]])
+    assert json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile-ring.json").read_text()) == ring
+    launches = _launch_events(run)
+    assert [e["res"]["fallback"]["to"] for e in launches] == ["ring", "ring"]
+    warnings = " ".join(str(w) for e in launches for w in e["res"].get("warnings") or [])
+    assert "Falling back to the ring backend" in warnings and "RDMA is not tried again" in warnings
+    results = [json.loads(p.read_text()) for p in sorted(bench.glob("*.json"))]
+    assert sorted(r["mode"] for r in results) == ["pipeline", "tensor"]
+    for r in results:
+        assert (r["backend"], r["fallback_from"], r["world_size"]) == ("ring", "jaccl", 2)
+        assert "RDMA could not be brought up" in r["fallback_reason"] and "en2" in r["fallback_reason"]
+    assert "fell back from" in (bench / "results.md").read_text()
+    report = (cluster.inventory_path.parent / "artifacts" / "report.html").read_text()
+    assert "fell back from jaccl to the ring backend" in report
+    print(f"with the fallback: site run {time.monotonic() - tic:.0f}s, launches "
+          f"{[round(e['res']['elapsed'], 1) for e in launches]}s")

@@ -87,3 +87,23 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     assert "fell back from jaccl to the ring backend" in report
     print(f"with the fallback: site run {time.monotonic() - tic:.0f}s, launches "
           f"{[round(e['res']['elapsed'], 1) for e in launches]}s")
+
+
+def test_the_collective_check_falls_back_too_and_measures_the_cable_on_the_ring(sim_cluster, tiny):
+    """After the sweep fell back, the cable alone is measured on its ring twin: RDMA is launched
+    once in the whole stage."""
+    cluster = sim_cluster("pair")
+    extravars = dict(settings(cluster, tiny, mlx_cluster_backend="auto"), mlx_cluster_fallback_backend="ring",
+                     net_check_max_bytes=1 << 16, net_check_cable_bytes=1 << 20, net_check_iters=2, net_check_timeout=120)
+    run = run_site(cluster, tags=["network", "hostfile", "net_check"], extravars=extravars)
+    assert run.rc == 0, run.failures()
+    results = json.loads((cluster.inventory_path.parent / "artifacts" / "net_check" / "results.json").read_text())
+    sweep = results["sweep"]
+    assert (sweep["backend"], sweep["fallback_from"], sweep["world_size"]) == ("ring", "jaccl", 2)
+    assert all(r["ok"] for r in sweep["results"]) and "RDMA could not be brought up" in sweep["fallback_reason"]
+    (cable,) = results["cables"]
+    assert cable["gbps"] and cable["gbps"] > 0
+    per_cable = [e["event_data"] for e in run.events if e.get("event") == "runner_on_ok"
+                 and e["event_data"].get("task") == "Measure each cable alone"]
+    cmds = [r["cmd"] for e in per_cable for r in e["res"].get("results", [e["res"]]) if r.get("cmd")]
+    assert cmds and all(c[c.index("--hostfile") + 1].endswith("-ring.json") for c in cmds), cmds

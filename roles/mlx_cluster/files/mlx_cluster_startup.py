@@ -144,11 +144,11 @@ def _errno_name(text):
 def failure_message(kind, who, backend, err, env=None):
     """The InitError text for a failure that is not retried: what failed and the fix."""
     env = os.environ if env is None else env
-    text = str(err)
+    text = str(err).strip().rstrip(".")
     head = f"{who}: distributed init (backend {backend}) failed: {text}{_errno_name(text)}"
     if kind == "rdma":
         if "Cannot initialize jaccl" in text:
-            return (f"{who}: RDMA could not be brought up (backend {backend}): {text} This Mac's mlx "
+            return (f"{who}: RDMA could not be brought up (backend {backend}): {text}. This Mac's mlx "
                     "was built without JACCL (RDMA needs macOS 26.2+ and an mlx built for it). Not "
                     "retried. Fix: update this Mac to macOS 26.2 or later and reinstall mlx (the env "
                     "stage), or run on the ring backend (mlx_cluster_fallback_backend: ring)")

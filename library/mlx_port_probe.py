@@ -20,7 +20,7 @@ description:
   - "I(state=connect): connects to each of I(targets) (bounded by I(timeout) seconds, all at
     once), sends a token and waits for the listener's answer: a connection the kernel accepts
     and the firewall then resets is not a success."
-  - The module never fails on what it finds: it returns it (a port in use, an address not on
+  - The module never fails on what it finds. It returns it (a port in use, an address not on
     this Mac, a connect that timed out), for the controller to word one message naming both
     Macs, the port, the cause and the fix (filter C(mlx.cluster.mlx_port_problems)).
   - Changes nothing that lasts; runs in check mode as well.

@@ -185,7 +185,7 @@ def connect_probe(address, port, token, timeout, connect=socket.create_connectio
             out["errno"] = exc.errno
             out["error"] = errno.errorcode.get(exc.errno, str(exc.errno))
         elif exc is not None:
-            out["error"] = type(exc).__name__
+            out["error"] = "timeout" if isinstance(exc, socket.timeout) else type(exc).__name__
         out["seconds"] = round(time.monotonic() - start, 3)
         return out
 
@@ -238,7 +238,8 @@ def parse_alf(text):
     ``Firewall has block all state set to enabled.`` (older: ``Block all ENABLED!`` /
     ``Block all DISABLED!``); ``Firewall stealth mode is on`` / ``... off`` (older: ``Stealth
     mode enabled`` / ``disabled``); ``Automatically allow built-in signed software ENABLED.``,
-    ``Automatically allow downloaded signed software DISABLED.``"""
+    ``Automatically allow downloaded signed software DISABLED.`` (older: one line, ``Automatically
+    allow signed software ENABLED.``)."""
     out = {"enabled": None, "state": None, "block_all": None, "stealth": None,
            "allow_signed": None, "allow_signed_downloaded": None}
     for raw in (text or "").splitlines():
@@ -263,7 +264,8 @@ def parse_alf(text):
         elif low.startswith("stealth mode "):
             out["stealth"] = "enabled" in low and "disabled" not in low
         elif low.startswith("automatically allow built-in signed software") \
-                or low.startswith("automatically allow signed built-in software"):
+                or low.startswith("automatically allow signed built-in software") \
+                or low.startswith("automatically allow signed software"):
             out["allow_signed"] = "enabled" in low
         elif low.startswith("automatically allow downloaded signed software"):
             out["allow_signed_downloaded"] = "enabled" in low

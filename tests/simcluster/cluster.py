@@ -1095,7 +1095,9 @@ class SimCluster:
         word...], "nth": n} (the Mac dies when the product runs that command; see
         shims/macos.py maybe_die), hang: [command or "command word..."] (those runs never
         answer: they sleep until SIGKILL), slow: {command or "command word...": seconds}
-        (those runs answer that much later; see shims/macos.py maybe_stall)). macOS before
+        (those runs answer that much later; see shims/macos.py maybe_stall), firewall:
+        {enabled, block_all, stealth, allow_signed, allow_signed_downloaded, apps: {path:
+        "blocked"|"permitted"}} (what socketfilterfw answers; the traffic is block_ports()'s)). macOS before
         26.2 has no rdma_ctl/ibv_* at all. reset() drops every override."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS

@@ -71,3 +71,14 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
                                     "application firewall: m1 off, m2 off")
     assert ok.results(FAIL) == []
     assert listeners(cluster, "m1") == [] and listeners(cluster, "m2") == []
+
+    # the simulated socketfilterfw, as macOS's: setters need root, getters answer one line each
+    refused = cluster.exec("m2", ["socketfilterfw", "--setglobalstate", "on"])
+    assert (refused.returncode, refused.stdout) == (255, "Must be root to change settings.\n")
+    cluster.exec("m2", ["socketfilterfw", "--setglobalstate", "on"], sudo=True, check=True)
+    got = cluster.exec("m2", ["socketfilterfw", "--getglobalstate", "--getstealthmode", "--getappblocked", app], check=True)
+    assert got.stdout == ("Firewall is enabled. (State = 1)\nFirewall stealth mode is off\n"
+                          "The application is not part of the firewall\n")
+    cluster.reset()
+    assert cluster.exec("m2", ["socketfilterfw", "--getglobalstate"], check=True).stdout == \
+        "Firewall is disabled. (State = 0)\n"

@@ -200,6 +200,8 @@ def connect_probe(address, port, token, timeout, connect=socket.create_connectio
             return done("timeout", exc)
         if exc.errno in UNREACHABLE:
             return done("unreachable", exc)
+        if exc.errno in (errno.ECONNRESET, errno.ECONNABORTED):
+            return done("reset", exc)
         return done("error", exc)
     try:
         sock.settimeout(max(timeout - (time.monotonic() - start), 1.0))
@@ -215,7 +217,7 @@ def connect_probe(address, port, token, timeout, connect=socket.create_connectio
     except (ConnectionResetError, BrokenPipeError) as exc:
         return done("reset", exc)
     except OSError as exc:
-        return done("reset" if exc.errno in (errno.ECONNRESET, errno.EPIPE) else "error", exc)
+        return done("reset" if exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED) else "error", exc)
     finally:
         sock.close()
     if data == ANSWER + token.encode():
@@ -289,12 +291,14 @@ def parse_app_blocked(text):
 
 
 def alf_summary(alf):
-    """One line for a report: "on (stealth, block all)", "off", "unknown"."""
+    """One line for a report: "on (block all, stealth, signed downloads allowed, interpreter
+    blocked)", "off", "unknown"."""
     if not alf or alf.get("enabled") is None:
         return "unknown"
     if not alf["enabled"]:
         return "off"
-    extra = [w for w, k in (("block all", "block_all"), ("stealth", "stealth")) if alf.get(k)]
+    extra = [w for w, k in (("block all", "block_all"), ("stealth", "stealth"),
+                            ("signed downloads allowed", "allow_signed_downloaded")) if alf.get(k)]
     app = alf.get("app")
     if app:
         extra.append("interpreter %s" % app.replace("_", " "))

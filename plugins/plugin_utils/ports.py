@@ -65,6 +65,9 @@ def _alf_cause(host, alf):
         words.append("and blocks %s" % path)
     elif app == "not_listed":
         words.append("and does not list %s" % path)
+        if alf.get("allow_signed_downloaded"):
+            words.append("(it allows downloaded signed software by itself, which covers an interpreter only "
+                         "when it is signed with a Developer ID: not a Homebrew, pyenv or self-built one)")
     elif app == "permitted":
         words.append("and says it permits %s (a framework build of Python is judged as its Python.app)" % path)
     return ", ".join(words[:2]) + (" " + " ".join(words[2:]) if len(words) > 2 else "")

@@ -49,7 +49,7 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
                      r"within 5 s", line), msg
     assert "application firewall on m1 is on, in stealth mode" in line and f"blocks {app}" in line, line
     assert f"fix: on m1: `sudo /usr/libexec/ApplicationFirewall/socketfilterfw --add {app} --unblockapp {app}`" in line
-    assert "application firewall: m1 on (stealth, interpreter blocked), m2 off" in msg, msg
+    assert "application firewall: m1 on (stealth, signed downloads allowed, interpreter blocked), m2 off" in msg, msg
     (fail,) = jaccl.results(FAIL)
     (line,) = [ln for ln in fail["res"]["msg"].splitlines() if "cannot reach" in ln]
     assert re.search(rf"^- m2 cannot reach m1 {re.escape(cluster.mgmt_address('m1'))}:{STARTING_PORT} "

@@ -122,6 +122,8 @@ def test_alf_summary():
     assert alf_summary({"enabled": False}) == "off"
     assert alf_summary({"enabled": True, "stealth": True, "block_all": True, "app": "not_listed"}) == \
         "on (block all, stealth, interpreter not listed)"
+    assert alf_summary({"enabled": True, "allow_signed_downloaded": True, "app": "blocked"}) == \
+        "on (signed downloads allowed, interpreter blocked)"
 
 
 # ---- the listener and the connect, on loopback ----------------------------------------------

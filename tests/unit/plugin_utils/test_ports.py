@@ -58,6 +58,17 @@ def test_stealth_firewall_blocking_the_interpreter_names_both_macs_the_port_and_
     assert v["message"].splitlines()[1] == "- %s -> fix: %s" % (p["msg"], p["fix"])
 
 
+def test_an_interpreter_the_firewall_does_not_list_is_named_with_the_signed_software_allowance():
+    alf = {"m1": {"enabled": True, "block_all": False, "stealth": True, "app": "not_listed", "app_path": APP,
+                  "allow_signed_downloaded": True}}
+    v = port_problems(EPS, listened(alf), connected({("m3", "m1"): "timeout"}))
+    (p,) = v["problems"]
+    assert p["msg"].endswith("and does not list %s (it allows downloaded signed software by itself, which covers an "
+                             "interpreter only when it is signed with a Developer ID: not a Homebrew, pyenv or "
+                             "self-built one)" % APP)
+    assert "m1 on (stealth, signed downloads allowed, interpreter not listed)" in v["message"]
+
+
 def test_block_all_is_turned_off_first():
     alf = {"m2": {"enabled": True, "block_all": True, "stealth": False, "app": None, "app_path": APP}}
     (p,) = port_problems(EPS, listened(alf), connected({("m1", "m2"): "reset"}))["problems"]

@@ -217,3 +217,47 @@ def test_connect_failures_are_classified(exc, result, error):
     out = connect_probe("10.208.0.1", 32323, "tok", 5, connect=connect)
     assert (out["result"], out["error"]) == (result, error)
     assert out["address"] == "10.208.0.1" and out["port"] == 32323
+
+
+@pytest.mark.parametrize("hostfile", [
+    pytest.param(ring_hostfile([["10.208.0.1"], ["10.208.0.6", "10.208.0.10"], ["10.208.0.13"]]), id="ring"),
+    pytest.param({"backend": "jaccl", "envs": [], "hosts": [{"ssh": "m1", "ips": ["192.168.1.10"], "rdma": [None, "rdma_en2"]},
+                                                         {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": ["rdma_en2", None]}]},
+                 id="jaccl"),
+])
+@pytest.mark.parametrize("port", [STARTING_PORT, 42323])
+def test_the_ports_are_those_mlx_launch_gives_the_ranks(hostfile, port, monkeypatch, tmp_path):
+    """Differential: what mlx.launch's own launch_ring / launch_jaccl hand the ranks
+    (MLX_HOSTFILE's addresses, MLX_JACCL_COORDINATOR) are exactly the probed endpoints."""
+    from argparse import Namespace
+
+    from mlx._distributed_utils import launch as mlx_launch
+    from mlx._distributed_utils.common import Hostfile
+
+    path = tmp_path / "hostfile.json"
+    path.write_text(json.dumps(hostfile))
+    hf = Hostfile.from_file(path)
+    args = Namespace(starting_port=port, connections_per_ip=1, env=[], verbose=False, cwd=None,
+                     python="/usr/bin/python3", backend=hf.backend)
+    captured = []
+    monkeypatch.setattr(mlx_launch, "_launch_with_io", lambda cls, arguments, verbose: captured.extend(arguments))
+    parser = Namespace(error=lambda msg: pytest.fail(msg))
+    run = mlx_launch.launch_ring if hf.backend == "ring" else mlx_launch.launch_jaccl
+    run(parser, hf.hosts, args, ["script.py"])
+    (_rank, _host, _python, _cwd, files, env, _cmd), _kw = captured[0]
+    eps = [f"{e['address']}:{e['port']}" for e in endpoints(hostfile, port)]
+    if hf.backend == "ring":
+        assert eps == [a for node in json.loads(files["MLX_HOSTFILE"]) for a in node]
+    else:
+        assert eps == [e.partition("=")[2] for e in env if e.startswith("MLX_JACCL_COORDINATOR=")]
+
+
+def test_starting_port_is_mlx_launchs_default():
+    import inspect
+    import re
+
+    from mlx._distributed_utils import launch as mlx_launch
+
+    src = inspect.getsource(mlx_launch)
+    m = re.search(r'"--starting-port",.*?default=(\d+)', src, re.S)
+    assert m and int(m.group(1)) == STARTING_PORT

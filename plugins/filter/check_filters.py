@@ -8,9 +8,10 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_power
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
+from ansible_collections.mlx.cluster.plugins.plugin_utils import ports as port_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 
 # Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
@@ -247,6 +248,23 @@ def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
         raise AnsibleFilterError("mlx_play_hosts: %s" % exc.message) from exc
 
 
+def mlx_port_endpoints(hostfile, starting_port=None):
+    try:
+        return mlx_ports.endpoints(plain(hostfile), mlx_ports.STARTING_PORT if starting_port is None else int(starting_port))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"mlx_port_endpoints: {exc}") from exc
+
+
+def mlx_port_problems(endpoints, listened, connected, timeout=5):
+    if not isinstance(endpoints, list) or not isinstance(listened, dict) or not isinstance(connected, dict):
+        raise AnsibleFilterError("mlx_port_problems: expects the endpoints (mlx_port_endpoints), then dicts host -> "
+                                 "the listen result and host -> the connect results of mlx.cluster.mlx_port_probe")
+    try:
+        return port_rules.port_problems(plain(endpoints), plain(listened), plain(connected), int(timeout))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"mlx_port_problems: malformed input ({exc})") from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -264,4 +282,6 @@ class FilterModule:
             "mlx_files_differ": mlx_files_differ,
             "mlx_memory_fit": mlx_memory_fit,
             "mlx_power_plan": mlx_power_plan,
+            "mlx_port_endpoints": mlx_port_endpoints,
+            "mlx_port_problems": mlx_port_problems,
         }

@@ -20,6 +20,11 @@ import re
 # tests/unit/plugin_utils/test_plan_step.py.
 BACKENDS = ("jaccl", "jaccl-ring", "ring")
 
+# mlx.launch's --starting-port default (mlx/_distributed_utils/launch.py): the ring backend's
+# first port (one more per rank and address), the JACCL coordinator's port. The toolkit's
+# benchmark and collective check launch with it; the port check probes exactly these ports.
+STARTING_PORT = 32323
+
 RANK_LINE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")

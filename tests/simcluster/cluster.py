@@ -49,7 +49,7 @@ REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
                  "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
-                 "scutil", "pmset", "defaults"]
+                 "scutil", "pmset", "defaults", "socketfilterfw"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
@@ -58,7 +58,7 @@ HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
 LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu", "wired_limit_mb",
-             "require_sudo", "rdma_port_down", "die_on", "hang", "slow"}
+             "require_sudo", "rdma_port_down", "die_on", "hang", "slow", "firewall"}
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
 
@@ -163,6 +163,17 @@ def _batch(lines, netns=None):
     r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if r.returncode != 0:
         raise SimError(f"ip {'-n ' + netns + ' ' if netns else ''}-batch failed: {r.stderr.strip()}")
+
+
+def _tc_batch(lines, netns):
+    if not lines:
+        return
+    tc = _which("tc")
+    if tc is None:
+        raise SimError("`tc` (iproute2) is not installed")
+    r = subprocess.run([tc, "-n", netns, "-batch", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SimError(f"tc -n {netns} -batch failed: {r.stderr.strip()}")
 
 
 def list_namespaces() -> list[str]:
@@ -963,6 +974,9 @@ class SimCluster:
             self._procs.clear()
             for h in self.hosts:
                 self._wait_host_gone(h)
+            blocked = [h for h, v in self._live().get("hosts", {}).items() if v.get("blocked_ports")]
+            for h in blocked:
+                self.unblock_ports(h)
             self._write_live({"hosts": {}, "cables": {c.id: {"plugged": True} for c in self.spec.cables}})
             # the wiring of the spec again (moved cables back), every cable up, empty ports dark
             wire = []
@@ -981,7 +995,7 @@ class SimCluster:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
                 # persistent settings back to the spec's: network, power (pmset), SoftwareUpdate
-                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json"):
+                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json", "firewall.json"):
                     (hd / f).unlink(missing_ok=True)
                 shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
                 if (hd / "tmp").exists():
@@ -1081,7 +1095,9 @@ class SimCluster:
         word...], "nth": n} (the Mac dies when the product runs that command; see
         shims/macos.py maybe_die), hang: [command or "command word..."] (those runs never
         answer: they sleep until SIGKILL), slow: {command or "command word...": seconds}
-        (those runs answer that much later; see shims/macos.py maybe_stall)). macOS before
+        (those runs answer that much later; see shims/macos.py maybe_stall), firewall:
+        {enabled, block_all, stealth, allow_signed, allow_signed_downloaded, apps: {path:
+        "blocked"|"permitted"}} (what socketfilterfw answers; the traffic is block_ports()'s)). macOS before
         26.2 has no rdma_ctl/ibv_* at all. reset() drops every override."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS
@@ -1097,6 +1113,57 @@ class SimCluster:
         self._write_live(live)
         macos = cur.get("macos", self.spec.host(host).macos)
         self._link_shims(host, macos)
+
+    # ---- a packet filter on one Mac ----------------------------------------------------------
+    # This kernel has tc's u32 classifier, htb and fifo qdiscs but no drop action (act_gact) and
+    # no nftables/iptables in use here: the filter sends what the Mac would answer from a blocked
+    # port (its SYN-ACK, or its RST) into a fifo of length 0 on every interface of its namespace.
+    # The connecting Mac then hears nothing until its connect times out, as from a Mac whose
+    # application firewall in stealth mode drops the connection attempt.
+    def _filtered_ifaces(self, host):
+        return sorted(i for i in self.links(host) if i != "lo")
+
+    def block_ports(self, host, ports):
+        """Drop, silently, incoming TCP connections to `ports` (a list of port numbers) on
+        `host`, or with "all" to every port but ssh's (22), on every interface of the Mac.
+        Replaces an earlier block of the same Mac; kept across reboot(), undone by
+        unblock_ports() and reset()."""
+        self.spec.host(host)
+        if ports != "all" and (not isinstance(ports, (list, tuple)) or not ports
+                               or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)):
+            raise SimError('block_ports: a list of TCP ports, or "all" (every port but 22)')
+        self.unblock_ports(host)
+        lines = []
+        for dev in self._filtered_ifaces(host):
+            lines += [f"qdisc add dev {dev} root handle 1: htb default 10 r2q 100000",
+                      f"class add dev {dev} parent 1: classid 1:10 htb rate 100gbit",
+                      f"class add dev {dev} parent 1: classid 1:20 htb rate 1mbit",
+                      f"qdisc add dev {dev} parent 1:20 handle 20: pfifo limit 0"]
+            if ports == "all":
+                # ssh's answers pass; every other SYN-ACK (IP header 20 bytes, TCP flags at 33) goes
+                lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
+                          f"match ip sport 22 0xffff flowid 1:10",
+                          f"filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip protocol 6 0xff "
+                          f"match u8 0x12 0x12 at 33 flowid 1:20"]
+            else:
+                lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
+                          f"match ip sport {p} 0xffff flowid 1:20" for p in ports]
+        _tc_batch(lines, self.ns(host))
+        live = self._live()
+        live.setdefault("hosts", {}).setdefault(host, {})["blocked_ports"] = ports if ports == "all" else list(ports)
+        self._write_live(live)
+
+    def unblock_ports(self, host):
+        """Remove the packet filter of block_ports() from `host`."""
+        ns = self.ns(host)
+        tc = _which("tc")
+        for dev in self._filtered_ifaces(host):
+            r = _run([tc, "-n", ns, "qdisc", "show", "dev", dev], check=False)
+            if "htb 1: root" in r.stdout:
+                _run([tc, "-n", ns, "qdisc", "del", "dev", dev, "root"])
+        live = self._live()
+        live.get("hosts", {}).get(host, {}).pop("blocked_ports", None)
+        self._write_live(live)
 
     # ---- inspection -----------------------------------------------------------------------
     def argv_records(self, host) -> list[dict]:

@@ -1826,6 +1826,109 @@ def cmd_defaults(ctx, args):
 
 
 # ---------------------------------------------------------------------------------------
+# socketfilterfw: the application firewall (ALF)
+# ---------------------------------------------------------------------------------------
+
+# macOS's defaults on a fresh install: the firewall off, signed software allowed (both kinds).
+FIREWALL_DEFAULTS = {"enabled": False, "block_all": False, "stealth": False, "allow_signed": True,
+                     "allow_signed_downloaded": True, "apps": {}}
+SOCKETFILTERFW_USAGE = (
+    "usage: /usr/libexec/ApplicationFirewall/socketfilterfw [-h] [--getglobalstate] [--setglobalstate on | off] "
+    "[--getblockall] [--setblockall on | off] [--listapps] [--getappblocked <path>] [--blockapp <path>] "
+    "[--unblockapp <path>] [--add <path>] [--remove <path>] [--getallowsigned] [--setallowsigned on | off] "
+    "[--setallowsignedapp on | off] [--getstealthmode] [--setstealthmode on | off] [--getloggingmode] "
+    "[--setloggingmode on | off] [--getloggingopt] [--setloggingopt throttled | brief | detail]")
+
+
+def firewall_state(ctx):
+    """The Mac's ALF settings: firewall.json once a setter changed them, else the spec's or the
+    live `firewall` override over macOS's defaults."""
+    stored = _read_json(ctx.path("firewall.json"), None)
+    if stored is not None:
+        return stored
+    state = dict(FIREWALL_DEFAULTS)
+    state.update(ctx.cfg.get("firewall") or {})
+    state["apps"] = dict(state.get("apps") or {})
+    return state
+
+
+def cmd_socketfilterfw(ctx, args):
+    """/usr/libexec/ApplicationFirewall/socketfilterfw: the getters answer from the Mac's state,
+    one line each in argument order (texts from public captures, macOS 14 to 26.3); a setter
+    without root prints `Must be root to change settings.` and exits 255, as on macOS. The shim
+    only answers: the traffic it describes is filtered by the harness (SimCluster.block_ports)."""
+    if not args or args[0] in ("-h", "--help"):
+        out(SOCKETFILTERFW_USAGE)
+        return 0 if args else 1
+    state = firewall_state(ctx)
+    on_off = {"on": True, "off": False}
+    i, changed, lines = 0, False, []
+    while i < len(args):
+        a = args[i]
+        takes = a in ("--setglobalstate", "--setblockall", "--setstealthmode", "--setallowsigned",
+                      "--setallowsignedapp", "--setloggingmode", "--getappblocked", "--blockapp",
+                      "--unblockapp", "--add", "--remove")
+        value = args[i + 1] if takes and i + 1 < len(args) else None
+        if takes and value is None:
+            out(SOCKETFILTERFW_USAGE)
+            return 1
+        if a.startswith("--set") or a in ("--blockapp", "--unblockapp", "--add", "--remove"):
+            if not ctx.elevated():
+                out("Must be root to change settings.")
+                return 255
+        if a == "--getglobalstate":
+            lines.append("Firewall is enabled. (State = 1)" if state["enabled"] else "Firewall is disabled. (State = 0)")
+        elif a == "--getblockall":
+            lines.append("Firewall has block all state set to %s." % ("enabled" if state["block_all"] else "disabled"))
+        elif a == "--getstealthmode":
+            lines.append("Firewall stealth mode is %s" % ("on" if state["stealth"] else "off"))
+        elif a == "--getallowsigned":
+            lines.append("Automatically allow built-in signed software %s." % ("ENABLED" if state["allow_signed"] else "DISABLED"))
+            lines.append("Automatically allow downloaded signed software %s."
+                         % ("ENABLED" if state["allow_signed_downloaded"] else "DISABLED"))
+        elif a == "--getappblocked":
+            app = state["apps"].get(value)
+            lines.append("The application is not part of the firewall" if app is None else
+                         "Incoming connection to %s is %s" % (value, "blocked" if app == "blocked" else "permitted"))
+        elif a in ("--setglobalstate", "--setblockall", "--setstealthmode", "--setallowsigned", "--setallowsignedapp"):
+            if value not in on_off:
+                out(SOCKETFILTERFW_USAGE)
+                return 1
+            key = {"--setglobalstate": "enabled", "--setblockall": "block_all", "--setstealthmode": "stealth",
+                   "--setallowsigned": "allow_signed", "--setallowsignedapp": "allow_signed_downloaded"}[a]
+            state[key] = on_off[value]
+            changed = True
+            lines.append({"enabled": "Firewall is %s. (State = %d)" % (("enabled", 1) if state["enabled"] else ("disabled", 0)),
+                          "block_all": "Firewall has block all state set to %s." % ("enabled" if state["block_all"] else "disabled"),
+                          "stealth": "Firewall stealth mode is %s" % ("on" if state["stealth"] else "off")}.get(
+                key, "Automatically allow signed software %s." % ("ENABLED" if state[key] else "DISABLED")))
+        elif a in ("--add", "--remove", "--blockapp", "--unblockapp"):
+            if a == "--add":
+                state["apps"].setdefault(value, "permitted")
+                lines.append("Application at path ( %s ) added to firewall" % value)
+            elif value not in state["apps"]:
+                lines.append("The application is not part of the firewall")
+            elif a == "--remove":
+                del state["apps"][value]
+                lines.append("Application at path ( %s ) removed from firewall" % value)
+            else:
+                state["apps"][value] = "blocked" if a == "--blockapp" else "permitted"
+                lines.append("Incoming connection to %s is %s" % (value, "blocked" if a == "--blockapp" else "permitted"))
+            changed = True
+        elif a in ("--listapps", "--getloggingmode", "--getloggingopt", "--setloggingmode", "--setloggingopt"):
+            die(f"socketfilterfw: {a}: not emulated by the simulated Mac", 64)
+        else:
+            out(SOCKETFILTERFW_USAGE)
+            return 1
+        i += 2 if takes else 1
+    if changed:
+        _write_json(ctx.path("firewall.json"), state)
+    for line in lines:
+        out(line)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
 # RDMA: rdma_ctl, ibv_devices, ibv_devinfo
 # ---------------------------------------------------------------------------------------
 
@@ -2442,7 +2545,7 @@ COMMANDS = {
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
     "rsync": cmd_rsync,
     "scutil": cmd_scutil,
-    "pmset": cmd_pmset, "defaults": cmd_defaults,
+    "pmset": cmd_pmset, "defaults": cmd_defaults, "socketfilterfw": cmd_socketfilterfw,
 }
 
 

@@ -63,6 +63,21 @@ options:
       - Empty, C(mlx.launch) uses the controller's own C(ssh) and names as they are.
     type: dict
     default: {}
+  progress_interval:
+    description:
+      - Seconds between two progress lines printed while the job runs: the latest
+        C([rank R/N host] warm-up i/N) or C(trial i/N) line the ranks logged (the benchmark's),
+        with the ranks that are behind. The action plugin of this module runs it as an async job
+        (time limit O(timeout) plus the SSH check and the clean-up) and polls it; no line is
+        printed before this many seconds, nor for a job that logs no such line. 0 = none.
+      - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
+    type: int
+    default: 0
+  progress_file:
+    description:
+      - File the module keeps up to date with the ranks' latest progress lines while the job runs
+        (JSON: C(ranks), C(seq), C(done)). Set by the action plugin when O(progress_interval) is on.
+    type: path
 attributes:
   check_mode:
     support: none
@@ -82,6 +97,7 @@ EXAMPLES = r"""
     script: /Users/admin/mlx-cluster/bench/mlx_cluster_bench.py
     args: [--model, /Users/admin/mlx-cluster/models/qwen, --max-tokens, "128"]
     timeout: 900
+    progress_interval: 10       # "trial 2/5: prompt_tps=..., generation_tps=..." every 10 s
   delegate_to: localhost
   run_once: true
 """
@@ -126,7 +142,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
+    LaunchProgress,
+    describe_failed,
+    failure_lines,
+    hostfile_hosts,
+    launch_argv,
+    read_result,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import stream_output
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 
@@ -164,14 +189,38 @@ def ssh_check(env, hosts, timeout):
         return [r for r in pool.map(one, hosts) if r[1] != 0]
 
 
-def run_job(argv, env, timeout):
-    """Run the launcher in its own process group; on timeout terminate the whole group."""
+def watch_progress(path):
+    """(on_output for run_job, finish()) keeping `path` up to date; (None, None) without."""
+    if not path:
+        return None, None
+    progress, writer = LaunchProgress(), ProgressWriter(path)
+    writer.update(progress.state(), time.monotonic(), force=True)
+
+    def on_output(text):
+        if progress.feed(text):
+            writer.update(progress.state(), time.monotonic())
+
+    def finish():
+        writer.update(progress.state(done=True), time.monotonic(), force=True)
+        return writer.error
+
+    return on_output, finish
+
+
+def run_job(argv, env, timeout, on_output=None):
+    """Run the launcher in its own process group; on timeout terminate the whole group.
+    `on_output` sees its standard output and error as they arrive (the ranks' progress)."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err, False
-    except subprocess.TimeoutExpired:
+        if on_output is None:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            out, err = stream_output(proc, timeout, on_output, on_output)
+        return proc.returncode, _text(out), _text(err), False
+    except subprocess.TimeoutExpired as exc:
+        # communicate() keeps what it read for the next call; stream_output hands it over
+        before = (exc.output or b"", exc.stderr or b"") if on_output is not None else (b"", b"")
         for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
                 os.killpg(proc.pid, sig)
@@ -179,10 +228,15 @@ def run_job(argv, env, timeout):
                 break
             try:
                 out, err = proc.communicate(timeout=wait)
-                return proc.returncode, out, err, True
+                return proc.returncode, _text(before[0] + out), _text(before[1] + err), True
             except subprocess.TimeoutExpired:
                 continue
-        return proc.returncode, "", "", True
+        return proc.returncode, _text(before[0]), _text(before[1]), True
+
+
+def _text(data):
+    """Bytes as text with universal newlines (what text=True pipes gave: the ranks' "\\r\\n")."""
+    return (data or b"").decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def main():
@@ -194,6 +248,8 @@ def main():
             timeout=dict(type="int", default=600), launcher=dict(type="str"),
             ssh_check_timeout=dict(type="int", default=10),
             ssh_targets=dict(type="dict", default={}),
+            progress_interval=dict(type="int", default=0),
+            progress_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -242,9 +298,13 @@ def run(module, p, hosts, wrapper):
     if not os.path.exists(launcher):
         launcher = module.get_bin_path("mlx.launch", required=True)
     argv = launch_argv(launcher, p["hostfile"], p["backend"], p["python"], p["script"], p["args"], p["env"])
+    on_output, finish = watch_progress(p["progress_file"])
     start = time.monotonic()
-    rc, out, err, timed_out = run_job(argv, env, p["timeout"])
+    rc, out, err, timed_out = run_job(argv, env, p["timeout"], on_output)
     elapsed = round(time.monotonic() - start, 3)
+    problem = finish() if finish else None
+    if problem:
+        module.warn(problem)
     parsed = read_result(out, err, hosts)
     info = dict(failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out), stderr_tail=tail(err), cmd=argv)
     if timed_out or rc != 0 or parsed["result"] is None:

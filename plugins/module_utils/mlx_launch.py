@@ -22,6 +22,14 @@ BACKENDS = ("jaccl", "jaccl-ring", "ring")
 RANK_LINE = re.compile(r"Node with rank (\d+) (exited with code (-?\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")
+# A progress line of a job the roles launch: `[rank R/N host] warm-up i/N: ...` or
+# `[rank R/N host] trial i/N: ...` (roles/benchmark/files/mlx_cluster_bench.py logs one per
+# warm-up and per timed trial on each rank's standard error; mlx.launch runs the ranks under
+# `ssh -tt`, so they reach the launcher's standard output, ended by "\r\n").
+PROGRESS_LINE = re.compile(r"\[rank (\d+)/(\d+) ([^\]\s]*)\] ((warm-up|trial) (\d+)/(\d+)\b.*)$")
+# Seconds mlx_launch may take beyond its job's `timeout`: the SSH check before, and ending
+# the launcher's process group after (SIGTERM, 10 s, SIGKILL, 5 s) with margin.
+LAUNCH_GRACE = 60
 # What `ssh` exits with when the remote command died of a signal (or the connection failed):
 # the code `mlx.launch` reports for a rank that was killed on its Mac.
 SSH_DIED = 255
@@ -132,3 +140,41 @@ def run_processes(ps_text, run_id, own_pid=None):
         if run_id in args.split():
             found.append({"pid": pid, "args": args})
     return found
+
+
+def job_limit(timeout, ssh_check_timeout):
+    """Seconds a whole mlx_launch run may take: the async job's limit when its action polls it."""
+    return int(timeout) + 2 * max(0, int(ssh_check_timeout)) + LAUNCH_GRACE
+
+
+class LaunchProgress:
+    """The latest progress line of each rank, from the launcher's output fed as it arrives.
+
+    `feed(text)` takes any piece of output (ANSI colours, "\\r\\n" of the ranks' ptys, a line
+    cut in two); True when a rank reported a new step. `state(done)` is what mlx_launch writes
+    to its progress file: {"ranks": {"0": {"size", "host", "kind": "warm-up"|"trial", "step",
+    "of", "line"}}, "seq": how many progress lines so far, "done"}.
+    """
+
+    def __init__(self):
+        self.ranks = {}
+        self.seq = 0
+        self._partial = ""
+
+    def feed(self, text):
+        pieces = re.split(r"[\r\n]", self._partial + text)
+        self._partial = pieces.pop()
+        moved = False
+        for piece in pieces:
+            m = PROGRESS_LINE.search(ANSI.sub("", piece).rstrip())
+            if not m:
+                continue
+            rank, size, host, line, kind, step, of = m.groups()
+            self.ranks[rank] = {"size": int(size), "host": host, "kind": kind, "step": int(step),
+                                "of": int(of), "line": line}
+            self.seq += 1
+            moved = True
+        return moved
+
+    def state(self, done=False):
+        return {"ranks": dict(self.ranks), "seq": self.seq, "done": done}

@@ -143,6 +143,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
+    DEFAULT_SSH_CHECK_TIMEOUT,
+    DEFAULT_TIMEOUT,
     LaunchProgress,
     describe_failed,
     failure_lines,
@@ -245,8 +247,8 @@ def main():
             hostfile=dict(type="path", required=True), backend=dict(type="str"),
             python=dict(type="str", required=True), script=dict(type="str", required=True),
             args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
-            timeout=dict(type="int", default=600), launcher=dict(type="str"),
-            ssh_check_timeout=dict(type="int", default=10),
+            timeout=dict(type="int", default=DEFAULT_TIMEOUT), launcher=dict(type="str"),
+            ssh_check_timeout=dict(type="int", default=DEFAULT_SSH_CHECK_TIMEOUT),
             ssh_targets=dict(type="dict", default={}),
             progress_interval=dict(type="int", default=0),
             progress_file=dict(type="path"),

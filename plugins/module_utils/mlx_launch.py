@@ -27,6 +27,9 @@ LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")
 # warm-up and per timed trial on each rank's standard error; mlx.launch runs the ranks under
 # `ssh -tt`, so they reach the launcher's standard output, ended by "\r\n").
 PROGRESS_LINE = re.compile(r"\[rank (\d+)/(\d+) ([^\]\s]*)\] ((warm-up|trial) (\d+)/(\d+)\b.*)$")
+# mlx_launch's defaults: seconds the job may take, seconds each host gets to answer the SSH check.
+DEFAULT_TIMEOUT = 600
+DEFAULT_SSH_CHECK_TIMEOUT = 10
 # Seconds mlx_launch may take beyond its job's `timeout`: the SSH check before, and ending
 # the launcher's process group after (SIGTERM, 10 s, SIGKILL, 5 s) with margin.
 LAUNCH_GRACE = 60
@@ -142,9 +145,18 @@ def run_processes(ps_text, run_id, own_pid=None):
     return found
 
 
-def job_limit(timeout, ssh_check_timeout):
-    """Seconds a whole mlx_launch run may take: the async job's limit when its action polls it."""
-    return int(timeout) + 2 * max(0, int(ssh_check_timeout)) + LAUNCH_GRACE
+def job_limit(timeout=DEFAULT_TIMEOUT, ssh_check_timeout=DEFAULT_SSH_CHECK_TIMEOUT):
+    """Seconds a whole mlx_launch run may take: the async job's limit when its action polls it.
+    Values that are not numbers count as the defaults (the module's own check names them)."""
+    try:
+        timeout = int(timeout)
+    except (TypeError, ValueError):
+        timeout = DEFAULT_TIMEOUT
+    try:
+        ssh_check_timeout = int(ssh_check_timeout)
+    except (TypeError, ValueError):
+        ssh_check_timeout = DEFAULT_SSH_CHECK_TIMEOUT
+    return timeout + 2 * max(0, ssh_check_timeout) + LAUNCH_GRACE
 
 
 class LaunchProgress:

@@ -207,7 +207,10 @@ class ProgressAction(ActionBase):
         if started.get("failed") or not jid:
             self._remove_tmp_path(tmpdir)
             return started
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        # where async_wrapper itself put the job's status file (it expands ~ as the job's user)
+        results_file = started.get("results_file")
+        async_dir = (results_file.rsplit("/", 1)[0] if results_file and "/" in results_file
+                     else self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async")))
         label = self._label(task_vars)
 
         def status():

@@ -186,9 +186,15 @@ class ProgressAction(ActionBase):
         return merge_hash(result, self._run_with_progress(task_vars, interval))
 
     def _label(self, task_vars):
-        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        """The host as Ansible's default callback names it in results: `[m2]`, `[m2 -> m1]`, and
+        the delegate's address when it differs from its name: `[m2 -> m1(10.0.0.11)]`."""
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         delegated = self._task.delegate_to
-        return f"[{host} -> {delegated}]" if delegated and delegated != host else f"[{host}]"
+        if not delegated or delegated == host:
+            return f"[{host}]"
+        address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get("ansible_host", delegated)
+        return f"[{host} -> {delegated}]" if address == delegated else f"[{host} -> {delegated}({address})]"
 
     def _run_with_progress(self, task_vars, interval):
         args = dict(self._task.args)

@@ -191,10 +191,14 @@ class ProgressAction(ActionBase):
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         delegated = self._task.delegate_to
-        if not delegated or delegated == host:
-            return f"[{host}]"
-        address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get("ansible_host", delegated)
-        return f"[{host} -> {delegated}]" if address == delegated else f"[{host} -> {delegated}({address})]"
+        if delegated and delegated != host:
+            address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get("ansible_host", delegated)
+            host += f" -> {delegated}" if address == delegated else f" -> {delegated}({address})"
+        # in a loop, the item as the callback shows it, when it is short (the benchmark's mode)
+        loop_var = task_vars.get("ansible_loop_var")
+        item = task_vars.get(loop_var) if loop_var else None
+        shown = f" (item={item})" if isinstance(item, (str, int)) and len(str(item)) <= 40 else ""
+        return f"[{host}]{shown}"
 
     def _run_with_progress(self, task_vars, interval):
         args = dict(self._task.args)

@@ -65,18 +65,18 @@ options:
     default: {}
   progress_interval:
     description:
-      - Seconds between two progress lines printed while the job runs: the latest
+      - "Seconds between two progress lines printed while the job runs: the latest
         C([rank R/N host] warm-up i/N) or C(trial i/N) line the ranks logged (the benchmark's),
         with the ranks that are behind. The action plugin of this module runs it as an async job
         (time limit O(timeout) plus the SSH check and the clean-up) and polls it; no line is
-        printed before this many seconds, nor for a job that logs no such line. 0 = none.
+        printed before this many seconds, nor for a job that logs no such line. 0 = none."
       - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
     type: int
     default: 0
   progress_file:
     description:
       - File the module keeps up to date with the ranks' latest progress lines while the job runs
-        (JSON: C(ranks), C(seq), C(done)). Set by the action plugin when O(progress_interval) is on.
+        (JSON with C(ranks), C(seq) and C(done)). Set by the action plugin when O(progress_interval) is on.
     type: path
 attributes:
   check_mode:

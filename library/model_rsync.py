@@ -98,7 +98,7 @@ options:
   progress_interval:
     description:
       - Seconds between two progress lines printed while the copy runs (bytes sent, the model's
-        size, rate), for the destination named by O(host_label). The action plugin of this module
+        size, rate), each naming the host as Ansible does in results. The action plugin of this module
         runs it as an async job and polls it; no line is printed before this many seconds, so a
         short or empty copy prints none. 0 = no progress lines (the copy runs as a plain task).
       - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
@@ -106,7 +106,7 @@ options:
     default: 0
   progress_file:
     description:
-      - File the module keeps up to date with the copy's progress while rsync runs (JSON:
+      - File the module keeps up to date with the copy's progress while rsync runs (JSON with
         C(bytes), C(files), C(total), C(rate), C(elapsed), C(done)), from rsync's C(--progress)
         output (GNU rsync and openrsync print it alike). Set by the action plugin when
         O(progress_interval) is on; empty = rsync runs without C(--progress).

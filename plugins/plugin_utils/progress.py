@@ -194,8 +194,9 @@ class ProgressAction(ActionBase):
         if delegated and delegated != host:
             address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get("ansible_host", delegated)
             host += f" -> {delegated}" if address == delegated else f" -> {delegated}({address})"
-        # in a loop, the item as the callback shows it, when it is short (the benchmark's mode)
-        loop_var = task_vars.get("ansible_loop_var")
+        # a task with a loop of its own: the item, as the callback shows it, when short (the benchmark's mode)
+        looping = self._task.loop is not None or self._task.loop_with
+        loop_var = task_vars.get("ansible_loop_var") if looping else None
         item = task_vars.get(loop_var) if loop_var else None
         shown = f" (item={item})" if isinstance(item, (str, int)) and len(str(item)) <= 40 else ""
         return f"[{host}]{shown}"

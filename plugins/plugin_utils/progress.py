@@ -176,7 +176,7 @@ class ProgressAction(ActionBase):
             interval = int(self._task.args.get("progress_interval") or 0)
         except (TypeError, ValueError):
             interval = 0  # the module's own argument check names the bad value
-        if interval <= 0 or self._task.async_val or self._play_context.check_mode:
+        if interval <= 0 or self._task.async_val or self._task.check_mode:
             # as the normal action: a plain run (or the task's own async)
             wrap_async = self._task.async_val and not self._connection.has_native_async
             result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
@@ -233,9 +233,10 @@ class ProgressAction(ActionBase):
             if res.get("rc") != 0:
                 return None
             try:
-                return json.loads(res.get("stdout") or "")
+                state = json.loads(res.get("stdout") or "")
             except ValueError:
                 return None
+            return state if isinstance(state, dict) else None
 
         def show(line):
             display.display(f"{label} {line}")

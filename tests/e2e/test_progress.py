@@ -57,9 +57,11 @@ def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
     task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and COPY_TASK in ln)
     result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + LABEL, ln)), None)
     assert result is not None, "\n".join(lines[task:task + 40])
+    label = re.match("changed: (" + LABEL + ")", lines[result]).group(1)
     shown = [ln for ln in lines[task:result] if re.match(LABEL + " model: ", ln)]
     assert shown, "\n".join(lines[task:result + 1])
-    assert all(PROGRESS.match(ln) for ln in shown), shown
+    assert all(PROGRESS.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
+    print("\n".join([lines[task], *shown, lines[result]]))  # what a user sees (pytest -s)
     total = PAD_BYTES + sum(p.stat().st_size for p in tiny.rglob("*") if p.is_file())
     assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
 

@@ -51,7 +51,7 @@ READ_MAX = 65536
 
 
 def human_bytes(n):
-    """1234567890 -> '1.2 GB' (decimal units, as Finder and rsync's -h report sizes)."""
+    """1234567890 -> '1.2 GB' (decimal units, as Finder reports sizes)."""
     n = float(n or 0)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":

@@ -280,7 +280,7 @@ def usable_log_file(module, runner, rsync, log_file, source):
     if not accepted:
         module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
                     + f", which cannot write a progress file (no --log-file): copying without {log_file} "
-                    "(watch the destination grow instead, e.g. `du -sh` on it)")
+                    "(progress_interval still shows the copy as it runs)")
         return None
     parent = os.path.dirname(log_file)
     if parent:

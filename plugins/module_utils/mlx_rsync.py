@@ -178,6 +178,10 @@ class CopyProgress:
             if not m:
                 continue
             sent = int(re.sub(r"[,.]", "", m.group(1)))
+            if sent < self.current:
+                # a file's updates only grow: this is the next file, the last one ended
+                # without its closing update (a failed file); what it sent counts
+                self.done_bytes += self.current
             if _PROGRESS_DONE.search(piece):
                 self.done_bytes += sent
                 self.files += 1

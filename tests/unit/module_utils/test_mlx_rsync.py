@@ -438,3 +438,21 @@ def test_progress_option_in_the_argv():
     argv = rsync_argv("rsync", "/a", "m2:/b", progress=True)
     assert argv[argv.index("--out-format=%i %n%L") + 1] == PROGRESS_OPTION == "--progress"
     assert PROGRESS_OPTION not in rsync_argv("rsync", "/a", "m2:/b")
+
+
+@given(pieces=st.lists(st.text(alphabet=st.sampled_from(list("0123456789,. %\r\nxfer#()abc")), max_size=40), max_size=30))
+@settings(max_examples=200)
+def test_copy_progress_takes_any_output(pieces):
+    p = CopyProgress(total=10)
+    for i, piece in enumerate(pieces):
+        p.feed(piece, float(i))
+    state = p.state(float(len(pieces)))
+    assert state["bytes"] >= 0 and state["files"] >= 0 and (state["rate"] is None or state["rate"] >= 0)
+
+
+def test_copy_progress_never_goes_back():
+    p = CopyProgress()
+    p.feed("\r      900,000  90%\r", 1.0)
+    p.feed("\r      100,000  10%\r", 2.0)  # the next file, the first one's last update missing
+    assert p.bytes == 1_000_000
+    assert p.rate(2.0) > 0

@@ -192,15 +192,17 @@ def ssh_check(env, hosts, timeout):
 
 
 def watch_progress(path):
-    """(on_output for run_job, finish()) keeping `path` up to date; (None, None) without."""
+    """(on_output(stream) for run_job, finish()) keeping `path` up to date; (None, None) without."""
     if not path:
         return None, None
     progress, writer = LaunchProgress(), ProgressWriter(path)
     writer.update(progress.state(), time.monotonic(), force=True)
 
-    def on_output(text):
-        if progress.feed(text):
-            writer.update(progress.state(), time.monotonic())
+    def on_output(stream):
+        def seen(text):
+            if progress.feed(text, stream):
+                writer.update(progress.state(), time.monotonic())
+        return seen
 
     def finish():
         writer.update(progress.state(done=True), time.monotonic(), force=True)
@@ -211,14 +213,15 @@ def watch_progress(path):
 
 def run_job(argv, env, timeout, on_output=None):
     """Run the launcher in its own process group; on timeout terminate the whole group.
-    `on_output` sees its standard output and error as they arrive (the ranks' progress)."""
+    `on_output(name)` gives the callable that sees the pipe `name` ("stdout", "stderr") as it
+    arrives (the ranks' progress)."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         if on_output is None:
             out, err = proc.communicate(timeout=timeout)
         else:
-            out, err = stream_output(proc, timeout, on_output, on_output)
+            out, err = stream_output(proc, timeout, on_output("stdout"), on_output("stderr"))
         return proc.returncode, _text(out), _text(err), False
     except subprocess.TimeoutExpired as exc:
         # communicate() keeps what it read for the next call; stream_output hands it over

@@ -162,8 +162,9 @@ def job_limit(timeout=DEFAULT_TIMEOUT, ssh_check_timeout=DEFAULT_SSH_CHECK_TIMEO
 class LaunchProgress:
     """The latest progress line of each rank, from the launcher's output fed as it arrives.
 
-    `feed(text)` takes any piece of output (ANSI colours, "\\r\\n" of the ranks' ptys, a line
-    cut in two); True when a rank reported a new step. `state(done)` is what mlx_launch writes
+    `feed(text, stream)` takes any piece of output (ANSI colours, "\\r\\n" of the ranks' ptys, a
+    line cut in two; `stream` names the pipe, so pieces of two pipes never join into one line);
+    True when a rank reported a new step. `state(done)` is what mlx_launch writes
     to its progress file: {"ranks": {"0": {"size", "host", "kind": "warm-up"|"trial", "step",
     "of", "line"}}, "seq": how many progress lines so far, "done"}.
     """
@@ -171,11 +172,11 @@ class LaunchProgress:
     def __init__(self):
         self.ranks = {}
         self.seq = 0
-        self._partial = ""
+        self._partial = {}
 
-    def feed(self, text):
-        pieces = re.split(r"[\r\n]", self._partial + text)
-        self._partial = pieces.pop()
+    def feed(self, text, stream="stdout"):
+        pieces = re.split(r"[\r\n]", self._partial.get(stream, "") + text)
+        self._partial[stream] = pieces.pop()
         moved = False
         for piece in pieces:
             m = PROGRESS_LINE.search(ANSI.sub("", piece).rstrip())

@@ -135,6 +135,14 @@ def test_launch_progress_keeps_each_ranks_latest_step():
     assert p.feed("[rank 0/2 m1] generating\r\n{\"world_size\": 2}\n") is False
 
 
+def test_launch_progress_keeps_the_pipes_apart():
+    p = LaunchProgress()
+    p.feed("[rank 1/2 m2] tri", "stdout")
+    p.feed("\x1b[33m[WARN] slow\x1b[0m\n", "stderr")
+    assert p.feed("al 1/3: prompt_tps=1.0\r\n", "stdout") is True
+    assert p.state()["ranks"]["1"]["line"] == "trial 1/3: prompt_tps=1.0"
+
+
 @given(st.text())
 def test_launch_progress_takes_any_text(text):
     p = LaunchProgress()

@@ -80,6 +80,21 @@ options:
       - Empty, C(mlx.launch) uses the controller's own C(ssh) and names as they are.
     type: dict
     default: {}
+  progress_interval:
+    description:
+      - "Seconds between two progress lines printed while the job runs: the latest
+        C([rank R/N host] warm-up i/N) or C(trial i/N) line the ranks logged (the benchmark's),
+        with the ranks that are behind. The action plugin of this module runs it as an async job
+        (time limit O(timeout) plus the SSH check and the clean-up) and polls it; no line is
+        printed before this many seconds, nor for a job that logs no such line. 0 = none."
+      - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
+    type: int
+    default: 0
+  progress_file:
+    description:
+      - File the module keeps up to date with the ranks' latest progress lines while the job runs
+        (JSON with C(ranks), C(seq) and C(done)). Set by the action plugin when O(progress_interval) is on.
+    type: path
 attributes:
   check_mode:
     support: none
@@ -99,6 +114,7 @@ EXAMPLES = r"""
     script: /Users/admin/mlx-cluster/bench/mlx_cluster_bench.py
     args: [--model, /Users/admin/mlx-cluster/models/qwen, --max-tokens, "128"]
     timeout: 900
+    progress_interval: 10       # "trial 2/5: prompt_tps=..., generation_tps=..." every 10 s
   delegate_to: localhost
   run_once: true
 """
@@ -156,7 +172,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
-    describe_failed, failure_lines, hostfile_hosts, launch_argv, rdma_failure, read_result)
+    DEFAULT_SSH_CHECK_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    LaunchProgress,
+    describe_failed,
+    failure_lines,
+    hostfile_hosts,
+    launch_argv,
+    rdma_failure,
+    read_result,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import stream_output
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 
@@ -203,14 +230,41 @@ def read_hostfile(module, path):
         module.fail_json(msg=f"cannot read the hostfile {path}: {exc}; run the hostfile stage first")
 
 
-def run_job(argv, env, timeout):
-    """Run the launcher in its own process group; on timeout terminate the whole group."""
+def watch_progress(path):
+    """(on_output(stream) for run_job, finish()) keeping `path` up to date; (None, None) without."""
+    if not path:
+        return None, None
+    progress, writer = LaunchProgress(), ProgressWriter(path)
+    writer.update(progress.state(), time.monotonic(), force=True)
+
+    def on_output(stream):
+        def seen(text):
+            if progress.feed(text, stream):
+                writer.update(progress.state(), time.monotonic())
+        return seen
+
+    def finish():
+        writer.update(progress.state(done=True), time.monotonic(), force=True)
+        return writer.error
+
+    return on_output, finish
+
+
+def run_job(argv, env, timeout, on_output=None):
+    """Run the launcher in its own process group; on timeout terminate the whole group.
+    `on_output(name)` gives the callable that sees the pipe `name` ("stdout", "stderr") as it
+    arrives (the ranks' progress)."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, out, err, False
-    except subprocess.TimeoutExpired:
+        if on_output is None:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            out, err = stream_output(proc, timeout, on_output("stdout"), on_output("stderr"))
+        return proc.returncode, _text(out), _text(err), False
+    except subprocess.TimeoutExpired as exc:
+        # communicate() keeps what it read for the next call; stream_output hands it over
+        before = (exc.output or b"", exc.stderr or b"") if on_output is not None else (b"", b"")
         for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
                 os.killpg(proc.pid, sig)
@@ -218,10 +272,15 @@ def run_job(argv, env, timeout):
                 break
             try:
                 out, err = proc.communicate(timeout=wait)
-                return proc.returncode, out, err, True
+                return proc.returncode, _text(before[0] + out), _text(before[1] + err), True
             except subprocess.TimeoutExpired:
                 continue
-        return proc.returncode, "", "", True
+        return proc.returncode, _text(before[0]), _text(before[1]), True
+
+
+def _text(data):
+    """Bytes as text with universal newlines (what text=True pipes gave: the ranks' "\\r\\n")."""
+    return (data or b"").decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def main():
@@ -230,10 +289,12 @@ def main():
             hostfile=dict(type="path", required=True), backend=dict(type="str"),
             python=dict(type="str", required=True), script=dict(type="str", required=True),
             args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
-            timeout=dict(type="int", default=600), launcher=dict(type="str"),
-            ssh_check_timeout=dict(type="int", default=10),
+            timeout=dict(type="int", default=DEFAULT_TIMEOUT), launcher=dict(type="str"),
+            ssh_check_timeout=dict(type="int", default=DEFAULT_SSH_CHECK_TIMEOUT),
             ssh_targets=dict(type="dict", default={}), fallback_hostfile=dict(type="dict"),
             fallback_reason=dict(type="str"),
+            progress_interval=dict(type="int", default=0),
+            progress_file=dict(type="path"),
         ),
         required_by={"fallback_reason": "fallback_hostfile"},
         supports_check_mode=True,
@@ -296,7 +357,7 @@ def run(module, p, hostfile, hosts, wrapper):
         module.warn(f"{name}: RDMA could not be brought up earlier in this run: running on the ring backend "
                     "over the same Thunderbolt cables at once (RDMA is not tried again)")
     else:
-        job = launch(launcher, p, p["hostfile"], hosts, env, p["timeout"])
+        job = launch(module, launcher, p, p["hostfile"], hosts, env, p["timeout"])
         rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
     if rdma and p["fallback_hostfile"]:
         # The RDMA launch itself is never retried: the job runs once more, on the TCP ring.
@@ -311,7 +372,7 @@ def run(module, p, hostfile, hosts, wrapper):
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(p["fallback_hostfile"], f)
-            job = launch(launcher, p, path, ring_hosts, env, left, backend="ring")
+            job = launch(module, launcher, p, path, ring_hosts, env, left, backend="ring")
         finally:
             os.unlink(path)
         job.pop("stdout")
@@ -336,13 +397,17 @@ def strip(job):
     return {k: v for k, v in job.items() if k in ("failed_ranks", "elapsed", "stdout_tail", "stderr_tail", "cmd")}
 
 
-def launch(launcher, p, hostfile, hosts, env, timeout, backend=None):
+def launch(module, launcher, p, hostfile, hosts, env, timeout, backend=None):
     """One mlx.launch run, bounded by `timeout`: its result and, when it failed, why ("why",
     "who", "detail": the wording of the failure message; "why" empty on success)."""
     argv = launch_argv(launcher, hostfile, backend or p["backend"], p["python"], p["script"], p["args"], p["env"])
+    on_output, finish = watch_progress(p["progress_file"])
     start = time.monotonic()
-    rc, out, err, timed_out = run_job(argv, env, timeout)
+    rc, out, err, timed_out = run_job(argv, env, timeout, on_output)
     elapsed = round(time.monotonic() - start, 3)
+    problem = finish() if finish else None
+    if problem:
+        module.warn(problem)
     parsed = read_result(out, err, hosts)
     job = dict(result=parsed["result"], failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out),
                stderr_tail=tail(err), cmd=argv, stdout=out, why="", who="", detail="")

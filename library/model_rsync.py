@@ -95,6 +95,22 @@ options:
     description: Name of the machine the task runs on, for messages. Empty = its host name.
     type: str
     default: ""
+  progress_interval:
+    description:
+      - Seconds between two progress lines printed while the copy runs (bytes sent, the model's
+        size, rate), each naming the host as Ansible does in results. The action plugin of this module
+        runs it as an async job and polls it; no line is printed before this many seconds, so a
+        short or empty copy prints none. 0 = no progress lines (the copy runs as a plain task).
+      - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
+    type: int
+    default: 0
+  progress_file:
+    description:
+      - File the module keeps up to date with the copy's progress while rsync runs (JSON with
+        C(bytes), C(files), C(total), C(rate), C(elapsed), C(done)), from rsync's C(--progress)
+        output (GNU rsync and openrsync print it alike). Set by the action plugin when
+        O(progress_interval) is on; empty = rsync runs without C(--progress).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -103,6 +119,8 @@ attributes:
     support: full
     details: The itemized changes, as rsync printed them.
 notes:
+  - "With O(progress_interval) the copy is an async job polled by the action plugin: the job's
+    own time limit is then a week, since the transfer has no bound of its own."
   - "I(command_timeout) bounds C(rsync --version); the transfer itself is not bounded by it (its length depends on the model's size)."
   - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
 author:
@@ -129,6 +147,7 @@ EXAMPLES = r"""
     host_label: studio-2
     dest_home: /Users/admin
     log_file: /Users/admin/mlx-cluster/logs/model_sync.log
+    progress_interval: 10     # "studio-2: 1.2/3.4 GB (35%), 850 MB/s" every 10 s
   delegate_to: studio-1
 """
 
@@ -184,11 +203,14 @@ log_file:
 
 import os
 import socket
+import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
+    CopyProgress,
     OFFLINE_ENV,
     check_dest,
     ssh_login,
@@ -198,8 +220,44 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     remote_spec,
     rsync_argv,
     ssh_command,
+    without_progress,
 )
 
+def tree_size(path):
+    """Bytes of the files below `path`, symlinks followed (what --copy-links sends); None when
+    the directory cannot be read."""
+    total = 0
+    try:
+        for root, _dirs, files in os.walk(path, followlinks=True):
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    return total
+
+
+def watch_progress(path, src):
+    """(on_output for the runner, finish(rc)) keeping `path` up to date; (None, None) without."""
+    if not path:
+        return None, None
+    progress = CopyProgress(total=tree_size(src))
+    writer = ProgressWriter(path)
+    writer.update(progress.state(time.monotonic()), time.monotonic(), force=True)
+
+    def on_output(text):
+        now = time.monotonic()
+        if progress.feed(text, now):
+            writer.update(progress.state(now), now)
+
+    def finish():
+        now = time.monotonic()
+        writer.update(progress.state(now, done=True), now, force=True)
+        return writer.error
+
+    return on_output, finish
 
 
 def usable_log_file(module, runner, rsync, log_file, source):
@@ -222,7 +280,7 @@ def usable_log_file(module, runner, rsync, log_file, source):
     if not accepted:
         module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
                     + f", which cannot write a progress file (no --log-file): copying without {log_file} "
-                    "(watch the destination grow instead, e.g. `du -sh` on it)")
+                    "(progress_interval still shows the copy as it runs)")
         return None
     parent = os.path.dirname(log_file)
     if parent:
@@ -246,6 +304,8 @@ def main():
             log_file=dict(type="path"),
             rsync_path=dict(type="str", default=""),
             source_name=dict(type="str", default=""),
+            progress_interval=dict(type="int", default=0),
+            progress_file=dict(type="path"),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
@@ -270,10 +330,17 @@ def main():
             module.fail_json(msg=f"ssh_args: {exc}")
     runner = Runner(p["command_timeout"])
     log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
+    # a dry run sends nothing, so prints no progress
+    progress_file = p["progress_file"] if not module.check_mode else None
+    on_output, finish = watch_progress(progress_file, p["src"])
     argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
                       delete=p["delete"], checksum=p["checksum"], log_file=log_file,
-                      rsync_path=p["rsync_path"] if host else None)
-    rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None)
+                      rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file))
+    rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
+    if finish:
+        problem = finish()
+        if problem:
+            module.warn(f"{problem} (the copy itself went on)")
     if rc != 0:
         module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
                                              user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"]),
@@ -281,7 +348,7 @@ def main():
     items = parse_itemized(out)
     result = dict(items, rc=rc, cmd=argv, log_file=log_file)
     if module._diff and items["changed"]:
-        result["diff"] = {"prepared": out}
+        result["diff"] = {"prepared": without_progress(out)}
     module.exit_json(**result)
 
 

@@ -37,6 +37,18 @@ RDMA_BACKENDS = ("jaccl", "jaccl-ring")
 RDMA_FIX = ("replug the Thunderbolt cables named (both ends); if that does not help, reboot the "
             "Mac(s) named; check `rdma_ctl status` (enabled) and `ibv_devinfo` (PORT_ACTIVE) on them")
 _RDMA_NAME = re.compile(r"\brdma_[A-Za-z0-9]+")
+
+# A progress line of a job the roles launch: `[rank R/N host] warm-up i/N: ...` or
+# `[rank R/N host] trial i/N: ...` (roles/benchmark/files/mlx_cluster_bench.py logs one per
+# warm-up and per timed trial on each rank's standard error; mlx.launch runs the ranks under
+# `ssh -tt`, so they reach the launcher's standard output, ended by "\r\n").
+PROGRESS_LINE = re.compile(r"\[rank (\d+)/(\d+) ([^\]\s]*)\] ((warm-up|trial) (\d+)/(\d+)\b.*)$")
+# mlx_launch's defaults: seconds the job may take, seconds each host gets to answer the SSH check.
+DEFAULT_TIMEOUT = 600
+DEFAULT_SSH_CHECK_TIMEOUT = 10
+# Seconds mlx_launch may take beyond its job's `timeout`: the SSH check before, and ending
+# the launcher's process group after (SIGTERM, 10 s, SIGKILL, 5 s) with margin.
+LAUNCH_GRACE = 60
 # What `ssh` exits with when the remote command died of a signal (or the connection failed):
 # the code `mlx.launch` reports for a rank that was killed on its Mac.
 SSH_DIED = 255
@@ -218,3 +230,50 @@ def rdma_failure(failed, hostfile, stdout=""):
            "a failed RDMA link is not a race, and repeated attempts can wedge it further. "
            f"Fix: {RDMA_FIX}")
     return {"backend": backend, "ranks": out, "cables": cables, "hosts": names, "msg": msg}
+
+def job_limit(timeout=DEFAULT_TIMEOUT, ssh_check_timeout=DEFAULT_SSH_CHECK_TIMEOUT):
+    """Seconds a whole mlx_launch run may take: the async job's limit when its action polls it.
+    Values that are not numbers count as the defaults (the module's own check names them)."""
+    try:
+        timeout = int(timeout)
+    except (TypeError, ValueError):
+        timeout = DEFAULT_TIMEOUT
+    try:
+        ssh_check_timeout = int(ssh_check_timeout)
+    except (TypeError, ValueError):
+        ssh_check_timeout = DEFAULT_SSH_CHECK_TIMEOUT
+    return timeout + 2 * max(0, ssh_check_timeout) + LAUNCH_GRACE
+
+
+class LaunchProgress:
+    """The latest progress line of each rank, from the launcher's output fed as it arrives.
+
+    `feed(text, stream)` takes any piece of output (ANSI colours, "\\r\\n" of the ranks' ptys, a
+    line cut in two; `stream` names the pipe, so pieces of two pipes never join into one line);
+    True when a rank reported a new step. `state(done)` is what mlx_launch writes
+    to its progress file: {"ranks": {"0": {"size", "host", "kind": "warm-up"|"trial", "step",
+    "of", "line"}}, "seq": how many progress lines so far, "done"}.
+    """
+
+    def __init__(self):
+        self.ranks = {}
+        self.seq = 0
+        self._partial = {}
+
+    def feed(self, text, stream="stdout"):
+        pieces = re.split(r"[\r\n]", self._partial.get(stream, "") + text)
+        self._partial[stream] = pieces.pop()
+        moved = False
+        for piece in pieces:
+            m = PROGRESS_LINE.search(ANSI.sub("", piece).rstrip())
+            if not m:
+                continue
+            rank, size, host, line, kind, step, of = m.groups()
+            self.ranks[rank] = {"size": int(size), "host": host, "kind": kind, "step": int(step),
+                                "of": int(of), "line": line}
+            self.seq += 1
+            moved = True
+        return moved
+
+    def state(self, done=False):
+        return {"ranks": dict(self.ranks), "seq": self.seq, "done": done}

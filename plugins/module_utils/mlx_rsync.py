@@ -53,6 +53,24 @@ WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".npz", ".bin")
 # Offline for every run: nothing in this stage may reach a model hub.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
+# `--progress` (GNU rsync 3.x and openrsync alike): while a file is sent, one update at a time
+# ended by a carriage return, then a last one ended by a newline carrying the transfer count:
+#   GNU 3.x    "     22,085,632  73%   19.24MB/s    0:00:00\r"     (%15s, thousands commas)
+#              "     30,000,000 100%   19.91MB/s    0:00:01 (xfr#2, to-chk=2/5)\n"
+#   openrsync  "       22085632  73%   19.24MB/s   00:00:00\r"     (client.c rsync_progress:
+#              "       30000000 100%   19.91MB/s   00:00:01 (xfer#2, to-check=2/5)\n"  " %14llu %3.0f%%")
+# openrsync leaves the rate out below 1 KB/s; only the bytes of the file so far are read here.
+PROGRESS_OPTION = "--progress"
+_PROGRESS = re.compile(r"^\s*(\d[\d,.]*)\s+(\d{1,3})%")
+_PROGRESS_DONE = re.compile(r"\(xfe?r#\d+")
+# How far back the rate looks (seconds): long enough to smooth per-file pauses, short enough
+# to follow a link that slows down.
+RATE_WINDOW = 5.0
+# The async job's time limit when model_rsync's action plugin polls the copy
+# (progress_interval): the transfer has no bound of its own (its length is the model's size
+# over the link), so this only ends a job nobody waits for any more. A week.
+MODEL_COPY_LIMIT = 7 * 24 * 3600
+
 _ITEM = re.compile(r"^([<>ch.])([fdLDS])([.+?cstTpoguaxnbz]{7,9}) (.*)$")
 _DELETING = re.compile(r"^\*deleting\s+(.*)$")
 # Characters a remote path may hold: the far end's shell reads it (openrsync and rsync < 3.2.4
@@ -122,6 +140,81 @@ def parse_itemized(text):
     return out
 
 
+class CopyProgress:
+    """What rsync has sent so far, from its `--progress` output fed as it arrives.
+
+    `feed(text, now)` takes any piece of rsync's standard output (item lines, progress updates
+    ended by a carriage return or a newline, a line cut in two by the pipe) and the time it
+    arrived (seconds on a monotonic clock); `state(now)` is what the module writes to its
+    progress file: {"bytes": sent so far, "files": files finished, "total": the model's size
+    (None when not known), "rate": bytes per second over about the last RATE_WINDOW seconds
+    (None before anything moved), "elapsed": seconds since the first piece, "done"}. A file's
+    bytes count once: the last update of a file that is done, the latest of the file being sent.
+    """
+
+    def __init__(self, total=None):
+        self.total = total
+        self.done_bytes = 0
+        self.current = 0
+        self.files = 0
+        self.start = None
+        self._partial = ""
+        self._samples = []  # (time, bytes) readings, the oldest at most RATE_WINDOW back
+
+    @property
+    def bytes(self):
+        return self.done_bytes + self.current
+
+    def feed(self, text, now):
+        """Read a piece of output; True when the bytes sent moved."""
+        if self.start is None:
+            self.start = now
+            self._samples = [(now, 0)]
+        before = self.bytes
+        pieces = re.split(r"[\r\n]", self._partial + text)
+        self._partial = pieces.pop()
+        for piece in pieces:
+            m = _PROGRESS.match(piece)
+            if not m:
+                continue
+            sent = int(re.sub(r"[,.]", "", m.group(1)))
+            if sent < self.current:
+                # a file's updates only grow: this is the next file, the last one ended
+                # without its closing update (a failed file); what it sent counts
+                self.done_bytes += self.current
+            if _PROGRESS_DONE.search(piece):
+                self.done_bytes += sent
+                self.files += 1
+                self.current = 0
+            else:
+                self.current = sent
+        if self.bytes == before:
+            return False
+        self._samples.append((now, self.bytes))
+        return True
+
+    def rate(self, now):
+        """Bytes per second since the oldest reading of the window (it falls while nothing
+        arrives); None before anything moved."""
+        while len(self._samples) > 2 and self._samples[1][0] <= now - RATE_WINDOW:
+            self._samples.pop(0)
+        if not self.bytes or not self._samples or now <= self._samples[0][0]:
+            return None
+        t0, b0 = self._samples[0]
+        return (self.bytes - b0) / (now - t0)
+
+    def state(self, now, done=False):
+        return {"bytes": self.bytes, "files": self.files, "total": self.total, "rate": self.rate(now),
+                "elapsed": round(now - self.start, 3) if self.start is not None else 0.0, "done": done}
+
+
+def without_progress(text):
+    """rsync's output without its `--progress` updates (what a diff shows)."""
+    text, _ = to_text(text, RSYNC_COMMAND)
+    kept = [p for p in re.split(r"\r\n?|\n", text) if p and not _PROGRESS.match(p)]
+    return "".join(p + "\n" for p in kept)
+
+
 def _with_slash(path):
     return path if path.endswith("/") else path + "/"
 
@@ -159,7 +252,7 @@ def remote_spec(host, path):
 
 
 def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
-               log_file=None, rsync_path=None):
+               log_file=None, rsync_path=None, progress=False):
     """The rsync argv copying the *contents* of directory `src` into directory `dest`.
 
     `dest` is a local path or `host:path` (see remote_spec); both get a trailing slash, so the
@@ -171,10 +264,13 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
                                                  re-reading 100 GB on both ends
       --out-format=%i %n%L                       the itemized changes `changed` is measured from
     log_file adds GNU rsync's `--log-file` (openrsync has none: the module checks first);
-    rsync_path names the rsync to start on the far end (`--rsync-path`, both take it).
+    rsync_path names the rsync to start on the far end (`--rsync-path`, both take it);
+    progress adds `--progress` (both print it, see CopyProgress).
     """
     argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             f"--out-format={OUT_FORMAT}"]
+    if progress:
+        argv.append(PROGRESS_OPTION)
     if checksum:
         argv.append("--checksum")
     if delete:

@@ -18,9 +18,12 @@ commands without running them.
 
 from __future__ import annotations
 
+import codecs
 import os
+import selectors
 import signal
 import subprocess
+import time
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
@@ -115,29 +118,76 @@ def _kill_group(proc):
         pass  # gone already (PermissionError: macOS answers so for a group of zombies)
 
 
-def spawn(argv, timeout, env_update=None, data=None):
+def stream_output(proc, timeout, on_output, on_error=None):
+    """communicate() that hands each piece of standard output to `on_output(text)` (and of
+    standard error to `on_error(text)`) as it arrives: the command's own progress, read while
+    it runs. Raises TimeoutExpired after `timeout` seconds (None: no bound); returns (stdout,
+    stderr) as bytes. `proc`: a Popen with both pipes and no standard input to write."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    chunks = {proc.stdout: [], proc.stderr: []}
+    calls = {proc.stdout: on_output, proc.stderr: on_error}
+    decoders = {pipe: codecs.getincrementaldecoder("utf-8")(errors="replace") for pipe in chunks}
+    with selectors.DefaultSelector() as sel:
+        for pipe in chunks:
+            sel.register(pipe, selectors.EVENT_READ)
+        while sel.get_map():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                # what was read so far goes with it: the caller's communicate() reads the rest
+                raise subprocess.TimeoutExpired(proc.args, timeout, output=b"".join(chunks[proc.stdout]),
+                                                stderr=b"".join(chunks[proc.stderr]))
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                chunks[key.fileobj].append(data)
+                call = calls[key.fileobj]
+                text = decoders[key.fileobj].decode(data) if call else ""
+                if text:
+                    call(text)
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        proc.wait(left)  # its pipes are closed: it has ended or is about to
+    except subprocess.TimeoutExpired as exc:
+        exc.output, exc.stderr = b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr])
+        raise
+    return b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr])
+
+
+def spawn(argv, timeout, env_update=None, data=None, on_output=None):
     """Run argv and return (rc, stdout, stderr), or raise CommandTimeout after `timeout`
-    seconds (None: no bound). `data`: text for its standard input (else none). OSError when it
-    cannot be started at all."""
+    seconds (None: no bound). `data`: text for its standard input (else none). `on_output`:
+    called with each piece of standard output as it arrives (the whole output is still
+    returned). OSError when it cannot be started at all."""
     env = dict(os.environ, **C_LOCALE)
     env.update(env_update or {})
     proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
                             start_new_session=True)
     try:
-        out, err = proc.communicate(None if data is None else data.encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
+        if on_output is None:
+            out, err = proc.communicate(None if data is None else data.encode(), timeout=timeout)
+        else:
+            if data is not None:
+                proc.stdin.write(data.encode())
+                proc.stdin.close()
+            out, err = stream_output(proc, timeout, on_output)
+    except subprocess.TimeoutExpired as exc:
         _kill_group(proc)
+        before = (exc.output or b"", exc.stderr or b"") if on_output is not None else (b"", b"")
         try:
             out, err = proc.communicate(timeout=KILL_GRACE)
-        except subprocess.TimeoutExpired:
+            out, err = before[0] + (out or b""), before[1] + (err or b"")
+        except (subprocess.TimeoutExpired, ValueError):
             # stuck in the kernel: not even SIGKILL ends it now. Leave it, do not hang on it.
+            # (ValueError: communicate() after stdin was written and closed by hand)
             for pipe in (proc.stdout, proc.stderr):
                 try:
                     pipe.close()
                 except OSError:
                     pass
-            out, err = b"", b""
+            out, err = before
         raise CommandTimeout(argv, timeout, _text(out), _text(err)) from None
     except BaseException:
         _kill_group(proc)  # interrupted: leave nothing running behind
@@ -145,9 +195,12 @@ def spawn(argv, timeout, env_update=None, data=None):
     return proc.returncode, _text(out), _text(err)
 
 
-def run_bounded(argv, timeout, env_update=None, data=None):
-    """(rc, stdout, stderr) of argv, or CommandTimeout after `timeout` seconds."""
-    return spawn(list(argv), timeout, env_update, data)
+def run_bounded(argv, timeout, env_update=None, data=None, on_output=None):
+    """(rc, stdout, stderr) of argv, or CommandTimeout after `timeout` seconds; `on_output`
+    sees standard output as it arrives (see spawn)."""
+    if on_output is None:  # spawn called as before streaming existed (stand-ins in tests take that)
+        return spawn(list(argv), timeout, env_update, data)
+    return spawn(list(argv), timeout, env_update, data, on_output=on_output)
 
 
 _OWN = object()
@@ -159,11 +212,11 @@ class Runner:
     def __init__(self, timeout=DEFAULT_TIMEOUT):
         self.timeout = timeout
 
-    def run(self, argv, env_update=None, timeout=_OWN, data=None):
+    def run(self, argv, env_update=None, timeout=_OWN, data=None, on_output=None):
         """(rc, stdout, stderr); CommandTimeout when argv does not end within the module's
         bound, or `timeout` for a command known to take longer (None: a transfer whose
-        length depends on its size, not on the Mac)."""
-        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update, data)
+        length depends on its size, not on the Mac). `on_output`: see spawn."""
+        return run_bounded(argv, self.timeout if timeout is _OWN else timeout, env_update, data, on_output)
 
 
 def module_run(module, runner, argv, env_update=None, timeout=_OWN, data=None):

@@ -100,7 +100,7 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
             self.fail_json(msg=f"Failed to find required executable \"{arg}\" in paths")
         return path
 
-    def spawn(argv, timeout, env_update=None, data=None):
+    def spawn(argv, timeout, env_update=None, data=None, on_output=None):
         outcome.calls.append(list(argv))
         outcome.inputs.append(data)
         outcome.envs.append(dict(mlx_run.C_LOCALE, **(env_update or {})))
@@ -113,6 +113,8 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
             raise mlx_run.CommandTimeout(argv, timeout)
         if isinstance(answer, OSError):
             raise answer
+        if on_output is not None and answer[1]:
+            on_output(answer[1])  # the whole standard output as one piece, as it "arrives"
         return answer
 
     def run_command(self, argv, **kwargs):

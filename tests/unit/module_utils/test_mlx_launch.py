@@ -2,7 +2,20 @@
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import describe_failed, failure_lines, hostfile_hosts, launch_argv, read_result, run_processes
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
+    LAUNCH_GRACE,
+    LaunchProgress,
+    describe_failed,
+    failure_lines,
+    hostfile_hosts,
+    job_limit,
+    launch_argv,
+    read_result,
+    run_processes,
+)
 
 HOSTS = ["m1", "m2", "m3"]
 
@@ -92,3 +105,52 @@ def test_run_processes_matches_the_run_id_as_a_whole_argument_only():
           f"  105 /usr/bin/python3 ansible-module {rid}\n"
           "garbage line\n")
     assert [p["pid"] for p in run_processes(ps, rid, own_pid=105)] == [101, 102]
+
+
+# What mlx.launch passes on from two ranks of roles/benchmark/files/mlx_cluster_bench.py (its
+# log(): "[rank R/N host] ..." on stderr, under `ssh -tt` so "\r\n"-ended on the launcher's
+# stdout), with a launcher log line in colour and a rank's line cut by the pipe.
+BENCH_OUT = (
+    "[rank 0/2 m1] loading /srv/admin/mlx-cluster/models/tiny\r\n"
+    "[rank 1/2 m2] warm-up 1/1: 64 tokens from a 32-token prompt\r\n"
+    "\x1b[32m[INFO] Starting ring\x1b[0m\n"
+    "[rank 0/2 m1] warm-up 1/1: 64 tokens from a 32-token prompt\r\n"
+    "[rank 0/2 m1] trial 1/3: prompt_tps=812.000, generation_tps=95.100, total_time=0.713\r\n"
+    "[rank 1/2 m2] trial 1/3: prompt_tps=810.000, generation_tps=95.000, total_time=0.714\r\n"
+    "[rank 0/2 m1] trial 2/3: prompt_tps=820.000, gen"
+)
+
+
+def test_launch_progress_keeps_each_ranks_latest_step():
+    p = LaunchProgress()
+    assert p.feed(BENCH_OUT) is True
+    s = p.state()
+    assert s["seq"] == 4 and s["done"] is False
+    assert s["ranks"]["0"] == {"size": 2, "host": "m1", "kind": "trial", "step": 1, "of": 3,
+                               "line": "trial 1/3: prompt_tps=812.000, generation_tps=95.100, total_time=0.713"}
+    assert s["ranks"]["1"]["step"] == 1 and s["ranks"]["1"]["kind"] == "trial"
+    # the cut line counts once it is whole
+    assert p.feed("eration_tps=96.000, total_time=0.70\r\n") is True
+    assert p.state(done=True)["ranks"]["0"]["step"] == 2 and p.state(done=True)["done"] is True
+    assert p.feed("[rank 0/2 m1] generating\r\n{\"world_size\": 2}\n") is False
+
+
+def test_launch_progress_keeps_the_pipes_apart():
+    p = LaunchProgress()
+    p.feed("[rank 1/2 m2] tri", "stdout")
+    p.feed("\x1b[33m[WARN] slow\x1b[0m\n", "stderr")
+    assert p.feed("al 1/3: prompt_tps=1.0\r\n", "stdout") is True
+    assert p.state()["ranks"]["1"]["line"] == "trial 1/3: prompt_tps=1.0"
+
+
+@given(st.text())
+def test_launch_progress_takes_any_text(text):
+    p = LaunchProgress()
+    p.feed(text)
+    assert set(p.state()) == {"ranks", "seq", "done"}
+
+
+def test_job_limit_covers_the_timeout_the_ssh_check_and_the_clean_up():
+    assert job_limit(1800, 10) == 1800 + 20 + LAUNCH_GRACE
+    assert job_limit() == job_limit(600, 10)
+    assert job_limit("{{ x }}", None) == job_limit()

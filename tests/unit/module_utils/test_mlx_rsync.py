@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.unit.conftest import FIXTURES
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     OUT_FORMAT,
+    PROGRESS_OPTION,
+    CopyProgress,
     check_dest,
     compare_manifests,
     explain_failure,
@@ -16,6 +20,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     remote_spec,
     rsync_argv,
     ssh_command,
+    without_progress,
 )
 
 # Captured from GNU rsync 3.5.0 (`--out-format=%i %n%L`), the runs of tests/unit/modules/
@@ -345,3 +350,109 @@ def test_explain_failure_local():
 ])
 def test_parse_rsync_version(text, expected):
     assert parse_rsync_version(text) == expected
+
+
+# --progress, as GNU rsync 3.5.0 printed it copying a 3-byte config.json, a 30 MB
+# model.safetensors and a 5000-byte sub/tok.bin (captured: tests/fixtures/rsync_progress_gnu_3.5.txt,
+# updates ended by "\r", each file's last by "(xfr#N, to-chk=...)\n"); and as openrsync prints it,
+# built from Apple's client.c rsync_progress (tags rsync-146 and rsync-182 alike: " %14llu",
+# " %3.0f%%", " %7.2fMB/s" (nothing below 1 KB/s), "   %02d:%02d:%02d", "\r" or
+# " (xfer#%zu, to-check=%zu/%zu)\n"), the item line after the file (sender.c, BLKSTAT_DONE).
+GNU_PROGRESS_BYTES = 3 + 30_000_000 + 5000
+OPENRSYNC_PROGRESS = (
+    "cd+++++++ ./\n"
+    "              3 100%   00:00:00 (xfer#1, to-check=1/4)\n"
+    "<f+++++++ config.json\n"
+    "        4194304  14%   19.53MB/s   00:00:01\r"
+    "       22085632  74%   17.06MB/s   00:00:00\r"
+    "       30000000 100%   19.91MB/s   00:00:01 (xfer#2, to-check=2/4)\n"
+    "<f+++++++ model.safetensors\n"
+)
+
+
+def gnu_progress_capture():
+    """The capture as rsync wrote it: its carriage returns kept (no newline translation)."""
+    return (FIXTURES / "rsync_progress_gnu_3.5.txt").read_bytes().decode()
+
+
+def test_copy_progress_reads_gnu_rsync_in_any_pieces():
+    text = gnu_progress_capture()
+    assert "\r" in text and "(xfr#3, to-chk=0/5)" in text
+    for size in (1, 7, 64, len(text)):
+        p = CopyProgress(total=GNU_PROGRESS_BYTES)
+        for i in range(0, len(text), size):
+            p.feed(text[i:i + size], i / 1000)
+        state = p.state(len(text) / 1000)
+        assert (state["bytes"], state["files"], state["total"]) == (GNU_PROGRESS_BYTES, 3, GNU_PROGRESS_BYTES), size
+
+
+def test_copy_progress_counts_the_file_being_sent_once():
+    p = CopyProgress()
+    assert p.feed("sending incremental file list\n>f+++++++++ a.bin\n", 0.0) is False
+    assert p.feed("\r      1,048,576  10%  1.00MB/s    0:00:09\r", 1.0) is True
+    assert p.feed("      2,097,", 2.0) is False  # the rest of the update has not arrived
+    assert p.feed("152  20%  1.00MB/s    0:00:08\r", 2.0) is True
+    assert (p.bytes, p.files) == (2_097_152, 0)
+    p.feed("     10,485,760 100%  1.00MB/s    0:00:10 (xfr#1, to-chk=0/2)\n", 10.0)
+    assert (p.bytes, p.files) == (10_485_760, 1)
+    assert p.feed("cd+++++++++ sub/\n", 11.0) is False
+
+
+def test_copy_progress_reads_openrsync():
+    p = CopyProgress(total=30_000_003)
+    p.feed(OPENRSYNC_PROGRESS[:120], 0.0)
+    p.feed(OPENRSYNC_PROGRESS[120:], 1.0)
+    assert (p.bytes, p.files) == (30_000_003, 2)
+    assert parse_itemized(OPENRSYNC_PROGRESS)["transferred"] == ["config.json", "model.safetensors"]
+
+
+def test_copy_progress_rate_follows_the_last_seconds():
+    p = CopyProgress()
+    assert p.state(0.0)["rate"] is None
+    p.feed("x\n", 0.0)
+    for t in range(1, 11):  # 1 MB a second for 10 s
+        p.feed(f"\r {t * 1_000_000} {t * 10}%\r", float(t))
+    assert p.rate(10.0) == pytest.approx(1_000_000, rel=0.01)
+    # nothing for 5 s: the rate falls (over the window), it does not stay at the last value
+    assert p.rate(15.0) < 600_000
+    state = p.state(15.0, done=True)
+    assert state["done"] is True and state["elapsed"] == 15.0 and state["bytes"] == 10_000_000
+
+
+def test_nothing_to_copy_shows_no_bytes():
+    p = CopyProgress(total=100)
+    p.feed("sending incremental file list\n.d..t...... ./\n", 0.0)
+    assert p.state(1.0) == {"bytes": 0, "files": 0, "total": 100, "rate": None, "elapsed": 1.0, "done": False}
+
+
+def test_itemized_output_is_read_alike_with_progress():
+    text = gnu_progress_capture()
+    items = parse_itemized(text)
+    assert items["transferred"] == ["config.json", "model.safetensors", "sub/tok.bin"]
+    assert items["created"] == ["sub/"] and items["attrs_only"] == ["./"]
+    assert without_progress(text) == ("sending incremental file list\n.d..t...... ./\n>f+++++++++ config.json\n"
+                                      ">f+++++++++ model.safetensors\ncd+++++++++ sub/\n>f+++++++++ sub/tok.bin\n")
+
+
+def test_progress_option_in_the_argv():
+    argv = rsync_argv("rsync", "/a", "m2:/b", progress=True)
+    assert argv[argv.index("--out-format=%i %n%L") + 1] == PROGRESS_OPTION == "--progress"
+    assert PROGRESS_OPTION not in rsync_argv("rsync", "/a", "m2:/b")
+
+
+@given(pieces=st.lists(st.text(alphabet=st.sampled_from(list("0123456789,. %\r\nxfer#()abc")), max_size=40), max_size=30))
+@settings(max_examples=200)
+def test_copy_progress_takes_any_output(pieces):
+    p = CopyProgress(total=10)
+    for i, piece in enumerate(pieces):
+        p.feed(piece, float(i))
+    state = p.state(float(len(pieces)))
+    assert state["bytes"] >= 0 and state["files"] >= 0 and (state["rate"] is None or state["rate"] >= 0)
+
+
+def test_copy_progress_never_goes_back():
+    p = CopyProgress()
+    p.feed("\r      900,000  90%\r", 1.0)
+    p.feed("\r      100,000  10%\r", 2.0)  # the next file, the first one's last update missing
+    assert p.bytes == 1_000_000
+    assert p.rate(2.0) > 0

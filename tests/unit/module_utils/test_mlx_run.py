@@ -123,3 +123,42 @@ def test_the_runner_applies_its_bound_and_a_longer_one_when_asked(monkeypatch):
 def test_standard_input_is_given_when_asked_and_closed_otherwise():
     assert run_bounded(["cat"], 5, data="lock\ncommit\n")[1] == "lock\ncommit\n"
     assert run_bounded(["cat"], 5) == (0, "", "")
+
+
+def test_standard_output_is_handed_over_as_it_arrives():
+    """A command that prints, then waits: the first piece comes before the command ends."""
+    seen = []
+    start = time.monotonic()
+    script = "import sys, time; print('a', flush=True); sys.stderr.write('e'); time.sleep(1); print('b')"
+    rc, out, err = run_bounded([sys.executable, "-c", script], 10,
+                               on_output=lambda text: seen.append((time.monotonic() - start, text)))
+    assert (rc, out, err) == (0, "a\nb\n", "e")
+    assert "".join(t for _, t in seen) == "a\nb\n"
+    # what was said before the 1 s pause arrived well before what came after it (in any pieces)
+    b_at = next(t for t, text in seen if "b" in text)
+    assert "".join(text for t, text in seen if t < b_at - 0.5) == "a\n", seen
+
+
+def test_a_streamed_command_that_does_not_answer_keeps_what_it_said(tmp_path):
+    seen = []
+    start = time.monotonic()
+    with pytest.raises(CommandTimeout) as info:
+        run_bounded(["sh", "-c", "echo 12% ; echo half >&2; sleep 30 & wait"], 0.5, on_output=seen.append)
+    assert time.monotonic() - start < 0.5 + mlx_run.KILL_GRACE + 1
+    assert seen == ["12%\n"] and info.value.stdout == "12%\n" and info.value.stderr == "half\n"
+
+
+def test_a_streamed_process_that_escapes_with_the_pipes_does_not_hold_the_caller(tmp_path):
+    pidfile = tmp_path / "pid"
+    start = time.monotonic()
+    try:
+        with pytest.raises(CommandTimeout):
+            run_bounded(["sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & wait"], 0.5,
+                        on_output=lambda text: None)
+        assert time.monotonic() - start < 0.5 + mlx_run.KILL_GRACE + 1.5
+    finally:
+        deadline = time.monotonic() + 3
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if pidfile.exists() and pidfile.read_text().strip():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the one process this test escaped

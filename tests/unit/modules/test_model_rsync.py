@@ -207,3 +207,41 @@ def test_toolkit_trust_failure_names_the_mac_and_points_at_the_stage(module_runn
     assert out.failed
     assert out.result["msg"].startswith("ssh from m1 to m2 (admin@10.208.0.2) failed")
     assert "refused the cluster key of m1" in out.result["msg"] and "run the stage again" in out.result["msg"]
+
+
+# GNU rsync's output with --progress (see tests/fixtures/rsync_progress_gnu_3.5.txt)
+PROGRESS_OUT = ("cd+++++++++ ./\n>f+++++++++ model.safetensors\n\r              1 100%    0.00kB/s    0:00:00\r"
+                "              1 100%    0.00kB/s    0:00:00 (xfr#1, to-chk=0/2)\n")
+
+
+def test_progress_file_kept_while_rsync_prints_its_progress(module_runner, src, tmp_path):
+    import json
+
+    progress = tmp_path / "progress.json"
+    argv = remote_argv(src, "--progress", rsh=SSH)
+    out = module_runner("model_rsync", args=push(src, progress_file=str(progress), progress_interval=5),
+                        bins=BINS, commands={argv: (0, PROGRESS_OUT, "")})
+    assert not out.failed, out.result
+    assert out.calls == [list(argv)]
+    assert out.result["transferred"] == ["model.safetensors"] and out.result["created"] == ["./"]
+    state = json.loads(progress.read_text())
+    assert state["done"] is True and (state["bytes"], state["files"], state["total"]) == (1, 1, 1)
+    assert sorted(out.result) == sorted(["attrs_only", "changed", "cmd", "created", "deleted", "invocation",
+                                         "log_file", "rc", "transferred", "unchanged"])
+
+
+def test_progress_file_not_in_check_mode(module_runner, src, tmp_path):
+    progress = tmp_path / "progress.json"
+    argv = remote_argv(src, "--dry-run", rsh=SSH)
+    out = module_runner("model_rsync", args=dict(push(src, progress_file=str(progress)), _ansible_check_mode=True),
+                        bins=BINS, commands={argv: (0, FIRST, "")})
+    assert out.calls == [list(argv)] and not progress.exists()
+
+
+def test_a_progress_file_that_cannot_be_written_does_not_stop_the_copy(module_runner, src, tmp_path):
+    progress = tmp_path / "no-such-dir" / "progress.json"
+    argv = remote_argv(src, "--progress", rsh=SSH)
+    out = module_runner("model_rsync", args=push(src, progress_file=str(progress)), bins=BINS,
+                        commands={argv: (0, PROGRESS_OUT, "")})
+    assert not out.failed and out.result["changed"] is True
+    assert any("cannot write the progress file" in w for w in out.warnings), out.warnings

@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -233,27 +234,70 @@ def test_progress_log_file(run, tree, tmp_path):
         assert f">f+++++++++ {rel}" in text
 
 
-def test_through_the_ansible_command(tree, tmp_path):
+def adhoc_runner(tmp_path, home, path_first=None):
+    """adhoc(args, *extra) -> (result, stdout): `ansible localhost -m mlx.cluster.model_rsync` with the
+    project's ansible.cfg (the minimal callback prints "localhost | CHANGED => {...}" last)."""
     ansible = Path(sys.executable).parent / "ansible"
     if not ansible.exists():
         pytest.skip("no ansible command beside this Python")
-    src, home, dest = tree
     env = dict(os.environ, HOME=str(home), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"))
+    if path_first:
+        env["PATH"] = f"{path_first}:{env['PATH']}"
 
-    def adhoc(*extra):
+    def adhoc(args, *extra):
         proc = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local",
                                "-e", f"ansible_python_interpreter={sys.executable}", "-m", "mlx.cluster.model_rsync",
-                               "-a", json.dumps({"src": str(src), "dest": str(dest)}), *extra],
+                               "-a", json.dumps(args), *extra],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        head, _, body = proc.stdout.partition(" => ")  # minimal callback: "localhost | CHANGED => {...}"
-        assert head.startswith("localhost | "), proc.stdout
-        return json.loads(body)
+        before, _, body = proc.stdout.rpartition("localhost | ")
+        head, _, body = body.partition(" => ")
+        assert head in ("CHANGED", "SUCCESS"), proc.stdout
+        return json.loads(body), before
 
-    dry = adhoc("--check")
+    return adhoc
+
+
+def test_through_the_ansible_command(tree, tmp_path):
+    src, home, dest = tree
+    adhoc = adhoc_runner(tmp_path, home)
+    args = {"src": str(src), "dest": str(dest)}
+    dry, _ = adhoc(args, "--check")
     assert dry["changed"] is True and not dest.exists()
-    first = adhoc()
+    first, _ = adhoc(args)
     assert first["changed"] is True and "model.safetensors" in first["transferred"]
-    assert adhoc()["changed"] is False
+    assert adhoc(args)[0]["changed"] is False
+
+
+SLOW_RSYNC = """#!/bin/sh
+# the machine's rsync at 4 MB/s: a copy of a few seconds
+exec {rsync} --bwlimit=4000 "$@"
+"""
+
+
+def test_progress_lines_while_the_copy_runs(tree, tmp_path):
+    """The action plugin (progress_interval) runs the module as an async job and prints the
+    copy's progress before the result, which keeps the keys of a plain run."""
+    src, home, dest = tree
+    (src / "model.safetensors").write_bytes(os.urandom(16 * 1000 * 1000))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "rsync").write_text(SLOW_RSYNC.format(rsync=RSYNC))
+    (bindir / "rsync").chmod(0o755)
+    adhoc = adhoc_runner(tmp_path, home, path_first=bindir)
+    args = {"src": str(src), "dest": str(dest), "progress_interval": 1}
+    first, shown = adhoc(args)
+    assert first["changed"] is True and sorted(first["transferred"]) == ["config.json", "model.safetensors",
+                                                                        "sub/tokenizer.json"]
+    assert "--progress" in first["cmd"]
+    lines = [line for line in shown.splitlines() if line.startswith("[localhost] model: ")]
+    assert lines, shown
+    assert re.match(r"^\[localhost\] model: \d+\.\d/16\.0 MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$", lines[-1]), lines
+    assert not set(first) & {"ansible_job_id", "started", "finished", "results_file"}
+    plain, _ = adhoc(dict(args, progress_interval=0))
+    assert sorted(plain) == sorted(first) and plain["changed"] is False
+    again, shown = adhoc(args)  # nothing to copy: no progress line
+    assert again["changed"] is False and "model:" not in shown
+    assert not list((home / ".ansible_async").glob("*")), "the async job's status file is left behind"

@@ -1,0 +1,71 @@
+"""Issue 13, item 4: a long copy shows its progress while it runs. On two Macs, rank 0 (m1)
+pushes the model to m2 with its openrsync over their cable, slowed with `tc` to a few seconds
+(bench/model_sync.py's shaping); with mlx_cluster_progress_interval 1 the playbook prints
+`[m2 -> m1] model: x/y MB (n%), r MB/s` lines before the task's result, and the result is the
+module's as before (no async keys). A second run copies nothing and prints no progress."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from bench.model_sync import tc
+from tests.e2e.benchutil import settings
+from tests.e2e.runner import run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+COPY_TASK = "Copy the model from rank 0 to the other Macs, over Thunderbolt"
+PAD_BYTES = 6 * 1000 * 1000   # beside the tiny model: about 4 s at the shaped rate
+SHAPED_MBIT = 12              # m1's end of the m1-m2 cable (en2), its egress
+LABEL = r"\[m2 -> m1(\([\d.]+\))?\]"  # as Ansible's default callback names the host: [m2 -> m1(10.99.0.11)]
+PROGRESS = re.compile(LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    model = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
+    shutil.copytree(tiny, model)
+    (model / "padding.dat").write_bytes(os.urandom(PAD_BYTES))  # not a weight file: no header read
+    extravars = settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path="",
+                         mlx_cluster_progress_interval=1)
+    tc(cluster.ns("m1"), "en2", SHAPED_MBIT)
+    try:
+        first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    finally:
+        subprocess.run(["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", "en2", "root"], check=False,
+                       capture_output=True)
+    assert first.rc == 0, first.failures()
+    (res,) = [e["res"] for e in first.results(COPY_TASK) if e["host"] == "m2"]
+    assert res["changed"] is True and "padding.dat" in res["transferred"], res
+    assert "--progress" in res["cmd"] and not set(res) & {"ansible_job_id", "started", "finished", "results_file"}
+
+    lines = first.stdout.splitlines()
+    task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and COPY_TASK in ln)
+    result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + LABEL, ln)), None)
+    assert result is not None, "\n".join(lines[task:task + 40])
+    label = re.match("changed: (" + LABEL + ")", lines[result]).group(1)
+    shown = [ln for ln in lines[task:result] if re.match(LABEL + " model: ", ln)]
+    assert shown, "\n".join(lines[task:result + 1])
+    assert all(PROGRESS.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
+    print("\n".join([lines[task], *shown, lines[result]]))  # what a user sees (pytest -s)
+    total = PAD_BYTES + sum(p.stat().st_size for p in tiny.rglob("*") if p.is_file())
+    assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
+
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats
+    assert " model: " not in again.stdout

@@ -10,12 +10,12 @@ DOCUMENTATION = r"""
 module: mac_wired_limit
 short_description: Raise a Mac's GPU wired-memory limit (iogpu.wired_limit_mb) now and at every boot, or undo it
 description:
-  - C(iogpu.wired_limit_mb) is the most memory the GPU may wire. macOS starts every boot at 0,
+  - "C(iogpu.wired_limit_mb) is the most memory the GPU may wire. macOS starts every boot at 0,
     its own default (about 2/3 of memory up to 36 GB, 3/4 above), and C(sysctl) changes last
     only until the next restart. This module sets it now and keeps it with a LaunchDaemon,
     C(/Library/LaunchDaemons/org.mlx-cluster.wired-limit.plist) (root:wheel, 0644), that
     launchd runs at every boot (C(RunAtLoad)): C(/usr/sbin/sysctl iogpu.wired_limit_mb=N),
-    run again every 10 s while it fails (C(KeepAlive) C(SuccessfulExit) false).
+    run again every 10 s while it fails (C(KeepAlive) C(SuccessfulExit) false)."
   - "I(state=present): the plist is written only when its content, owner or mode differ, loaded
     with C(launchctl bootstrap system) (after C(launchctl bootout) when launchd holds an older
     one), and C(sysctl iogpu.wired_limit_mb=N) runs only when the live value differs; the value

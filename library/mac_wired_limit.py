@@ -26,7 +26,7 @@ description:
     never below macOS's default; it is also the most the module sets. A larger number is
     refused with the numbers and the fix.
   - "Changing anything needs root (C(become: true)); reading does not."
-version_added: "0.5.0"
+version_added: "0.4.0"
 author: mlx-cluster contributors
 extends_documentation_fragment:
   - mlx.cluster.command_timeout

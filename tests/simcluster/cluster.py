@@ -946,8 +946,8 @@ class SimCluster:
 
     def reset(self, timeout=60):
         """Back to freshly booted Macs without rebuilding the network: every cable plugged,
-        live overrides dropped, persistent network preferences, power settings and
-        SoftwareUpdate preferences back to the factory state (the spec's),
+        live overrides dropped, persistent network preferences, power settings,
+        SoftwareUpdate preferences and LaunchDaemons back to the factory state (the spec's),
         runtime state and /tmp emptied, ~/.ssh as set up for the controller alone, every Mac
         restarted. The rest of the homes (and argv logs) stay."""
         fd = self._lock()

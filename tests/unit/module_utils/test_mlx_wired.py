@@ -108,3 +108,9 @@ def test_plan_off_undoes_each_part_only_when_there():
     assert (plan["bootout"], plan["remove"], plan["live"], plan["write"], plan["bootstrap"]) == (True, True, 0, False, False)
     manual = plan_wired(None, 9000, None, None, False)      # set by hand, no daemon: back to 0
     assert (manual["remove"], manual["live"]) == (False, 0)
+
+
+def test_plan_loads_a_right_plist_launchd_does_not_hold():
+    plan = plan_wired(4096, 4096, daemon_bytes(4096), None, False)    # written, never bootstrapped
+    assert (plan["write"], plan["bootout"], plan["bootstrap"], plan["live"]) == (False, False, True, None)
+    assert plan["changes"] == [f"load the LaunchDaemon {LABEL} (launchctl bootstrap system)"]

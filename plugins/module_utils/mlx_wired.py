@@ -28,6 +28,7 @@ What macOS does (sources; unverified points are listed in tests/simcluster/READM
 
 from __future__ import annotations
 
+import hashlib
 import plistlib
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import WIRED_LIMIT_OID
@@ -172,6 +173,33 @@ def plan_wired(limit_mb, live_mb, content, problem, loaded):
         plan["live"] = limit_mb
         plan["changes"].append(f"{WIRED_LIMIT_OID} {live_mb} -> {limit_mb}")
     return plan
+
+
+# what discovery's `read_files` gives for a right plist (besides its sha256): its mode
+PLIST_MODE = "0644"
+
+
+def discovered_in_place(setting, hw, files):
+    """True when discovery's facts show a Mac already as `setting` asks: the live value
+    (`hw.wired_limit_mb`) and the daemon's plist (`files`, discovery's read_files: sha256 and
+    mode). Any doubt (the plist not read, the value unknown, a bad setting) is False: the
+    module then runs, reads everything itself and says what is wrong. The plist's owner and
+    launchd's job are not in the facts: a plist put right by this toolkit is root's, and
+    launchd loads it at every boot."""
+    files = files or {}
+    live = (hw or {}).get("wired_limit_mb")
+    if PLIST_PATH not in files or live is None:
+        return False
+    info = files[PLIST_PATH]
+    text = str(setting).strip().lower()
+    if text == OFF:
+        return live == 0 and info is None
+    try:
+        target = resolve_limit(text, (hw or {}).get("memsize") or 0)
+    except ValueError:
+        return False
+    return live == target and info == {"sha256": hashlib.sha256(daemon_bytes(target)).hexdigest(),
+                                       "mode": PLIST_MODE}
 
 
 def state_text(live_mb, content):

@@ -114,3 +114,22 @@ def test_plan_loads_a_right_plist_launchd_does_not_hold():
     plan = plan_wired(4096, 4096, daemon_bytes(4096), None, False)    # written, never bootstrapped
     assert (plan["write"], plan["bootout"], plan["bootstrap"], plan["live"]) == (False, False, True, None)
     assert plan["changes"] == [f"load the LaunchDaemon {LABEL} (launchctl bootstrap system)"]
+
+
+def test_discovered_in_place_needs_the_value_and_the_plist_read_by_discovery():
+    import hashlib
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import discovered_in_place
+    mem = 64 * GIB
+    auto = safe_wired_limit_mb(mem)
+    right = {PLIST_PATH: {"sha256": hashlib.sha256(daemon_bytes(auto)).hexdigest(), "mode": "0644"}}
+    hw = {"memsize": mem, "wired_limit_mb": auto}
+    assert discovered_in_place("auto", hw, right) and discovered_in_place(str(auto), hw, right)
+    assert not discovered_in_place("auto", dict(hw, wired_limit_mb=0), right)          # lost at a reboot
+    assert not discovered_in_place("auto", hw, {})                                       # plist not read
+    assert not discovered_in_place("auto", hw, {PLIST_PATH: None})                       # no plist
+    assert not discovered_in_place("auto", hw, {PLIST_PATH: dict(right[PLIST_PATH], mode="0664")})
+    assert not discovered_in_place("40000", hw, right)                                   # another value
+    assert not discovered_in_place("lots", hw, right) and not discovered_in_place("auto", None, right)
+    assert discovered_in_place("off", {"memsize": mem, "wired_limit_mb": 0}, {PLIST_PATH: None})
+    assert not discovered_in_place("off", hw, {PLIST_PATH: None})
+    assert not discovered_in_place("off", {"memsize": mem, "wired_limit_mb": 0}, right)

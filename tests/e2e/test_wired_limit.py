@@ -12,7 +12,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
     daemon_bytes,
     safe_wired_limit_mb,
 )
-from tests.e2e.runner import run_site
+from tests.e2e.runner import is_mutating, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -40,13 +40,8 @@ def loaded(cluster, host):
 
 
 def mutations(cluster):
-    """{host: [argv]} of the runs that changed the wired limit or launchd's jobs."""
-    found = {}
-    for h in HOSTS:
-        found[h] = [a for a in cluster.argv_log(h)
-                    if ("sysctl" in a[0] and any("=" in x for x in a[1:]))
-                    or ("launchctl" in a[0] and len(a) > 1 and a[1] in ("bootstrap", "bootout"))]
-    return found
+    """{host: [argv]} of the runs that changed a Mac (sysctl writes, launchctl bootstrap/bootout...)."""
+    return {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in HOSTS}
 
 
 def test_wired_limit_auto_survives_a_reboot_reruns_clean_and_off_undoes_it(sim_cluster):

@@ -8,7 +8,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power, mlx_wired
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import ports as port_rules
@@ -236,6 +236,16 @@ def mlx_power_plan(power, settings):
         return None  # no AC settings seen: let the module read and say so
 
 
+def mlx_wired_limit_in_place(hw, files, setting):
+    """True when discovery (`mlx_cluster.hw`, `mlx_cluster.files`) shows a Mac's GPU wired limit
+    and its LaunchDaemon already as `setting` (mlx_cluster_wired_limit) asks
+    (mlx_wired.discovered_in_place); any doubt is False and the power stage runs its module."""
+    hw, files = plain(hw), plain(files)
+    if hw is not None and not isinstance(hw, dict) or files is not None and not isinstance(files, dict):
+        raise AnsibleFilterError("mlx_wired_limit_in_place: expects mlx_cluster.hw and mlx_cluster.files (dicts)")
+    return mlx_wired.discovered_in_place(str(plain(setting)), hw, files)
+
+
 def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
     """`hosts` when the tag selection of this run (--tags / --skip-tags: ansible_run_tags,
     ansible_skip_tags) runs the tasks of a play tagged `play_tags`, else [] (the play matches
@@ -281,6 +291,7 @@ class FilterModule:
             "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
             "mlx_memory_fit": mlx_memory_fit,
+            "mlx_wired_limit_in_place": mlx_wired_limit_in_place,
             "mlx_power_plan": mlx_power_plan,
             "mlx_port_endpoints": mlx_port_endpoints,
             "mlx_port_problems": mlx_port_problems,

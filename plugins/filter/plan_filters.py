@@ -88,14 +88,15 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
                  envs=envs, backend=backend)
 
 
-def mlx_discovery_request(run_tags, skip_tags=(), remote_dir="", hostfile_name=""):
+def mlx_discovery_request(run_tags, skip_tags=(), remote_dir="", hostfile_name="", wired_limit=""):
     """ansible_run_tags -> {probe_links, read_files}: what discovery reads for the later stages."""
     _check("mlx_discovery_request", "input", run_tags, (list, tuple), "ansible_run_tags")
     _check("mlx_discovery_request", "skip_tags", skip_tags, (list, tuple), "ansible_skip_tags")
     _check("mlx_discovery_request", "remote_dir", remote_dir, str, "mlx_cluster_remote_dir (a path or '')")
     _check("mlx_discovery_request", "hostfile_name", hostfile_name, str, "a file name or ''")
+    _check("mlx_discovery_request", "wired_limit", wired_limit, (str, int), "mlx_cluster_wired_limit ('', auto, off, MB)")
     return _call("mlx_discovery_request", planner.discovery_request, run_tags, skip_tags,
-                 remote_dir, hostfile_name or planner.HOSTFILE_NAME)
+                 remote_dir, hostfile_name or planner.HOSTFILE_NAME, str(wired_limit))
 
 
 def mlx_dot(links, topology=None, plan=None):

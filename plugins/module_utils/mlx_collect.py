@@ -21,6 +21,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
+    WIRED_LIMIT_OID,
     cabled_ifaces,
     interfaces_facts,
     mgmt_by_address,
@@ -65,7 +66,7 @@ ROUTE_ARGV = ["route", "-n", "get", "default"]
 SW_VERS_ARGV = ["sw_vers"]
 SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
 # apart from SYSCTL_ARGV: an unknown oid fails the whole sysctl run, and this one may be unknown
-WIRED_LIMIT_ARGV = ["sysctl", "-n", "iogpu.wired_limit_mb"]
+WIRED_LIMIT_ARGV = ["sysctl", "-n", WIRED_LIMIT_OID]
 
 PMSET_ARGV = PMSET_CUSTOM_ARGV
 

@@ -17,7 +17,9 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_if
 SW_VERS_COMMAND = "sw_vers"
 SYSCTL_COMMAND = "sysctl -n hw.memsize hw.model hw.ncpu"
 ROUTE_COMMAND = "route -n get default"
-WIRED_LIMIT_COMMAND = "sysctl -n iogpu.wired_limit_mb"
+# the GPU's wired-memory limit in MB (module_utils/mlx_wired.py: what it means, how it is raised)
+WIRED_LIMIT_OID = "iogpu.wired_limit_mb"
+WIRED_LIMIT_COMMAND = f"sysctl -n {WIRED_LIMIT_OID}"
 
 
 def parse_sw_vers(text):

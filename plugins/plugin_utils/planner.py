@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS, RDMA_BACKENDS
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST_PATH as WIRED_PLIST_PATH
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -1563,6 +1564,7 @@ FALLBACK_CHOICES = ("", "ring")
 STAGE_NEEDS = {
     "network": ("probe_links",),
     "hostfile": ("read_hostfile",),
+    "power": ("read_wired_daemon",),
 }
 
 
@@ -1595,20 +1597,21 @@ def _remote_dir_setting(setting):
 
 
 def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
-                      hostfile_name=HOSTFILE_NAME):
+                      hostfile_name=HOSTFILE_NAME, wired_limit=""):
     """What the discovery module reads besides the facts, for the stages this run runs:
     ``{probe_links: bool, read_files: [paths]}``. The hostfile is read where the plan will put
-    it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it)."""
+    it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it); the
+    wired limit's LaunchDaemon when the power stage runs and `wired_limit`
+    (mlx_cluster_wired_limit) is set."""
     needs = set()
     for tag, what in STAGE_NEEDS.items():
         if stage_runs([tag], run_tags, skip_tags):
             needs.update(what)
     base = _remote_dir_setting(remote_dir_setting)
-    return {
-        "probe_links": "probe_links" in needs,
-        "read_files": (["%s/%s" % (base.rstrip("/"), hostfile_name)]
-                       if "read_hostfile" in needs else []),
-    }
+    files = ["%s/%s" % (base.rstrip("/"), hostfile_name)] if "read_hostfile" in needs else []
+    if "read_wired_daemon" in needs and str(wired_limit or "").strip():
+        files.append(WIRED_PLIST_PATH)
+    return {"probe_links": "probe_links" in needs, "read_files": files}
 
 
 def remote_dir(setting, homes):

@@ -13,6 +13,13 @@ import ipaddress
 from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import SOFTWARE_UPDATE_DOMAIN, UPDATE_KEYS
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (  # noqa: F401 - safe_wired_limit_mb: part of this module's rules
+    GIB,
+    MIB,
+    default_limit_bytes,
+    default_share,
+    safe_wired_limit_mb,
+)
 
 DEFAULTS = {
     "rdma_wanted": True,       # plan for RDMA (jaccl) when the hardware has it
@@ -358,13 +365,8 @@ def report(problems):
 
 # ---- memory fit: each rank's share of the model against what its Mac's GPU may wire ----
 
-GIB = 2**30
-MIB = 2**20
-# macOS's own GPU wired-memory limit when iogpu.wired_limit_mb is 0 (Metal's
-# recommendedMaxWorkingSetSize): about 2/3 of memory up to 36 GB, 3/4 above, as reported by
-# MLX users (mlx.core.metal.device_info()["max_recommended_working_set_size"]); unverified
-# without a Mac (tests/simcluster/README.md).
-DEFAULT_GPU_SHARE_SMALL, DEFAULT_GPU_SHARE_LARGE, SMALL_MEMORY = 2 / 3, 3 / 4, 36 * GIB
+# What the GPU may wire and the safe value to raise it to: module_utils/mlx_wired.py (the
+# module mac_wired_limit uses the same numbers on the Macs).
 
 
 def gpu_limit(hw):
@@ -375,17 +377,9 @@ def gpu_limit(hw):
     wired = (hw or {}).get("wired_limit_mb")
     if wired:
         return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
-    share = DEFAULT_GPU_SHARE_SMALL if mem <= SMALL_MEMORY else DEFAULT_GPU_SHARE_LARGE
-    return int(mem * share), (f"iogpu.wired_limit_mb={wired}: macOS's default, about "
-                              f"{'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB")
-
-
-def safe_wired_limit_mb(memsize):
-    """A wired limit that leaves macOS room: memory less 1/8 of it, at least 6 GB and at most
-    16 GB kept back; never below macOS's own default."""
-    keep = min(max(memsize // 8, 6 * GIB), 16 * GIB)
-    default = gpu_limit({"memsize": memsize})[0]
-    return max(memsize - keep, default) // MIB
+    share = default_share(mem)
+    return default_limit_bytes(mem), (f"iogpu.wired_limit_mb={wired}: macOS's default, about "
+                                      f"{'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB")
 
 
 def pipeline_split(layers, ranks):
@@ -449,8 +443,9 @@ def memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
             if others:
                 fixes.append(f"run {others[0]} mode instead (it fits)")
             if safe >= r["need"] > r["limit"]:
-                fixes.append(f"raise the GPU's limit on {r['host']}: sudo sysctl iogpu.wired_limit_mb={safe // MIB} "
-                             "(lasts until the next restart)")
+                fixes.append(f"raise the GPU's limit on {r['host']}: mlx_cluster_wired_limit: auto and --tags power "
+                             f"(iogpu.wired_limit_mb={safe // MIB}, kept across restarts), or once: sudo sysctl "
+                             f"iogpu.wired_limit_mb={safe // MIB} (until the next restart)")
             fixes.append("add Macs, or use a smaller quantization of the model")
             problems.append(_p(
                 "error", "memory", r["host"],

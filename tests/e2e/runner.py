@@ -20,6 +20,7 @@ MUTATING = (
     ("networksetup", "-setdhcp"), ("ifconfig", "deletem"), ("ifconfig", "addm"), ("ifconfig", "inet"),
     ("ifconfig", "down"), ("ifconfig", "up"), ("route", "add"), ("route", "change"), ("route", "delete"),
     ("rdma_ctl", "enable"), ("rdma_ctl", "disable"), ("scutil", "--prefs"), ("defaults", "write"),
+    ("launchctl", "bootstrap"), ("launchctl", "bootout"),
 )
 
 
@@ -37,6 +38,8 @@ def is_mutating(argv):
     if not argv:
         return False
     cmd = os.path.basename(argv[0])
+    if cmd == "sysctl":  # `sysctl name=value` writes
+        return any("=" in a for a in argv[1:])
     return any(cmd == c and flag in argv[1:] for c, flag in MUTATING)
 
 

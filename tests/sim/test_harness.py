@@ -546,6 +546,62 @@ def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
 
 
 @pytest.mark.sim
+def test_sysctl_wired_limit_and_launchd_daemons_at_boot(sim_cluster):
+    """iogpu.wired_limit_mb: written by root only, gone at a restart unless a LaunchDaemon sets
+    it again; launchctl bootstrap/print/bootout as macOS answers; a plist launchd would refuse
+    (not a plist, group-writable) is not loaded, neither by bootstrap nor at boot."""
+    import plistlib
+    c = sim_cluster("pair")
+    c.reset()
+    oid = "iogpu.wired_limit_mb"
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n"
+    r = sh(c, "m1", ["sysctl", f"{oid}=4096"], ok=False)
+    assert (r.returncode, r.stderr) == (1, f"sysctl: {oid}: Operation not permitted\n")
+    for bad in (f"{oid}=lots", f"{oid}=-1", f"{oid}={10**7}"):
+        assert sh(c, "m1", ["sysctl", bad], sudo=True, ok=False).returncode == 1
+    assert sh(c, "m1", ["sysctl", "-n", "hw.memsize=1"], sudo=True, ok=False).returncode == 1   # read only
+    assert sh(c, "m1", ["sysctl", f"{oid}=4096"], sudo=True).stdout == f"{oid}: 0 -> 4096\n"
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "4096\n"
+    c.reboot("m1")
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n"        # a sysctl lasts until the restart
+
+    good = "/Library/LaunchDaemons/org.example.wired.plist"
+    bad = "/Library/LaunchDaemons/org.example.bad.plist"
+    body = plistlib.dumps({"Label": "org.example.wired", "RunAtLoad": True,
+                           "ProgramArguments": ["/usr/sbin/sysctl", f"{oid}=8192"]})
+    c.exec("m1", ["tee", good], input=body.decode(), check=True)
+    c.exec("m1", ["tee", bad], input=body.decode().replace("org.example.wired", "org.example.bad"), check=True)
+    c.exec("m1", ["chmod", "664", bad], check=True)                     # group-writable: launchd refuses it
+    r = sh(c, "m1", ["launchctl", "print", "system/org.example.wired"], ok=False)
+    assert (r.returncode, r.stderr) == (113, 'Could not find service "org.example.wired" in domain for system\n')
+    r = sh(c, "m1", ["launchctl", "bootstrap", "system", good], ok=False)
+    assert r.returncode == 5 and "as root for richer errors" in r.stderr
+    sh(c, "m1", ["launchctl", "bootstrap", "system", good], sudo=True)
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "8192\n"       # RunAtLoad ran it
+    printed = sh(c, "m1", ["launchctl", "print", "system/org.example.wired"]).stdout
+    assert f"\tpath = {good}\n" in printed and "\tlast exit code = 0\n" in printed
+    assert sh(c, "m1", ["launchctl", "bootstrap", "system", good], sudo=True, ok=False).returncode == 5  # loaded
+    r = sh(c, "m1", ["launchctl", "bootstrap", "system", bad], sudo=True, ok=False)
+    assert (r.returncode, r.stderr) == (5, "Bootstrap failed: 5: Input/output error\n")
+    c.exec("m1", ["tee", bad], input="<plist><dict><key>Label</key>", check=True)   # not a plist
+    c.exec("m1", ["chmod", "644", bad], check=True)
+    assert sh(c, "m1", ["launchctl", "bootstrap", "system", bad], sudo=True, ok=False).returncode == 5
+
+    sh(c, "m1", ["sysctl", f"{oid}=0"], sudo=True)
+    c.reboot("m1")                                                        # launchd runs the daemon again
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "8192\n"
+    assert sh(c, "m1", ["launchctl", "print", "system/org.example.bad"], ok=False).returncode == 113
+    sh(c, "m1", ["launchctl", "bootout", "system/org.example.wired"], sudo=True)
+    r = sh(c, "m1", ["launchctl", "bootout", "system/org.example.wired"], sudo=True, ok=False)
+    assert (r.returncode, r.stderr) == (3, "Boot-out failed: 3: No such process\n")
+    c.set_host("m2", wired_limit_mb=2048)                                 # the harness's own override
+    assert sh(c, "m2", ["sysctl", "-n", oid]).stdout == "2048\n"
+    c.reset()
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n" == sh(c, "m2", ["sysctl", "-n", oid]).stdout
+    assert sh(c, "m1", ["ls", "/Library/LaunchDaemons"]).stdout == ""      # factory state
+
+
+@pytest.mark.sim
 def test_argv_is_logged_per_host(sim_cluster, sim_clean_logs):
     c = sim_cluster("mesh4")
     assert c.ssh("m2", "sw_vers -productVersion; sudo ifconfig bridge0 >/dev/null").returncode == 0

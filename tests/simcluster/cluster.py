@@ -49,7 +49,7 @@ REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
                  "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
-                 "scutil", "pmset", "defaults", "socketfilterfw"]
+                 "scutil", "pmset", "defaults", "socketfilterfw", "launchctl"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
@@ -957,8 +957,8 @@ class SimCluster:
 
     def reset(self, timeout=60):
         """Back to freshly booted Macs without rebuilding the network: every cable plugged,
-        live overrides dropped, persistent network preferences, power settings and
-        SoftwareUpdate preferences back to the factory state (the spec's),
+        live overrides dropped, persistent network preferences, power settings,
+        SoftwareUpdate preferences and LaunchDaemons back to the factory state (the spec's),
         runtime state and /tmp emptied, ~/.ssh as set up for the controller alone, every Mac
         restarted. The rest of the homes (and argv logs) stay."""
         fd = self._lock()
@@ -995,7 +995,8 @@ class SimCluster:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
                 # persistent settings back to the spec's: network, power (pmset), SoftwareUpdate
-                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json", "firewall.json"):
+                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json", "firewall.json",
+                          "kernel.json", "launchd.json"):
                     (hd / f).unlink(missing_ok=True)
                 shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
                 if (hd / "tmp").exists():
@@ -1091,7 +1092,8 @@ class SimCluster:
 
     def set_host(self, host, **overrides):
         """Change what a Mac reports, live (rdma, macos, build, tb_version, model, model_id,
-        chip, memory_gb, ncpu, require_sudo, rdma_port_down: [iface], die_on: {"argv": [cmd,
+        chip, memory_gb, ncpu, wired_limit_mb (iogpu.wired_limit_mb now and at boot), require_sudo,
+        rdma_port_down: [iface], die_on: {"argv": [cmd,
         word...], "nth": n} (the Mac dies when the product runs that command; see
         shims/macos.py maybe_die), hang: [command or "command word..."] (those runs never
         answer: they sleep until SIGKILL), slow: {command or "command word...": seconds}
@@ -1111,6 +1113,9 @@ class SimCluster:
         cur = live.setdefault("hosts", {}).setdefault(host, {})
         cur.update(overrides)
         self._write_live(live)
+        if "wired_limit_mb" in overrides:
+            # the value the kernel holds now: what `sysctl iogpu.wired_limit_mb=N` wrote goes
+            (self.host_dir(host) / "kernel.json").unlink(missing_ok=True)
         macos = cur.get("macos", self.spec.host(host).macos)
         self._link_shims(host, macos)
 

@@ -14,7 +14,8 @@ the harness recorded kills it when killed (--kill-child).
 Private view (all mounts live only in this host's mount namespace):
 - /srv      <- <state>/hosts/<host>/home   (HOME=/srv/admin, sudo -H HOME=/srv/root)
 - /Library  <- <state>/hosts/<host>/Library (Preferences/SystemConfiguration/preferences.plist:
-  the network preferences the networksetup shim keeps, in macOS's format)
+  the network preferences the networksetup shim keeps, in macOS's format; LaunchDaemons/,
+  which launchd loads at boot: shims/macos.py launchd_boot)
 - /tmp, /var/tmp, /var/log <- per-host directories in the state dir; the paths under them
   the Mac must still see (the state dir, the Python environment, the repository) are
   bound back at the same place, the Python environment read-only
@@ -101,6 +102,7 @@ def setup(state, host, cfg):
     library = cfg.get("library")
     if library and os.path.isdir(library):
         os.makedirs(os.path.join(hostdir, "Library", "Preferences", "SystemConfiguration"), exist_ok=True)
+        os.makedirs(os.path.join(hostdir, "Library", "LaunchDaemons"), mode=0o755, exist_ok=True)
         bind(os.path.join(hostdir, "Library"), library)
     own = os.path.join(hostdir, "passwd")  # this Mac's admin user has another home
     bind(own if os.path.exists(own) else os.path.join(state, "passwd"), "/etc/passwd", readonly=True)

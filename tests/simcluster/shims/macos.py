@@ -490,7 +490,7 @@ def primary_service(prefs):
 def boot(ctx):
     """What a Mac does at boot: interfaces up, no runtime addresses or host routes on the
     Thunderbolt ports, the bridges rebuilt from their definitions in the preferences, the
-    enabled services applied in order.
+    enabled services applied in order; then launchd loads the LaunchDaemons (launchd_boot).
 
     configd's InterfaceNamer creates every bridge of /VirtualNetworkInterfaces/Bridge, marks
     it up and adds every listed member, whether or not the bridge's network service is
@@ -516,8 +516,12 @@ def boot(ctx):
         for svc in prefs["services"]:
             if svc["enabled"]:
                 apply_service(ctx, prefs, svc, lk=links())
+        # the kernel's values are back to their defaults (what sysctl wrote is gone)
+        if os.path.exists(ctx.path(KERNEL_STATE)):
+            os.unlink(ctx.path(KERNEL_STATE))
     finally:
         os.close(fd)
+    launchd_boot(ctx)
 
 
 def apply_bridge_definitions(ctx, prefs):
@@ -1521,12 +1525,23 @@ def cmd_sw_vers(ctx, args):
     die("usage: sw_vers [-productName|-productVersion|-productVersionExtra|-buildVersion]", 1)
 
 
+# The kernel's writable values since boot (`sysctl name=value`): <host>/kernel.json, emptied at
+# every boot (a sysctl write lasts until the next restart). Only iogpu.wired_limit_mb is
+# writable here; the spec's (or set_host's) `wired_limit_mb` is its value at boot.
+KERNEL_STATE = "kernel.json"
+WIRED_OID = "iogpu.wired_limit_mb"
+
+
+def kernel_values(ctx):
+    return _read_json(ctx.path(KERNEL_STATE), {})
+
+
 def sysctl_values(ctx):
     cfg = ctx.cfg
     major, minor, _ = version_tuple(cfg["macos"])
     darwin = f"{major - 1 if major >= 26 else major + 9}.{minor}.0"
     mem = int(cfg["memory_gb"]) * (1 << 30)
-    return {
+    values = {
         "hw.memsize": str(mem),
         "hw.memsize_usable": str(mem - (1 << 30)),
         "hw.model": cfg["model_id"],
@@ -1543,9 +1558,34 @@ def sysctl_values(ctx):
         "kern.osproductversion": cfg["macos"],
         "kern.osversion": cfg["build"],
         "machdep.cpu.brand_string": cfg.get("chip", "Apple M3 Ultra"),
-        # 0: macOS decides the GPU's share of memory (the value a Mac ships with)
-        "iogpu.wired_limit_mb": str(int(cfg.get("wired_limit_mb", 0))),
+        # 0: macOS decides the GPU's share of memory (the value a Mac boots with)
+        WIRED_OID: str(int(cfg.get("wired_limit_mb", 0))),
     }
+    values.update({k: str(v) for k, v in kernel_values(ctx).items()})
+    return values
+
+
+def _sysctl_set(ctx, name, value, bare, values):
+    """`sysctl name=value` as FreeBSD's sysctl.c (macOS system_cmds) does it: `name: old -> new`
+    (`-n`: the new value only), a refusal as warn(3) text on stderr and exit 1."""
+    if name != WIRED_OID:
+        die(f"sysctl: oid '{name}' is read only", 1)
+    number = _strtol(value) if value.strip() and value.strip().lstrip("-").isdigit() else None
+    if number is None:
+        die(f"sysctl: {name}: illegal value: {value}", 1)
+    if not ctx.elevated():
+        die(f"sysctl: {name}: Operation not permitted", 1)
+    if number < 0 or number > int(values["hw.memsize"]) // (1 << 20):
+        die(f"sysctl: {name}: Invalid argument", 1)
+    fd = ctx.lock()
+    try:
+        kernel = kernel_values(ctx)
+        old = kernel.get(name, values[name])
+        kernel[name] = number
+        _write_json(ctx.path(KERNEL_STATE), kernel)
+    finally:
+        os.close(fd)
+    out(str(number) if bare else f"{name}: {old} -> {number}")
 
 
 def cmd_sysctl(ctx, args):
@@ -1558,16 +1598,16 @@ def cmd_sysctl(ctx, args):
                 bare = True
             if "a" in a:
                 names = sorted(values)
-            if "w" in a:
-                die("sysctl: the simulated Mac's sysctl values are read-only", 1)
-            continue
+            continue                            # -w: accepted, `name=value` is what writes
         names.append(a)
     if not names:
         die("usage: sysctl [-bdehiNnoqx] name[=value] ...\n       sysctl [-bdehNnoqx] -a", 1)
     rc = 0
     for n in names:
         if "=" in n:
-            die(f"sysctl: oid '{n.split('=')[0]}' is read only", 1)
+            name, _, value = n.partition("=")
+            _sysctl_set(ctx, name, value, bare, values)
+            continue
         matches = [k for k in values if k == n or k.startswith(n + ".")]
         if not matches:
             err(f"sysctl: unknown oid '{n}'")
@@ -1576,6 +1616,160 @@ def cmd_sysctl(ctx, args):
         for k in matches:
             out(values[k] if bare else f"{k}: {values[k]}")
     return rc
+
+
+# ---------------------------------------------------------------------------------------
+# launchctl: LaunchDaemons in the system domain
+# ---------------------------------------------------------------------------------------
+# launchd loads every plist of /Library/LaunchDaemons at boot and runs a RunAtLoad job's
+# program then; `launchctl bootstrap system <plist>` loads one now (and runs it), `bootout`
+# unloads it, `print system/<label>` shows it. A plist launchd refuses (not root-owned,
+# group or world writable: `man launchctl`; not a property list; no Label or program) is not
+# loaded: `Bootstrap failed: 5: Input/output error` (public captures of launchctl on macOS
+# 13-15). The jobs loaded since boot are <host>/launchd.json. Only programs that are
+# simulated macOS commands (/usr/sbin/sysctl, ...) really run; other jobs are loaded and
+# shown but their program is not started (nothing here needs them).
+
+LAUNCHD_STATE = "launchd.json"
+LAUNCH_DAEMONS = "/Library/LaunchDaemons"
+LAUNCHCTL_IO = "Bootstrap failed: 5: Input/output error"
+LAUNCHCTL_AS_ROOT = "Try re-running the command as root for richer errors."
+SYSTEM_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def _mac_file(ctx, path):
+    """A path of the Mac's /Library in the state directory (the same file the Mac sees there)."""
+    if path.startswith("/Library/"):
+        return os.path.join(ctx.hostdir, path[1:])
+    return path
+
+
+def read_job(ctx, path):
+    """(job dict, None) for a plist launchd would load, or (None, why not)."""
+    import plistlib  # only launchctl and boot pay for it
+    try:
+        st = os.stat(_mac_file(ctx, path))
+        with open(_mac_file(ctx, path), "rb") as f:
+            data = plistlib.load(f)
+    except FileNotFoundError:
+        return None, "missing"
+    except Exception as exc:  # noqa: BLE001 - plistlib raises several types for bad input
+        return None, f"not a property list ({exc.__class__.__name__})"
+    if st.st_uid != 0 or st.st_gid != 0 or st.st_mode & 0o022:
+        return None, "bad ownership/permissions"
+    if not isinstance(data, dict) or not isinstance(data.get("Label"), str) or not data["Label"]:
+        return None, "no Label"
+    program = data.get("ProgramArguments")
+    if not (isinstance(program, list) and program and all(isinstance(a, str) for a in program)):
+        program = [data["Program"]] if isinstance(data.get("Program"), str) else None
+    if not program:
+        return None, "no Program or ProgramArguments"
+    return {"label": data["Label"], "path": path, "program": data.get("Program") or program[0],
+            "arguments": program, "run_at_load": data.get("RunAtLoad") is True,
+            "runs": 0, "last_exit_code": "(never exited)"}, None
+
+
+def launchd_jobs(ctx):
+    return _read_json(ctx.path(LAUNCHD_STATE), {})
+
+
+def _run_job(ctx, job):
+    """Run a RunAtLoad job's program as launchd does (as root), if it is a simulated command."""
+    program = job["program"]
+    name = os.path.basename(program)
+    if os.path.dirname(program) not in SYSTEM_DIRS or name not in COMMANDS:
+        return job
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), "USER": "root", "LOGNAME": "root",
+           "HOME": os.path.join(ctx.mountpoint, "root")}
+    try:
+        r = subprocess.run([os.path.join(ctx.hostdir, "bin", name), *job["arguments"][1:]], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        code = r.returncode
+    except subprocess.TimeoutExpired:
+        code = -9
+    job.update(runs=job["runs"] + 1, last_exit_code=code)
+    return job
+
+
+def launchd_load(ctx, job):
+    fd = ctx.lock()
+    try:
+        jobs = launchd_jobs(ctx)
+        jobs[job["label"]] = job
+        _write_json(ctx.path(LAUNCHD_STATE), jobs)
+    finally:
+        os.close(fd)
+    if job["run_at_load"]:
+        job = _run_job(ctx, job)
+        fd = ctx.lock()
+        try:
+            jobs = launchd_jobs(ctx)
+            if job["label"] in jobs:
+                jobs[job["label"]] = job
+                _write_json(ctx.path(LAUNCHD_STATE), jobs)
+        finally:
+            os.close(fd)
+
+
+def launchd_boot(ctx):
+    """At boot: every LaunchDaemon launchd accepts is loaded, its RunAtLoad program run."""
+    _write_json(ctx.path(LAUNCHD_STATE), {})
+    folder = _mac_file(ctx, LAUNCH_DAEMONS)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".plist"):
+            job, _why = read_job(ctx, f"{LAUNCH_DAEMONS}/{name}")
+            if job and job["label"] not in launchd_jobs(ctx):
+                launchd_load(ctx, job)
+
+
+def _print_job(job):
+    args = "".join(f"\t\t{a}\n" for a in job["arguments"])
+    return (f"system/{job['label']} = {{\n\tactive count = 0\n\tpath = {job['path']}\n\ttype = LaunchDaemon\n"
+            f"\tstate = not running\n\n\tprogram = {job['program']}\n\targuments = {{\n{args}\t}}\n\n"
+            f"\truns = {job['runs']}\n\tlast exit code = {job['last_exit_code']}\n}}")
+
+
+def cmd_launchctl(ctx, args):
+    verb, rest = (args[0], args[1:]) if args else ("", [])
+    if verb == "print" and len(rest) == 1 and rest[0].startswith("system/"):
+        label = rest[0][len("system/"):]
+        job = launchd_jobs(ctx).get(label)
+        if job is None:
+            die(f'Could not find service "{label}" in domain for system', 113)
+        out(_print_job(job))
+        return 0
+    if verb == "bootstrap" and len(rest) >= 2 and rest[0] == "system":
+        if not ctx.elevated():
+            die(f"{LAUNCHCTL_IO}\n{LAUNCHCTL_AS_ROOT}", 5)
+        for path in rest[1:]:
+            job, why = read_job(ctx, path)
+            if why == "missing":
+                die("Bootstrap failed: 2: No such file or directory", 2)
+            if job is None or job["label"] in launchd_jobs(ctx):   # refused, or loaded already
+                die(LAUNCHCTL_IO, 5)
+            launchd_load(ctx, job)
+        return 0
+    if verb == "bootout" and rest:
+        if not ctx.elevated():
+            die(f"Boot-out failed: 5: Input/output error\n{LAUNCHCTL_AS_ROOT}", 5)
+        if rest[0].startswith("system/") and len(rest) == 1:
+            label = rest[0][len("system/"):]
+        elif rest[0] == "system" and len(rest) == 2:
+            job, _why = read_job(ctx, rest[1])
+            label = job["label"] if job else None
+        else:
+            die(f"launchctl: bootout {' '.join(rest)}: not emulated by the simulated Mac", 64)
+        fd = ctx.lock()
+        try:
+            jobs = launchd_jobs(ctx)
+            if label not in jobs:
+                die("Boot-out failed: 3: No such process", 3)
+            del jobs[label]
+            _write_json(ctx.path(LAUNCHD_STATE), jobs)
+        finally:
+            os.close(fd)
+        return 0
+    die(f"launchctl: {' '.join(args) or '(no verb)'}: not emulated by the simulated Mac", 64)
 
 
 # ---------------------------------------------------------------------------------------
@@ -2545,7 +2739,7 @@ COMMANDS = {
     "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
     "rsync": cmd_rsync,
     "scutil": cmd_scutil,
-    "pmset": cmd_pmset, "defaults": cmd_defaults, "socketfilterfw": cmd_socketfilterfw,
+    "pmset": cmd_pmset, "defaults": cmd_defaults, "socketfilterfw": cmd_socketfilterfw, "launchctl": cmd_launchctl,
 }
 
 

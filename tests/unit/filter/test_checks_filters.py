@@ -215,3 +215,22 @@ def test_power_plan_refuses_what_is_not_the_power_fact(checks):
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="expects the mlx_cluster.power fact"):
         checks["mlx_power_plan"](["AC Power"], ASKED)
+
+
+# ---- mlx_wired_limit_in_place: the wired limit's shortcut -------------------------------------
+
+def test_wired_limit_in_place_from_discovery(checks):
+    import hashlib
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
+        GIB, PLIST_PATH, daemon_bytes, safe_wired_limit_mb)
+    from ansible.errors import AnsibleFilterError
+    auto = safe_wired_limit_mb(128 * GIB)
+    hw = {"memsize": 128 * GIB, "model": "Mac16,9", "ncpu": 32, "wired_limit_mb": auto}
+    files = {PLIST_PATH: {"sha256": hashlib.sha256(daemon_bytes(auto)).hexdigest(), "mode": "0644"}}
+    assert checks["mlx_wired_limit_in_place"](hw, files, "auto") is True
+    assert checks["mlx_wired_limit_in_place"](hw, files, auto) is True                  # a number from YAML
+    assert checks["mlx_wired_limit_in_place"](dict(hw, wired_limit_mb=0), files, "auto") is False
+    assert checks["mlx_wired_limit_in_place"](hw, {}, "auto") is False                  # not read: run the module
+    assert checks["mlx_wired_limit_in_place"](dict(hw, wired_limit_mb=0), {PLIST_PATH: None}, "off") is True
+    with pytest.raises(AnsibleFilterError, match="mlx_wired_limit_in_place: expects"):
+        checks["mlx_wired_limit_in_place"]([hw], files, "auto")

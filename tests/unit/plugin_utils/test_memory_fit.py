@@ -84,6 +84,7 @@ def test_the_fix_offers_the_wired_limit_when_memory_allows():
     p1, p2 = sorted(out["problems"], key=lambda p: p["host"])
     assert "iogpu.wired_limit_mb=8192" in p1["msg"]
     assert f"sudo sysctl iogpu.wired_limit_mb={safe_wired_limit_mb(24 * GIB)}" in p1["fix"]
+    assert "mlx_cluster_wired_limit: auto and --tags power" in p1["fix"]   # the way that lasts
     assert "sysctl" not in p2["fix"]
 
 

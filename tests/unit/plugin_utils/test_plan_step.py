@@ -155,6 +155,15 @@ def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, 
     assert got == {"probe_links": probe, "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
 
 
+def test_discovery_reads_the_wired_limit_daemon_only_when_the_power_stage_manages_it():
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST_PATH
+    assert planner.discovery_request(["power"], [], "", "h.json", "auto")["read_files"] == [PLIST_PATH]
+    assert planner.discovery_request(["power"], [], "", "h.json", "off")["read_files"] == [PLIST_PATH]
+    assert planner.discovery_request(["power"], [], "", "h.json", "")["read_files"] == []      # not managed
+    assert planner.discovery_request(["preflight"], [], "", "h.json", "auto")["read_files"] == []
+    assert planner.discovery_request(["all"], ["power"], "", "h.json", "auto")["read_files"] == ["~/mlx-cluster/h.json"]
+
+
 def test_discovery_reads_the_hostfile_where_the_plan_puts_it():
     for setting in ("", "~/x/", "/Users/Shared/mlx-cluster"):
         (path,) = planner.discovery_request(["hostfile"], [], setting, "h.json")["read_files"]

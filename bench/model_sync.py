@@ -69,17 +69,31 @@ KEY, KNOWN = "~/.ssh/mlx_cluster_ed25519", "~/.ssh/mlx_cluster_known_hosts"
 
 
 def make_model(path, size_mb, shards=SHARDS):
-    """config.json and `shards` .safetensors files of random bytes, size_mb MB in all."""
+    """config.json, an index and `shards` .safetensors files, size_mb MB in all: each shard one
+    layer's tensor of random bytes (rsync does not compress, so random bytes cost what weights
+    cost) behind a real safetensors header, as the model stage reads the headers (memory fit)."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb}) + "\n")
+    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb,
+                                                  "num_hidden_layers": shards}) + "\n")
     per = size_mb * 1024 * 1024 // shards
+    weight_map = {}
     for k in range(1, shards + 1):
-        with open(path / f"model-{k:05d}-of-{shards:05d}.safetensors", "wb") as f:
-            left = per
+        name, tensor = f"model-{k:05d}-of-{shards:05d}.safetensors", f"model.layers.{k - 1}.weight"
+        weight_map[tensor] = name
+        header = json.dumps({tensor: {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}})
+        # the tensor fills the shard: its size depends on the header's, whose digits depend on it
+        nbytes = per - 8 - len(header) - 32
+        header = json.dumps({tensor: {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}})
+        header = header.encode() + b" " * (-len(header) % 8)  # 8-byte aligned, padded with spaces
+        with open(path / name, "wb") as f:
+            f.write(len(header).to_bytes(8, "little") + header)
+            left = nbytes
             while left:
                 chunk = os.urandom(min(left, 1 << 22))
                 f.write(chunk)
                 left -= len(chunk)
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": per * shards}, "weight_map": weight_map}) + "\n")
     return sorted((p.name, p.stat().st_size) for p in path.iterdir())
 
 

@@ -64,3 +64,20 @@ def test_the_journal_resumes_where_a_run_stopped(tmp_path):
     assert [m for r, m in order if r == 0] == list(model_sync.METHODS)
     assert [m for r, m in order if r == 1] == ["parallel", "tree", "share", "one_copy"]
     assert model_sync.schedule(3, 1, ["serial"]) == [(0, "serial")]
+
+
+def test_the_made_model_reads_as_safetensors_weights(tmp_path):
+    """The model stage reads every shard's header (memory fit): the made model must pass it."""
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import header_length, layout, tensor_bytes
+
+    files = dict(model_sync.make_model(tmp_path / "m", 2, shards=4))
+    tensors = {}
+    for name in sorted(n for n in files if n.endswith(".safetensors")):
+        with open(tmp_path / "m" / name, "rb") as f:
+            n = header_length(f.read(8), name)
+            shard = tensor_bytes(f.read(n), name)
+        assert 8 + n + sum(shard.values()) == files[name]  # the data fills the shard exactly
+        tensors.update(shard)
+    shape = layout(tensors)
+    assert shape["shared_bytes"] == 0 and len(shape["layer_bytes"]) == 4
+    assert 0.99 * 2 * 2**20 <= sum(files.values()) <= 2 * 2**20 + 1024 and "model.safetensors.index.json" in files

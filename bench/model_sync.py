@@ -26,6 +26,8 @@ What is timed, the order rotating from round to round so a load change hits ever
   run, and its copy phase (first round task's start to the last one's end);
 - share: `mlx_lm.share --path <dest> --hostfile <our hostfile>` from the controller: MLX's own
   broadcast, all_sum over the ring backend across the same cables;
+- share_fixed: the same with a config.json alone: share's cost whatever the model's size (launch,
+  start-up, the ring's set-up), to set against the tree's copy phase (share minus it);
 - serial (the seed guide's loop): rsync -a from rank 0 to one Mac after another, by the name
   the user reaches it at (the management network), each finished before the next starts;
 - controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
@@ -57,12 +59,14 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan  # no
 from bench.common import BenchError, emit, fmt, log, machine, machine_lines, measure, stats  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
-METHODS = ("one_copy", "parallel", "tree", "share", "serial", "controller")
+METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
 BASELINES = ("serial", "controller")
-LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share", "serial": "serial loop",
+LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
+          "share_fixed": "mlx_lm.share of config.json alone", "serial": "serial loop",
           "controller": "controller fan-out"}
 DISTS = ("ansible-core", "mlx", "mlx-lm")
 MODEL = "bench"
+FIXED = "bench-fixed"  # share_fixed's model: the config.json alone
 SHARDS = 4
 FULL_SPEED_GBPS = 80
 BIN = Path(sys.executable).parent
@@ -231,9 +235,9 @@ def serial(cluster, plan):
     return sum(rank0_rsync(cluster, h, cluster.mgmt_address(h), archive=True) for h in cluster.hosts[1:])
 
 
-def share(cluster, hostfile, timeout):
+def share(cluster, hostfile, timeout, name=MODEL):
     rank0 = cluster.hosts[0]
-    path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / MODEL
+    path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / name
     argv = [str(BIN / "mlx_lm.share"), "--path", str(path), "--hostfile", str(hostfile),
             "--tmpdir", str(path.parent)]
     env = dict(cluster.harness_env(), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -244,6 +248,21 @@ def share(cluster, hostfile, timeout):
     seconds = time.perf_counter() - t
     if res.returncode != 0:
         raise BenchError(f"mlx_lm.share exited with {res.returncode}: {(res.stdout + res.stderr)[-2000:]}")
+    return seconds
+
+
+def share_fixed(cluster, model, hostfile, timeout):
+    """mlx_lm.share of the model's config.json alone: what share costs whatever the model's size
+    (the launch over SSH, Python and MLX starting on every Mac, the ring's set-up, the file list)."""
+    dirs = {h: dest_of(cluster, h).parent / FIXED for h in cluster.hosts}
+    for d in dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+    dirs[cluster.hosts[0]].mkdir()
+    shutil.copy2(model / "config.json", dirs[cluster.hosts[0]])
+    seconds = share(cluster, hostfile, timeout, FIXED)
+    missing = [h for h, d in dirs.items() if not (d / "config.json").is_file()]
+    if missing:
+        raise BenchError(f"mlx_lm.share of config.json alone: no copy on {', '.join(missing)}")
     return seconds
 
 
@@ -305,6 +324,8 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
         record["seconds"] = parallel(cluster, plan)
     elif method == "share":
         record["seconds"] = share(cluster, art / "hostfile.json", timeout)
+    elif method == "share_fixed":
+        record["seconds"] = share_fixed(cluster, model, art / "hostfile.json", timeout)
     else:  # serial: one Mac after another; each copy kept as soon as it is done
         total = 0.0
         for host in cluster.hosts[1:]:
@@ -382,7 +403,7 @@ def summarize(result):
 
 HEADER = ("topology", "Macs", "depth", "runs", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)",
           "tree: copies (s)", "copies / one copy", "copies / (one copy x depth)", "run / one copy",
-          "mlx_lm.share (s)", "share / one copy", "serial loop (s)", "controller fan-out: run (s)",
+          "mlx_lm.share (s)", "share / one copy", "share of config.json alone (s)", "serial loop (s)", "controller fan-out: run (s)",
           "controller: copies (s)", "serial / tree run", "controller / tree run")
 
 
@@ -404,7 +425,8 @@ def table_rows(results):
         rows.append((r["topology"], str(r["hosts"]), str(r["depth"]), _runs(x["runs"]), cell("one_copy"),
                      cell("parallel") + (f" ({x['parallel_vs_one']:.2f}x)" if "parallel_vs_one" in x else ""),
                      cell("tree"), cell("tree_copies"), ratio("tree_vs_one"), ratio("tree_vs_depth"),
-                     ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"), cell("serial", 0),
+                     ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"),
+                     cell("share_fixed"), cell("serial", 0),
                      cell("controller", 0), cell("controller_copies", 0), ratio("serial_vs_tree", 1, "x"),
                      ratio("controller_vs_tree", 1, "x")))
     return rows
@@ -449,6 +471,8 @@ def markdown_section(tables, command):
            "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = first round's",
            "  start to the last round's end;",
            "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
+           "  share of config.json alone: the same with no weights, what share costs whatever the size",
+           "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",
            "- serial loop (the seed guide's): `rsync -a` from rank 0 to one Mac after another by the",
            "  name the user reaches it at, over the management network;",
            "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN (run: the",

@@ -3,8 +3,9 @@
 controller fan-out and mlx_lm.share, on simulated clusters with shaped links.
 
     .venv/bin/python bench/model_sync.py [--topologies mesh4,ring8,mesh3_dock] [--runs N]
-        [--baseline-runs N] [--size-mb 200] [--tb-mbit 400] [--lan-mbit 8] [--quick]
-        [--json [FILE]] [--markdown FILE]
+        [--baseline-runs N] [--methods M,...] [--size-mb 200] [--tb-mbit 400] [--lan-mbit 8]
+        [--quick] [--journal FILE] [--json [FILE]] [--markdown FILE]
+    .venv/bin/python bench/model_sync.py --report --journal FILE [--journal FILE...] [--markdown FILE]
 
 Each simulated cluster (tests/simcluster; needs root) is configured once (`site.yml --tags
 network,hostfile`, backend ring), then its links are shaped with `tc` (tbf) in the namespaces:
@@ -25,6 +26,8 @@ What is timed, the order rotating from round to round so a load change hits ever
   run, and its copy phase (first round task's start to the last one's end);
 - share: `mlx_lm.share --path <dest> --hostfile <our hostfile>` from the controller: MLX's own
   broadcast, all_sum over the ring backend across the same cables;
+- share_fixed: the same with a config.json alone: share's cost whatever the model's size (launch,
+  start-up, the ring's set-up), to set against the tree's copy phase (share minus it);
 - serial (the seed guide's loop): rsync -a from rank 0 to one Mac after another, by the name
   the user reaches it at (the management network), each finished before the next starts;
 - controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -55,12 +59,14 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan  # no
 from bench.common import BenchError, emit, fmt, log, machine, machine_lines, measure, stats  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
-METHODS = ("one_copy", "parallel", "tree", "share", "serial", "controller")
+METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
 BASELINES = ("serial", "controller")
-LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share", "serial": "serial loop",
+LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
+          "share_fixed": "mlx_lm.share of config.json alone", "serial": "serial loop",
           "controller": "controller fan-out"}
 DISTS = ("ansible-core", "mlx", "mlx-lm")
 MODEL = "bench"
+FIXED = "bench-fixed"  # share_fixed's model: the config.json alone
 SHARDS = 4
 FULL_SPEED_GBPS = 80
 BIN = Path(sys.executable).parent
@@ -69,17 +75,31 @@ KEY, KNOWN = "~/.ssh/mlx_cluster_ed25519", "~/.ssh/mlx_cluster_known_hosts"
 
 
 def make_model(path, size_mb, shards=SHARDS):
-    """config.json and `shards` .safetensors files of random bytes, size_mb MB in all."""
+    """config.json, an index and `shards` .safetensors files, size_mb MB in all: each shard one
+    layer's tensor of random bytes (rsync does not compress, so random bytes cost what weights
+    cost) behind a real safetensors header, as the model stage reads the headers (memory fit)."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb}) + "\n")
+    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb,
+                                                  "num_hidden_layers": shards}) + "\n")
     per = size_mb * 1024 * 1024 // shards
+    weight_map = {}
     for k in range(1, shards + 1):
-        with open(path / f"model-{k:05d}-of-{shards:05d}.safetensors", "wb") as f:
-            left = per
+        name, tensor = f"model-{k:05d}-of-{shards:05d}.safetensors", f"model.layers.{k - 1}.weight"
+        weight_map[tensor] = name
+        header = json.dumps({tensor: {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}})
+        # the tensor fills the shard: its size depends on the header's, whose digits depend on it
+        nbytes = per - 8 - len(header) - 32
+        header = json.dumps({tensor: {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}})
+        header = header.encode() + b" " * (-len(header) % 8)  # 8-byte aligned, padded with spaces
+        with open(path / name, "wb") as f:
+            f.write(len(header).to_bytes(8, "little") + header)
+            left = nbytes
             while left:
                 chunk = os.urandom(min(left, 1 << 22))
                 f.write(chunk)
                 left -= len(chunk)
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": per * shards}, "weight_map": weight_map}) + "\n")
     return sorted((p.name, p.stat().st_size) for p in path.iterdir())
 
 
@@ -215,9 +235,9 @@ def serial(cluster, plan):
     return sum(rank0_rsync(cluster, h, cluster.mgmt_address(h), archive=True) for h in cluster.hosts[1:])
 
 
-def share(cluster, hostfile, timeout):
+def share(cluster, hostfile, timeout, name=MODEL):
     rank0 = cluster.hosts[0]
-    path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / MODEL
+    path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / name
     argv = [str(BIN / "mlx_lm.share"), "--path", str(path), "--hostfile", str(hostfile),
             "--tmpdir", str(path.parent)]
     env = dict(cluster.harness_env(), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -228,6 +248,21 @@ def share(cluster, hostfile, timeout):
     seconds = time.perf_counter() - t
     if res.returncode != 0:
         raise BenchError(f"mlx_lm.share exited with {res.returncode}: {(res.stdout + res.stderr)[-2000:]}")
+    return seconds
+
+
+def share_fixed(cluster, model, hostfile, timeout):
+    """mlx_lm.share of the model's config.json alone: what share costs whatever the model's size
+    (the launch over SSH, Python and MLX starting on every Mac, the ring's set-up, the file list)."""
+    dirs = {h: dest_of(cluster, h).parent / FIXED for h in cluster.hosts}
+    for d in dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+    dirs[cluster.hosts[0]].mkdir()
+    shutil.copy2(model / "config.json", dirs[cluster.hosts[0]])
+    seconds = share(cluster, hostfile, timeout, FIXED)
+    missing = [h for h, d in dirs.items() if not (d / "config.json").is_file()]
+    if missing:
+        raise BenchError(f"mlx_lm.share of config.json alone: no copy on {', '.join(missing)}")
     return seconds
 
 
@@ -289,6 +324,8 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
         record["seconds"] = parallel(cluster, plan)
     elif method == "share":
         record["seconds"] = share(cluster, art / "hostfile.json", timeout)
+    elif method == "share_fixed":
+        record["seconds"] = share_fixed(cluster, model, art / "hostfile.json", timeout)
     else:  # serial: one Mac after another; each copy kept as soon as it is done
         total = 0.0
         for host in cluster.hosts[1:]:
@@ -344,27 +381,39 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
 
 
 def summarize(result):
+    """min/median/max of every method (and of the copy phases), their ratios, the runs of each."""
     s, c = result["samples"], result["copy_phase"]
     out = {m: stats(v) for m, v in s.items() if v}
     out.update({f"{m}_copies": stats(v) for m, v in c.items() if v})
-    one = out["one_copy"]["median"]
-    tree = out["tree_copies"]["median"]
-    out["parallel_vs_one"] = out["parallel"]["median"] / one
-    out["tree_vs_one"] = tree / one
-    out["tree_vs_depth"] = tree / (one * result["depth"])
+
+    def ratio(key, a, b, times=1):
+        if a in out and b in out:
+            out[key] = out[a]["median"] / (out[b]["median"] * times)
+
+    ratio("parallel_vs_one", "parallel", "one_copy")
+    ratio("tree_vs_one", "tree_copies", "one_copy")
+    ratio("tree_vs_depth", "tree_copies", "one_copy", result["depth"])
+    ratio("tree_run_vs_one", "tree", "one_copy")
+    ratio("share_vs_one", "share", "one_copy")
     for m in ("serial", "controller", "share"):
-        if m in out:
-            out[f"{m}_vs_tree"] = out[m]["median"] / out["tree"]["median"]
+        ratio(f"{m}_vs_tree", m, "tree")
+    out["runs"] = {m: len(v) for m, v in s.items() if v}
     return out
 
 
-HEADER = ("topology", "Macs", "depth", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)", "tree: copies (s)",
-          "copies / one copy", "copies / (one copy x depth)", "mlx_lm.share (s)", "serial loop (s)",
-          "controller fan-out (s)", "serial / tree", "controller / tree")
+HEADER = ("topology", "Macs", "depth", "runs", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)",
+          "tree: copies (s)", "copies / one copy", "copies / (one copy x depth)", "run / one copy",
+          "mlx_lm.share (s)", "share / one copy", "share of config.json alone (s)", "serial loop (s)", "controller fan-out: run (s)",
+          "controller: copies (s)", "serial / tree run", "controller / tree run")
 
 
-def _ratio(x, key):
-    return f"{x[key]:.1f}x" if key in x else "-"
+def _runs(counts):
+    """'3', or '3; serial 1, controller 1' when some methods ran fewer times."""
+    if not counts:
+        return "0"
+    most = max(counts.values())
+    fewer = [f"{m} {n}" for m, n in counts.items() if n != most]
+    return f"{most}" + (f"; {', '.join(fewer)}" if fewer else "")
 
 
 def table_rows(results):
@@ -372,55 +421,86 @@ def table_rows(results):
     for r in results:
         x = summarize(r)
         cell = lambda key, digits=1: fmt(x[key], digits) if key in x else "-"  # noqa: E731
-        rows.append((r["topology"], str(r["hosts"]), str(r["depth"]), cell("one_copy"),
-                     f"{cell('parallel')} ({x['parallel_vs_one']:.2f}x)", cell("tree"),
-                     cell("tree_copies"), f"{x['tree_vs_one']:.2f}", f"{x['tree_vs_depth']:.2f}", cell("share"),
-                     cell("serial", 0), cell("controller", 0), _ratio(x, "serial_vs_tree"),
-                     _ratio(x, "controller_vs_tree")))
+        ratio = lambda key, digits=2, unit="": f"{x[key]:.{digits}f}{unit}" if key in x else "-"  # noqa: E731
+        rows.append((r["topology"], str(r["hosts"]), str(r["depth"]), _runs(x["runs"]), cell("one_copy"),
+                     cell("parallel") + (f" ({x['parallel_vs_one']:.2f}x)" if "parallel_vs_one" in x else ""),
+                     cell("tree"), cell("tree_copies"), ratio("tree_vs_one"), ratio("tree_vs_depth"),
+                     ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"),
+                     cell("share_fixed"), cell("serial", 0),
+                     cell("controller", 0), cell("controller_copies", 0), ratio("serial_vs_tree", 1, "x"),
+                     ratio("controller_vs_tree", 1, "x")))
     return rows
 
 
-def text_table(results, args):
-    rows = table_rows(results)
-    widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
-    line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-    out = [f"median (min–max); {args.size_mb} MB model; Thunderbolt {args.tb_mbit} Mbit/s per 80 Gb/s cable, "
-           f"LAN {args.lan_mbit} Mbit/s", line(HEADER), "  ".join("-" * w for w in widths)]
-    return "\n".join(out + [line(row) for row in rows])
+def describe(setting):
+    return (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
+            f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)")
+
+
+def text_table(tables):
+    """tables: [(setting, info, results, ...)]; one plain-text table per setting."""
+    out = []
+    for setting, _info, results, *_ in tables:
+        rows = table_rows(results)
+        widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
+        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+        out += [f"median (min–max); {describe(setting)}", line(HEADER), "  ".join("-" * w for w in widths)]
+        out += [line(row) for row in rows] + [""]
+    return "\n".join(out).rstrip("\n")
 
 
 SECTION = "## Model on every Mac (bench/model_sync.py)"
 
 
-def markdown_section(results, args, runs, baseline_runs, info, command):
-    rows = table_rows(results)
+def markdown_section(tables, command):
+    """This benchmark's section: what is measured, then per setting (tables: [(setting, info,
+    results, commands)]) its table, the machine and the commands that measured it."""
     out = [SECTION, "",
-           "Generated by `bench/model_sync.py` (re-run it with `--markdown docs/benchmarks.md`: it replaces",
-           "this section only).", "",
-           f"A {args.size_mb} MB model (random bytes in {SHARDS} `.safetensors` shards and a config.json) from rank 0",
-           "to every Mac of a simulated cluster whose links are shaped with `tc` (tbf) in the namespaces:",
-           f"each Thunderbolt port at {args.tb_mbit} Mbit/s for an 80 Gb/s cable (a 40 Gb/s leg at half), each",
-           f"Mac's management port at {args.lan_mbit} Mbit/s both ways and the controller's own uplink at",
-           f"{args.lan_mbit} Mbit/s (Thunderbolt {args.tb_mbit / args.lan_mbit:.0f}x the LAN).", "",
+           "Generated by `bench/model_sync.py` (re-run it with `--report --journal FILE... --markdown",
+           "docs/benchmarks.md`: it replaces this section only).", "",
+           f"A model (random bytes behind real safetensors headers, in {SHARDS} `.safetensors` shards, an index",
+           "and a config.json) from rank 0 to every Mac of a simulated cluster whose links are shaped with",
+           "`tc` (tbf) in the namespaces: each Thunderbolt port at the given rate for an 80 Gb/s cable (a",
+           "40 Gb/s leg at half), each Mac's management port both ways and the controller's own uplink at",
+           "the LAN rate.", "",
            "- one copy: rsync from rank 0 to one peer over their cable (model_rsync's options): the time",
            "  any broadcast is bounded by (a pipelined one comes close to it);",
            "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
            "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
            "- tree (ours): `site.yml --tags models`, `model_sync_source: tree`; run = the whole playbook",
-           "  (discovery, plan, SSH trust, manifests, verification), copies = first round's start to the",
-           "  last round's end;",
+           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = first round's",
+           "  start to the last round's end;",
            "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
+           "  share of config.json alone: the same with no weights, what share costs whatever the size",
+           "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",
            "- serial loop (the seed guide's): `rsync -a` from rank 0 to one Mac after another by the",
            "  name the user reaches it at, over the management network;",
-           "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN.", "",
-           f"Median (min–max) of {runs} interleaved run(s) (serial loop and controller fan-out: "
-           f"{min(runs, baseline_runs)} run(s), the shaped LAN's time). Targets (issue #15): a mesh's copies",
-           "within 1.5x of one copy; ring8 within 1.5x of one copy x the tree's depth and at least 10x",
-           "faster than the serial loop.", "",
-           "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
-    out += ["", "Machine:", "", *machine_lines(info, DISTS), f"- command: `{command}`", ""]
+           "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN (run: the",
+           "  whole playbook; copies: its copy task).", "",
+           "Median (min–max) of interleaved runs (the runs column: how many; a method named there ran fewer",
+           "times). Every run starts with the model on rank 0 only (the controller fan-out: on the controller",
+           "only) and ends checked on every Mac. Targets (issue #15): a mesh's copies within 1.5x of one copy;",
+           "ring8 within 1.5x of one copy x the tree's depth and at least 10x faster than the serial loop."]
+    for setting, info, results, commands in tables:
+        rows = table_rows(results)
+        out += ["", f"### {describe(setting)}", "",
+                "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in rows]
+        out += ["", *machine_lines(info, DISTS)]
+        out += [f"- measured with: `{c}`" for c in commands]
+    out += ["", f"This section: `{command}`", ""]
     return "\n".join(out)
+
+
+def journal_table(journal, topologies):
+    """(setting, machine, results of `topologies` it has, the commands that measured them) of a
+    journal: the machine as first recorded, with the dates it spans and the highest end load."""
+    setting = next(r["setting"] for r in journal.records if "setting" in r)
+    machines = [r["machine"] for r in journal.records if "machine" in r]
+    info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
+                date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
+    commands = list(dict.fromkeys(r["command"] for r in journal.records if r.get("command")))
+    return setting, info, [journal.result(t) for t in topologies if journal.meta(t)], commands
 
 
 def write_section(path, section):
@@ -451,10 +531,11 @@ def main(argv=None):
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
                              "first, the LAN-bound baselines in later runs with the same --journal")
-    parser.add_argument("--journal", metavar="FILE",
+    parser.add_argument("--journal", metavar="FILE", action="append", default=[],
                         help="keep every measurement in FILE (JSON lines) and measure only what it lacks: "
-                             "an interrupted run is resumed by running the same command again")
-    parser.add_argument("--report", action="store_true", help="measure nothing: the table from --journal")
+                             "an interrupted run is resumed by running the same command again; with "
+                             "--report, several FILEs (one setting each): one table per FILE")
+    parser.add_argument("--report", action="store_true", help="measure nothing: the tables from --journal")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE")
     parser.add_argument("--markdown", metavar="FILE", help="replace (or add) this benchmark's section of FILE")
     parser.add_argument("--state-root", metavar="DIR")
@@ -469,20 +550,22 @@ def main(argv=None):
         parser.error(f"--methods: unknown {sorted(set(args.methods) - set(METHODS))}")
     if args.report and not args.journal:
         parser.error("--report needs --journal")
-    journal = Journal(args.journal)
-    setting = {"size_mb": args.size_mb, "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit}
-    earlier = [r["setting"] for r in journal.records if "setting" in r]
-    if any(e != setting for e in earlier):
-        parser.error(f"--journal {args.journal} holds measurements made with {earlier[0]}, not {setting}")
-
+    if not args.report and len(args.journal) > 1:
+        parser.error("a measuring run keeps one --journal (several are for --report)")
+    journals = [Journal(path) for path in args.journal] or [Journal()]
     if args.report:
-        machines = [r["machine"] for r in journal.records if "machine" in r]
-        info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
-                    date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
-        results = [journal.result(t) for t in topologies if journal.meta(t)]
+        empty = [path for path, j in zip(args.journal, journals) if not any("setting" in r for r in j.records)]
+        if empty:
+            parser.error(f"--journal {empty[0]} holds no measurement")
     else:
+        journal = journals[0]
+        setting = {"size_mb": args.size_mb, "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit}
+        earlier = [r["setting"] for r in journal.records if "setting" in r]
+        if any(e != setting for e in earlier):
+            parser.error(f"--journal {args.journal[0]} holds measurements made with {earlier[0]}, not {setting}")
         info = machine(DISTS)
-        journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]))
+        journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]),
+                    command=shlex.join(["python", "bench/model_sync.py", *argv]))
 
         def work(root):
             model = root / "model" / MODEL
@@ -490,18 +573,19 @@ def main(argv=None):
             return [bench_topology(spec, args, runs, args.baseline_runs, root, model, files, journal)
                     for spec in topologies]
 
-        results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
+        _results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
         if status is not None:
             return status
         journal.add(setting=setting, machine=info)
+    tables = [journal_table(j, topologies) for j in journals]
     if args.markdown:
-        command = " ".join(["python bench/model_sync.py", "--topologies", ",".join(topologies), "--runs", str(runs),
-                            "--baseline-runs", str(args.baseline_runs), "--size-mb", str(args.size_mb),
-                            "--tb-mbit", str(args.tb_mbit), "--lan-mbit", str(args.lan_mbit)]
-                           + (["--journal", "FILE"] if args.journal else []) + ["--markdown", args.markdown])
-        write_section(Path(args.markdown), markdown_section(results, args, runs, args.baseline_runs, info, command))
-    emit({"machine": info, "runs": runs, "baseline_runs": args.baseline_runs, **setting,
-          "results": [{**r, "summary": summarize(r)} for r in results]}, args.json, text_table(results, args))
+        command = shlex.join(["python", "bench/model_sync.py", "--report", *(f"--journal={j}" for j in args.journal),
+                              "--topologies", ",".join(topologies), "--markdown", args.markdown])
+        write_section(Path(args.markdown), markdown_section(tables, command))
+    emit({"tables": [{"setting": setting, "machine": info, "commands": commands,
+                      "results": [{**r, "summary": summarize(r)} for r in results]}
+                     for setting, info, results, commands in tables]},
+         args.json, text_table(tables))
     return 0
 
 

@@ -66,13 +66,15 @@ def current(path):
         return f.read(), stat.S_IMODE(st.st_mode)
 
 
-def write(path, data, mode):
+def write(path, data, mode, owner=None):
     """Atomically: a temporary file in the same directory, then a rename."""
     fd, tmp = tempfile.mkstemp(prefix=".mlx_files.", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, mode)
+        if owner:
+            os.chown(tmp, *owner)
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):
@@ -81,10 +83,20 @@ def write(path, data, mode):
                          f"to {os.path.dirname(path)}.", path) from None
 
 
-def write_files(files, directory_mode="0700", check_mode=False, diff=False):
+def sudo_owner(environ, euid):
+    """(uid, gid) of the user who ran sudo, when this runs as root under sudo (sudo sets
+    SUDO_UID and SUDO_GID); None otherwise (files then belong to whoever runs this)."""
+    try:
+        return (int(environ["SUDO_UID"]), int(environ["SUDO_GID"])) if euid == 0 else None
+    except (KeyError, ValueError):
+        return None
+
+
+def write_files(files, directory_mode="0700", check_mode=False, diff=False, owner=None):
     """Write each of `files` ([{path, content, mode}], as ARGUMENT_SPEC checked them) whose
-    content or mode differs. Returns the module's result: {changed, files, [diff]}; raises
-    FilesError."""
+    content or mode differs. `owner` (uid, gid): given to the directories made and the files
+    written (a module run as root writing a user's files: sudo_owner()). Returns the module's
+    result: {changed, files, [diff]}; raises FilesError."""
     dir_mode = octal(directory_mode, "directory_mode")
     results, diffs, made = [], [], set()
     for spec in files:
@@ -108,12 +120,14 @@ def write_files(files, directory_mode="0700", check_mode=False, diff=False):
                 try:
                     os.mkdir(d, dir_mode)
                     os.chmod(d, dir_mode)  # mkdir's mode is masked by the umask
+                    if owner:
+                        os.chown(d, *owner)
                 except FileExistsError:
                     pass
                 except OSError as exc:
                     raise FilesError(f"cannot create the directory {d}: {exc.strerror}", path) from None
             if old != data:
-                write(path, data, mode)
+                write(path, data, mode, owner)
             elif old_mode != mode:
                 os.chmod(path, mode)
         made.update(parents)

@@ -16,7 +16,7 @@ description:
     does in one run what M(ansible.builtin.copy) with C(content) does in three per file
     (C(stat), a file transfer, then C(copy)), which counts when the playbook is re-run after
     every re-cabling. Owner and group are left as they are (those of the connecting user).
-  - For the controller's own files (C(delegate_to: localhost), no become) its action plugin does
+  - For the controller's own files (a task delegated to localhost, without become) its action plugin does
     the same work in ansible-playbook's own process, without starting a module.
 version_added: "0.2.0"
 options:

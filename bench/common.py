@@ -59,6 +59,30 @@ def machine_lines(info, dists=("ansible-core", "mlx")):
             f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)"]
 
 
+def read_section(path, heading):
+    """The lines of `path`'s section `heading` (up to the next `## ` heading), [] if none."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    if heading not in lines:
+        return []
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[start:end]
+
+
+def write_section(path, heading, section):
+    """Replace the section `heading` of the Markdown file `path` (up to the next `## ` heading)
+    with `section`, or append it: each benchmark rewrites its own section only."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = text.splitlines()
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section.rstrip("\n").splitlines() + ([""] if end < len(lines) else [])
+    else:
+        lines += [""] + section.rstrip("\n").splitlines()
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+
+
 def close_masters(cp_dir):
     """End the SSH master connections a run left (ControlPersist) without waiting for them."""
     for sock in Path(cp_dir).glob("*"):

@@ -57,6 +57,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolki
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import rsync_argv, ssh_command  # noqa: E402
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan  # noqa: E402
 from bench.common import BenchError, emit, fmt, log, machine, machine_lines, measure, stats  # noqa: E402
+from bench.common import write_section as common_write_section  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
 METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
@@ -505,15 +506,7 @@ def journal_table(journal, topologies):
 
 def write_section(path, section):
     """Replace this benchmark's section of `path` (up to the next `## ` heading), or append it."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines()
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section.rstrip("\n").splitlines() + ([""] if end < len(lines) else [])
-    else:
-        lines += [""] + section.rstrip("\n").splitlines()
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+    common_write_section(path, SECTION, section)
 
 
 def main(argv=None):

@@ -139,6 +139,30 @@ options:
         end went off, or the cable was pulled).
     type: int
     default: 60
+  files:
+    description:
+      - Small files to write in the same run, after the links are applied and before they are
+        verified (the MLX hostfile, when this run also runs the hostfile stage), so one SSH round
+        trip and one module run per Mac fewer than a separate M(mlx_files) task. Written as
+        M(mlx_files) writes them (only what differs, atomically, missing parent directories
+        made); under sudo they are given to the user who ran sudo (C(SUDO_UID), C(SUDO_GID)),
+        not left to root.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path of the file.
+        type: path
+        required: true
+      content:
+        description: The whole content of the file (text, written as UTF-8).
+        type: str
+        required: true
+      mode:
+        description: Permissions of the file, as an octal string.
+        type: str
+        default: "0600"
   fail_on_no_answer:
     description:
       - With I(verify), fail when a cable did not answer. With C(false) the silent cables are
@@ -198,6 +222,12 @@ verified:
   sample: [{"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.3.1",
             "peer_address": "10.208.3.2", "peer_host": "m2", "peer_iface": "en2", "ok": true,
             "attempts": 1, "carrier": true}]
+files:
+  description: With I(files), one entry per file, as M(mlx_files) returns them.
+  returned: when files are given
+  type: list
+  elements: dict
+  sample: [{"path": "/Users/admin/mlx-cluster/hostfile.json", "changed": true, "created": true, "mode": "0600"}]
 no_answer:
   description: With I(verify), the cables that did not answer, each described for a message.
   returned: when verify is set and not in check mode
@@ -207,10 +237,14 @@ no_answer:
             (en2 lost its carrier while waiting: m2 went off or the cable was pulled)"}]
 """
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import (
+    ARGUMENT_SPEC as FILES_SPEC, FilesError, sudo_owner, write_files,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import side_by_side
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
@@ -384,6 +418,26 @@ def verify(module, links, interfaces):
     return results
 
 
+def write_some_files(module, files):
+    """mlx_files' result for `files` ({} when none), written as the user who ran sudo."""
+    if not files:
+        return {}
+    try:
+        return write_files(files, check_mode=module.check_mode, diff=module._diff,
+                           owner=sudo_owner(os.environ, os.geteuid()))
+    except FilesError as exc:
+        module.fail_json(msg=exc.msg, **({"path": exc.path} if exc.path else {}))
+
+
+def files_out(files):
+    return {"files": files["files"]} if files else {}
+
+
+def with_file_diffs(links_diff, files):
+    """The links' before/after, alone, or first in a list with one entry per file written."""
+    return [links_diff] + files["diff"] if files.get("diff") else links_diff
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -410,6 +464,7 @@ def main():
             verify_count=dict(type="int", default=2),
             verify_timeout=dict(type="int", default=3),
             verify_wait=dict(type="int", default=60),
+            files=dict(FILES_SPEC["files"], required=False, default=[]),
             fail_on_no_answer=dict(type="bool", default=True),
             **COMMAND_TIMEOUT_SPEC,
         ),
@@ -430,8 +485,9 @@ def main():
     for w in warnings:
         module.warn(w)
     if module.check_mode:
-        module.exit_json(changed=bool(actions), actions=actions, links=p["links"],
-                         diff={"before": before, "after": after})
+        files = write_some_files(module, p["files"])
+        module.exit_json(changed=bool(actions) or files.get("changed", False), actions=actions, links=p["links"],
+                         diff=with_file_diffs({"before": before, "after": after}, files), **files_out(files))
     ran, already, now = [], [], None
     for action in actions:
         if action.get("runtime") and any(a["argv"][0] == "networksetup" for a in ran):
@@ -446,7 +502,9 @@ def main():
         else:
             run(module, action["argv"])
         ran.append(action)
-    out = dict(changed=bool(actions), actions=ran, links=p["links"], diff={"before": before, "after": after})
+    files = write_some_files(module, p["files"])
+    out = dict(changed=bool(actions) or files.get("changed", False), actions=ran, links=p["links"],
+               diff=with_file_diffs({"before": before, "after": after}, files), **files_out(files))
     if already:
         out["applied_by_networksetup"] = already
     if p["verify"]:

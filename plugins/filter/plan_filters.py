@@ -109,6 +109,14 @@ def mlx_dot(links, topology=None, plan=None):
     return _call("mlx_dot", planner.dot, links, topology=topology, plan=plan)
 
 
+def mlx_hostfile_writes(plan, files=None):
+    """planner.hostfile_writes: the hostfile a Mac needs written ([] when it is right)."""
+    _check("mlx_hostfile_writes", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
+    if files is not None:
+        _check("mlx_hostfile_writes", "files", files, Mapping, "discovery's files fact ({path: {sha256, mode}})")
+    return _call("mlx_hostfile_writes", planner.hostfile_writes, plan, files)
+
+
 def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
     """the cluster plan -> {rounds: [[{dest, src, via, address, ...}]], copies, depth, lan, warnings}."""
     _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
@@ -133,4 +141,5 @@ class FilterModule(object):
             "mlx_dot": mlx_dot,
             "mlx_discovery_request": mlx_discovery_request,
             "mlx_sync_rounds": mlx_sync_rounds,
+            "mlx_hostfile_writes": mlx_hostfile_writes,
         }

@@ -45,7 +45,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     PMSET_CUSTOM_ARGV,
-    UPDATE_ARGVS,
+    UPDATES_ARGV,
     parse_pmset_custom,
     updates_facts,
 )
@@ -76,7 +76,7 @@ PMSET_ARGV = PMSET_CUSTOM_ARGV
 # their results, in any order.
 # bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
 CLUSTER_ARGVS = (SYSCTL_ARGV, WIRED_LIMIT_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
-                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV, PMSET_ARGV) + UPDATE_ARGVS
+                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV, PMSET_ARGV, UPDATES_ARGV)
 
 
 def label(argv):
@@ -259,13 +259,11 @@ def collect_power(run, warnings):
 def collect_updates(run, warnings):
     """The automatic-update settings (mlx_power.updates_facts): each True, False or None
     (never written, unreadable, `defaults` missing or not answering). Never fails the Mac."""
-    results = {}
-    for argv in UPDATE_ARGVS:
-        try:
-            results[argv[-1]] = run(argv, required=False)
-        except CommandTimeout as exc:
-            warnings.append(f"{exc.reason}; that automatic-update setting is unknown")
-    return updates_facts(results)
+    try:
+        return updates_facts(run(UPDATES_ARGV, required=False))
+    except CommandTimeout as exc:
+        warnings.append(f"{exc.reason}; the automatic-update settings are unknown")
+    return updates_facts(None)
 
 
 def _mgmt(run, interfaces, ssh_connection, warnings):

@@ -17,13 +17,17 @@ pmset (Apple's PowerManagement source, pmset/pmset.m; real captures in tests/fix
   stored in /Library/Preferences/SystemConfiguration/com.apple.PowerManagement.plist and
   survive a reboot.
 
-Automatic updates: `defaults read /Library/Preferences/com.apple.SoftwareUpdate <key>`
-prints the value (`1`/`0` for a boolean); a key never written exits 1 with "The
-domain/default pair of (..., key) does not exist". Such a key is unknown here (null): macOS
-then applies its own default, which this code does not guess.
+Automatic updates: `defaults read /Library/Preferences/com.apple.SoftwareUpdate` (the whole
+domain, one command for the four keys) prints it as an old-style property list: `{`, one line
+per key indented by four spaces, `    Key = value;` (`1`/`0` for a boolean; a key with other
+characters quoted, a nested array or dictionary over several deeper-indented lines), `}`. A
+domain never written exits 1 with "Domain ... does not exist". A key never written is absent:
+unknown here (null), as macOS then applies its own default, which this code does not guess.
 """
 
 from __future__ import annotations
+
+import re
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError, small_int, to_text
 
@@ -64,11 +68,9 @@ UPDATE_KEYS = {
 }
 
 
-def defaults_read_argv(key):
-    return ["defaults", "read", SOFTWARE_UPDATE_DOMAIN, key]
-
-
-UPDATE_ARGVS = tuple(defaults_read_argv(key) for key in UPDATE_KEYS.values())
+UPDATES_ARGV = ["defaults", "read", SOFTWARE_UPDATE_DOMAIN]
+# a top-level `Key = value;` line of `defaults read <domain>` (nested lines are indented deeper)
+_DEFAULTS_ENTRY = re.compile(r'^ {4}(?:"((?:[^"\\]|\\.)*)"|([^\s"=]+)) = (.*);$')
 
 
 def parse_pmset_custom(text):
@@ -158,20 +160,24 @@ def settings_text(values, source=AC):
     return f"{source}:\n" + "".join(f" {name:<20} {value}\n" for name, value in values.items())
 
 
-def parse_defaults_value(rc, out, err):
-    """One `defaults read <domain> <key>`: its value as an int (booleans print 1/0), or None
-    when the key was never written, the command failed or printed something else."""
+def parse_defaults_domain(rc, out, err):
+    """`defaults read <domain>` -> {key: int} for its top-level keys whose value is a small
+    whole number (booleans print 1/0); others are left out. A failed read (domain never written)
+    gives {}."""
     if rc != 0:
-        return None
-    return small_int(to_text(out, "defaults read")[0])
+        return {}
+    values = {}
+    for line in to_text(out, "defaults read")[0].splitlines():
+        m = _DEFAULTS_ENTRY.match(line)
+        if m:
+            value = small_int(m.group(3))
+            if value is not None:
+                values[m.group(1) if m.group(1) is not None else m.group(2)] = value
+    return values
 
 
-def updates_facts(results):
-    """{fact: True/False/None} for UPDATE_KEYS from {preference key: (rc, out, err) or None}
-    (None: not read). A key never written or unreadable is None: unknown, not off."""
-    facts = {}
-    for name, key in UPDATE_KEYS.items():
-        result = results.get(key)
-        value = parse_defaults_value(*result) if result is not None else None
-        facts[name] = None if value is None else bool(value)
-    return facts
+def updates_facts(result):
+    """{fact: True/False/None} for UPDATE_KEYS from the (rc, out, err) of UPDATES_ARGV, or None
+    (not read). A key never written or unreadable is None: unknown, not off."""
+    values = parse_defaults_domain(*result) if result is not None else {}
+    return {name: None if values.get(key) is None else bool(values[key]) for name, key in UPDATE_KEYS.items()}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import ipaddress
+import json
 import re
 from collections.abc import Mapping
 
@@ -41,6 +42,8 @@ __all__ = [
     "STAGE_NEEDS",
     "discovery_request",
     "fallback",
+    "hostfile_text",
+    "hostfile_writes",
     "dot",
     "hostfile",
     "ip_plan",
@@ -1612,6 +1615,29 @@ def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
     if "read_wired_daemon" in needs and str(wired_limit or "").strip():
         files.append(WIRED_PLIST_PATH)
     return {"probe_links": "probe_links" in needs, "read_files": files}
+
+
+HOSTFILE_MODE = "0600"
+
+
+def hostfile_text(hostfile):
+    """The hostfile as written on the controller and on every Mac: JSON as Ansible's
+    to_nice_json(indent=2) prints it, one newline at the end."""
+    return json.dumps(hostfile, indent=2, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def hostfile_writes(plan, files=None):
+    """What a Mac needs written for its hostfile, as mlx_files takes it: ``[{path, content,
+    mode}]``, or ``[]`` when no backend fits (no hostfile) or when `files` (discovery's
+    ``files`` fact: ``{path: {sha256, mode}}``) shows the right one already there."""
+    if plan.get("hostfile") is None:
+        return []
+    content = hostfile_text(plan["hostfile"])
+    path = plan["hostfile_path"]
+    if (files or {}).get(path) == {"sha256": hashlib.sha256(content.encode("utf-8")).hexdigest(),
+                                   "mode": HOSTFILE_MODE}:
+        return []
+    return [{"path": path, "content": content, "mode": HOSTFILE_MODE}]
 
 
 def remote_dir(setting, homes):

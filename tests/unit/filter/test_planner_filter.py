@@ -15,10 +15,10 @@ from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 NAMES = ["mlx_links", "mlx_topology", "mlx_ip_plan", "mlx_hostfile", "mlx_dot", "mlx_discovery_request",
-         "mlx_sync_rounds"]
+         "mlx_sync_rounds", "mlx_hostfile_writes"]
 
 
-def test_exposes_the_seven_filters(filters):
+def test_exposes_the_plan_filters(filters):
     assert sorted(filters) == sorted(NAMES)
 
 

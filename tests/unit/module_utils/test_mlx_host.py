@@ -195,13 +195,11 @@ def test_collect_rdma_ibv_devices_failing_means_no_devices(read_fixture):
 
 
 SU = "/Library/Preferences/com.apple.SoftwareUpdate"
-NEVER_WRITTEN = "The domain/default pair of ({}, {}) does not exist\n"
 POWER_ANSWERS = {
     ("pmset", "-g", "custom"): (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
-    ("defaults", "read", SU, "AutomaticCheckEnabled"): (0, "1\n", ""),
-    ("defaults", "read", SU, "AutomaticDownload"): (0, "1\n", ""),
-    ("defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"): (0, "1\n", ""),
-    ("defaults", "read", SU, "CriticalUpdateInstall"): (1, None, NEVER_WRITTEN.format(SU, "CriticalUpdateInstall")),
+    # CriticalUpdateInstall never written: absent from the domain
+    ("defaults", "read", SU): (0, "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n"
+                                  "    AutomaticallyInstallMacOSUpdates = 1;\n}\n", ""),
 }
 
 
@@ -266,11 +264,10 @@ def test_unreadable_power_settings_are_unknown_not_a_failed_mac(read_fixture, an
 
 def test_update_settings_that_hang_or_are_missing_are_unknown(read_fixture):
     answers = {**_cluster_answers(),
-               ("defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"):
-                   CommandTimeout(["/usr/bin/defaults", "read", SU, "AutomaticallyInstallMacOSUpdates"], 30)}
+               ("defaults", "read", SU): CommandTimeout(["/usr/bin/defaults", "read", SU], 30)}
     ssh = "10.1.2.99 50000 10.1.2.3 22"
     facts, warnings = collect_cluster(FakeRun(read_fixture, answers), ssh, {"path": "/", "free_bytes": 1})
-    assert facts["updates"]["install_macos_updates"] is None
+    assert set(facts["updates"].values()) == {None}
     assert any("defaults read" in w and "unknown" in w for w in warnings)
     # without the tool at all: every one unknown, no warning about it
     facts, warnings = collect_cluster(FakeRun(read_fixture, _cluster_answers(), missing={"defaults"}), ssh,

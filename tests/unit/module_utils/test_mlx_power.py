@@ -17,6 +17,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     plan_power,
     pmset_set_argv,
     settings_text,
+    parse_defaults_domain,
     updates_facts,
 )
 
@@ -128,17 +129,37 @@ def test_the_role_default_is_the_module_default():
     assert set(DEFAULT_SETTINGS) <= set(SETTINGS)
 
 
-MISSING = (1, "", "2026-09-23 12:35:20.603 defaults[69266:2988063] \nThe domain/default pair of "
-                  "(/Library/Preferences/com.apple.SoftwareUpdate, AutomaticallyInstallMacOSUpdates) does not exist\n")
+# `defaults read /Library/Preferences/com.apple.SoftwareUpdate` on a Mac (trimmed capture shape):
+# nested values over deeper-indented lines, quoted keys, strings
+DOMAIN = (0, """{
+    AutomaticCheckEnabled = 1;
+    AutomaticDownload = 0;
+    LastAttemptSystemVersion = "26.2 (25C56)";
+    LastRecommendedUpdatesAvailable = 0;
+    RecommendedUpdates =     (
+                {
+            "Display Name" = "macOS Tahoe 26.3";
+            "Display Version" = "26.3";
+            AutomaticCheckEnabled = 0;
+        }
+    );
+    "Odd Key" = 1;
+}
+""", "")
+NO_DOMAIN = (1, "", "2026-09-23 12:35:20.603 defaults[69266:2988063] \nDomain /Library/Preferences/"
+                    "com.apple.SoftwareUpdate does not exist\n")
 
 
-def test_updates_facts_reads_each_key_and_a_missing_one_is_unknown():
-    facts = updates_facts({"AutomaticCheckEnabled": (0, "1\n", ""), "AutomaticDownload": (0, "0\n", ""),
-                           "AutomaticallyInstallMacOSUpdates": MISSING, "CriticalUpdateInstall": None})
+def test_updates_facts_reads_the_domain_once_and_a_missing_key_is_unknown():
+    facts = updates_facts(DOMAIN)
     assert facts == {"automatic_check": True, "automatic_download": False, "install_macos_updates": None,
                      "critical_update_install": None}
+    assert parse_defaults_domain(*DOMAIN) == {"AutomaticCheckEnabled": 1, "AutomaticDownload": 0,
+                                              "LastRecommendedUpdatesAvailable": 0, "Odd Key": 1}
 
 
-def test_updates_facts_garbage_is_unknown_not_off():
-    facts = updates_facts({"AutomaticallyInstallMacOSUpdates": (0, "maybe\n", "")})
+@pytest.mark.parametrize("result", [NO_DOMAIN, None, (0, "{\n    AutomaticallyInstallMacOSUpdates = maybe;\n}\n", "")],
+                         ids=["domain-never-written", "not-read", "garbage"])
+def test_updates_unknown_is_not_off(result):
+    facts = updates_facts(result)
     assert facts["install_macos_updates"] is None

@@ -32,10 +32,7 @@ SYSCTL = ("/usr/sbin/sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu")
 WIRED_LIMIT = ("/usr/sbin/sysctl", "-n", "iogpu.wired_limit_mb")
 PMSET = ("/usr/bin/pmset", "-g", "custom")
 SU = "/Library/Preferences/com.apple.SoftwareUpdate"
-UPDATES_CHECK = ("/usr/bin/defaults", "read", SU, "AutomaticCheckEnabled")
-UPDATES_DOWNLOAD = ("/usr/bin/defaults", "read", SU, "AutomaticDownload")
-UPDATES_INSTALL = ("/usr/bin/defaults", "read", SU, "AutomaticallyInstallMacOSUpdates")
-UPDATES_CRITICAL = ("/usr/bin/defaults", "read", SU, "CriticalUpdateInstall")
+UPDATES = ("/usr/bin/defaults", "read", SU)
 
 # argv -> (rc, fixture name or None, stderr)
 STUDIO_A = {
@@ -52,10 +49,8 @@ STUDIO_A = {
     SYSCTL: (0, "sysctl_hw_studio_m4max.txt", ""),
     WIRED_LIMIT: (0, "sysctl_wired_limit_0.txt", ""),
     PMSET: (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
-    UPDATES_CHECK: (0, "1\n", ""),
-    UPDATES_DOWNLOAD: (0, "1\n", ""),
-    UPDATES_INSTALL: (0, "0\n", ""),
-    UPDATES_CRITICAL: (0, "1\n", ""),
+    UPDATES: (0, "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n"
+                 "    AutomaticallyInstallMacOSUpdates = 0;\n    CriticalUpdateInstall = 1;\n}\n", ""),
 }
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}

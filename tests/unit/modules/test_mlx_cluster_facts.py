@@ -22,17 +22,14 @@ from tests.unit.modules.mac_commands import (
     SW_VERS,
     SYSCTL,
     WIRED_LIMIT,
-    UPDATES_CHECK,
-    UPDATES_CRITICAL,
-    UPDATES_DOWNLOAD,
-    UPDATES_INSTALL,
+    UPDATES,
     answers,
 )
 
 SSH = {"SSH_CONNECTION": "10.1.2.99 50522 10.1.2.3 22"}
 # bridge0 comes from the plain ifconfig: no `ifconfig bridge0`
 ORDER_RUN = [SYSCTL, WIRED_LIMIT, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS, PMSET,
-             UPDATES_CHECK, UPDATES_DOWNLOAD, UPDATES_INSTALL, UPDATES_CRITICAL]
+             UPDATES]
 
 
 def run(module_runner, read_fixture, tmp_path, env=SSH, bins=BINS, **overrides):

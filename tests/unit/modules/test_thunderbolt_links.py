@@ -345,3 +345,30 @@ def test_an_unreadable_preferences_file_is_a_warning(module_runner, read_fixture
                         bins=BINS, commands=commands(read_fixture, [EN3], []))
     assert not out.failed
     assert any("cannot read the network preferences" in w and "next boot is not checked" in w for w in out.warnings)
+
+
+def test_files_are_written_in_the_same_run_and_given_to_the_user_who_ran_sudo(module_runner, read_fixture, tmp_path,
+                                                                              monkeypatch):
+    chowned = []
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("os.chown", lambda path, uid, gid: chowned.append((Path(path).parent, uid, gid)))
+    monkeypatch.setenv("SUDO_UID", "501")
+    monkeypatch.setenv("SUDO_GID", "20")
+    hostfile = tmp_path / "mlx-cluster" / "hostfile.json"
+    out = run(module_runner, read_fixture, [EN2], {"en2": [0]}, files=[{"path": str(hostfile), "content": "[]\n"}])
+    assert not out.failed, out.result
+    assert hostfile.read_text() == "[]\n"
+    assert [f["changed"] for f in out.result["files"]] == [True]
+    # the directory made and the file (its temporary name, then renamed) belong to uid 501
+    assert chowned == [(tmp_path, 501, 20), (hostfile.parent, 501, 20)]
+    assert out.result["verified"][0]["ok"]
+
+
+def test_check_mode_shows_the_files_and_writes_none(module_runner, read_fixture, tmp_path):
+    hostfile = tmp_path / "hostfile.json"
+    out = run(module_runner, read_fixture, [EN2], {"en2": [0]}, check=True,
+              files=[{"path": str(hostfile), "content": "[]\n"}], _ansible_diff=True)
+    assert not out.failed, out.result
+    assert not hostfile.exists() and out.result["files"][0]["created"] is True
+    links_diff, file_diff = out.result["diff"]
+    assert set(links_diff) == {"before", "after"} and file_diff["after"] == "[]\n"

@@ -241,3 +241,21 @@ def test_preflight_thresholds_are_the_roles():
     spec = _spec("preflight")["options"]
     for key in ("min_macos_rdma", "min_memory_gb", "min_free_disk_gb"):
         assert defaults["preflight_" + key] == preflight.DEFAULTS[key] == spec["preflight_" + key]["default"], key
+
+
+def test_hostfile_text_is_what_to_nice_json_wrote_so_existing_hostfiles_stay_right():
+    from ansible.plugins.filter.core import to_nice_json
+    plan = planner.make_plan(cluster_facts(), settings())
+    assert planner.hostfile_text(plan["hostfile"]) == to_nice_json(plan["hostfile"], indent=2) + "\n"
+
+
+def test_hostfile_writes_only_what_differs():
+    import hashlib
+    plan = planner.make_plan(cluster_facts(), settings())
+    (entry,) = planner.hostfile_writes(plan)
+    assert entry == {"path": plan["hostfile_path"], "content": planner.hostfile_text(plan["hostfile"]), "mode": "0600"}
+    right = {"sha256": hashlib.sha256(entry["content"].encode()).hexdigest(), "mode": "0600"}
+    assert planner.hostfile_writes(plan, {plan["hostfile_path"]: right}) == []
+    assert planner.hostfile_writes(plan, {plan["hostfile_path"]: dict(right, mode="0644")}) == [entry]
+    assert planner.hostfile_writes(plan, {plan["hostfile_path"]: None}) == [entry]
+    assert planner.hostfile_writes(dict(plan, hostfile=None)) == []

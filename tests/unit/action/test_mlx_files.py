@@ -1,0 +1,54 @@
+"""Action plugin mlx_files: the controller's files in-process, a Mac's through the module."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.mlx.cluster.plugins.action.mlx_files import ActionModule
+
+
+def _action(args, transport="local", become=False, check_mode=False, diff=False):
+    task = mock.MagicMock(args=args, check_mode=check_mode, diff=diff, async_val=0)
+    connection = mock.MagicMock(transport=transport)
+    play_context = mock.MagicMock(become=become)
+    action = ActionModule(task, connection, play_context, loader=None, templar=None, shared_loader_obj=None)
+    action._execute_module = mock.MagicMock(return_value={"changed": True, "files": []})
+    return action
+
+
+def test_controller_files_are_written_in_process(tmp_path):
+    path = tmp_path / "artifacts" / "hostfile.json"
+    action = _action({"files": [{"path": str(path), "content": "{}\n"}]})
+    res = action.run(task_vars={})
+    assert res["changed"] and path.read_text() == "{}\n"
+    action._execute_module.assert_not_called()
+    assert not _action({"files": [{"path": str(path), "content": "{}\n"}]}).run(task_vars={})["changed"]
+
+
+def test_check_mode_in_process_writes_nothing(tmp_path):
+    path = tmp_path / "f"
+    res = _action({"files": [{"path": str(path), "content": "x"}]}, check_mode=True, diff=True).run(task_vars={})
+    assert res["changed"] and res["diff"][0]["after"] == "x" and not path.exists()
+
+
+@pytest.mark.parametrize("transport, become", [("ssh", False), ("local", True)], ids=["mac", "become"])
+def test_a_mac_or_become_runs_the_module(tmp_path, transport, become):
+    action = _action({"files": [{"path": str(tmp_path / "f"), "content": "x"}]}, transport=transport, become=become)
+    action.run(task_vars={})
+    action._execute_module.assert_called_once()
+    assert action._execute_module.call_args.kwargs["module_name"] == "mlx.cluster.mlx_files"
+    assert not (tmp_path / "f").exists()
+
+
+def test_bad_arguments_fail_as_the_module_would(tmp_path):
+    with pytest.raises(AnsibleActionFail, match="files"):
+        _action({"files": [{"content": "x"}]}).run(task_vars={})
+
+
+def test_a_write_error_is_a_failed_result_naming_the_file(tmp_path):
+    (tmp_path / "d").mkdir()
+    res = _action({"files": [{"path": str(tmp_path / "d"), "content": "x"}]}).run(task_vars={})
+    assert res["failed"] and "move it away" in res["msg"] and res["path"] == str(tmp_path / "d")

@@ -1,0 +1,37 @@
+"""bench/configure.py's Markdown on made-up samples (no cluster): one topology per invocation fills
+one table, and the rest of docs/benchmarks.md is left as it is."""
+
+from __future__ import annotations
+
+from bench import configure
+from bench.common import read_section, write_section
+
+INFO = {"cpus": 2, "cpu_model": "x", "kernel": "k", "python": "3.11", "ansible_core": "2.19", "mlx": "0.3",
+        "date": "today", "loadavg_start": 1.0, "loadavg_end": 2.0}
+
+
+def result(topology, hosts, first):
+    n = [1, 1]
+    samples = {"first": [first, first], "rerun": [1.0, 1.2], "mlx": [10.0, 10.0], "ratio": [first / 10] * 2,
+               "rerun_ratio": [1.0 / first] * 2, "changed_first": [5, 5], "changed_rerun": [0, 0],
+               "ssh_first": [n, n], "ssh_rerun": [n, n], "ssh_mlx": [[7, 7]] * 2}
+    return {"topology": topology, "hosts": hosts, "cables": hosts, "samples": samples}
+
+
+def write(doc, results, command):
+    section = configure.markdown_section(results, 2, INFO, command, read_section(doc, configure.SECTION))
+    write_section(doc, configure.SECTION, section)
+
+
+def test_each_invocation_replaces_its_own_rows_and_keeps_the_rest(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Time to a configured cluster\n\nold\n\n## Test suite: workers\n\nkept\n")
+    write(doc, [result("ring16", 16, 8.0)], "cmd ring16")
+    write(doc, [result("mesh4", 4, 5.0)], "cmd mesh4")
+    write(doc, [result("mesh4", 4, 4.0)], "cmd mesh4 again")
+    text = doc.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| topology")]
+    assert [r.split(" | ")[0] for r in rows] == ["| mesh4", "| ring16"]  # TOPOLOGIES' order, one row each
+    assert "| 4.00 (4.00–4.00) |" in rows[0] and "| 8.00 (8.00–8.00) |" in rows[1]
+    assert "cmd mesh4 again" in text and "cmd ring16" in text and "`cmd mesh4`" not in text
+    assert text.count(configure.SECTION) == 1 and "old" not in text and text.endswith("## Test suite: workers\n\nkept\n")

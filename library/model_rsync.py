@@ -104,6 +104,14 @@ options:
       - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
     type: int
     default: 0
+  stall_timeout:
+    description:
+      - Seconds the copy may go without moving any data before rsync ends it (C(--timeout), which
+        GNU rsync and openrsync both take); the failure names both ends and says the next run
+        resumes the copy. 0 = no bound of its own (a dead connection is then ended by ssh's
+        keepalives from O(ssh_args), if any).
+    type: int
+    default: 120
   progress_file:
     description:
       - File the module keeps up to date with the copy's progress while rsync runs (JSON with
@@ -120,8 +128,9 @@ attributes:
     details: The itemized changes, as rsync printed them.
 notes:
   - "With O(progress_interval) the copy is an async job polled by the action plugin: the job's
-    own time limit is then a week, since the transfer has no bound of its own."
-  - "I(command_timeout) bounds C(rsync --version); the transfer itself is not bounded by it (its length depends on the model's size)."
+    own time limit is then a week, since the transfer's length depends on the model's size; a
+    copy that stops moving data is ended by O(stall_timeout)."
+  - "I(command_timeout) bounds C(rsync --version); the transfer is bounded by O(stall_timeout) (no data moved), not by its total length."
   - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
 author:
   - mlx-cluster contributors
@@ -306,6 +315,7 @@ def main():
             source_name=dict(type="str", default=""),
             progress_interval=dict(type="int", default=0),
             progress_file=dict(type="path"),
+            stall_timeout=dict(type="int", default=120),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
@@ -335,7 +345,8 @@ def main():
     on_output, finish = watch_progress(progress_file, p["src"])
     argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
                       delete=p["delete"], checksum=p["checksum"], log_file=log_file,
-                      rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file))
+                      rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file),
+                      stall_timeout=p["stall_timeout"])
     rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
     if finish:
         problem = finish()
@@ -343,7 +354,8 @@ def main():
             module.warn(f"{problem} (the copy itself went on)")
     if rc != 0:
         module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
-                                             user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"]),
+                                             user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"],
+                                             stall_timeout=p["stall_timeout"]),
                          rc=rc, cmd=argv, stderr=err, stdout=out)
     items = parse_itemized(out)
     result = dict(items, rc=rc, cmd=argv, log_file=log_file)

@@ -252,7 +252,7 @@ def remote_spec(host, path):
 
 
 def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
-               log_file=None, rsync_path=None, progress=False):
+               log_file=None, rsync_path=None, progress=False, stall_timeout=0):
     """The rsync argv copying the *contents* of directory `src` into directory `dest`.
 
     `dest` is a local path or `host:path` (see remote_spec); both get a trailing slash, so the
@@ -265,7 +265,9 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
       --out-format=%i %n%L                       the itemized changes `changed` is measured from
     log_file adds GNU rsync's `--log-file` (openrsync has none: the module checks first);
     rsync_path names the rsync to start on the far end (`--rsync-path`, both take it);
-    progress adds `--progress` (both print it, see CopyProgress).
+    progress adds `--progress` (both print it, see CopyProgress);
+    stall_timeout > 0 adds `--timeout=N` (both take it: the copy ends when no data has moved
+    for N seconds, GNU rsync's exit code 30; see explain_failure).
     """
     argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             f"--out-format={OUT_FORMAT}"]
@@ -279,6 +281,8 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
         argv.append("--dry-run")
     if log_file:
         argv.append(f"--log-file={log_file}")
+    if stall_timeout and stall_timeout > 0:
+        argv.append(f"--timeout={int(stall_timeout)}")
     if ssh_command:
         argv += ["--rsh", ssh_command]
     if rsync_path:
@@ -383,14 +387,23 @@ def compare_manifests(source, by_host):
     return problems
 
 
-def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust="yours"):
+# GNU rsync's exit code for "timeout in data send/receive" (errcode.h RERR_TIMEOUT).
+RSYNC_STALLED = 30
+
+
+def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust="yours", stall_timeout=0):
     """One message for a failed rsync: what failed, between which machines, and the fix. `name`
     is the Mac's inventory name (default `host`), `user` its login, `trust` whose ssh keys are
-    used (see mlx_ssh.explain_ssh_failure)."""
+    used (see mlx_ssh.explain_ssh_failure), `stall_timeout` the `--timeout` the copy ran with."""
     err = stderr or ""
     low = err.lower()
     where = f"{host}:{dest}" if host else dest
     first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}").rstrip(".")
+    if stall_timeout and (rc == RSYNC_STALLED or "io timeout" in low or "timeout in data" in low):
+        return (f"rsync into {where} from {source} stalled: no data moved for {stall_timeout} s, so the "
+                f"copy was ended ({first}). What was copied stays: the next run resumes it. Fix: check "
+                f"the cable or link between {source} and {name or host or source} and both disks, then "
+                "re-run the models stage; for a link that is only slow, raise model_sync_stall_timeout")
     if host:
         # the far end's rsync answered (so ssh itself worked): its own words first
         if ("command not found" in low or "rsync: not found" in low) and "rsync" in low:

@@ -456,3 +456,22 @@ def test_copy_progress_never_goes_back():
     p.feed("\r      100,000  10%\r", 2.0)  # the next file, the first one's last update missing
     assert p.bytes == 1_000_000
     assert p.rate(2.0) > 0
+
+
+def test_stall_timeout_is_rsyncs_io_timeout():
+    assert rsync_argv("rsync", "/a", "m2:/b", stall_timeout=90)[-3] == "--timeout=90"
+    assert not any(a.startswith("--timeout") for a in rsync_argv("rsync", "/a", "m2:/b", stall_timeout=0))
+    assert not any(a.startswith("--timeout") for a in rsync_argv("rsync", "/a", "m2:/b"))
+
+
+GNU_STALL = ("[sender] io timeout after 120 seconds -- exiting\n"
+             "rsync error: timeout in data send/receive (code 30) at io.c(248) [sender=3.5.0]\n")
+
+
+def test_a_stalled_copy_names_both_ends_and_says_it_resumes():
+    msg = explain_failure(30, GNU_STALL, "admin@10.208.0.2", "/Users/admin/m", "m1", name="m2",
+                          stall_timeout=120)
+    assert msg.startswith("rsync into admin@10.208.0.2:/Users/admin/m from m1 stalled: no data moved for 120 s")
+    assert "between m1 and m2" in msg and "resumes" in msg and "model_sync_stall_timeout" in msg
+    # without a stall bound the same exit code is not called a stall
+    assert "stalled" not in explain_failure(30, GNU_STALL, "admin@10.208.0.2", "/Users/admin/m", "m1")

@@ -301,3 +301,25 @@ def test_progress_lines_while_the_copy_runs(tree, tmp_path):
     again, shown = adhoc(args)  # nothing to copy: no progress line
     assert again["changed"] is False and "model:" not in shown
     assert not list((home / ".ansible_async").glob("*")), "the async job's status file is left behind"
+
+
+def test_a_copy_that_stops_moving_data_is_ended_and_named(run, tree, tmp_path):
+    """stall_timeout is rsync's --timeout: a far end that never answers (an ssh that connects and
+    then hangs) ends the copy in about that many seconds, with a message naming both ends."""
+    import time
+
+    src, home, dest = tree
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text("#!/bin/sh\nexec sleep 30\n")
+    (bindir / "ssh").chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    args = {"src": str(src), "dest": str(dest), "host": "admin@10.208.0.2", "dest_home": str(home),
+            "host_label": "m2", "source_name": "m1", "stall_timeout": 2}
+    start = time.monotonic()
+    stalled = run("model_rsync", args, env=env)
+    assert time.monotonic() - start < 20
+    assert stalled.get("failed") and "--timeout=2" in stalled["cmd"], stalled
+    assert "rsync into admin@10.208.0.2:" in stalled["msg"] and "from m1 stalled" in stalled["msg"]
+    assert "no data moved for 2 s" in stalled["msg"] and "between m1 and m2" in stalled["msg"]
+    assert "resumes" in stalled["msg"] and "model_sync_stall_timeout" in stalled["msg"]

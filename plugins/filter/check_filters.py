@@ -259,8 +259,11 @@ def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
 
 
 def mlx_port_endpoints(hostfile, starting_port=None):
+    port = mlx_ports.STARTING_PORT if starting_port is None else starting_port
     try:
-        return mlx_ports.endpoints(plain(hostfile), mlx_ports.STARTING_PORT if starting_port is None else int(starting_port))
+        if isinstance(hostfile, (list, tuple)):
+            return mlx_ports.merged_endpoints([plain(h) for h in hostfile if h], int(port))
+        return mlx_ports.endpoints(plain(hostfile), int(port))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"mlx_port_endpoints: {exc}") from exc
 

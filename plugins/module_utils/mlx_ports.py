@@ -78,6 +78,22 @@ def endpoints(hostfile, starting_port=STARTING_PORT):
              "peers": names[1:]}]
 
 
+def merged_endpoints(hostfiles, starting_port=STARTING_PORT):
+    """endpoints() of several hostfiles that may be launched in one run (the plan's, then the
+    ring it falls back to when RDMA cannot come up), each address:port of a host once: a second
+    hostfile that listens where the first does adds its connecting hosts to that endpoint."""
+    out, seen = [], {}
+    for hostfile in hostfiles:
+        for e in endpoints(hostfile, starting_port):
+            key = (e["host"], e["address"], e["port"])
+            if key in seen:
+                seen[key]["peers"] += [p for p in e["peers"] if p not in seen[key]["peers"]]
+                continue
+            seen[key] = dict(e, peers=list(e["peers"]))
+            out.append(seen[key])
+    return out
+
+
 def listens(endpoint_list, host):
     """The [address, port] pairs `host` listens on."""
     return [[e["address"], e["port"]] for e in endpoint_list if e["host"] == host]

@@ -234,3 +234,18 @@ def test_wired_limit_in_place_from_discovery(checks):
     assert checks["mlx_wired_limit_in_place"](dict(hw, wired_limit_mb=0), {PLIST_PATH: None}, "off") is True
     with pytest.raises(AnsibleFilterError, match="mlx_wired_limit_in_place: expects"):
         checks["mlx_wired_limit_in_place"]([hw], files, "auto")
+
+
+def test_port_endpoints_of_the_plan_and_its_fallback_ring(checks):
+    ring = {"backend": "ring", "envs": [], "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+                                                     {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
+    jaccl = {"backend": "jaccl", "envs": [], "hosts": [{"ssh": "m1", "ips": ["192.168.1.10"], "rdma": []},
+                                                       {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": []}]}
+    one = checks["mlx_port_endpoints"](jaccl)
+    both = checks["mlx_port_endpoints"]([jaccl, ring])
+    assert [e["role"] for e in one] == ["coordinator"]
+    assert [(e["role"], e["address"]) for e in both] == [("coordinator", "192.168.1.10"), ("ring", "10.208.0.1"),
+                                                         ("ring", "10.208.0.2")]
+    # no fallback (the role passes none): the plan's alone
+    assert checks["mlx_port_endpoints"]([jaccl, None]) == one
+    assert [e["port"] for e in checks["mlx_port_endpoints"]([ring], 40000)] == [40000, 40001]

@@ -18,6 +18,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import (
     app_bundle,
     connect_probe,
     endpoints,
+    merged_endpoints,
     listener_argv,
     listens,
     parse_alf,
@@ -69,6 +70,23 @@ def test_jaccl_is_rank_0s_coordinator_reached_by_every_other_rank(backend):
 def test_bad_hostfiles_are_named(hostfile, error):
     with pytest.raises(ValueError, match=error):
         endpoints(hostfile)
+
+
+def test_the_fallback_ring_is_probed_too_each_address_and_port_once():
+    # a jaccl plan (coordinator on the LAN address) and the ring it falls back to (Thunderbolt)
+    jaccl = {"backend": "jaccl", "envs": [], "hosts": [{"ssh": "m1", "ips": ["192.168.1.10"], "rdma": [None, "rdma_en2"]},
+                                                       {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": ["rdma_en2", None]}]}
+    ring = ring_hostfile([["10.208.0.1"], ["10.208.0.2"]])
+    got = [(e["host"], e["address"], e["port"], e["role"], e["peers"]) for e in merged_endpoints([jaccl, ring])]
+    assert got == [("m1", "192.168.1.10", 32323, "coordinator", ["m2"]),
+                   ("m1", "10.208.0.1", 32323, "ring", ["m2"]), ("m2", "10.208.0.2", 32324, "ring", ["m1"])]
+    # the same address and port in both: listened on once, every connecting host kept
+    three = ring_hostfile([["10.208.0.1"], ["10.208.0.2"], ["10.208.0.3"]])
+    coord = {"backend": "jaccl", "envs": [], "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+                                                       {"ssh": "m2", "ips": [], "rdma": []}, {"ssh": "m3", "ips": [], "rdma": []}]}
+    once = [e for e in merged_endpoints([coord, three]) if e["host"] == "m1"]
+    assert len(once) == 1 and once[0]["role"] == "coordinator" and once[0]["peers"] == ["m2", "m3"]
+    assert merged_endpoints([ring]) == endpoints(ring)
 
 
 def test_one_rank_has_no_port():

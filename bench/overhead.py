@@ -214,27 +214,33 @@ class CpuBeside:
 
 
 def launch_results(stdout):
-    """{item: result} of the role's mlx_launch task, from `ansible-playbook -v` output (the
-    default callback, YAML result format: an indented YAML block after `=> (item=X) =>`)."""
+    """{mode: result} of the role's mlx_launch task, from `ansible-playbook -v` output (the
+    default callback, YAML result format: an indented YAML block after `=> `). The role runs
+    the task once per mode (an include per mode): every TASK block of it counts, and the mode
+    is the loop item when there is one, else the `--mode` of the command it ran."""
     lines = stdout.splitlines()
-    try:
-        i = next(n for n, line in enumerate(lines) if line.startswith(LAUNCH_TASK))
-    except StopIteration:
-        return {}
     out = {}
-    i += 1
-    while i < len(lines) and not lines[i].startswith(("TASK [", "PLAY [", "RUNNING HANDLER")):
-        m = re.match(r"^(ok|changed): \[[^\]]+\] => \(item=(.+?)\) =>\s*$", lines[i])
-        i += 1
-        if not m:
-            continue
-        block = []
-        while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
-            block.append(lines[i][4:])
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith(LAUNCH_TASK):
             i += 1
-        out[m.group(2)] = yaml.safe_load("\n".join(block))
+            continue
+        i += 1
+        while i < len(lines) and not lines[i].startswith(("TASK [", "PLAY [", "RUNNING HANDLER")):
+            m = re.match(r"^(ok|changed): \[[^\]]+\](?: => \(item=(.+?)\))? =>\s*$", lines[i])
+            i += 1
+            if not m:
+                continue
+            block = []
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                block.append(lines[i][4:])
+                i += 1
+            result = yaml.safe_load("\n".join(block)) or {}
+            cmd = result.get("cmd") or []
+            mode = m.group(2) or (cmd[cmd.index("--mode") + 1] if "--mode" in cmd[:-1] else None)
+            if mode:
+                out[mode] = result
     return out
-
 
 def mask_run_id(argv):
     argv = list(argv)
@@ -314,7 +320,10 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
                     "model_sync_source": "controller", "model_sync_source_path": str(model),
                     "benchmark_prompt": PROMPT, "benchmark_prompt_tokens": PROMPT_TOKENS,
                     "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
-                    "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT}
+                    "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT,
+                    # the launch as a plain task: with progress lines it runs as an async job,
+                    # daemonized out of ansible-playbook's process tree, where Beside watches it
+                    "mlx_cluster_progress_interval": 0}
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the
         # first run on a machine, seconds of C++ compiling): no timed run starts cold.

@@ -252,63 +252,44 @@ def test_a_rank_killed_while_serving_takes_the_group_down_and_the_supervisors_re
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
 
 
-FAKE_LAUNCHCTL = r"""#!/usr/bin/env python3
-# Test stand-in for macOS launchctl (the simulated Macs have no launchd): records its argv,
-# knows no job.
-import json, os, sys
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "launchctl.calls"), "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\n")
-if sys.argv[1:2] == ["print"]:
-    sys.stderr.write('Could not find service "%s" in domain for system\n' % sys.argv[2].split("/", 1)[-1])
-    sys.exit(113)
-"""
-
-
 def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
-    """launchd cannot run here: `--check --diff` takes the launchd path up to the rendered
-    plists (one per Mac, each with its own rank's environment), with a stand-in `launchctl`
-    that only answers `print`. Nothing is written, bootstrapped or booted out."""
+    """The server's launchd supervisor is not run here: `--check --diff` takes the launchd
+    path up to the rendered plists (one per Mac, each with its own rank's environment), with
+    the simulated Macs' `launchctl`, which knows no such job. Nothing is written, bootstrapped
+    or booted out: the only launchctl calls are `print`."""
     plist_path = Path("/Library/LaunchDaemons/org.mlx-cluster.server.plist")
     assert not plist_path.exists()
-    fakes = [pair.host_dir(h) / "bin" / "launchctl" for h in pair.hosts]
-    for fake in fakes:
-        fake.write_text(FAKE_LAUNCHCTL)
-        fake.chmod(0o755)
-    try:
-        run = run_site(pair, tags=["server"], check=True, diff=True,
-                       extravars={**EXTRA, "mlx_server_supervisor": "launchd"}, playbook=pair.server_playbook)
-        assert run.rc == 0, run.failures()
-        hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
-        ranks = {x["ssh"]: i for i, x in enumerate(hostfile["hosts"])}
-        rendered = run.results("Write the rank's launchd job on every Mac (LaunchDaemon, runs as the SSH user)")
-        assert {r["host"] for r in rendered} == set(pair.hosts)
-        run_ids = set()
-        for r in rendered:
-            diff = r["res"]["diff"]
-            diff = diff[0] if isinstance(diff, list) else diff
-            plist = plistlib.loads(diff["after"].encode())
-            assert plist["Label"] == "org.mlx-cluster.server"
-            assert plist["UserName"] == "admin"
-            assert plist["EnvironmentVariables"]["MLX_RANK"] == str(ranks[r["host"]])
-            assert plist["EnvironmentVariables"]["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
-            assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
-            argv = plist["ProgramArguments"]
-            assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"   # the supervisor, kept by launchd
-            assert "--detach" not in argv                          # in the foreground: launchd's child
-            assert argv[argv.index("--") + 2] == f"{RUN_DIR}/mlx_cluster_server.py"
-            assert argv[argv.index("--model") + 1] == MODEL
-            run_ids.add(argv[argv.index("--run-id") + 1])
-            assert plist["StandardOutPath"] == f"{RUN_DIR}/rank{ranks[r['host']]}.log"
-        assert len(run_ids) == 1  # one start, every rank
-        for h in pair.hosts:
-            calls = [json.loads(x) for x in (pair.host_dir(h) / "bin" / "launchctl.calls").read_text().splitlines()]
-            assert calls and all(c[0] == "print" for c in calls), calls  # no bootstrap, no bootout
-        assert not plist_path.exists()
-        assert server_processes(pair) == {h: [] for h in pair.hosts}
-    finally:
-        for fake in fakes:
-            fake.unlink(missing_ok=True)
-            fake.with_name("launchctl.calls").unlink(missing_ok=True)
+    pair.clear_argv_logs()
+    run = run_site(pair, tags=["server"], check=True, diff=True,
+                   extravars={**EXTRA, "mlx_server_supervisor": "launchd"}, playbook=pair.server_playbook)
+    assert run.rc == 0, run.failures()
+    hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
+    ranks = {x["ssh"]: i for i, x in enumerate(hostfile["hosts"])}
+    rendered = run.results("Write the rank's launchd job on every Mac (LaunchDaemon, runs as the SSH user)")
+    assert {r["host"] for r in rendered} == set(pair.hosts)
+    run_ids = set()
+    for r in rendered:
+        diff = r["res"]["diff"]
+        diff = diff[0] if isinstance(diff, list) else diff
+        plist = plistlib.loads(diff["after"].encode())
+        assert plist["Label"] == "org.mlx-cluster.server"
+        assert plist["UserName"] == "admin"
+        assert plist["EnvironmentVariables"]["MLX_RANK"] == str(ranks[r["host"]])
+        assert plist["EnvironmentVariables"]["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
+        assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
+        argv = plist["ProgramArguments"]
+        assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"   # the supervisor, kept by launchd
+        assert "--detach" not in argv                          # in the foreground: launchd's child
+        assert argv[argv.index("--") + 2] == f"{RUN_DIR}/mlx_cluster_server.py"
+        assert argv[argv.index("--model") + 1] == MODEL
+        run_ids.add(argv[argv.index("--run-id") + 1])
+        assert plist["StandardOutPath"] == f"{RUN_DIR}/rank{ranks[r['host']]}.log"
+    assert len(run_ids) == 1  # one start, every rank
+    for h in pair.hosts:
+        calls = [a[1:] for a in pair.argv_log(h) if a and a[0] == "launchctl"]
+        assert calls and all(c[0] == "print" for c in calls), calls  # no bootstrap, no bootout
+    assert not plist_path.exists()
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
 
 
 def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):

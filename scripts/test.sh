@@ -4,13 +4,15 @@
 # Tests run in parallel, one worker per CPU (pytest-xdist; PYTEST_XDIST_AUTO_NUM_WORKERS
 # overrides): the end-to-end tests mostly wait on SSH and on the simulated Macs, so two workers
 # on two cores take about half the time of one (docs/benchmarks.md, "Test suite: workers").
+# Work stealing, with the simulated-cluster tests collected first (tests/conftest.py): an idle
+# worker takes queued tests from the busy one, and the short unit tests fill the end.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/bootstrap.sh || exit 1
 export PATH="$here/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$here/ansible.cfg"
-.venv/bin/python -m pytest -n auto "$@"
+.venv/bin/python -m pytest -n auto --dist worksteal "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "test.sh: no test ran (pytest exit code 5): failing" >&2

@@ -25,3 +25,11 @@ _install_collection_loader()
 
 if os.path.exists(os.path.join(ROOT, "tests", "simcluster", "pytest_plugin.py")):
     pytest_plugins = ["tests.simcluster.pytest_plugin"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The simulated-cluster tests first (each takes seconds to a minute), the unit tests after
+    (milliseconds each): with pytest-xdist's work stealing (scripts/test.sh) the short tests fill
+    the workers' idle ends instead of one worker finishing a minute-long test alone. Stable: the
+    order within each group is the collection order."""
+    items.sort(key=lambda item: item.get_closest_marker("sim") is None)

@@ -19,25 +19,14 @@ description:
   - For the controller's own files (a task delegated to localhost, without become) its action plugin does
     the same work in ansible-playbook's own process, without starting a module.
 version_added: "0.2.0"
+extends_documentation_fragment:
+  - mlx.cluster.files
 options:
   files:
     description: The files to write.
     type: list
     elements: dict
     required: true
-    suboptions:
-      path:
-        description: Absolute path of the file.
-        type: path
-        required: true
-      content:
-        description: The whole content of the file (text, written as UTF-8).
-        type: str
-        required: true
-      mode:
-        description: Permissions of the file, as an octal string.
-        type: str
-        default: "0600"
   directory_mode:
     description: Permissions of the parent directories this module creates (existing ones are not changed).
     type: str

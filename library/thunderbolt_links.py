@@ -32,6 +32,7 @@ notes:
   - "A C(ping) may take at least I(verify_timeout) + 10 seconds, whatever I(command_timeout) says."
 extends_documentation_fragment:
   - mlx.cluster.command_timeout
+  - mlx.cluster.files
 options:
   links:
     description: The links of this host, as produced by the C(mlx_ip_plan) filter.
@@ -150,19 +151,6 @@ options:
     type: list
     elements: dict
     default: []
-    suboptions:
-      path:
-        description: Absolute path of the file.
-        type: path
-        required: true
-      content:
-        description: The whole content of the file (text, written as UTF-8).
-        type: str
-        required: true
-      mode:
-        description: Permissions of the file, as an octal string.
-        type: str
-        default: "0600"
   fail_on_no_answer:
     description:
       - With I(verify), fail when a cable did not answer. With C(false) the silent cables are

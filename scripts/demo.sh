@@ -24,10 +24,13 @@ trap 'rm -rf "$ANSIBLE_SSH_CONTROL_PATH_DIR"' EXIT
 
 python -m tests.simcluster up "$spec" --state "$state"
 # The model: a small qwen2 checkpoint made here (shards and an index, like a converted one), with
-# enough layers for a pipeline over every Mac (mlx-lm gives each rank whole layers) and heads
-# that split evenly over 4 tensor ranks.
+# a layer for each Mac of the pipeline (mlx-lm gives each rank whole layers) and heads that split
+# evenly over 4 tensor ranks. Few layers: in tensor mode every layer sums across the Macs twice
+# per token, and the simulated Macs share this machine's cores with MLX's ring backend, whose
+# socket threads poll while they wait (tensor mode is ~1 token/s here; on Macs each rank has its
+# own cores).
 model="$state/models/tiny"
-[[ -f "$model/model.safetensors.index.json" ]] || python tests/tinymodel.py "$model" --dtype float32 --layers 8 --heads 8 --kv-heads 4 >/dev/null
+[[ -f "$model/model.safetensors.index.json" ]] || python tests/tinymodel.py "$model" --dtype float32 --layers 4 --heads 8 --kv-heads 4 >/dev/null
 # What the simulated Macs need besides the inventory (tests/e2e/runner.py sim_vars, shared):
 # they have no package index, so they use this venv's Python, pinned to what it has; and
 # they run Linux, which has no RDMA: MLX's JACCL cannot run there, so the demo picks the ring
@@ -39,11 +42,12 @@ from tests.e2e.runner import sim_vars
 settings = dict(sim_vars(), mlx_cluster_backend="ring",
                 model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=sys.argv[2],
                 benchmark_modes=["tensor", "pipeline"], benchmark_prompt_tokens=128,
-                benchmark_generation_tokens=32, benchmark_trials=3,
+                benchmark_generation_tokens=16, benchmark_trials=3,
                 net_check_max_bytes=1 << 20, net_check_cable_bytes=4 << 20, net_check_iters=3,
                 # a simulated cable is a veth: its speed is whatever CPU the machine has free at
-                # that moment, not a link class (on Macs the default 0.5 singles out a TB4 cable
-                # or a dock leg among TB5 cables)
+                # that moment (here up to 8x apart between cables), not a link class (on Macs the
+                # default 0.5 singles out a TB4 cable or a dock leg among TB5 cables); a cable
+                # that looks slow is measured again before it is called slow, on Macs as here
                 net_check_slow_ratio=0.2)
 json.dump(settings, open(sys.argv[1], "w"), indent=2)
 PY

@@ -108,15 +108,26 @@ def mlx_cable_hostfiles(plan, envs=None):
 
 
 def mlx_cable_results(loop_results):
-    """[{cable, name, gbps}] from the registered results of the per-cable mlx_launch loop."""
-    out = []
+    """[{cable, name, gbps, runs}] from the registered results of the per-cable mlx_launch loops.
+
+    A cable measured more than once (the first pass, then again when it looked slow) is one
+    entry: `runs` lists every measurement in order, `gbps` is the best of them (a cable that is
+    really slow is slow every time; a momentary slowdown is not the cable's)."""
+    out, by_key = [], {}
     for r in loop_results or []:
         if not isinstance(r, dict) or r.get("skipped"):
             continue
         sizes = ((r.get("result") or {}).get("results") or [])
         item = r.get("item") or {}
-        out.append({"cable": item.get("cable"), "name": item.get("name"),
-                    "gbps": sizes[-1].get("bus_bandwidth_gbps") if sizes else None})
+        gbps = sizes[-1].get("bus_bandwidth_gbps") if sizes else None
+        key = (item.get("cable"), item.get("name"))
+        if key not in by_key:
+            by_key[key] = {"cable": item.get("cable"), "name": item.get("name"), "gbps": None, "runs": []}
+            out.append(by_key[key])
+        entry = by_key[key]
+        entry["runs"].append(gbps)
+        measured = [g for g in entry["runs"] if isinstance(g, (int, float)) and not isinstance(g, bool)]
+        entry["gbps"] = max(measured) if measured else None
     return out
 
 

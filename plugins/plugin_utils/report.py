@@ -155,7 +155,7 @@ def _cable_name(cable):
 # --------------------------------------------------------------------------------------------
 
 def _measured(net_check, cables):
-    """(cable id -> {gbps, slow}, the slow ratio) from the collective check's per-cable results
+    """(cable id -> {gbps, slow, runs}, the slow ratio) from the collective check's per-cable results
     (matched by cable id, or by the name the check gives when the id is absent)."""
     results = [r for r in ((net_check or {}).get("cables") or []) if isinstance(r, dict)]
     ratio = (net_check or {}).get("slow_ratio")
@@ -166,7 +166,9 @@ def _measured(net_check, cables):
     for r in results:
         cid = r.get("cable") or by_name.get(r.get("name"))
         if cid:
-            out[cid] = {"gbps": r.get("gbps"), "slow": (r.get("cable"), r.get("name")) in slow_named}
+            runs = r.get("runs") if isinstance(r.get("runs"), list) else []
+            out[cid] = {"gbps": r.get("gbps"), "slow": (r.get("cable"), r.get("name")) in slow_named,
+                        "runs": len(runs)}
     return out, ratio
 
 
@@ -601,7 +603,8 @@ def _topology_section(data):
                      "%s Gb/s" % c["speed_gbps"] if c.get("speed_gbps") else "unknown",
                      (c.get("link_class") or "?", "warn" if c.get("link_class") in ("TB4", "TB3") else ""),
                      "yes" if c["id"] in rdma_cables else "no",
-                     (_num(m.get("gbps")) + (" (slow)" if m.get("slow") else ""), "bad" if m.get("slow") else "")
+                     (_num(m.get("gbps")) + (" (best of %d)" % m["runs"] if m.get("runs", 0) > 1 else "")
+                      + (" (slow)" if m.get("slow") else ""), "bad" if m.get("slow") else "")
                      if m else "",
                      status])
     parts.append(_table(["end A", "address A", "end B", "address B", "network", "speed", "class", "RDMA",

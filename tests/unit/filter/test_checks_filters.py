@@ -171,10 +171,27 @@ def test_cable_results_keep_the_cable_id_and_slow_cables_use_the_rule(checks):
              "result": {"results": [{"bus_bandwidth_gbps": 1.0}, {"bus_bandwidth_gbps": 8.0}]}},
             {"item": {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2"}, "result": {"results": []}},
             {"skipped": True}]
-    assert mlx_cable_results(loop) == [{"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2", "gbps": 8.0},
-                                       {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2", "gbps": None}]
+    assert mlx_cable_results(loop) == [{"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2", "gbps": 8.0, "runs": [8.0]},
+                                       {"cable": "m1:en3~m3:en2", "name": "m1:en3 <-> m3:en2", "gbps": None, "runs": [None]}]
     res = [{"name": "a", "gbps": 10.0}, {"name": "b", "gbps": 2.0}, {"name": "c", "gbps": 9.0}]
     assert mlx_slow_cables(res) == slow_cables(res) == [{"name": "b", "gbps": 2.0, "median_gbps": 9.0}]
+
+
+def test_a_cable_measured_again_is_one_entry_with_its_best_run(checks):
+    mlx_cable_results, mlx_slow_cables = checks["mlx_cable_results"], checks["mlx_slow_cables"]
+
+    def run(cable, gbps):
+        return {"item": {"cable": cable, "name": cable.replace("~", " <-> ")},
+                "result": {"results": [{"bus_bandwidth_gbps": gbps}] if gbps is not None else []}}
+
+    first = [run("a~b", 9.0), run("a~c", 1.0), run("b~c", 8.5), run("c~d", 0.5)]
+    # a~c was slow once only (the Mac was busy); c~d is slow every time (a TB4 cable)
+    again = [run("a~c", 8.8), run("c~d", 0.6), run("c~d", None)]
+    res = mlx_cable_results(first + again)
+    assert [(r["cable"], r["gbps"], r["runs"]) for r in res] == [
+        ("a~b", 9.0, [9.0]), ("a~c", 8.8, [1.0, 8.8]), ("b~c", 8.5, [8.5]), ("c~d", 0.6, [0.5, 0.6, None])]
+    assert [r["cable"] for r in mlx_slow_cables(mlx_cable_results(first), 0.5)] == ["a~c", "c~d"]
+    assert [r["cable"] for r in mlx_slow_cables(res, 0.5)] == ["c~d"]
 
 
 # ---- mlx_power_plan: the power stage's shortcut --------------------------------------------

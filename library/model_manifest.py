@@ -15,7 +15,7 @@ description:
     to blobs); a link to nothing is skipped with a warning.
   - With O(expected) (the source's RV(files)), compares this copy with it and returns every
     missing file, wrong size, different sha256 and extra weight file in RV(problems), naming
-    this host and the file (the modification time is not compared: M(model_rsync)'s O(wait_for)
+    this host and the file (the modification time is not compared; M(model_rsync)'s O(wait_for)
     reads it). Finding problems is not a failure of the module; the caller decides.
   - Read-only; a missing directory is RV(exists=false), not a failure. Runs the same in check mode.
 version_added: "0.1.0"

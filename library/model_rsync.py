@@ -114,7 +114,8 @@ options:
     default: 120
   wait_for:
     description:
-      - Pass on a copy that is still arriving (the tree of C(model_sync_source=tree)) -  the
+      - >-
+        Pass on a copy that is still arriving (the tree of C(model_sync_source=tree)) - the
         source's files, C({relpath: {size, mtime}}) (RV(mlx.cluster.model_manifest#module:files)).
         O(src) is then this machine's own copy, which its own sender is still writing. Each file is
         sent as soon as it is complete in O(src): under its final name with the source's size and

@@ -23,7 +23,8 @@ What is timed, the order rotating from round to round so a load change hits ever
   Mac sending over several cables at once is slower per copy (what model_sync_tree_fanout 0
   assumes it is not);
 - tree: `site.yml --tags models` with `model_sync_source: tree` (model on rank 0 only): the whole
-  run, and its copy phase (first round task's start to the last one's end);
+  run, and its copy phase (the span of its copy task, where every copy of the tree runs at once,
+  each Mac passing each file on as soon as it has it);
 - share: `mlx_lm.share --path <dest> --hostfile <our hostfile>` from the controller: MLX's own
   broadcast, all_sum over the ring backend across the same cables;
 - share_fixed: the same with a config.json alone: share's cost whatever the model's size (launch,
@@ -60,6 +61,8 @@ from bench.common import BenchError, emit, fmt, log, machine, machine_lines, mea
 from bench.common import write_section as common_write_section  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
+# The tree's copies, all in one task (pipelined; before, one task per round: "..., round N").
+TREE_TASK = "Copy the model along the cables, every copy at once"
 METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
 BASELINES = ("serial", "controller")
 LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
@@ -177,7 +180,7 @@ def run_playbook(cluster, model, source, timeout):
     if run.rc != 0:
         raise BenchError(f"model_sync_source {source}: {run.failures()}")
     if source == "tree":
-        copy = span(run, lambda name: name.startswith("Copy the model along the cables, round "))
+        copy = span(run, lambda name: name == TREE_TASK)
     else:
         copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
     return seconds, copy
@@ -469,8 +472,9 @@ def markdown_section(tables, command):
            "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
            "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
            "- tree (ours): `site.yml --tags models`, `model_sync_source: tree`; run = the whole playbook",
-           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = first round's",
-           "  start to the last round's end;",
+           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
+           "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
+           "  the pipelined tree: the first round's start to the last round's end);",
            "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
            "  share of config.json alone: the same with no weights, what share costs whatever the size",
            "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",

@@ -63,6 +63,8 @@ from bench.common import write_section as common_write_section  # noqa: E402
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
 # The tree's copies, all in one task (pipelined; before, one task per round: "..., round N").
 TREE_TASK = "Copy the model along the cables, every copy at once"
+# How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
+TREE_KIND = "pipelined"
 METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
 BASELINES = ("serial", "controller")
 LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
@@ -436,19 +438,22 @@ def table_rows(results):
     return rows
 
 
-def describe(setting):
-    return (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
+def describe(setting, tree=None):
+    text = (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
             f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)")
+    return text + {None: "", "rounds": "; the tree by rounds (before pipelining)",
+                   "pipelined": "; the pipelined tree"}.get(tree, f"; tree: {tree}")
 
 
 def text_table(tables):
     """tables: [(setting, info, results, ...)]; one plain-text table per setting."""
     out = []
-    for setting, _info, results, *_ in tables:
+    for setting, info, results, *_ in tables:
         rows = table_rows(results)
         widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
         line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-        out += [f"median (min–max); {describe(setting)}", line(HEADER), "  ".join("-" * w for w in widths)]
+        out += [f"median (min–max); {describe(setting, info.get('tree'))}", line(HEADER),
+                "  ".join("-" * w for w in widths)]
         out += [line(row) for row in rows] + [""]
     return "\n".join(out).rstrip("\n")
 
@@ -488,7 +493,7 @@ def markdown_section(tables, command):
            "ring8 within 1.5x of one copy x the tree's depth and at least 10x faster than the serial loop."]
     for setting, info, results, commands in tables:
         rows = table_rows(results)
-        out += ["", f"### {describe(setting)}", "",
+        out += ["", f"### {describe(setting, info.get('tree'))}", "",
                 "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in rows]
         out += ["", *machine_lines(info, DISTS)]
@@ -505,6 +510,7 @@ def journal_table(journal, topologies):
     info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
                 date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
     commands = list(dict.fromkeys(r["command"] for r in journal.records if r.get("command")))
+    info["tree"] = next((r["tree"] for r in journal.records if "tree" in r), "rounds")
     return setting, info, [journal.result(t) for t in topologies if journal.meta(t)], commands
 
 
@@ -562,7 +568,7 @@ def main(argv=None):
             parser.error(f"--journal {args.journal[0]} holds measurements made with {earlier[0]}, not {setting}")
         info = machine(DISTS)
         journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]),
-                    command=shlex.join(["python", "bench/model_sync.py", *argv]))
+                    command=shlex.join(["python", "bench/model_sync.py", *argv]), tree=TREE_KIND)
 
         def work(root):
             model = root / "model" / MODEL

@@ -171,11 +171,13 @@ def span(run, match):
     return (max(ends) - min(starts)).total_seconds()
 
 
-def run_playbook(cluster, model, source, timeout):
+def run_playbook(cluster, model, source, timeout, progress_interval=None):
     from tests.e2e.runner import run_site
 
     extra = {"model_sync_name": MODEL, "model_sync_source": source, "mlx_cluster_backend": "ring",
              "model_sync_source_path": str(model) if source == "controller" else ""}
+    if progress_interval is not None:
+        extra["mlx_cluster_progress_interval"] = progress_interval
     t = time.perf_counter()
     run = run_site(cluster, tags=["models"], extravars=extra, timeout=timeout)
     seconds = time.perf_counter() - t
@@ -317,13 +319,13 @@ def schedule(runs, baseline_runs, only=METHODS):
     return out
 
 
-def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout):
+def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout, progress_interval=None):
     """One measurement of `method` (the serial loop copy by copy, each journaled); the record."""
     art = cluster.inventory_path.parent / "artifacts"
     record = {"topology": spec, "method": method, "run": run}
     fresh(cluster, model, seed=method != "controller")
     if method in ("tree", "controller"):
-        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout)
+        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout, progress_interval)
     elif method == "one_copy":
         record["seconds"] = one_copy(cluster, plan)
     elif method == "parallel":
@@ -376,9 +378,10 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
             f"{len(todo)} measurement(s) to make")
         # warm-up (not timed): the tree run makes the SSH trust the harness's rsyncs use too
         fresh(cluster, model, seed=True)
-        run_playbook(cluster, model, "tree", args.timeout)
+        run_playbook(cluster, model, "tree", args.timeout, args.progress_interval)
         for r, method in todo:
-            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout)
+            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout,
+                              args.progress_interval)
             log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {rec['seconds']:.1f} s"
                 + (f" (copies {rec['copy']:.1f} s)" if "copy" in rec else ""))
     finally:
@@ -441,6 +444,8 @@ def table_rows(results):
 def describe(setting, tree=None):
     text = (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
             f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)")
+    if "progress_interval" in setting:
+        text += f"; mlx_cluster_progress_interval {setting['progress_interval']}"
     return text + {None: "", "rounds": "; the tree by rounds (before pipelining)",
                    "pipelined": "; the pipelined tree"}.get(tree, f"; tree: {tree}")
 
@@ -530,6 +535,9 @@ def main(argv=None):
     parser.add_argument("--tb-mbit", type=int, default=400, help="Thunderbolt rate of an 80 Gb/s cable")
     parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
+    parser.add_argument("--progress-interval", type=int, default=None,
+                        help="mlx_cluster_progress_interval of the playbook runs (default: the role's, 10 s; "
+                             "0 = the copies as plain tasks, no async job polled); recorded in the setting")
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
@@ -563,6 +571,8 @@ def main(argv=None):
     else:
         journal = journals[0]
         setting = {"size_mb": args.size_mb, "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit}
+        if args.progress_interval is not None:
+            setting["progress_interval"] = args.progress_interval
         earlier = [r["setting"] for r in journal.records if "setting" in r]
         if any(e != setting for e in earlier):
             parser.error(f"--journal {args.journal[0]} holds measurements made with {earlier[0]}, not {setting}")

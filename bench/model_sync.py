@@ -4,7 +4,7 @@ controller fan-out and mlx_lm.share, on simulated clusters with shaped links.
 
     .venv/bin/python bench/model_sync.py [--topologies mesh4,ring8,mesh3_dock] [--runs N]
         [--baseline-runs N] [--methods M,...] [--size-mb 200] [--tb-mbit 400] [--lan-mbit 8]
-        [--quick] [--journal FILE] [--json [FILE]] [--markdown FILE]
+        [--progress-interval N] [--quick] [--journal FILE] [--json [FILE]] [--markdown FILE]
     .venv/bin/python bench/model_sync.py --report --journal FILE [--journal FILE...] [--markdown FILE]
 
 Each simulated cluster (tests/simcluster; needs root) is configured once (`site.yml --tags
@@ -33,6 +33,9 @@ What is timed, the order rotating from round to round so a load change hits ever
   the user reaches it at (the management network), each finished before the next starts;
 - controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
   management network; its copy task's span is its copy phase).
+The playbook runs (tree, controller) use the role's mlx_cluster_progress_interval (10 s: each copy
+an async job the action plugin polls, about 2.5 s more per copy task on mesh4 here) unless
+--progress-interval says otherwise (0: plain tasks); it is recorded in the journal's setting.
 The LAN-bound methods (serial, controller) run --baseline-runs times (default 1: their time is
 the shaped LAN's, minutes per copy); the others --runs times. Every run starts with the model on
 rank 0 only (the controller's run: on the controller only) and ends checked (sizes on every Mac).

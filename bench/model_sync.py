@@ -502,6 +502,7 @@ def markdown_section(tables, command):
     for setting, info, results, commands in tables:
         rows = table_rows(results)
         out += ["", f"### {describe(setting, info.get('tree'))}", "",
+                *([f"({info['label']})", ""] if info.get("label") else []),
                 "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in rows]
         out += ["", *machine_lines(info, DISTS)]
@@ -519,6 +520,8 @@ def journal_table(journal, topologies):
                 date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
     commands = list(dict.fromkeys(r["command"] for r in journal.records if r.get("command")))
     info["tree"] = next((r["tree"] for r in journal.records if "tree" in r), "rounds")
+    # a note added to a journal by hand (e.g. which commit measured it), shown with its table
+    info["label"] = next((r["label"] for r in journal.records if "label" in r), None)
     return setting, info, [journal.result(t) for t in topologies if journal.meta(t)], commands
 
 

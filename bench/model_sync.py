@@ -4,7 +4,7 @@ controller fan-out and mlx_lm.share, on simulated clusters with shaped links.
 
     .venv/bin/python bench/model_sync.py [--topologies mesh4,ring8,mesh3_dock] [--runs N]
         [--baseline-runs N] [--methods M,...] [--size-mb 200] [--tb-mbit 400] [--lan-mbit 8]
-        [--quick] [--journal FILE] [--json [FILE]] [--markdown FILE]
+        [--progress-interval N] [--quick] [--journal FILE] [--json [FILE]] [--markdown FILE]
     .venv/bin/python bench/model_sync.py --report --journal FILE [--journal FILE...] [--markdown FILE]
 
 Each simulated cluster (tests/simcluster; needs root) is configured once (`site.yml --tags
@@ -23,7 +23,8 @@ What is timed, the order rotating from round to round so a load change hits ever
   Mac sending over several cables at once is slower per copy (what model_sync_tree_fanout 0
   assumes it is not);
 - tree: `site.yml --tags models` with `model_sync_source: tree` (model on rank 0 only): the whole
-  run, and its copy phase (first round task's start to the last one's end);
+  run, and its copy phase (the span of its copy task, where every copy of the tree runs at once,
+  each Mac passing each file on as soon as it has it);
 - share: `mlx_lm.share --path <dest> --hostfile <our hostfile>` from the controller: MLX's own
   broadcast, all_sum over the ring backend across the same cables;
 - share_fixed: the same with a config.json alone: share's cost whatever the model's size (launch,
@@ -32,6 +33,9 @@ What is timed, the order rotating from round to round so a load change hits ever
   the user reaches it at (the management network), each finished before the next starts;
 - controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
   management network; its copy task's span is its copy phase).
+The playbook runs (tree, controller) use the role's mlx_cluster_progress_interval (10 s: each copy
+an async job the action plugin polls, about 2.5 s more per copy task on mesh4 here) unless
+--progress-interval says otherwise (0: plain tasks); it is recorded in the journal's setting.
 The LAN-bound methods (serial, controller) run --baseline-runs times (default 1: their time is
 the shaped LAN's, minutes per copy); the others --runs times. Every run starts with the model on
 rank 0 only (the controller's run: on the controller only) and ends checked (sizes on every Mac).
@@ -60,6 +64,10 @@ from bench.common import BenchError, emit, fmt, log, machine, machine_lines, mea
 from bench.common import write_section as common_write_section  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
+# The tree's copies, all in one task (pipelined; before, one task per round: "..., round N").
+TREE_TASK = "Copy the model along the cables, every copy at once"
+# How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
+TREE_KIND = "pipelined"
 METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
 BASELINES = ("serial", "controller")
 LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
@@ -166,18 +174,20 @@ def span(run, match):
     return (max(ends) - min(starts)).total_seconds()
 
 
-def run_playbook(cluster, model, source, timeout):
+def run_playbook(cluster, model, source, timeout, progress_interval=None):
     from tests.e2e.runner import run_site
 
     extra = {"model_sync_name": MODEL, "model_sync_source": source, "mlx_cluster_backend": "ring",
              "model_sync_source_path": str(model) if source == "controller" else ""}
+    if progress_interval is not None:
+        extra["mlx_cluster_progress_interval"] = progress_interval
     t = time.perf_counter()
     run = run_site(cluster, tags=["models"], extravars=extra, timeout=timeout)
     seconds = time.perf_counter() - t
     if run.rc != 0:
         raise BenchError(f"model_sync_source {source}: {run.failures()}")
     if source == "tree":
-        copy = span(run, lambda name: name.startswith("Copy the model along the cables, round "))
+        copy = span(run, lambda name: name == TREE_TASK)
     else:
         copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
     return seconds, copy
@@ -312,13 +322,13 @@ def schedule(runs, baseline_runs, only=METHODS):
     return out
 
 
-def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout):
+def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout, progress_interval=None):
     """One measurement of `method` (the serial loop copy by copy, each journaled); the record."""
     art = cluster.inventory_path.parent / "artifacts"
     record = {"topology": spec, "method": method, "run": run}
     fresh(cluster, model, seed=method != "controller")
     if method in ("tree", "controller"):
-        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout)
+        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout, progress_interval)
     elif method == "one_copy":
         record["seconds"] = one_copy(cluster, plan)
     elif method == "parallel":
@@ -371,9 +381,10 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
             f"{len(todo)} measurement(s) to make")
         # warm-up (not timed): the tree run makes the SSH trust the harness's rsyncs use too
         fresh(cluster, model, seed=True)
-        run_playbook(cluster, model, "tree", args.timeout)
+        run_playbook(cluster, model, "tree", args.timeout, args.progress_interval)
         for r, method in todo:
-            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout)
+            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout,
+                              args.progress_interval)
             log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {rec['seconds']:.1f} s"
                 + (f" (copies {rec['copy']:.1f} s)" if "copy" in rec else ""))
     finally:
@@ -433,19 +444,24 @@ def table_rows(results):
     return rows
 
 
-def describe(setting):
-    return (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
+def describe(setting, tree=None):
+    text = (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
             f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)")
+    if "progress_interval" in setting:
+        text += f"; mlx_cluster_progress_interval {setting['progress_interval']}"
+    return text + {None: "", "rounds": "; the tree by rounds (before pipelining)",
+                   "pipelined": "; the pipelined tree"}.get(tree, f"; tree: {tree}")
 
 
 def text_table(tables):
     """tables: [(setting, info, results, ...)]; one plain-text table per setting."""
     out = []
-    for setting, _info, results, *_ in tables:
+    for setting, info, results, *_ in tables:
         rows = table_rows(results)
         widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
         line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-        out += [f"median (min–max); {describe(setting)}", line(HEADER), "  ".join("-" * w for w in widths)]
+        out += [f"median (min–max); {describe(setting, info.get('tree'))}", line(HEADER),
+                "  ".join("-" * w for w in widths)]
         out += [line(row) for row in rows] + [""]
     return "\n".join(out).rstrip("\n")
 
@@ -469,8 +485,9 @@ def markdown_section(tables, command):
            "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
            "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
            "- tree (ours): `site.yml --tags models`, `model_sync_source: tree`; run = the whole playbook",
-           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = first round's",
-           "  start to the last round's end;",
+           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
+           "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
+           "  the pipelined tree: the first round's start to the last round's end);",
            "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
            "  share of config.json alone: the same with no weights, what share costs whatever the size",
            "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",
@@ -484,7 +501,8 @@ def markdown_section(tables, command):
            "ring8 within 1.5x of one copy x the tree's depth and at least 10x faster than the serial loop."]
     for setting, info, results, commands in tables:
         rows = table_rows(results)
-        out += ["", f"### {describe(setting)}", "",
+        out += ["", f"### {describe(setting, info.get('tree'))}", "",
+                *([f"({info['label']})", ""] if info.get("label") else []),
                 "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
         out += ["| " + " | ".join(row) + " |" for row in rows]
         out += ["", *machine_lines(info, DISTS)]
@@ -501,6 +519,9 @@ def journal_table(journal, topologies):
     info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
                 date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
     commands = list(dict.fromkeys(r["command"] for r in journal.records if r.get("command")))
+    info["tree"] = next((r["tree"] for r in journal.records if "tree" in r), "rounds")
+    # a note added to a journal by hand (e.g. which commit measured it), shown with its table
+    info["label"] = next((r["label"] for r in journal.records if "label" in r), None)
     return setting, info, [journal.result(t) for t in topologies if journal.meta(t)], commands
 
 
@@ -520,6 +541,9 @@ def main(argv=None):
     parser.add_argument("--tb-mbit", type=int, default=400, help="Thunderbolt rate of an 80 Gb/s cable")
     parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
+    parser.add_argument("--progress-interval", type=int, default=None,
+                        help="mlx_cluster_progress_interval of the playbook runs (default: the role's, 10 s; "
+                             "0 = the copies as plain tasks, no async job polled); recorded in the setting")
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
@@ -553,12 +577,14 @@ def main(argv=None):
     else:
         journal = journals[0]
         setting = {"size_mb": args.size_mb, "tb_mbit": args.tb_mbit, "lan_mbit": args.lan_mbit}
+        if args.progress_interval is not None:
+            setting["progress_interval"] = args.progress_interval
         earlier = [r["setting"] for r in journal.records if "setting" in r]
         if any(e != setting for e in earlier):
             parser.error(f"--journal {args.journal[0]} holds measurements made with {earlier[0]}, not {setting}")
         info = machine(DISTS)
         journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]),
-                    command=shlex.join(["python", "bench/model_sync.py", *argv]))
+                    command=shlex.join(["python", "bench/model_sync.py", *argv]), tree=TREE_KIND)
 
         def work(root):
             model = root / "model" / MODEL

@@ -9,13 +9,14 @@ DOCUMENTATION = r"""
 module: model_manifest
 short_description: List a model directory (sizes, sha256 of the weight files) and compare it with the source
 description:
-  - Walks O(path) and returns every file with its size, relative to O(path); with O(sha256=true)
-    also the sha256 of the weight files (C(*.safetensors), C(*.gguf), C(*.npz), C(*.bin)).
+  - Walks O(path) and returns every file with its size and modification time (whole seconds),
+    relative to O(path); with O(sha256=true) also the sha256 of the weight files (C(*.safetensors), C(*.gguf), C(*.npz), C(*.bin)).
   - Symbolic links are followed, as the sync copies them (a Hugging Face cache snapshot is links
     to blobs); a link to nothing is skipped with a warning.
   - With O(expected) (the source's RV(files)), compares this copy with it and returns every
     missing file, wrong size, different sha256 and extra weight file in RV(problems), naming
-    this host and the file. Finding problems is not a failure of the module; the caller decides.
+    this host and the file (the modification time is not compared; M(model_rsync)'s O(wait_for)
+    reads it). Finding problems is not a failure of the module; the caller decides.
   - Read-only; a missing directory is RV(exists=false), not a failure. Runs the same in check mode.
 version_added: "0.1.0"
 extends_documentation_fragment:
@@ -77,10 +78,13 @@ exists:
   type: bool
   sample: true
 files:
-  description: Every file, by path relative to O(path); C(sha256) only for weight files with O(sha256).
+  description:
+    - Every file, by path relative to O(path), with its size and modification time (C(mtime), whole
+      seconds since the epoch); C(sha256) only for weight files with O(sha256).
   returned: always
   type: dict
-  sample: {"config.json": {"size": 912}, "model.safetensors": {"size": 2264924160, "sha256": "9f2c..."}}
+  sample: {"config.json": {"size": 912, "mtime": 1764130000},
+           "model.safetensors": {"size": 2264924160, "mtime": 1764130000, "sha256": "9f2c..."}}
 total_bytes:
   description: Sum of the file sizes.
   returned: always
@@ -131,7 +135,7 @@ def sha256_of(path):
 
 
 def walk(module, root, with_sha):
-    """{rel: {"size", "sha256"?}} of every file under root, links followed, loops cut."""
+    """{rel: {"size", "mtime", "sha256"?}} of every file under root, links followed, loops cut."""
     files, seen = {}, set()
     for top, dirs, names in os.walk(root, followlinks=True):
         real = os.path.realpath(top)
@@ -145,11 +149,11 @@ def walk(module, root, with_sha):
             full = os.path.join(top, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             try:
-                size = os.stat(full).st_size
+                st = os.stat(full)
             except OSError as exc:
                 module.warn(f"{rel}: {exc.strerror} (a link to nothing?); skipped")
                 continue
-            entry = {"size": size}
+            entry = {"size": st.st_size, "mtime": int(st.st_mtime)}
             if with_sha and is_weight_file(rel):
                 try:
                     entry["sha256"] = sha256_of(full)

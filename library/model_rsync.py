@@ -112,6 +112,27 @@ options:
         keepalives from O(ssh_args), if any).
     type: int
     default: 120
+  wait_for:
+    description:
+      - >-
+        Pass on a copy that is still arriving (the tree of C(model_sync_source=tree)) - the
+        source's files, C({relpath: {size, mtime}}) (RV(mlx.cluster.model_manifest#module:files)).
+        O(src) is then this machine's own copy, which its own sender is still writing. Each file is
+        sent as soon as it is complete in O(src): under its final name with the source's size and
+        modification time (rsync, GNU and openrsync alike, writes into a temporary
+        C(.<name>.XXXX) and renames it into place when done, times set). Each pass is one rsync
+        of the directory with an anchored C(--exclude) for every file not yet complete and for
+        its temporary name, so every other option applies as without it; a last pass runs once
+        every file is complete. Between passes the copy is looked at (C(stat), no rsync) every
+        half second. The result adds up the passes.
+      - When no file grows or completes for O(stall_timeout) seconds (600 when O(stall_timeout)
+        is 0), fails naming this machine, O(upstream_name) and the fix.
+      - Ignored in check mode (a dry run of O(src) as it is).
+    type: dict
+  upstream_name:
+    description: With O(wait_for), the machine that sends this machine its own copy, for messages.
+    type: str
+    default: ""
   progress_file:
     description:
       - File the module keeps up to date with the copy's progress while rsync runs (JSON with
@@ -145,6 +166,18 @@ EXAMPLES = r"""
     ssh_args: [-o, BatchMode=yes, -o, User=admin]
     host_label: studio-2
   delegate_to: localhost
+
+- name: Pass the model on from studio-2 to studio-3 while studio-2 still receives it
+  model_rsync:
+    src: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
+    host: 10.208.0.6
+    ssh_args: [-i, ~/.ssh/mlx_cluster_ed25519, -o, BatchMode=yes]
+    ssh_trust: toolkit
+    host_label: studio-3
+    wait_for: "{{ source_manifest.files }}"   # {relpath: {size, mtime}}, model_manifest
+    upstream_name: studio-1
+  delegate_to: studio-2
 
 - name: Push from rank 0 to a peer over a Thunderbolt cable
   model_rsync:
@@ -208,6 +241,15 @@ log_file:
   returned: always
   type: str
   sample: /Users/admin/mlx-cluster/logs/model_sync.log
+passes:
+  description:
+    - With O(wait_for), the rsync passes that ran, each C({excluded, seconds, rc}) (how many files
+      were still arriving, how long the pass took); RV(cmd) is then the last pass's argv. Empty
+      without O(wait_for).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"excluded": 3, "seconds": 1.2, "rc": 0}, {"excluded": 0, "seconds": 0.4, "rc": 0}]
 """
 
 import os
@@ -221,8 +263,13 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
     CopyProgress,
     OFFLINE_ENV,
+    RELAY_WAIT_DEFAULT,
+    UpstreamStalled,
     check_dest,
+    merge_itemized,
+    relay_passes,
     ssh_login,
+    stall_message,
     explain_failure,
     parse_itemized,
     parse_rsync_version,
@@ -248,11 +295,25 @@ def tree_size(path):
     return total
 
 
-def watch_progress(path, src):
+def look(path):
+    """{rel: (size, mtime)} of every file below `path` now, temporary ones included ({} when absent)."""
+    out = {}
+    for root, _dirs, files in os.walk(path, followlinks=True):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.stat(full)
+            except OSError:  # renamed or removed since the listing: looked at again next time
+                continue
+            out[os.path.relpath(full, path).replace(os.sep, "/")] = (st.st_size, st.st_mtime)
+    return out
+
+
+def watch_progress(path, total):
     """(on_output for the runner, finish(rc)) keeping `path` up to date; (None, None) without."""
     if not path:
         return None, None
-    progress = CopyProgress(total=tree_size(src))
+    progress = CopyProgress(total=total)
     writer = ProgressWriter(path)
     writer.update(progress.state(time.monotonic()), time.monotonic(), force=True)
 
@@ -316,6 +377,8 @@ def main():
             progress_interval=dict(type="int", default=0),
             progress_file=dict(type="path"),
             stall_timeout=dict(type="int", default=120),
+            wait_for=dict(type="dict"),
+            upstream_name=dict(type="str", default=""),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
@@ -327,7 +390,8 @@ def main():
     problem = check_dest(dest, home)
     if problem:
         module.fail_json(msg=f"refusing to sync into {remote_spec(host, dest)}: {problem}")
-    if not os.path.isdir(p["src"]):
+    relay = p["wait_for"] is not None and not module.check_mode
+    if not relay and not os.path.isdir(p["src"]):
         module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
                              "downloaded by this stage; put the model there first")
     rsync = module.get_bin_path("rsync", required=True)
@@ -342,25 +406,47 @@ def main():
     log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     # a dry run sends nothing, so prints no progress
     progress_file = p["progress_file"] if not module.check_mode else None
-    on_output, finish = watch_progress(progress_file, p["src"])
-    argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
-                      delete=p["delete"], checksum=p["checksum"], log_file=log_file,
-                      rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file),
-                      stall_timeout=p["stall_timeout"])
-    rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
+    total = (sum(int(e.get("size") or 0) for e in p["wait_for"].values() if isinstance(e, dict))
+             if relay else tree_size(p["src"]))
+    on_output, finish = watch_progress(progress_file, total)
+
+    def run_pass(excludes=()):
+        argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
+                          delete=p["delete"], checksum=p["checksum"], log_file=log_file,
+                          rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file),
+                          stall_timeout=p["stall_timeout"], excludes=excludes)
+        started = time.monotonic()
+        rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
+        passes.append({"excluded": len(excludes) // 2, "seconds": round(time.monotonic() - started, 3), "rc": rc})
+        return rc, out, err, argv
+
+    passes = []
+    if relay:
+        try:
+            results = relay_passes(p["wait_for"], lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
+                                   p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT)
+        except UpstreamStalled as exc:
+            if finish:
+                finish()
+            module.fail_json(msg=stall_message(source, p["host_label"] or host, p["upstream_name"] or "its sender",
+                                               exc.complete, exc.pending, exc.waited),
+                             complete=exc.complete, pending=exc.pending, passes=passes)
+    else:
+        results = [run_pass()]
     if finish:
         problem = finish()
         if problem:
             module.warn(f"{problem} (the copy itself went on)")
+    rc, out, err, argv = results[-1]
     if rc != 0:
         module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
                                              user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"],
                                              stall_timeout=p["stall_timeout"]),
-                         rc=rc, cmd=argv, stderr=err, stdout=out)
-    items = parse_itemized(out)
-    result = dict(items, rc=rc, cmd=argv, log_file=log_file)
+                         rc=rc, cmd=argv, stderr=err, stdout=out, passes=passes if relay else [])
+    items = merge_itemized([parse_itemized(r[1]) for r in results])
+    result = dict(items, rc=rc, cmd=argv, log_file=log_file, passes=passes if relay else [])
     if module._diff and items["changed"]:
-        result["diff"] = {"prepared": without_progress(out)}
+        result["diff"] = {"prepared": "".join(without_progress(r[1]) for r in results)}
     module.exit_json(**result)
 
 

@@ -118,13 +118,14 @@ def mlx_hostfile_writes(plan, files=None):
 
 
 def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
-    """the cluster plan -> {rounds: [[{dest, src, via, address, ...}]], copies, depth, lan, warnings}."""
+    """the cluster plan -> the model's tree: {rounds: [[{dest, src, path, via, address, ...}]] by hops,
+    copies, depth, lan, warnings}."""
     _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
     if source is not None:
         _check("mlx_sync_rounds", "source", source, str, "the inventory name of the Mac that has the model")
     if hosts is not None:
         _check("mlx_sync_rounds", "hosts", hosts, (list, tuple), "a list of inventory names")
-    _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = one per cabled peer)")
+    _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = no limit)")
     return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts,
                  fanout=fanout)
 

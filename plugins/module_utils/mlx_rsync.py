@@ -252,7 +252,7 @@ def remote_spec(host, path):
 
 
 def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
-               log_file=None, rsync_path=None, progress=False, stall_timeout=0):
+               log_file=None, rsync_path=None, progress=False, stall_timeout=0, excludes=()):
     """The rsync argv copying the *contents* of directory `src` into directory `dest`.
 
     `dest` is a local path or `host:path` (see remote_spec); both get a trailing slash, so the
@@ -267,7 +267,8 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
     rsync_path names the rsync to start on the far end (`--rsync-path`, both take it);
     progress adds `--progress` (both print it, see CopyProgress);
     stall_timeout > 0 adds `--timeout=N` (both take it: the copy ends when no data has moved
-    for N seconds, GNU rsync's exit code 30; see explain_failure).
+    for N seconds, GNU rsync's exit code 30; see explain_failure);
+    excludes are `--exclude=PATTERN` words (both take it; see relay_excludes).
     """
     argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             f"--out-format={OUT_FORMAT}"]
@@ -283,6 +284,7 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
         argv.append(f"--log-file={log_file}")
     if stall_timeout and stall_timeout > 0:
         argv.append(f"--timeout={int(stall_timeout)}")
+    argv += list(excludes)
     if ssh_command:
         argv += ["--rsh", ssh_command]
     if rsync_path:
@@ -437,3 +439,123 @@ def parse_rsync_version(text):
         return {"flavour": "unknown", "version": None, "log_file": False}
     version = ".".join(g for g in m.groups() if g is not None)
     return {"flavour": "rsync", "version": version, "log_file": int(m.group(1)) >= 3}
+
+
+# ---- relaying a copy that is still arriving (model_sync_source: tree) -------------------------
+# A Mac of the tree passes each file on as soon as that file is complete in its own copy, while
+# its own sender is still writing the rest. GNU rsync and openrsync alike receive a file into a
+# temporary `.<name>.XXXXXX` beside it (openrsync: `.<name>.XXXXXXXXXX`), set its times (our argv
+# has --times) and rename it into place when it is whole: a file under its final name with the
+# source's size and modification time is complete.
+
+# Seconds between two looks at the copy while waiting (a stat of each file, no rsync).
+RELAY_POLL = 0.5
+# The longest a Mac waits on its own copy without anything arriving when stall_timeout is 0
+# (no bound of rsync's own): a sender whose upstream failed must not wait for ever.
+RELAY_WAIT_DEFAULT = 600
+_PATTERN_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def file_complete(want, have):
+    """True when a file is complete in the copy: `want` the source's {"size", "mtime"} (mtime in
+    whole seconds, model_manifest), `have` (size, mtime) of the file under its final name or None."""
+    if have is None or not isinstance(want, dict):
+        return False
+    size, mtime = have
+    return size == want.get("size") and want.get("mtime") is not None and int(mtime) == int(want["mtime"])
+
+
+def complete_files(wait_for, stats):
+    """The relative paths of `wait_for` ({rel: {size, mtime}}) complete in `stats` ({rel: (size, mtime)})."""
+    return {rel for rel, want in wait_for.items() if file_complete(want, stats.get(rel))}
+
+
+def _literal(text):
+    """`text` as a literal in an rsync pattern that holds a wildcard (both honour the backslash then)."""
+    return _PATTERN_SPECIAL.sub(r"\\\1", text)
+
+
+def relay_excludes(pending):
+    """`--exclude` words keeping the files not yet complete, and their rsync temporary names,
+    out of a pass: anchored at the top of the transfer (`/rel`), so only that path matches.
+
+    `a/b.safetensors` -> `--exclude=/a/b.safetensors`, `--exclude=/a/.b.safetensors.*`.
+    """
+    out = []
+    for rel in sorted(pending):
+        parent, name = posixpath.split(rel)
+        head = "/" + (parent + "/" if parent else "")
+        literal = _PATTERN_SPECIAL.search(rel) is not None
+        out.append("--exclude=" + (_literal(head + name) if literal else head + name))
+        out.append("--exclude=" + _literal(head + "." + name) + ".*")
+    return out
+
+
+def merge_itemized(results):
+    """parse_itemized results of several passes into one: each list in first-seen order without
+    repeats; a file sent in one pass and itemized again in a later one counts as sent only."""
+    keys = ("transferred", "created", "deleted", "attrs_only", "unchanged")
+    out = {k: [] for k in keys}
+    for res in results:
+        for k in keys:
+            for item in res.get(k, ()):
+                if item not in out[k]:
+                    out[k].append(item)
+    sent = set(out["transferred"])
+    out["attrs_only"] = [i for i in out["attrs_only"] if i not in sent]
+    out["unchanged"] = [i for i in out["unchanged"] if i not in sent]
+    out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
+    return out
+
+
+class UpstreamStalled(Exception):
+    """Nothing arrived in the copy for `waited` seconds; `complete`/`pending` its files."""
+
+    def __init__(self, complete, pending, waited):
+        super().__init__("upstream stalled")
+        self.complete, self.pending, self.waited = complete, pending, waited
+
+
+def stall_message(source, dest_name, upstream, complete, pending, waited):
+    """The failure of a Mac that waited in vain on its own copy to pass the model on."""
+    shown = ", ".join(sorted(pending)[:3]) + (", ..." if len(pending) > 3 else "")
+    return (f"{source} stopped waiting to pass the model on to {dest_name}: its own copy from "
+            f"{upstream} has not grown for {waited:.0f} s ({len(complete)} of "
+            f"{len(complete) + len(pending)} files complete; not yet: {shown}). The copy into "
+            f"{source} is what stopped: its own failure (task 'Copy the model along the cables', "
+            f"{source}'s copy from {upstream}) names the cause. Fix that, then re-run the models "
+            "stage: what was copied stays and every copy resumes")
+
+
+def relay_passes(wait_for, look, run_pass, clock, sleep, wait_limit, poll=RELAY_POLL):
+    """Pass a copy on while it arrives: the rsync passes a relaying Mac runs.
+
+    wait_for: the source's files {rel: {size, mtime}}; look(): {rel: (size, mtime)} of every
+    file in this Mac's copy now (temporary ones included); run_pass(excludes) runs one rsync
+    pass and returns (rc, out, err, argv); clock() and sleep(s) as time.monotonic/time.sleep.
+
+    Each time files have become complete since the last pass, one pass sends the copy with the
+    files not yet complete excluded (relay_excludes); when all are complete, a last pass with no
+    exclude, and the passes end. Between passes it looks at the copy every `poll` seconds. When
+    no file grows or completes for `wait_limit` seconds it raises UpstreamStalled. Returns the
+    passes' results [(rc, out, err, argv)], ending at the first that failed (rc != 0).
+    """
+    passes, sent, seen, since = [], None, None, clock()
+    while True:
+        stats = look()
+        done = complete_files(wait_for, stats)
+        now = clock()
+        state = (frozenset(done), sum(size for size, _ in stats.values()))
+        if state != seen:
+            seen, since = state, now
+        pending = set(wait_for) - done
+        if not pending or (done and done != sent):
+            result = run_pass(relay_excludes(pending))
+            passes.append(result)
+            if result[0] != 0 or not pending:
+                return passes
+            sent, since = done, clock()  # a pass is not waiting
+            continue
+        if now - since >= wait_limit:
+            raise UpstreamStalled(sorted(done), sorted(pending), now - since)
+        sleep(poll)

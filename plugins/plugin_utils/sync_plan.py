@@ -1,26 +1,34 @@
 # -*- coding: utf-8 -*-
-"""Who copies the model to whom, round by round, along the Thunderbolt cables (controller side).
+"""Who copies the model to whom along the Thunderbolt cables (controller side).
 
-The model sync stage (`model_sync_source: tree`) spreads the model like a breadth-first tree:
-in every round each Mac that already has the model copies it to peers that do not, each copy
-over one of the sender's own cables, to the receiver's address on that cable. A mesh is one
-round; a ring of N Macs is ceil((N-1)/2) rounds, the copies going both ways round the ring.
+The model sync stage (`model_sync_source: tree`) spreads the model down a tree whose copies
+all run at once, pipelined: a Mac passes each file on as soon as that file is complete in its
+own copy (module model_rsync, option wait_for), so a chain of Macs costs about one copy, not
+one copy per hop. What bounds a pipelined copy is the slowest cable on the way, so each Mac
+gets the model over the path from the source that is the widest:
 
-- fanout: how many copies one Mac sends in one round. 0 (the default) means one per cabled
-  peer at once: each cable is its own link, and on a Mac each rsync-over-ssh stream has its own
-  core, so copies over different cables do not share a bottleneck (bench/model_sync.py
-  measures it on the simulated cluster, where every namespace shares the machine's cores).
-  1 sends to one peer at a time (a pipeline of doubling rounds).
+- the path whose slowest cable is the fastest (widest path); then the fewest hops; then the
+  sender with the fewest copies to send so far (load spread); then rank order. The tree is
+  grown like Prim's: the next Mac attached is the one with the best such path through the Macs
+  already attached, which gives every Mac its widest path, and among equally wide ones the
+  fewest hops given the tree above it. A mesh is one hop from the source, a ring two chains
+  going both ways, a Mac behind a dock leg at half speed is reached through a Mac on full-speed
+  cables when there is one.
+- fanout: most copies one Mac sends (they all run at once). 0 (the default): no limit, each
+  cable is its own link and on a Mac each rsync-over-ssh stream has its own core. With a
+  limit, a sender that has its share is passed over while another path reaches the Mac; a Mac
+  that only full senders reach still gets its copy from the best of them (over the limit).
 - Several cables between the same two Macs: the copy takes the fastest (then the lowest cable
-  id). A receiver with several senders in reach takes the least loaded one this round, then the
-  fastest cable, then the first in rank order.
+  id).
 - Macs with no Thunderbolt path from the source (another island of cables, or no cable at all)
-  get one copy per island over the management network, from the source, in the first round,
-  to the island's Mac from which the island is shallowest; that Mac then passes it on over its
-  own cables. Each such island is named in a warning. LAN copies do not count against fanout
-  (another link).
+  get one copy per island over the management network, from the source, to the island's Mac
+  from which the island is shallowest; that Mac then passes it on over its own cables. Each
+  such island is named in a warning. LAN copies do not count against fanout (another link).
 - source None is the controller: it has no Thunderbolt cable, so every island (rank 0's
-  included) is seeded over the management network in the first round.
+  included) is seeded over the management network.
+
+The copies are also grouped by hops from the source (``rounds``; ``depth`` = hops of the
+deepest Mac), which is how the plan is shown; they are not run round by round.
 
 Pure: no Ansible import. The filter `mlx.cluster.mlx_sync_rounds` is its face, over the plan.
 """
@@ -121,27 +129,35 @@ def _island_warning(source, island, root):
     return text + (". Fix: cable %s to the others, directly or through a Mac that is" % root)
 
 
+def _speed(link):
+    return link["speed_gbps"] or 0
+
+
 def sync_rounds(hosts, cables, source=None, fanout=0):
-    """Rounds of copies that bring the model from `source` to every Mac in `hosts`.
+    """The tree of copies that brings the model from `source` to every Mac in `hosts`.
 
     hosts: inventory names in rank order (the Macs to serve; cables to others are ignored).
     cables: ``[{id, speed_gbps, a: {host, iface, address}, b: {...}}]`` (the ip plan's cables
     with the links' speeds: :func:`cables_from_plan`).
     source: the Mac that has the model (in hosts), or None for the controller.
-    fanout: most Thunderbolt copies one Mac sends per round; 0 = one per cabled peer.
+    fanout: most Thunderbolt copies one Mac sends; 0 = no limit (see the module docstring).
 
     Returns ``{source, fanout, rounds: [[copy, ...], ...], copies: {dest: copy}, depth, lan:
     [dest, ...], islands: [[host, ...], ...], warnings: [...]}``, a copy being ``{round, dest,
-    src, via: thunderbolt|lan, address (dest's on the cable; None over the LAN), src_address,
-    src_iface, dest_iface, cable, speed_gbps}``. The source itself gets no copy; ``src`` None is
-    the controller. Same input, same output.
+    src, path, bottleneck_gbps, via: thunderbolt|lan, address (dest's on the cable; None over
+    the LAN), src_address, src_iface, dest_iface, cable, speed_gbps}``: ``round`` is the copy's
+    hops from the source (1 = straight from it), ``path`` the Macs the model passes through
+    before this copy (the source first, ``src`` last; the controller left out),
+    ``bottleneck_gbps`` the slowest cable on the way (None when the way has a LAN copy). The
+    copies all run at once; ``rounds`` groups them by hops, ``depth`` is the deepest. The
+    source itself gets no copy; ``src`` None is the controller. Same input, same output.
     """
     hosts = _names(hosts)
     if source is not None and source not in hosts:
         raise PlanError("the model's source %r is not one of the Macs (%s)" % (source, ", ".join(hosts)))
     if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 0:
-        raise PlanError("fanout must be 0 (one copy per cabled peer at once) or a positive number "
-                        "of copies per Mac and round, got %r" % (fanout,))
+        raise PlanError("fanout must be 0 (no limit: one copy per cabled peer at once) or a positive "
+                        "number of copies per Mac, got %r" % (fanout,))
     rank = {h: i for i, h in enumerate(hosts)}
     links = _pair_links(cables, rank)
     adj = {h: [] for h in hosts}
@@ -149,49 +165,53 @@ def sync_rounds(hosts, cables, source=None, fanout=0):
         adj[s].append(r)
     islands = _islands(hosts, adj)
 
-    warnings, seeds = [], []
+    by_dest, warnings = {}, []
+    # attached Mac -> (bottleneck over the cables, or None after a LAN copy; hops; path to it)
+    reached = {source: (float("inf"), 0, [])} if source is not None else {}
     for island in islands:
         if source in island:
             continue
         root = min(island, key=lambda h: (_eccentricity(h, adj), rank[h]))
-        seeds.append(_lan_copy(root, source))
+        by_dest[root] = dict(_lan_copy(root, source), round=1, path=[source] if source else [],
+                             bottleneck_gbps=None)
+        reached[root] = (None, 1, ([source] if source else []) + [root])
         if source is not None or len(islands) > 1:
             warnings.append(_island_warning(source, island, root))
+    if source is not None:
+        reached[source] = (float("inf"), 0, [source])
 
-    have = {source} if source is not None else set()
-    rounds = []
-    while len(have) < len(hosts):
-        copies = list(seeds) if not rounds else []
-        taken = {c["dest"] for c in copies}
-        load = {h: 0 for h in have}
-        wanting = []
-        for u in hosts:
-            if u in have or u in taken:
-                continue
-            senders = [h for h in adj[u] if h in have]
-            if senders:
-                wanting.append((len(senders), rank[u], u, senders))
-        for _, _, u, senders in sorted(wanting):
-            free = [h for h in senders if not fanout or load[h] < fanout]
-            if not free:
-                continue
-            src = min(free, key=lambda h: (load[h], -(links[(h, u)]["speed_gbps"] or 0), rank[h]))
-            load[src] += 1
-            copies.append(dict(links[(src, u)], dest=u, src=src, via=THUNDERBOLT))
-        if not copies:  # cannot happen: every island is seeded; kept as a guard against a loop
-            raise PlanError("no copy can reach %s" % ", ".join(h for h in hosts if h not in have))
-        copies.sort(key=lambda c: rank[c["dest"]])
-        for c in copies:
-            c["round"] = len(rounds) + 1
-            have.add(c["dest"])
-        rounds.append(copies)
-    by_dest = {c["dest"]: c for r in rounds for c in r}
+    load = {h: 0 for h in hosts}
+    while len(reached) < len(hosts):
+        best = None
+        for u in sorted(reached, key=rank.get):
+            width, hops, _ = reached[u]
+            for v in adj[u]:
+                if v in reached:
+                    continue
+                link = links[(u, v)]
+                # a LAN-seeded island: its widths count from its root (the LAN is another link)
+                w = _speed(link) if width is None else min(width, _speed(link))
+                over = bool(fanout) and load[u] >= fanout
+                key = (over, -w, hops + 1, load[u], rank[v], rank[u])
+                if best is None or key < best[0]:
+                    best = (key, u, v, w)
+        if best is None:  # cannot happen: every island is seeded; kept as a guard against a loop
+            raise PlanError("no copy can reach %s" % ", ".join(h for h in hosts if h not in reached))
+        _, u, v, w = best
+        width, hops, path = reached[u]
+        load[u] += 1
+        reached[v] = (None if width is None else w, hops + 1, path + [v])
+        by_dest[v] = dict(links[(u, v)], dest=v, src=u, via=THUNDERBOLT, round=hops + 1, path=list(path),
+                          bottleneck_gbps=None if width is None else w)
+    copies = {h: by_dest[h] for h in hosts if h in by_dest}
+    depth = max((c["round"] for c in copies.values()), default=0)
+    rounds = [[c for c in copies.values() if c["round"] == k] for k in range(1, depth + 1)]
     return {
         "source": source,
         "fanout": fanout,
         "rounds": rounds,
-        "copies": {h: by_dest[h] for h in hosts if h in by_dest},
-        "depth": len(rounds),
+        "copies": copies,
+        "depth": depth,
         "lan": [c["dest"] for r in rounds for c in r if c["via"] == LAN],
         "islands": islands,
         "warnings": warnings,

@@ -1,6 +1,7 @@
-"""The model's rounds along the cables (plugin_utils/sync_plan.py, filter mlx_sync_rounds): a
-breadth-first tree over the real plan of each wiring (links -> ip plan -> rounds), the LAN only
-for Macs with no Thunderbolt path, and invariants on random wirings."""
+"""The model's tree along the cables (plugin_utils/sync_plan.py, filter mlx_sync_rounds): for a
+pipelined copy, each Mac's widest path (then fewest hops, load, rank) over the real plan of each
+wiring (links -> ip plan -> tree), the LAN only for Macs with no Thunderbolt path, and
+invariants on random wirings."""
 
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ def address_of(plan, host, peer):
 
 
 def check_tree(result, plan, hosts, source, fanout=0):
-    """Every Mac but the source gets one copy, from a Mac that had the model before that round,
-    over a cable between the two (to the receiver's address on it) or over the LAN."""
+    """Every Mac but the source gets one copy, from a Mac one hop nearer the source (its round
+    one less), over a cable between the two (to the receiver's address on it) or over the LAN;
+    each copy's path is its sender's path and the sender."""
     have = {source} if source else set()
     got = []
     for k, copies in enumerate(result["rounds"], start=1):
@@ -80,12 +82,24 @@ def check_tree(result, plan, hosts, source, fanout=0):
             else:
                 assert c["address"] is None and c["src"] == source, c
             got.append(c["dest"])
-        if fanout:
-            assert max(sent.values(), default=0) <= fanout
         have |= {c["dest"] for c in copies}
     assert sorted(got) == sorted(h for h in hosts if h != source)
     assert len(got) == len(set(got))
     assert sorted(result["copies"]) == sorted(got)
+    for c in result["copies"].values():
+        up = result["copies"].get(c["src"])
+        assert c["path"] == ((up["path"] + [c["src"]]) if up else ([source] if source else [])), c
+    if fanout and all(len(adjacent(plan, h)) <= fanout for h in hosts):
+        # (over the limit only when no sender under it reaches a Mac: the star test)
+        assert all(sent_by(result, h) <= fanout for h in hosts)
+
+
+def sent_by(result, host):
+    return sum(1 for c in result["copies"].values() if c["src"] == host and c["via"] == sync_plan.THUNDERBOLT)
+
+
+def adjacent(plan, host):
+    return {e["peer_host"] for e in plan["ip_plan"]["hosts"].get(host, [])}
 
 
 def test_mesh4_is_one_round_from_rank0_over_its_own_cables():
@@ -125,16 +139,49 @@ def test_ring8_depth_four_each_round_one_copy_each_way():
     assert result["lan"] == [] and result["warnings"] == []
 
 
-def test_mesh3_dock_one_round_the_docked_leg_included():
+def test_mesh3_dock_goes_round_the_docked_leg_over_full_speed_cables():
     hosts = names(3)
     cables = [cable("m1", "en2", "m2", "en2", speed=80),
               cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
               cable("m2", "en3", "m3", "en3", speed=80)]
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1")
-    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m3", "thunderbolt")]]
-    assert result["copies"]["m3"]["speed_gbps"] == 40
+    assert pairs(result) == [[("m1", "m2", "thunderbolt")], [("m2", "m3", "thunderbolt")]]
+    m3 = result["copies"]["m3"]
+    assert m3["speed_gbps"] == 80 and m3["bottleneck_gbps"] == 80 and m3["path"] == ["m1", "m2"]
+    assert m3["address"] in address_of(plan, "m3", "m2")
+    assert result["depth"] == 2
     check_tree(result, plan, hosts, "m1")
+
+
+def test_a_wider_path_wins_over_fewer_hops_and_equal_widths_take_fewer_hops():
+    # m1-m4 direct at 20; m1-m2-m3-m4 at 80: three hops at 80 beat one at 20
+    hosts = names(4)
+    cables = [cable("m1", "en2", "m2", "en2", speed=80), cable("m2", "en3", "m3", "en2", speed=80),
+              cable("m3", "en3", "m4", "en2", speed=80), cable("m1", "en3", "m4", "en3", speed=20)]
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1")
+    assert result["copies"]["m4"]["path"] == ["m1", "m2", "m3"] and result["depth"] == 3
+    check_tree(result, plan, hosts, "m1")
+    # the direct cable at 80 too: one hop
+    cables[3]["speed"] = cables[3]["speed_b"] = 80
+    result = rounds_of(hosts, cables)
+    assert result["copies"]["m4"]["src"] == "m1" and result["copies"]["m3"]["path"] in (["m1", "m2"], ["m1", "m4"])
+    # the bottleneck is the slowest cable of the way: m3 behind a 40 from m2, m4 behind it
+    cables[3]["speed"] = cables[3]["speed_b"] = 20
+    cables[1]["speed"] = cables[1]["speed_b"] = 40
+    result = rounds_of(hosts, cables)
+    assert result["copies"]["m4"]["bottleneck_gbps"] == 40 and result["copies"]["m4"]["path"] == ["m1", "m2", "m3"]
+
+
+def test_equal_widths_and_hops_spread_the_senders_load():
+    # m1 to m2 and m3; m4 and m5 each cabled to both m2 and m3: one each, not both from m2
+    hosts = names(5)
+    cables = [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m3", "en2"),
+              cable("m2", "en3", "m4", "en2"), cable("m3", "en3", "m4", "en3"),
+              cable("m2", "en4", "m5", "en2"), cable("m3", "en4", "m5", "en3")]
+    result = rounds_of(hosts, cables)
+    assert result["copies"]["m4"]["src"] == "m2" and result["copies"]["m5"]["src"] == "m3"
 
 
 def test_a_chain_is_passed_down_one_hop_per_round():
@@ -186,13 +233,18 @@ def test_from_the_controller_one_lan_copy_then_the_cables():
     assert result["warnings"] == []
 
 
-def test_fanout_one_sends_to_one_peer_at_a_time():
+def test_fanout_one_makes_a_mesh_a_chain_and_a_star_goes_over_it():
     hosts, cables = mesh(4)
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1", fanout=1)
-    assert pairs(result) == [[("m1", "m2", "thunderbolt")],
-                             [("m1", "m3", "thunderbolt"), ("m2", "m4", "thunderbolt")]]
+    assert pairs(result) == [[("m1", "m2", "thunderbolt")], [("m2", "m3", "thunderbolt")],
+                             [("m3", "m4", "thunderbolt")]]
     check_tree(result, plan, hosts, "m1", fanout=1)
+    # a star: only m1 reaches the others, so it sends to all three, over the limit
+    hosts = names(4)
+    star = [cable("m1", "en%d" % (i + 1), "m%d" % i, "en2") for i in (2, 3, 4)]
+    result = rounds_of(hosts, star, fanout=1)
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m3", "thunderbolt"), ("m1", "m4", "thunderbolt")]]
 
 
 def test_the_fastest_of_two_cables_and_the_least_loaded_sender():
@@ -265,6 +317,21 @@ def bfs_depth(hosts, cables, source):
     return dist
 
 
+def widest(hosts, plan, source):
+    """{host: the widest bottleneck (Gb/s) of any cable path from source}, by brute relaxation."""
+    speed = {}
+    for c in sync_plan.cables_from_plan(plan):
+        a, b, s = c["a"]["host"], c["b"]["host"], c["speed_gbps"] or 0
+        for k in ((a, b), (b, a)):
+            speed[k] = max(speed.get(k, 0), s)
+    best = {source: float("inf")}
+    for _ in hosts:
+        for (a, b), s in speed.items():
+            if a in best and min(best[a], s) > best.get(b, -1):
+                best[b] = min(best[a], s)
+    return best
+
+
 @settings(max_examples=120, deadline=None)
 @given(wirings(min_hosts=2, max_hosts=10), st.integers(0, 3), st.data())
 def test_every_mac_served_once_by_a_holder_over_its_cable(wiring, fanout, data):
@@ -278,10 +345,13 @@ def test_every_mac_served_once_by_a_holder_over_its_cable(wiring, fanout, data):
         lan = set(result["lan"])
         assert lan.isdisjoint(dist)  # the LAN only where no cable path leads
         assert len(lan) == len(result["islands"]) - 1 == len(result["warnings"])
-        if not fanout:  # breadth-first: each Mac of the source's island in round = distance
-            for h, d in dist.items():
+        if not fanout:  # each Mac of the source's island over its widest path
+            width = widest(hosts, plan, source)
+            for h in dist:
                 if h != source:
-                    assert result["copies"][h]["round"] == d
+                    assert result["copies"][h]["bottleneck_gbps"] == width[h], h
+                    if len({c["speed"] for c in cables}) == 1:  # all one speed: fewest hops
+                        assert result["copies"][h]["round"] == dist[h], h
     assert sync_plan.plan_rounds(plan, source=source, fanout=fanout) == result
 
 

@@ -15,7 +15,16 @@ def make_model(root, files=None):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+        os.utime(path, (MTIME + 0.75, MTIME + 0.75))
     return root
+
+
+MTIME = 1764130000  # every file's time (plus a fraction, which the manifest drops)
+
+
+def without_mtime(files):
+    """The manifest's files without their times (the tests that look at sizes and hashes)."""
+    return {rel: {k: v for k, v in e.items() if k != "mtime"} for rel, e in files.items()}
 
 
 def sha(data):
@@ -29,7 +38,8 @@ def test_sizes_only_by_default(module_runner, tmp_path):
     assert out.calls == []  # read-only, no command
     r = out.result
     assert r["changed"] is False and r["exists"] is True and r["problems"] == []
-    assert r["files"] == {"adapter.bin": {"size": 3}, "config.json": {"size": 2}, "m.gguf": {"size": 4},
+    assert {e["mtime"] for e in r["files"].values()} == {MTIME}  # whole seconds, what wait_for compares
+    assert without_mtime(r["files"]) == {"adapter.bin": {"size": 3}, "config.json": {"size": 2}, "m.gguf": {"size": 4},
                           "model.safetensors": {"size": 9}, "sub/tokenizer.json": {"size": 3},
                           "sub/w.npz": {"size": 3}}
     assert r["total_bytes"] == 24
@@ -69,7 +79,7 @@ def test_links_are_followed_as_the_copy_follows_them(module_runner, tmp_path):
     os.symlink(blobs / "abc", snap / "model.safetensors")
     os.symlink(tmp_path / "nowhere", snap / "broken.json")
     out = module_runner("model_manifest", args={"path": str(snap), "sha256": True})
-    assert out.result["files"] == {"model.safetensors": {"size": 7, "sha256": sha(b"weights")}}
+    assert without_mtime(out.result["files"]) == {"model.safetensors": {"size": 7, "sha256": sha(b"weights")}}
     assert any("broken.json" in w for w in out.warnings)
 
 
@@ -78,7 +88,7 @@ def test_a_link_loop_is_walked_once(module_runner, tmp_path):
     os.symlink(root, root / "a" / "up")
     out = module_runner("model_manifest", args={"path": str(root)})
     assert not out.failed
-    assert out.result["files"] == {"a/x.json": {"size": 1}}
+    assert without_mtime(out.result["files"]) == {"a/x.json": {"size": 1}}
     assert any("link loop" in w for w in out.warnings)
 
 

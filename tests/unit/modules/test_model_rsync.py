@@ -228,7 +228,7 @@ def test_progress_file_kept_while_rsync_prints_its_progress(module_runner, src, 
     state = json.loads(progress.read_text())
     assert state["done"] is True and (state["bytes"], state["files"], state["total"]) == (1, 1, 1)
     assert sorted(out.result) == sorted(["attrs_only", "changed", "cmd", "created", "deleted", "invocation",
-                                         "log_file", "rc", "transferred", "unchanged"])
+                                         "log_file", "passes", "rc", "transferred", "unchanged"])
 
 
 def test_progress_file_not_in_check_mode(module_runner, src, tmp_path):

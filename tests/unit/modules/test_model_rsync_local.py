@@ -323,3 +323,55 @@ def test_a_copy_that_stops_moving_data_is_ended_and_named(run, tree, tmp_path):
     assert "rsync into admin@10.208.0.2:" in stalled["msg"] and "from m1 stalled" in stalled["msg"]
     assert "no data moved for 2 s" in stalled["msg"] and "between m1 and m2" in stalled["msg"]
     assert "resumes" in stalled["msg"] and "model_sync_stall_timeout" in stalled["msg"]
+
+
+def test_wait_for_passes_each_file_on_once_complete_in_the_copy_still_arriving(run, tree, tmp_path):
+    """The copy being relayed (`relay`) has config.json; the weights arrive as rsync writes them
+    (a temporary `.name.XXXX`, renamed into place with the source's time) a second later."""
+    import threading
+    import time
+
+    src, home, dest = tree
+    source = manifest(run, src, sha256=False)["files"]
+    relay = tmp_path / "relay"
+    (relay / "sub").mkdir(parents=True)
+    shutil.copy2(src / "config.json", relay / "config.json")
+    shutil.copy2(src / "sub" / "tokenizer.json", relay / "sub" / "tokenizer.json")
+    temp = relay / ".model.safetensors.Xy12Ab"
+    temp.write_bytes((src / "model.safetensors").read_bytes()[:1000])
+
+    def arrive():
+        time.sleep(1.5)
+        shutil.copy2(src / "model.safetensors", temp)
+        os.replace(temp, relay / "model.safetensors")
+
+    arriving = threading.Thread(target=arrive)
+    arriving.start()
+    try:
+        out = sync(run, relay, home, dest, wait_for=source, upstream_name="m1", host_label="m3", stall_timeout=10)
+    finally:
+        arriving.join()
+    assert not out.get("failed"), out
+    assert [p["excluded"] for p in out["passes"]] == [1, 0], out["passes"]
+    assert sorted(out["transferred"]) == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert out["changed"] is True and not any(".Xy12Ab" in i for i in out["transferred"] + out["created"])
+    assert manifest(run, dest, expected=source)["problems"] == []
+    again = sync(run, relay, home, dest, wait_for=source, upstream_name="m1")
+    assert again["changed"] is False and len(again["passes"]) == 1, again
+
+
+def test_wait_for_a_copy_that_stops_arriving_fails_naming_the_upstream(run, tree, tmp_path):
+    src, home, dest = tree
+    source = manifest(run, src, sha256=False)["files"]
+    relay = tmp_path / "relay"
+    relay.mkdir()
+    shutil.copy2(src / "config.json", relay / "config.json")
+    (relay / ".model.safetensors.Xy12Ab").write_bytes(b"partial")
+    out = sync(run, relay, home, dest, wait_for=source, upstream_name="m1", host_label="m3",
+               source_name="m2", stall_timeout=1)
+    assert out.get("failed") is True, out
+    assert "m2 stopped waiting to pass the model on to m3: its own copy from m1 has not grown" in out["msg"]
+    assert out["pending"] == ["model.safetensors", "sub/tokenizer.json"] and out["complete"] == ["config.json"]
+    assert [p["excluded"] for p in out["passes"]] == [2]  # config.json went on meanwhile
+    assert (dest / "config.json").exists() and not (dest / "model.safetensors").exists()
+    assert not list(dest.glob(".model*"))

@@ -1,0 +1,79 @@
+"""Issue 15, items 1-2: the tree is pipelined. On a ring of four (tree m1 -> m2 -> m3, m1 -> m4)
+with rank 0's Thunderbolt ports slowed with `tc` (bench/model_sync.py's shaping) to about a
+second per padding file, m3 gets its first file from m2 before m2 has its last one: m2 passes
+each file on as soon as it is complete in its own copy (model_rsync's wait_for, several rsync
+passes). Seen in the files' change times on the Macs (a file's ctime is when rsync renamed it
+into place) and in the passes of m3's copy. A second run changes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from bench.model_sync import tc
+from tests.e2e.benchutil import settings
+from tests.e2e.runner import run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+TREE_TASK = "Copy the model along the cables, every copy at once"
+PADS = [f"pad-{i}.dat" for i in range(5)]  # not weight files: no header read
+PAD_BYTES = 1000 * 1000                     # about a second each at the shaped rate
+SHAPED_MBIT = 8                             # rank 0's Thunderbolt ports, their egress
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+def tb_ports(cluster, host):
+    return sorted(i for i in cluster.links(host) if i.startswith("en") and i != "en0")
+
+
+def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
+    cluster = sim_cluster("ring4")
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    seeded = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
+    shutil.copytree(tiny, seeded)
+    for name in PADS:
+        (seeded / name).write_bytes(os.urandom(PAD_BYTES))
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="")
+    ports = tb_ports(cluster, "m1")
+    for dev in ports:
+        tc(cluster.ns("m1"), dev, SHAPED_MBIT)
+    try:
+        first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    finally:
+        for dev in ports:
+            subprocess.run(["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", dev, "root"], check=False,
+                           capture_output=True)
+    assert first.rc == 0, first.failures()
+    copies = {e["host"]: e["res"] for e in first.results(TREE_TASK) if not e["res"].get("skipped")}
+    assert sorted(copies) == ["m2", "m3", "m4"]
+    m3 = copies["m3"]
+    assert m3["cmd"][0].endswith("rsync") and set(PADS) <= set(m3["transferred"]), m3
+    # m2 ran several passes to m3, the first while files were still arriving from m1
+    assert len(m3["passes"]) >= 2 and m3["passes"][0]["excluded"] > 0, m3["passes"]
+
+    def ctimes(host):
+        dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
+        return {name: (dest / name).stat().st_ctime for name in PADS}
+
+    m2, m3_times = ctimes("m2"), ctimes("m3")
+    print({"m2": m2, "m3": m3_times})  # pytest -s: when each file landed on each Mac
+    assert min(m3_times.values()) < max(m2.values()), (m2, m3_times)
+    # and m3 had it all about when m2 did (not a whole copy later)
+    assert max(m3_times.values()) - max(m2.values()) < 0.5 * (max(m2.values()) - min(m2.values())) + 2
+
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats
+    for res in (e["res"] for e in again.results(TREE_TASK) if not e["res"].get("skipped")):
+        assert len(res["passes"]) <= 1 and res["transferred"] == [], res

@@ -68,11 +68,12 @@ TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
 TREE_TASK = "Copy the model along the cables, every copy at once"
 # How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
 TREE_KIND = "pipelined"
-METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller")
-BASELINES = ("serial", "controller")
+METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller", "controller_tree")
+# the LAN-bound methods (minutes each): measured in the first --baseline-runs runs only
+BASELINES = ("serial", "controller", "controller_tree")
 LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
           "share_fixed": "mlx_lm.share of config.json alone", "serial": "serial loop",
-          "controller": "controller fan-out"}
+          "controller": "controller fan-out", "controller_tree": "tree from the controller"}
 DISTS = ("ansible-core", "mlx", "mlx-lm")
 MODEL = "bench"
 FIXED = "bench-fixed"  # share_fixed's model: the config.json alone
@@ -174,19 +175,24 @@ def span(run, match):
     return (max(ends) - min(starts)).total_seconds()
 
 
-def run_playbook(cluster, model, source, timeout, progress_interval=None):
+def run_playbook(cluster, model, method, timeout, progress_interval=None):
+    """The models stage, `method` tree (from rank 0), controller (fan-out) or controller_tree
+    (model_sync_tree_from: controller); (seconds, its copy phase)."""
     from tests.e2e.runner import run_site
 
-    extra = {"model_sync_name": MODEL, "model_sync_source": source, "mlx_cluster_backend": "ring",
-             "model_sync_source_path": str(model) if source == "controller" else ""}
+    on_controller = method in ("controller", "controller_tree")
+    extra = {"model_sync_name": MODEL, "model_sync_source": "controller" if method == "controller" else "tree",
+             "mlx_cluster_backend": "ring", "model_sync_source_path": str(model) if on_controller else ""}
+    if method == "controller_tree":
+        extra["model_sync_tree_from"] = "controller"
     if progress_interval is not None:
         extra["mlx_cluster_progress_interval"] = progress_interval
     t = time.perf_counter()
     run = run_site(cluster, tags=["models"], extravars=extra, timeout=timeout)
     seconds = time.perf_counter() - t
     if run.rc != 0:
-        raise BenchError(f"model_sync_source {source}: {run.failures()}")
-    if source == "tree":
+        raise BenchError(f"{LABELS[method]}: {run.failures()}")
+    if method != "controller":
         copy = span(run, lambda name: name == TREE_TASK)
     else:
         copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
@@ -303,7 +309,7 @@ class Journal:
     def result(self, topology):
         """{topology, hosts, cables, depth, rates_mbit, samples, copy_phase} from the records."""
         samples = {m: [] for m in METHODS}
-        copy_phase = {"tree": [], "controller": []}
+        copy_phase = {"tree": [], "controller": [], "controller_tree": []}
         for r in self.records:
             if r.get("topology") == topology and r.get("method") in samples and r.get("part") is None:
                 samples[r["method"]].append(r["seconds"])
@@ -326,8 +332,8 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
     """One measurement of `method` (the serial loop copy by copy, each journaled); the record."""
     art = cluster.inventory_path.parent / "artifacts"
     record = {"topology": spec, "method": method, "run": run}
-    fresh(cluster, model, seed=method != "controller")
-    if method in ("tree", "controller"):
+    fresh(cluster, model, seed=method not in ("controller", "controller_tree"))
+    if method in ("tree", "controller", "controller_tree"):
         record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout, progress_interval)
     elif method == "one_copy":
         record["seconds"] = one_copy(cluster, plan)
@@ -348,7 +354,7 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
                 journal.add(**part)
             total += part["seconds"]
         record["seconds"] = total
-    if method in ("tree", "controller", "share"):
+    if method in ("tree", "controller", "controller_tree", "share"):
         check_everywhere(cluster, files, method)
     journal.add(**record)
     return record
@@ -409,6 +415,7 @@ def summarize(result):
     ratio("share_vs_one", "share", "one_copy")
     for m in ("serial", "controller", "share"):
         ratio(f"{m}_vs_tree", m, "tree")
+    ratio("controller_vs_controller_tree", "controller", "controller_tree")
     out["runs"] = {m: len(v) for m, v in s.items() if v}
     return out
 
@@ -416,7 +423,8 @@ def summarize(result):
 HEADER = ("topology", "Macs", "depth", "runs", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)",
           "tree: copies (s)", "copies / one copy", "copies / (one copy x depth)", "run / one copy",
           "mlx_lm.share (s)", "share / one copy", "share of config.json alone (s)", "serial loop (s)", "controller fan-out: run (s)",
-          "controller: copies (s)", "serial / tree run", "controller / tree run")
+          "controller: copies (s)", "serial / tree run", "controller / tree run",
+          "tree from the controller: run (s)", "its copies (s)", "controller fan-out / tree from the controller")
 
 
 def _runs(counts):
@@ -440,7 +448,8 @@ def table_rows(results):
                      ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"),
                      cell("share_fixed"), cell("serial", 0),
                      cell("controller", 0), cell("controller_copies", 0), ratio("serial_vs_tree", 1, "x"),
-                     ratio("controller_vs_tree", 1, "x")))
+                     ratio("controller_vs_tree", 1, "x"), cell("controller_tree", 0),
+                     cell("controller_tree_copies", 0), ratio("controller_vs_controller_tree", 1, "x")))
     return rows
 
 

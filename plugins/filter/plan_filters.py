@@ -123,6 +123,7 @@ def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
     _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
     if source is not None:
         _check("mlx_sync_rounds", "source", source, str, "the inventory name of the Mac that has the model")
+    source = source or None  # empty: the controller
     if hosts is not None:
         _check("mlx_sync_rounds", "hosts", hosts, (list, tuple), "a list of inventory names")
     _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = no limit)")

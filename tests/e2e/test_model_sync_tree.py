@@ -91,3 +91,59 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     for h in ("m2", "m3", "m4"):  # --check copied nothing
         dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny" / "config.json"
         assert dest.read_bytes() == (tiny / "config.json").read_bytes(), h
+
+
+CONTROLLER_TASK = "Copy the model from the controller to every Mac"
+
+
+def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_cluster, tiny):
+    """model_sync_tree_from: controller on ring4: the controller sends one copy over the
+    management network, to the most central Mac of the ring (m1 by rank), which passes each file
+    on along the cables as it arrives; the Macs further on get theirs from a Mac over a cable.
+    A re-run changes nothing; --check after a change on the controller lists that file for
+    every Mac (the controller's dry run) and copies nothing."""
+    cluster = sim_cluster("ring4")
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    model = cluster.state_dir / "controller-models" / "tiny"
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(tiny, model)
+    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller")
+    files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
+
+    first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    assert first.rc == 0, first.failures()
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    rounds = sync_plan.plan_rounds(plan, source=None)
+    assert rounds["lan"] == ["m1"] and rounds["warnings"] == []
+    got = tree_copies(first)
+    assert sorted(got) == ["m1", "m2", "m3", "m4"]
+    # the one copy over the management network: from the controller, as Ansible reaches m1
+    assert got["m1"]["cmd"][-1] == f"{cluster.mgmt_address('m1')}:{REMOTE_MODEL}/", got["m1"]["cmd"]
+    assert not got["m1"]["passes"]
+    for host in ("m2", "m3", "m4"):
+        planned = rounds["copies"][host]
+        assert planned["via"] == "thunderbolt" and planned["src"] != host
+        assert got[host]["cmd"][-1] == f"{planned['address']}:{REMOTE_MODEL}/", (host, got[host]["cmd"])
+        assert f"from {planned['src_address']} " in cluster.sshd_log(host), host
+        assert got[host]["passes"], host            # passed on while its sender still received
+        dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
+        assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == files
+    # the controller sent one copy, not one per Mac
+    assert [h for h, res in got.items() if res["cmd"][-1].startswith(cluster.mgmt_address(h))] == ["m1"]
+
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
+
+    config = model / "config.json"
+    config.write_text(config.read_text() + "\n")
+    check = run_site(cluster, tags=["models"], extravars=extravars, check=True)
+    assert check.rc == 0, check.failures()
+    assert tree_copies(check) == {}
+    listed = {e["host"]: e["res"] for e in check.results(CONTROLLER_TASK) if not e["res"].get("skipped")}
+    assert sorted(listed) == ["m1", "m2", "m3", "m4"]
+    assert all(res["transferred"] == ["config.json"] for res in listed.values()), listed
+    for h in cluster.hosts:
+        dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny" / "config.json"
+        assert dest.read_bytes() == (tiny / "config.json").read_bytes(), h

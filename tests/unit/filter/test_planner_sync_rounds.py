@@ -359,6 +359,9 @@ def test_the_filter_is_the_same_function_and_names_itself_in_errors(filters, fil
     hosts, cables = ring(4)
     plan = plan_of(hosts, cables)
     assert filters["mlx_sync_rounds"](plan, "m1") == sync_plan.plan_rounds(plan, source="m1")
+    # empty or null: the controller (model_sync_tree_from: controller)
+    assert filters["mlx_sync_rounds"](plan, "") == filters["mlx_sync_rounds"](plan, None) \
+        == sync_plan.plan_rounds(plan, source=None)
     with pytest.raises(filter_error, match="^mlx_sync_rounds: the model's source 'm9'"):
         filters["mlx_sync_rounds"](plan, "m9")
     with pytest.raises(filter_error, match="^mlx_sync_rounds: fanout must be"):

@@ -300,14 +300,23 @@ class ProgressAction(ActionBase):
 
         try:
             final = wait_for_job(status, read, show, self.render, interval, limit + LIMIT_GRACE)
-        finally:
+        except BaseException:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+            raise
         if final.get("failed") and final.get("msg") == "could not find job":
             final["msg"] = (f"the async job {jid} of this task is gone from the machine it ran on (its "
                             f"status file in {async_dir} was removed, or the machine restarted): run the "
                             "stage again")
+        elif final.get("finished") and results_file and self._should_remove_tmp_path(tmpdir):
+            # what async_status's cleanup does (remove the job's status file) and the temporary
+            # directory's removal in one shell command: no Python run at the end of every copy
+            done = self._low_level_execute_command(
+                f"rm -f {shlex.quote(results_file)}; {self._connection._shell.remove(tmpdir, recurse=True)}",
+                sudoable=False)
+            if done.get("rc") == 0:
+                self._connection._shell.tmpdir = None
         elif final.get("finished"):
             self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                  module_args={"jid": jid, "mode": "cleanup", "_async_dir": async_dir})
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+        self._remove_tmp_path(self._connection._shell.tmpdir)
         return {k: v for k, v in final.items() if k not in ASYNC_KEYS}

@@ -8,7 +8,9 @@ the module as an async job, polls it (async_status) and reads this file on the s
 with one bounded command, printing a line per host at most every `progress_interval` seconds
 (`plugin_utils/progress.py`). The file is written whole each time (a temporary file renamed
 over it), so a reader never sees half of it; it lives in the job's temporary directory, which
-Ansible's async wrapper removes when the job ends.
+Ansible's async wrapper removes when the job ends. The action's read waits on the machine
+for the text `"done": true` in it (json.dump's default separators; the plugin's DONE_TEXT,
+tested against this writer) or for that directory to go.
 
 A progress file that cannot be written never fails the job: writing stops, and the module
 says so in a warning at the end.

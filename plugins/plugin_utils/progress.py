@@ -5,10 +5,13 @@ Ansible prints a task's result when the task ends; a 100 GB copy or a benchmark 
 minutes would be silent until then (plain `async` + `poll` prints only "ASYNC POLL ...
 finished=0"). With `progress_interval` > 0 the action plugin of the module (same name, so
 the tasks' FQCN does not change) starts the module as an async job (Ansible's async_wrapper,
-as `async:` would), polls it with the async_status module, reads the module's progress file
-(`module_utils/mlx_progress.py`) on the same machine with one small command, and prints a
-line through Ansible's display, at most one every `progress_interval` seconds and none before
-that many seconds passed: a short or empty step prints nothing. In a worker process display
+as `async:` would), reads the module's progress file (`module_utils/mlx_progress.py`) on the
+same machine with one command that waits there (`wait_command`: a few seconds at most, ending
+at once when the file says done or the job's directory goes), and prints a line through
+Ansible's display, at most one every `progress_interval` seconds and none before that many
+seconds passed: a short or empty step prints nothing. The job's status (the async_status
+module, a Python run on the machine) is asked when a read says the job ended, and otherwise
+only every STATUS_EVERY seconds. In a worker process display
 goes to the main process (ansible-core's final queue), so with forks > 1 the lines of several
 hosts interleave whole, each prefixed with its host as Ansible prints results
 (`[m2 -> m1] model: 1.2/3.4 GB (35%), 850 MB/s`).
@@ -17,12 +20,15 @@ The module's result comes back as it would from a plain run: the keys the async 
 adds (`ansible_job_id`, `started`, `finished`, `results_file`) are taken off.
 
 Pure parts (tested without Ansible running): `human_bytes`, `copy_line`, `launch_line`,
-`wait_for_job` (the polling loop, with the clock, sleep, status and read injected).
+`wait_command` (the remote read, a POSIX sh command), `wait_for_job` (the polling loop, with
+the clock, sleep, status and read injected).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import posixpath
 import shlex
 import time
 
@@ -35,11 +41,23 @@ display = Display()
 
 # The keys the async machinery adds to a module's result (async_wrapper, async_status).
 ASYNC_KEYS = ("ansible_job_id", "started", "finished", "results_file")
-# Seconds between two reads of the progress file (one small command on the machine).
+# The longest one read of the progress file waits on the machine (s): the wait ends sooner when
+# the file says done, when the job's directory goes (async_wrapper removes it when the job ends,
+# however it ends), or when the next line is due.
+WAIT_MAX = 5.0
+# The pause of the waiting read's loop on the machine (s; BSD and GNU sleep take fractions).
+WAIT_STEP = 0.5
+# The least time between the starts of two reads (s) when a read comes back early without the
+# job having ended (cannot happen with the module's files; guards against a loop of reads).
 TICK = 1.0
-# The job's status is asked after 0.25 s, then at doubling gaps up to this many seconds, and at
-# once when the progress file says the module is done or the file is gone.
-STATUS_EVERY = 5.0
+# The job's status is asked when a read says the job ended (done, gone or unreadable), and
+# otherwise every this many seconds: it finds a job whose file stays without `done` (its wrapper
+# killed, or a failure with ANSIBLE_KEEP_REMOTE_FILES) at most this long (and one read) late.
+STATUS_EVERY = 30.0
+# What ProgressWriter's JSON holds when the module is done (json.dump's default separators).
+DONE_TEXT = '"done": true'
+# What a read returns when the job's directory is gone or the file cannot be read or parsed.
+GONE = "gone"
 # Failed polls in a row (a connection that dropped) before the host is given up as unreachable.
 POLL_ERRORS = 3
 # Seconds the action waits beyond the job's own time limit before it gives up on the job.
@@ -102,6 +120,19 @@ def launch_line(state):
     return line
 
 
+def wait_command(path, wait, step=WAIT_STEP, read_max=READ_MAX):
+    """The POSIX sh command of one read: waits on the machine while the progress file `path` does
+    not say done and its directory is there, at most `wait` seconds (ceil(wait / step) pauses of
+    `step` s, plus a `grep` of a few hundred bytes per pause), then prints the file's first
+    `read_max` bytes. Exit 0 with nothing printed: no file yet; non-zero: the directory is gone
+    (the job ended) or the file could not be read. Paths are quoted: nothing in them runs."""
+    pauses = max(0, math.ceil(wait / step - 1e-9))
+    f, d = shlex.quote(path), shlex.quote(posixpath.dirname(path) or ".")
+    return (f"n={pauses}; while [ \"$n\" -gt 0 ] && [ -d {d} ] && ! grep -qF {shlex.quote(DONE_TEXT)} {f} 2>/dev/null; "
+            f"do sleep {step:g}; n=$((n - 1)); done; "
+            f"[ -d {d} ] || exit 3; [ -f {f} ] || exit 0; exec head -c {int(read_max)} {f}")
+
+
 def finished(status):
     """True when an async_status result says the job ended (or cannot be found any more)."""
     return bool(status.get("finished")) or (bool(status.get("failed")) and status.get("_ansible_parsed", True))
@@ -110,26 +141,41 @@ def finished(status):
 def wait_for_job(status, read, show, render, interval, limit, clock=time.monotonic, sleep=time.sleep):
     """Poll a started async job until it ends; returns the last async_status result.
 
-    status(): the job's async_status result (raises AnsibleConnectionFailure when the host
-    cannot be reached); read(): the progress file's state, or None (not there yet, or gone);
-    render(state): the line to show or None; show(line) prints it. A line is shown when
-    `interval` seconds passed since the start or the last line shown, and it differs from the
-    last one. After `limit` seconds (the job's own limit and some grace) a failed result.
+    read(wait): the progress file's state (a dict) after waiting on the machine up to `wait`
+    seconds for the job to end (`wait_command`), None when the file is not written yet, GONE
+    when the job's directory is gone or the file cannot be read (raises AnsibleConnectionFailure
+    when the host cannot be reached: counted as GONE). status(): the job's async_status result
+    (raises AnsibleConnectionFailure likewise). render(state): the line to show or None;
+    show(line) prints it. A line is shown when `interval` seconds passed since the start or the
+    last line shown, and it differs from the last one; each read waits until the next line is
+    due, WAIT_MAX s at most.
+
+    The status is asked when a read says the job ended (done, GONE, or the file gone after it
+    was seen): within about a second of the module's end (one WAIT_STEP, the read's return,
+    one status run). Otherwise every STATUS_EVERY s: a job that died leaving its file without
+    `done` is found at most STATUS_EVERY + WAIT_MAX s after it died. POLL_ERRORS failed status
+    calls in a row raise. After `limit` seconds (the job's own limit and some grace) a failed
+    result.
     """
     start = clock()
-    last_status, gap = start, 0.25
+    deadline, next_status = start + limit, start + STATUS_EVERY
     last_shown, shown = start, None
-    seen, errors, delay = False, 0, 0.25
+    seen, errors, pause = False, 0, 0.25
     while True:
-        sleep(delay)
-        delay = min(TICK, delay * 2)
-        try:
-            state = read()
-        except AnsibleConnectionFailure:
-            state = None
         now = clock()
-        ended = (state is None and seen) or bool(state and state.get("done"))
-        if ended or now - last_status >= gap:
+        until_due = last_shown + interval - now
+        wait = until_due if until_due > 0 else min(interval, WAIT_MAX)
+        wait = max(0.0, min(wait, WAIT_MAX, next_status - now, deadline - now))
+        asked = now
+        try:
+            state = read(wait)
+        except AnsibleConnectionFailure:
+            state = GONE
+        now = clock()
+        running = isinstance(state, dict)
+        ended = state == GONE or (state is None and seen) or bool(running and state.get("done"))
+        seen = seen or running
+        if ended or now >= next_status:
             try:
                 result = status()
                 errors = 0
@@ -138,19 +184,27 @@ def wait_for_job(status, read, show, render, interval, limit, clock=time.monoton
                 if errors >= POLL_ERRORS:
                     raise
                 result = {}
-            last_status, gap = clock(), min(STATUS_EVERY, gap * 2)
+            next_status = clock() + STATUS_EVERY
             if result and finished(result):
                 return result
-        if state is not None:
-            seen = True
+        if running:
             line = render(state)
             if line and line != shown and now - last_shown >= interval:
                 show(line)
                 shown, last_shown = line, now
-        if now - start > limit:
+        if clock() >= deadline:
             return {"failed": True, "msg": f"the job did not end within {int(limit)} s (its time limit and "
                                            f"{LIMIT_GRACE} s more): it was given up; look on the machine for "
                                            "what still runs"}
+        if ended:
+            # the module wrote done (or its directory went) but the job's result is not written yet
+            sleep(pause)
+            pause = min(TICK, pause * 2)
+        else:
+            pause = 0.25
+            rest = min(wait, TICK) - (clock() - asked)  # a read that came back early
+            if rest > 0:
+                sleep(rest)
 
 
 class ProgressAction(ActionBase):
@@ -228,29 +282,41 @@ class ProgressAction(ActionBase):
             return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                         module_args={"jid": jid, "mode": "status", "_async_dir": async_dir})
 
-        def read():
-            res = self._low_level_execute_command(f"head -c {READ_MAX} {shlex.quote(path)}", sudoable=False)
+        def read(wait):
+            res = self._low_level_execute_command(wait_command(path, wait), sudoable=False)
+            text = res.get("stdout") or ""
             if res.get("rc") != 0:
-                return None
+                return GONE
+            if not text.strip():
+                return None  # the module has not written it yet
             try:
-                state = json.loads(res.get("stdout") or "")
+                state = json.loads(text)
             except ValueError:
-                return None
-            return state if isinstance(state, dict) else None
+                return GONE
+            return state if isinstance(state, dict) else GONE
 
         def show(line):
             display.display(f"{label} {line}")
 
         try:
             final = wait_for_job(status, read, show, self.render, interval, limit + LIMIT_GRACE)
-        finally:
+        except BaseException:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+            raise
         if final.get("failed") and final.get("msg") == "could not find job":
             final["msg"] = (f"the async job {jid} of this task is gone from the machine it ran on (its "
                             f"status file in {async_dir} was removed, or the machine restarted): run the "
                             "stage again")
+        elif final.get("finished") and results_file and self._should_remove_tmp_path(tmpdir):
+            # what async_status's cleanup does (remove the job's status file) and the temporary
+            # directory's removal in one shell command: no Python run at the end of every copy
+            done = self._low_level_execute_command(
+                f"rm -f {shlex.quote(results_file)}; {self._connection._shell.remove(tmpdir, recurse=True)}",
+                sudoable=False)
+            if done.get("rc") == 0:
+                self._connection._shell.tmpdir = None
         elif final.get("finished"):
             self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                  module_args={"jid": jid, "mode": "cleanup", "_async_dir": async_dir})
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+        self._remove_tmp_path(self._connection._shell.tmpdir)
         return {k: v for k, v in final.items() if k not in ASYNC_KEYS}

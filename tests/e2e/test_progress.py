@@ -52,6 +52,11 @@ def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
     (res,) = [e["res"] for e in first.results(COPY_TASK) if e["host"] == "m2"]
     assert res["changed"] is True and "padding.dat" in res["transferred"], res
     assert "--progress" in res["cmd"] and not set(res) & {"ansible_job_id", "started", "finished", "results_file"}
+    # the job's status file on the machine it ran on is removed when the job ends
+    async_dir = cluster.home("m1") / ".ansible_async"
+    assert async_dir.is_dir()
+    left = [p.name for p in async_dir.iterdir() if "--progress" in p.read_text(errors="replace")]
+    assert left == [], left
 
     lines = first.stdout.splitlines()
     task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and COPY_TASK in ln)

@@ -1,4 +1,5 @@
-"""Shared by the benchmark end-to-end tests (test_models_bench.py, test_faults_runtime.py):
+"""Shared by the benchmark and model sync end-to-end tests (test_models_bench.py,
+test_faults_runtime.py, test_model_sync_*.py): Macs with no model or the model on rank 0 only,
 the role settings for the tiny model on a simulated cluster, the `mlx_launch` module run on
 its own from the controller (blocking or in the background), and the test-side process checks."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,20 @@ BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 REMOTE_SCRIPT = "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"   # where the role deploys it
 REMOTE_MODEL = "/srv/admin/mlx-cluster/models/tiny"                    # where model sync puts `tiny`
 RUN_ID = "e2etestrunid0123456789"
+
+
+def fresh_models(cluster, seed=None):
+    """Reset the simulated Macs and take every Mac's models away; with `seed` (a model
+    directory), put it on rank 0 only, where model_sync_source rank0/tree looks for it, and
+    return that path."""
+    cluster.reset()
+    for h in cluster.hosts:
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    if seed is None:
+        return None
+    seeded = cluster.home(cluster.hosts[0]) / "mlx-cluster" / "models" / Path(seed).name
+    shutil.copytree(seed, seeded)
+    return seeded
 
 
 def settings(cluster, tiny, **extra):

@@ -8,13 +8,12 @@ into place) and in the passes of m3's copy. A second run changes nothing."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from bench.model_sync import tc
-from tests.e2e.benchutil import settings
+from tests.e2e.benchutil import fresh_models, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -37,11 +36,7 @@ def tb_ports(cluster, host):
 
 def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
-    cluster.reset()
-    for h in cluster.hosts:
-        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
-    seeded = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
-    shutil.copytree(tiny, seeded)
+    seeded = fresh_models(cluster, tiny)
     for name in PADS:
         (seeded / name).write_bytes(os.urandom(PAD_BYTES))
     extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="")

@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan
-from tests.e2e.benchutil import REMOTE_MODEL, settings
+from tests.e2e.benchutil import REMOTE_MODEL, fresh_models, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -35,11 +35,7 @@ def tree_copies(run):
 
 def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
-    cluster.reset()
-    for h in cluster.hosts:
-        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
-    seeded = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
-    shutil.copytree(tiny, seeded)
+    seeded = fresh_models(cluster, tiny)
     cluster.clear_argv_logs()
     extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="")
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
@@ -103,9 +99,7 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_clus
     A re-run changes nothing; --check after a change on the controller lists that file for
     every Mac (the controller's dry run) and copies nothing."""
     cluster = sim_cluster("ring4")
-    cluster.reset()
-    for h in cluster.hosts:
-        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
+    fresh_models(cluster)
     model = cluster.state_dir / "controller-models" / "tiny"
     shutil.rmtree(model, ignore_errors=True)
     shutil.copytree(tiny, model)

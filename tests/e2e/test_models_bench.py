@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, launch_bench, settings
+from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, fresh_models, launch_bench, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -133,11 +133,7 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
 
 def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny):
     cluster = sim_cluster("pair")
-    cluster.reset()
-    for h in cluster.hosts:
-        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
-    seeded = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
-    shutil.copytree(tiny, seeded)
+    seeded = fresh_models(cluster, tiny)
     run = run_site(cluster, tags=["network", "hostfile", "models"],
                    extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
     assert run.rc == 0, run.failures()

@@ -319,7 +319,15 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     # the request is in flight from when the client (a Python started on rank 0's Mac) sends
     # it until the watchdog ends the frozen rank, stall_timeout (10 s) later: the wait covers a
     # slow start of the client on a busy machine, and returns at the first look that sees it
-    health = wait_until(lambda: (lambda h: h if h["body"].get("generating") else None)(http(pair, "/health")), 30, 0.5)
+    def in_flight():
+        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/health", ""],
+                        timeout=60)
+        if res.returncode != 0:   # a look that the server did not answer (busy machine): look again
+            return None
+        h = json.loads(res.stdout)
+        return h if h["body"].get("generating") else None
+
+    health = wait_until(in_flight, 30, 0.5)
     assert health and health["status"] == 200 and health["body"]["tokens"] == 0   # in flight, no token yet
 
     def back():

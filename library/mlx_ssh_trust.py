@@ -117,7 +117,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import FilesError, current, write
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import host_key_lines, split_block, with_block
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import host_key_lines, marker_lines, split_block, with_block
 
 
 def read_text(module, path):
@@ -172,8 +172,10 @@ def main():
     key = os.path.expanduser(p["key"])
     known_hosts_path = os.path.expanduser(p["known_hosts_path"])
     authorized_path = os.path.expanduser("~/.ssh/authorized_keys")
-    if "{mark}" not in p["marker"]:
-        module.fail_json(msg=f"marker must hold {{mark}} (where BEGIN and END go), got {p['marker']!r}")
+    try:
+        marker_lines(p["marker"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
 
     host_key_files = sorted(glob.glob(os.path.join(p["host_key_dir"], "ssh_host_*_key.pub")))
     texts = []

@@ -136,8 +136,7 @@ def parse_itemized(text):
             out["transferred"].append(name)
         elif others:
             out["attrs_only"].append(name)
-    out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
-    return out
+    return with_changed(out)
 
 
 class CopyProgress:
@@ -491,6 +490,13 @@ def relay_excludes(pending):
     return out
 
 
+def with_changed(items):
+    """`items` (parse_itemized's lists) with `changed`: true when anything was transferred,
+    created or deleted (time or permission fixes and unchanged files do not count)."""
+    items["changed"] = bool(items["transferred"] or items["created"] or items["deleted"])
+    return items
+
+
 def merge_itemized(results):
     """parse_itemized results of several passes into one: each list in first-seen order without
     repeats; a file sent in one pass and itemized again in a later one counts as sent only."""
@@ -504,8 +510,7 @@ def merge_itemized(results):
     sent = set(out["transferred"])
     out["attrs_only"] = [i for i in out["attrs_only"] if i not in sent]
     out["unchanged"] = [i for i in out["unchanged"] if i not in sent]
-    out["changed"] = bool(out["transferred"] or out["created"] or out["deleted"])
-    return out
+    return with_changed(out)
 
 
 class UpstreamStalled(Exception):

@@ -202,19 +202,25 @@ def reap_supervisor(pid, rank, start, supervisors, remaining):
     supervisors.append({"pid": pid, "rank": rank, "how": how, "seconds": round(time.monotonic() - start, 2)})
 
 
-def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
-    """SIGTERM the rank's recorded PID if it is still our rank; SIGKILL after `grace`.
-    Returns (changed, run_id)."""
+def find_rank(module, ps, run_dir, rank):
+    """(PID, its ps line) of the rank's recorded process when it is still our rank, else
+    (None, ""). Looked up before its supervisor is told: the supervisor passes SIGTERM on at
+    once, and a rank whose peers stopped first may end within milliseconds of that."""
     files = rank_files(run_dir, rank)
     info = read_json(files["state"])
-    run_id = info.get("run_id") or ""
-    pid = pid or read_pid(files["pid"]) or info.get("pid")
-    mine, out = ours(module, ps, pid, run_dir, run_id)
-    if not mine:
-        return False, run_id
+    pid = read_pid(files["pid"]) or info.get("pid")
+    mine, out = ours(module, ps, pid, run_dir, info.get("run_id") or "")
+    return (pid, out) if mine else (None, "")
+
+
+def stop_rank(module, rank, found, grace, stopped, remaining):
+    """SIGTERM the rank found running (find_rank), SIGKILL after `grace`. Returns changed."""
+    pid, out = found
+    if pid is None:
+        return False
     if module.check_mode:
         stopped.append({"pid": pid, "rank": rank, "how": "would send SIGTERM", "seconds": 0.0})
-        return True, run_id
+        return True
     start = time.monotonic()
     signal_all([pid], signal.SIGTERM)
     how = "SIGTERM"
@@ -224,7 +230,7 @@ def stop_rank(module, ps, run_dir, rank, pid, grace, stopped, remaining):
         if wait_gone([pid], 10):
             remaining.append({"pid": pid, "args": out.strip()})
     stopped.append({"pid": pid, "rank": rank, "how": how, "seconds": round(time.monotonic() - start, 2)})
-    return True, run_id
+    return True
 
 
 def main():
@@ -286,8 +292,9 @@ def main():
 
     for rank in ranks:
         start = time.monotonic()
+        found = find_rank(module, ps, run_dir, rank)
         told, keeper = tell_supervisor(module, ps, run_dir, rank, supervisors)
-        did, _rid = stop_rank(module, ps, run_dir, rank, None, p["grace"], stopped, remaining)
+        did = stop_rank(module, rank, found, p["grace"], stopped, remaining)
         if keeper:
             reap_supervisor(keeper, rank, start, supervisors, remaining)
         changed = changed or did or told

@@ -301,7 +301,9 @@ def test_stop_tells_the_supervisor_first_then_the_rank(module_runner, tmp_path, 
     r = run.result
     assert not run.failed and r["changed"]
     ps_calls = [c[3] for c in run.calls if c[:3] == list(PS_ONE)]
-    assert ps_calls == [str(keeper.pid), str(rank.pid)]  # the supervisor is looked at (and told) first
+    # the rank is looked up before its supervisor is told: the supervisor passes SIGTERM on at
+    # once, and a rank ending then (its peers stopped first) was reported as "nothing was running"
+    assert ps_calls == [str(rank.pid), str(keeper.pid)]
     assert [(s["pid"], s["rank"], s["how"]) for s in r["supervisors"]] == [(keeper.pid, 0, "SIGTERM")]
     assert [(s["pid"], s["how"]) for s in r["stopped"]] == [(rank.pid, "SIGTERM")]
     assert r["leftovers"] == [] and r["remaining"] == []

@@ -26,6 +26,19 @@ REPO = Path(__file__).resolve().parents[2]
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg  # noqa: E402  (the product's parsers, over the shims' output)
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb  # noqa: E402
 
+
+@pytest.fixture(scope="module", autouse=True)
+def factory_macs(request):
+    """The tests below read the simulated Macs as they come from the factory. Tests of other
+    files that ran earlier on this worker may have left the session's clusters configured (the
+    end-to-end tests reset a cluster when they start, not when they end): the clusters built so
+    far are reset once, before the first test here. Those built later start from the factory."""
+    from tests.simcluster.pytest_plugin import _reason
+    if _reason() is None:
+        for cluster in list(request.getfixturevalue("sim_cluster").clusters.values()):
+            cluster.reset()
+
+
 VENV_BIN = Path(sys.executable).parent
 TIMEOUT = 180
 

@@ -81,9 +81,15 @@ def server(cluster, tag="server", check=False, **extra):
     return run
 
 
+def request(cluster, path, body=None, timeout=180):
+    """One HTTP request from rank 0's Mac (the client, HTTP_CLIENT, run there): the finished
+    process, whose stdout is {"status", "body"} when the server answered (exit 0)."""
+    return cluster.exec(cluster.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}{path}",
+                                        json.dumps(body) if body is not None else ""], timeout=timeout)
+
+
 def http(cluster, path, body=None):
-    res = cluster.exec(cluster.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}{path}",
-                                       json.dumps(body) if body is not None else ""], timeout=180)
+    res = request(cluster, path, body)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -238,8 +244,7 @@ def test_a_rank_killed_while_serving_takes_the_group_down_and_the_supervisors_re
         now = rank_pids(pair)
         if not all(now.values()) or any(now[h] == pids[h] for h in pair.hosts):
             return None
-        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/v1/models", ""],
-                        timeout=30)
+        res = request(pair, "/v1/models", timeout=30)
         return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None
 
     assert wait_until(back, 90), {h: keeper_state(pair, h) for h in pair.hosts}
@@ -309,10 +314,7 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
         before = rank_pids(pair)
         assert pair.exec(other, ["kill", "-STOP", str(before[other])]).returncode == 0
         # a request from rank 0's Mac: taken by rank 0, its first collective never completes
-        threading.Thread(target=lambda: pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT,
-                                                               f"http://127.0.0.1:{PORT}/v1/chat/completions",
-                                                               json.dumps(ask)], timeout=120),
-                         daemon=True).start()
+        threading.Thread(target=lambda: request(pair, "/v1/chat/completions", ask, timeout=120), daemon=True).start()
         return before, time.monotonic()
 
     before, t0 = freeze_and_ask()
@@ -322,8 +324,7 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     # loop's idle turn, itself stuck in the collective with the frozen rank (queue_depth 1).
     # The wait covers a slow start of the client on a busy machine.
     def in_flight():
-        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/health", ""],
-                        timeout=60)
+        res = request(pair, "/health", timeout=60)
         if res.returncode != 0:   # a look that the server did not answer (busy machine): look again
             return None
         h = json.loads(res.stdout)
@@ -337,8 +338,7 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
         now = rank_pids(pair)
         if not all(now.values()) or any(now[h] == before[h] for h in pair.hosts):
             return None
-        res = pair.exec(pair.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}/v1/models", ""],
-                        timeout=30)
+        res = request(pair, "/v1/models", timeout=30)
         return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None  # not yet bound: refused
 
     now = wait_until(back, 120)

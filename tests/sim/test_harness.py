@@ -35,8 +35,7 @@ def factory_macs(request):
     far are reset once, before the first test here. Those built later start from the factory."""
     from tests.simcluster.pytest_plugin import _reason
     if _reason() is None:
-        for cluster in list(request.getfixturevalue("sim_cluster").clusters.values()):
-            cluster.reset()
+        request.getfixturevalue("sim_cluster").reset_all()
 
 
 VENV_BIN = Path(sys.executable).parent

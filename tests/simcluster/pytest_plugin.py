@@ -68,6 +68,11 @@ class _Registry:
         for c in self.clusters.values():
             c.clear_argv_logs()
 
+    def reset_all(self):
+        """Every cluster built so far back to freshly booted Macs (SimCluster.reset)."""
+        for c in self.clusters.values():
+            c.reset()
+
     def down_all(self):
         errors = []
         for c in list(self.clusters.values()):

@@ -33,9 +33,9 @@ What is timed, the order rotating from round to round so a load change hits ever
   the user reaches it at (the management network), each finished before the next starts;
 - controller: `site.yml --tags models` with `model_sync_source: controller` (the fan-out over the
   management network; its copy task's span is its copy phase).
-The playbook runs (tree, controller) use the role's mlx_cluster_progress_interval (10 s: each copy
-an async job the action plugin polls, about 2.5 s more per copy task on mesh4 here) unless
---progress-interval says otherwise (0: plain tasks); it is recorded in the journal's setting.
+The playbook runs (tree, controller) use the role's mlx_cluster_progress_interval (10 s: each copy's
+progress file read on its sender every few seconds while it runs) unless --progress-interval says
+otherwise (0: no reads); it is recorded in the journal's setting.
 The LAN-bound methods (serial, controller) run --baseline-runs times (default 1: their time is
 the shaped LAN's, minutes per copy); the others --runs times. Every run starts with the model on
 rank 0 only (the controller's run: on the controller only) and ends checked (sizes on every Mac).
@@ -552,7 +552,7 @@ def main(argv=None):
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
     parser.add_argument("--progress-interval", type=int, default=None,
                         help="mlx_cluster_progress_interval of the playbook runs (default: the role's, 10 s; "
-                             "0 = the copies as plain tasks, no async job polled); recorded in the setting")
+                             "0 = no progress reads); recorded in the setting")
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "

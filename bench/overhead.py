@@ -321,8 +321,8 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
                     "benchmark_prompt": PROMPT, "benchmark_prompt_tokens": PROMPT_TOKENS,
                     "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
                     "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT,
-                    # the launch as a plain task: with progress lines it runs as an async job,
-                    # daemonized out of ansible-playbook's process tree, where Beside watches it
+                    # no progress reads: a second SSH session every few seconds beside the
+                    # launch would be counted in the overhead measured here
                     "mlx_cluster_progress_interval": 0}
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the

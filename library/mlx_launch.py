@@ -84,8 +84,8 @@ options:
     description:
       - "Seconds between two progress lines printed while the job runs: the latest
         C([rank R/N host] warm-up i/N) or C(trial i/N) line the ranks logged (the benchmark's),
-        with the ranks that are behind. The action plugin of this module runs it as an async job
-        (time limit O(timeout) plus the SSH check and the clean-up) and polls it; no line is
+        with the ranks that are behind. The action plugin of this module runs it as a plain task
+        would and reads its progress file over a second SSH session while it runs; no line is
         printed before this many seconds, nor for a job that logs no such line. 0 = none."
       - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
     type: int

@@ -99,8 +99,9 @@ options:
     description:
       - Seconds between two progress lines printed while the copy runs (bytes sent, the model's
         size, rate), each naming the host as Ansible does in results. The action plugin of this module
-        runs it as an async job and polls it; no line is printed before this many seconds, so a
-        short or empty copy prints none. 0 = no progress lines (the copy runs as a plain task).
+        runs it as a plain task would and reads its progress file over a second SSH session while
+        it copies; no line is printed before this many seconds, so a short or empty copy prints
+        none. 0 = no progress lines.
       - Not with C(async) on the task (Ansible's own polling is then used), nor in check mode.
     type: int
     default: 0
@@ -148,9 +149,8 @@ attributes:
     support: full
     details: The itemized changes, as rsync printed them.
 notes:
-  - "With O(progress_interval) the copy is an async job polled by the action plugin: the job's
-    own time limit is then a week, since the transfer's length depends on the model's size; a
-    copy that stops moving data is ended by O(stall_timeout)."
+  - "With or without O(progress_interval) the copy has no time limit of its own, since its length
+    depends on the model's size; a copy that stops moving data is ended by O(stall_timeout)."
   - "I(command_timeout) bounds C(rsync --version); the transfer is bounded by O(stall_timeout) (no data moved), not by its total length."
   - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
 author:

@@ -3,20 +3,16 @@
 # MIT License
 """Action plugin model_rsync: the module, shown while it copies (`progress_interval`).
 
-Thin on purpose: plugins/plugin_utils/progress.py runs the module as an async job, polls it and
-prints `[m2 -> m1] model: 1.2/3.4 GB (35%), 850.0 MB/s` at most every `progress_interval`
-seconds; without it (0), in check mode or with `async:` on the task, a plain module run. The
-documentation is library/model_rsync.py.
+Thin on purpose: plugins/plugin_utils/progress.py runs the module as a plain task would and,
+while it copies, reads its progress file and prints `[m2 -> m1] model: 1.2/3.4 GB (35%),
+850.0 MB/s` at most every `progress_interval` seconds; without it (0), in check mode or with
+`async:` on the task, a plain module run. The documentation is library/model_rsync.py.
 """
 
 from __future__ import annotations
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import MODEL_COPY_LIMIT
 from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import ProgressAction, copy_line
 
 
 class ActionModule(ProgressAction):
     render = staticmethod(copy_line)
-
-    def job_limit(self, args):
-        return MODEL_COPY_LIMIT

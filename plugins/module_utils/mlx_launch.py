@@ -46,9 +46,6 @@ PROGRESS_LINE = re.compile(r"\[rank (\d+)/(\d+) ([^\]\s]*)\] ((warm-up|trial) (\
 # mlx_launch's defaults: seconds the job may take, seconds each host gets to answer the SSH check.
 DEFAULT_TIMEOUT = 600
 DEFAULT_SSH_CHECK_TIMEOUT = 10
-# Seconds mlx_launch may take beyond its job's `timeout`: the SSH check before, and ending
-# the launcher's process group after (SIGTERM, 10 s, SIGKILL, 5 s) with margin.
-LAUNCH_GRACE = 60
 # What `ssh` exits with when the remote command died of a signal (or the connection failed):
 # the code `mlx.launch` reports for a rank that was killed on its Mac.
 SSH_DIED = 255
@@ -230,19 +227,6 @@ def rdma_failure(failed, hostfile, stdout=""):
            "a failed RDMA link is not a race, and repeated attempts can wedge it further. "
            f"Fix: {RDMA_FIX}")
     return {"backend": backend, "ranks": out, "cables": cables, "hosts": names, "msg": msg}
-
-def job_limit(timeout=DEFAULT_TIMEOUT, ssh_check_timeout=DEFAULT_SSH_CHECK_TIMEOUT):
-    """Seconds a whole mlx_launch run may take: the async job's limit when its action polls it.
-    Values that are not numbers count as the defaults (the module's own check names them)."""
-    try:
-        timeout = int(timeout)
-    except (TypeError, ValueError):
-        timeout = DEFAULT_TIMEOUT
-    try:
-        ssh_check_timeout = int(ssh_check_timeout)
-    except (TypeError, ValueError):
-        ssh_check_timeout = DEFAULT_SSH_CHECK_TIMEOUT
-    return timeout + 2 * max(0, ssh_check_timeout) + LAUNCH_GRACE
 
 
 class LaunchProgress:

@@ -66,10 +66,6 @@ _PROGRESS_DONE = re.compile(r"\(xfe?r#\d+")
 # How far back the rate looks (seconds): long enough to smooth per-file pauses, short enough
 # to follow a link that slows down.
 RATE_WINDOW = 5.0
-# The async job's time limit when model_rsync's action plugin polls the copy
-# (progress_interval): the transfer has no bound of its own (its length is the model's size
-# over the link), so this only ends a job nobody waits for any more. A week.
-MODEL_COPY_LIMIT = 7 * 24 * 3600
 
 _ITEM = re.compile(r"^([<>ch.])([fdLDS])([.+?cstTpoguaxnbz]{7,9}) (.*)$")
 _DELETING = re.compile(r"^\*deleting\s+(.*)$")

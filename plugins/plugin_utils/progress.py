@@ -4,32 +4,36 @@
 Ansible prints a task's result when the task ends; a 100 GB copy or a benchmark of several
 minutes would be silent until then (plain `async` + `poll` prints only "ASYNC POLL ...
 finished=0"). With `progress_interval` > 0 the action plugin of the module (same name, so
-the tasks' FQCN does not change) starts the module as an async job (Ansible's async_wrapper,
-as `async:` would), reads the module's progress file (`module_utils/mlx_progress.py`) on the
-same machine with one command that waits there (`wait_command`: a few seconds at most, ending
-at once when the file says done or the job's directory goes), and prints a line through
-Ansible's display, at most one every `progress_interval` seconds and none before that many
-seconds passed: a short or empty step prints nothing. The job's status (the async_status
-module, a Python run on the machine) is asked when a read says the job ended, and otherwise
-only every STATUS_EVERY seconds. In a worker process display
+the tasks' FQCN does not change) runs the module as a plain task would (one pipelined SSH
+command), with one more argument: a progress file in the task's temporary directory on the
+machine (`module_utils/mlx_progress.py`). While the module runs, a thread of the action reads
+that file over a second SSH session to the same machine (a copy of the task's connection; with
+ControlPersist it shares the task's master connection), with one command that waits there
+(`wait_command`: a few seconds at most, ending at once when the file says done), and prints a
+line through Ansible's display, at most one every `progress_interval` seconds and none before
+that many seconds passed: a short or empty step prints nothing. In a worker process display
 goes to the main process (ansible-core's final queue), so with forks > 1 the lines of several
 hosts interleave whole, each prefixed with its host as Ansible prints results
 (`[m2 -> m1] model: 1.2/3.4 GB (35%), 850 MB/s`).
 
-The module's result comes back as it would from a plain run: the keys the async machinery
-adds (`ansible_job_id`, `started`, `finished`, `results_file`) are taken off.
+The module's result is the plain run's: the reads only print. Before 2026-11-26 the module ran
+as an async job (async_wrapper, async_status) polled by the action; starting it that way (its
+files copied, no pipelining) and asking its status cost seconds per copy on the simulated
+cluster (docs/benchmarks.md), which the reading thread does not.
 
 Pure parts (tested without Ansible running): `human_bytes`, `copy_line`, `launch_line`,
-`wait_command` (the remote read, a POSIX sh command), `wait_for_job` (the polling loop, with
-the clock, sleep, status and read injected).
+`wait_command` (the remote read, a POSIX sh command), `watch` (the reading loop, with the clock,
+sleep, read and the module's end injected).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import posixpath
 import shlex
+import threading
 import time
 
 from ansible.errors import AnsibleConnectionFailure
@@ -39,33 +43,30 @@ from ansible.utils.vars import merge_hash
 
 display = Display()
 
-# The keys the async machinery adds to a module's result (async_wrapper, async_status).
-ASYNC_KEYS = ("ansible_job_id", "started", "finished", "results_file")
 # The longest one read of the progress file waits on the machine (s): the wait ends sooner when
-# the file says done, when the job's directory goes (async_wrapper removes it when the job ends,
-# however it ends), or when the next line is due.
+# the file says done, when its directory goes, or when the next line is due.
 WAIT_MAX = 5.0
 # The pause of the waiting read's loop on the machine (s; BSD and GNU sleep take fractions).
 WAIT_STEP = 0.5
 # The least time between the starts of two reads (s) when a read comes back early without the
-# job having ended (cannot happen with the module's files; guards against a loop of reads).
+# module being done (no file yet, or an unreadable one).
 TICK = 1.0
-# The job's status is asked when a read says the job ended (done, gone or unreadable), and
-# otherwise every this many seconds: it finds a job whose file stays without `done` (its wrapper
-# killed, or a failure with ANSIBLE_KEEP_REMOTE_FILES) at most this long (and one read) late.
-STATUS_EVERY = 30.0
 # What ProgressWriter's JSON holds when the module is done (json.dump's default separators).
 DONE_TEXT = '"done": true'
-# What a read returns when the job's directory is gone or the file cannot be read or parsed.
+# What a read returns when the file's directory is gone or the file cannot be read or parsed.
 GONE = "gone"
-# Failed polls in a row (a connection that dropped) before the host is given up as unreachable.
+# Failed reads in a row (a connection that dropped) before the reading stops (the module's own
+# run meets the same connection and fails, naming the host).
 POLL_ERRORS = 3
-# Seconds the action waits beyond the job's own time limit before it gives up on the job.
-LIMIT_GRACE = 30
-# The progress file's name in the job's temporary directory (removed with it at the end).
+# The progress file's name in the task's temporary directory (removed with it at the end).
 PROGRESS_NAME = "mlx-cluster-progress.json"
 # The most a read of the progress file takes in (bytes): the file is a few hundred.
 READ_MAX = 65536
+# How long the action waits, once the module returned, for the reading thread to end (s): its
+# read on the machine ends within a WAIT_STEP of the module writing done; a module that ended
+# without writing it leaves a read of WAIT_MAX at most, which is not waited for (the thread
+# prints nothing more).
+JOIN_WAIT = 2 * WAIT_STEP + 1.0
 
 
 def human_bytes(n):
@@ -125,7 +126,7 @@ def wait_command(path, wait, step=WAIT_STEP, read_max=READ_MAX):
     not say done and its directory is there, at most `wait` seconds (ceil(wait / step) pauses of
     `step` s, plus a `grep` of a few hundred bytes per pause), then prints the file's first
     `read_max` bytes. Exit 0 with nothing printed: no file yet; non-zero: the directory is gone
-    (the job ended) or the file could not be read. Paths are quoted: nothing in them runs."""
+    (the task ended and removed it) or the file could not be read. Paths are quoted: nothing in them runs."""
     pauses = max(0, math.ceil(wait / step - 1e-9))
     f, d = shlex.quote(path), shlex.quote(posixpath.dirname(path) or ".")
     return (f"n={pauses}; while [ \"$n\" -gt 0 ] && [ -d {d} ] && ! grep -qF {shlex.quote(DONE_TEXT)} {f} 2>/dev/null; "
@@ -133,94 +134,63 @@ def wait_command(path, wait, step=WAIT_STEP, read_max=READ_MAX):
             f"[ -d {d} ] || exit 3; [ -f {f} ] || exit 0; exec head -c {int(read_max)} {f}")
 
 
-def finished(status):
-    """True when an async_status result says the job ended (or cannot be found any more)."""
-    return bool(status.get("finished")) or (bool(status.get("failed")) and status.get("_ansible_parsed", True))
-
-
-def wait_for_job(status, read, show, render, interval, limit, clock=time.monotonic, sleep=time.sleep):
-    """Poll a started async job until it ends; returns the last async_status result.
+def watch(read, show, render, interval, stopped, clock=time.monotonic, sleep=time.sleep):
+    """Read the progress file of a module that runs, and show its lines, until it is done.
 
     read(wait): the progress file's state (a dict) after waiting on the machine up to `wait`
-    seconds for the job to end (`wait_command`), None when the file is not written yet, GONE
-    when the job's directory is gone or the file cannot be read (raises AnsibleConnectionFailure
-    when the host cannot be reached: counted as GONE). status(): the job's async_status result
-    (raises AnsibleConnectionFailure likewise). render(state): the line to show or None;
-    show(line) prints it. A line is shown when `interval` seconds passed since the start or the
-    last line shown, and it differs from the last one; each read waits until the next line is
-    due, WAIT_MAX s at most.
+    seconds for the module to be done (`wait_command`), None when the file is not written yet,
+    GONE when its directory is gone or it cannot be read or parsed; it may raise
+    AnsibleConnectionFailure. render(state): the line to show or None; show(line) prints it.
+    stopped(): True once the module's run has returned (the action's own thread knows it);
+    sleep(s) pauses, and may return early when stopped.
 
-    The status is asked when a read says the job ended (done, GONE, or the file gone after it
-    was seen): within about a second of the module's end (one WAIT_STEP, the read's return,
-    one status run). Otherwise every STATUS_EVERY s: a job that died leaving its file without
-    `done` is found at most STATUS_EVERY + WAIT_MAX s after it died. POLL_ERRORS failed status
-    calls in a row raise. After `limit` seconds (the job's own limit and some grace) a failed
-    result.
+    A line is shown when `interval` seconds passed since the start or the last line shown, and it
+    differs from the last one; each read waits on the machine until the next line is due,
+    WAIT_MAX s at most. The loop ends when stopped, when the file says done or is GONE (nothing
+    more will be shown), or after POLL_ERRORS failed reads in a row (the module's own run then
+    meets the same connection and says so). Returns the number of reads made.
     """
     start = clock()
-    deadline, next_status = start + limit, start + STATUS_EVERY
     last_shown, shown = start, None
-    seen, errors, pause = False, 0, 0.25
-    while True:
+    errors = reads = 0
+    while not stopped():
         now = clock()
         until_due = last_shown + interval - now
         wait = until_due if until_due > 0 else min(interval, WAIT_MAX)
-        wait = max(0.0, min(wait, WAIT_MAX, next_status - now, deadline - now))
+        wait = max(0.0, min(wait, WAIT_MAX))
         asked = now
+        reads += 1
         try:
             state = read(wait)
+            errors = 0
         except AnsibleConnectionFailure:
-            state = GONE
-        now = clock()
-        running = isinstance(state, dict)
-        ended = state == GONE or (state is None and seen) or bool(running and state.get("done"))
-        seen = seen or running
-        if ended or now >= next_status:
-            try:
-                result = status()
-                errors = 0
-            except AnsibleConnectionFailure:
-                errors += 1
-                if errors >= POLL_ERRORS:
-                    raise
-                result = {}
-            next_status = clock() + STATUS_EVERY
-            if result and finished(result):
-                return result
-        if running:
+            errors += 1
+            if errors >= POLL_ERRORS:
+                return reads
+            state = None
+        if stopped() or state == GONE or (isinstance(state, dict) and state.get("done")):
+            return reads
+        if isinstance(state, dict):
             line = render(state)
+            now = clock()
             if line and line != shown and now - last_shown >= interval:
                 show(line)
                 shown, last_shown = line, now
-        if clock() >= deadline:
-            return {"failed": True, "msg": f"the job did not end within {int(limit)} s (its time limit and "
-                                           f"{LIMIT_GRACE} s more): it was given up; look on the machine for "
-                                           "what still runs"}
-        if ended:
-            # the module wrote done (or its directory went) but the job's result is not written yet
-            sleep(pause)
-            pause = min(TICK, pause * 2)
-        else:
-            pause = 0.25
-            rest = min(wait, TICK) - (clock() - asked)  # a read that came back early
-            if rest > 0:
-                sleep(rest)
+        rest = min(wait, TICK) - (clock() - asked)  # a read that came back early
+        if rest > 0:
+            sleep(rest)
+    return reads
 
 
 class ProgressAction(ActionBase):
-    """Runs the task's module; with `progress_interval` > 0 as an async job shown while it runs.
-
-    A subclass sets `render` (state -> line) and `job_limit(args)` (the job's time limit, s).
-    """
+    """Runs the task's module; with `progress_interval` > 0 its progress file is read and shown
+    while it runs. A subclass sets `render` (state -> line)."""
 
     _supports_check_mode = True
     _supports_async = True
 
     @staticmethod
     def render(state):
-        raise NotImplementedError
-
-    def job_limit(self, args):
         raise NotImplementedError
 
     def run(self, tmp=None, task_vars=None):
@@ -257,35 +227,27 @@ class ProgressAction(ActionBase):
 
     def _run_with_progress(self, task_vars, interval):
         args = dict(self._task.args)
-        limit = self.job_limit(args)
         if self._connection._shell.tmpdir is None:
             self._make_tmp_path()
         tmpdir = self._connection._shell.tmpdir
         path = self._connection._shell.join_path(tmpdir, PROGRESS_NAME)
         args["progress_file"] = path
-        self._task.async_val = limit  # async_wrapper's time limit for this job
-        try:
-            started = self._execute_module(module_args=args, task_vars=task_vars, wrap_async=True)
-        finally:
-            self._task.async_val = 0  # the task itself is not async: no polling by the executor
-        jid = started.get("ansible_job_id")
-        if started.get("failed") or not jid:
-            self._remove_tmp_path(tmpdir)
-            return started
-        # where async_wrapper itself put the job's status file (it expands ~ as the job's user)
-        results_file = started.get("results_file")
-        async_dir = (results_file.rsplit("/", 1)[0] if results_file and "/" in results_file
-                     else self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async")))
         label = self._label(task_vars)
-
-        def status():
-            return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                                        module_args={"jid": jid, "mode": "status", "_async_dir": async_dir})
+        # The reads go over a copy of the task's connection: the ssh plugin keeps per-command
+        # state on its object (the flags of the command that runs), so the module's command and
+        # a read must not share one object; each runs its own ssh process (with ControlPersist,
+        # a session on the same master connection).
+        reader = copy.copy(self._connection)
+        executable = self._play_context.executable or "/bin/sh"
+        done = threading.Event()
 
         def read(wait):
-            res = self._low_level_execute_command(wait_command(path, wait), sudoable=False)
-            text = res.get("stdout") or ""
-            if res.get("rc") != 0:
+            cmd = wait_command(path, wait)
+            if reader.allow_executable:  # as _low_level_execute_command runs a command
+                cmd = f"{executable} -c {shlex.quote(cmd)}"
+            rc, out, _ = reader.exec_command(cmd, sudoable=False)
+            text = out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or "")
+            if rc != 0:
                 return GONE
             if not text.strip():
                 return None  # the module has not written it yet
@@ -296,27 +258,21 @@ class ProgressAction(ActionBase):
             return state if isinstance(state, dict) else GONE
 
         def show(line):
-            display.display(f"{label} {line}")
+            if not done.is_set():
+                display.display(f"{label} {line}")
 
+        def reading():
+            try:
+                watch(read, show, self.render, interval, done.is_set, sleep=done.wait)
+            except Exception as exc:  # pylint: disable=broad-except  # the lines only inform: never fail the task
+                display.vvv(f"{label} progress reading stopped: {exc}")
+
+        thread = threading.Thread(target=reading, name="mlx-cluster-progress", daemon=True)
+        thread.start()
         try:
-            final = wait_for_job(status, read, show, self.render, interval, limit + LIMIT_GRACE)
-        except BaseException:
+            result = self._execute_module(module_args=args, task_vars=task_vars)
+        finally:
+            done.set()
+            thread.join(JOIN_WAIT)
             self._remove_tmp_path(self._connection._shell.tmpdir)
-            raise
-        if final.get("failed") and final.get("msg") == "could not find job":
-            final["msg"] = (f"the async job {jid} of this task is gone from the machine it ran on (its "
-                            f"status file in {async_dir} was removed, or the machine restarted): run the "
-                            "stage again")
-        elif final.get("finished") and results_file and self._should_remove_tmp_path(tmpdir):
-            # what async_status's cleanup does (remove the job's status file) and the temporary
-            # directory's removal in one shell command: no Python run at the end of every copy
-            done = self._low_level_execute_command(
-                f"rm -f {shlex.quote(results_file)}; {self._connection._shell.remove(tmpdir, recurse=True)}",
-                sudoable=False)
-            if done.get("rc") == 0:
-                self._connection._shell.tmpdir = None
-        elif final.get("finished"):
-            self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                                 module_args={"jid": jid, "mode": "cleanup", "_async_dir": async_dir})
-        self._remove_tmp_path(self._connection._shell.tmpdir)
-        return {k: v for k, v in final.items() if k not in ASYNC_KEYS}
+        return result

@@ -6,12 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
-    LAUNCH_GRACE,
     LaunchProgress,
     describe_failed,
     failure_lines,
     hostfile_hosts,
-    job_limit,
     launch_argv,
     read_result,
     run_processes,
@@ -148,9 +146,3 @@ def test_launch_progress_takes_any_text(text):
     p = LaunchProgress()
     p.feed(text)
     assert set(p.state()) == {"ranks", "seq", "done"}
-
-
-def test_job_limit_covers_the_timeout_the_ssh_check_and_the_clean_up():
-    assert job_limit(1800, 10) == 1800 + 20 + LAUNCH_GRACE
-    assert job_limit() == job_limit(600, 10)
-    assert job_limit("{{ x }}", None) == job_limit()

@@ -278,8 +278,9 @@ exec {rsync} --bwlimit=4000 "$@"
 
 
 def test_progress_lines_while_the_copy_runs(tree, tmp_path):
-    """The action plugin (progress_interval) runs the module as an async job and prints the
-    copy's progress before the result, which keeps the keys of a plain run."""
+    """The action plugin (progress_interval) runs the module, reads its progress file while it
+    copies and prints the copy's progress before the result, which keeps the keys of a plain run;
+    the task's temporary directory (the progress file's) is removed at the end."""
     src, home, dest = tree
     (src / "model.safetensors").write_bytes(os.urandom(16 * 1000 * 1000))
     bindir = tmp_path / "bin"
@@ -300,7 +301,8 @@ def test_progress_lines_while_the_copy_runs(tree, tmp_path):
     assert sorted(plain) == sorted(first) and plain["changed"] is False
     again, shown = adhoc(args)  # nothing to copy: no progress line
     assert again["changed"] is False and "model:" not in shown
-    assert not list((home / ".ansible_async").glob("*")), "the async job's status file is left behind"
+    assert not list(home.glob(".ansible/tmp/ansible-tmp-*")), "the task's temporary directory is left behind"
+    assert not (home / ".ansible_async").exists(), "an async job was started"
 
 
 def test_a_copy_that_stops_moving_data_is_ended_and_named(run, tree, tmp_path):

@@ -1,5 +1,5 @@
-"""plugins/plugin_utils/progress.py: the progress lines and the polling loop of the action plugins
-(model_rsync, mlx_launch), with a fake clock and fake jobs; the remote read (`wait_command`) for
+"""plugins/plugin_utils/progress.py: the progress lines and the reading loop of the action plugins
+(model_rsync, mlx_launch), with a fake clock and fake runs; the remote read (`wait_command`) for
 real with /bin/sh on temporary files."""
 
 from __future__ import annotations
@@ -17,10 +17,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
 from ansible_collections.mlx.cluster.plugins.plugin_utils import progress
 from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import (GONE, copy_line, human_bytes, launch_line, wait_command,
-                                                                  wait_for_job)
-
-RUNNING = {"started": True, "finished": False, "ansible_job_id": "j1.2"}
-DONE = {"changed": True, "transferred": ["model.safetensors"], "finished": True, "ansible_job_id": "j1.2"}
+                                                                  watch)
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 KB"), (1_234_567, "1.2 MB"),
@@ -58,28 +55,23 @@ def test_launch_line_shows_the_most_advanced_rank_and_the_ones_behind():
     assert launch_line({"ranks": {}}) is None and launch_line(None) is None
 
 
-class FakeJob:
-    """A copy on a fake clock, as the machine would answer the action's reads and status calls.
+class FakeRun:
+    """A copy on a fake clock, as the machine would answer the reading thread's reads.
 
     The module writes its progress file from `file_at` s, sends `rate` bytes/s, and writes
-    `done` at `ends` (unless `writes_done` is False: it died); async_wrapper writes the job's
-    result `RESULT_LAG` s later and then removes the job's directory (unless `dir_stays`).
-    A read waits as `wait_command` does (pauses of WAIT_STEP while the file is there without done
-    and the directory is there), plus a round trip; a status call costs a Python run."""
+    `done` at `ends` (unless `writes_done` is False: it died); its run returns to the action
+    RETURN_LAG s later (`stopped`). A read waits as `wait_command` does (pauses of WAIT_STEP while
+    the file is there without done), plus a round trip."""
 
     RTT = 0.05          # one command over the connection
-    STATUS_COST = 0.3   # one async_status run
-    RESULT_LAG = 0.1    # the module's exit to the job's result written
-    DIR_LAG = 0.05      # the result written to the directory removed
+    RETURN_LAG = 0.1    # the module's exit to its result back in the action
 
-    def __init__(self, ends, file_at=0.3, rate=1_000_000, writes_done=True, dir_stays=False, result=None,
-                 read_errors=(), status_errors=()):
+    def __init__(self, ends, file_at=0.3, rate=1_000_000, writes_done=True, read_errors=(), gone_at=None):
         self.now = 0.0
-        self.ends, self.file_at, self.rate = ends, file_at, rate
-        self.writes_done, self.dir_stays = writes_done, dir_stays
-        self.result = result or DONE
-        self.read_errors, self.status_errors = set(read_errors), set(status_errors)  # calls (1-based) that fail
-        self.reads, self.waits, self.status_calls, self.shown = 0, [], 0, []
+        self.ends, self.file_at, self.rate, self.writes_done = ends, file_at, rate, writes_done
+        self.read_errors = set(read_errors)  # reads (1-based) that fail
+        self.gone_at = gone_at
+        self.reads, self.waits, self.shown = 0, [], []
 
     def clock(self):
         return self.now
@@ -88,16 +80,15 @@ class FakeJob:
         assert s > 0
         self.now += s
 
-    def finished_at(self):
-        return self.ends + self.RESULT_LAG
-
-    def gone(self, t):
-        return not self.dir_stays and t >= self.finished_at() + self.DIR_LAG
+    def stopped(self):
+        return self.now >= self.ends + self.RETURN_LAG
 
     def done(self, t):
         return self.writes_done and t >= self.ends
 
     def state(self, t):
+        if self.gone_at is not None and t >= self.gone_at:
+            return GONE
         if t < self.file_at:
             return None
         sent = self.rate * (min(t, self.ends) - self.file_at)
@@ -110,22 +101,18 @@ class FakeJob:
             self.now += self.RTT
             raise AnsibleConnectionFailure("ssh: connection reset")
         pauses = math.ceil(wait / progress.WAIT_STEP - 1e-9)
-        while pauses > 0 and not self.gone(self.now) and not self.done(self.now):
+        while pauses > 0 and not self.done(self.now):
             self.now += progress.WAIT_STEP
             pauses -= 1
         self.now += self.RTT
-        return GONE if self.gone(self.now) else self.state(self.now)
+        return self.state(self.now)
 
-    def status(self):
-        self.status_calls += 1
-        self.now += self.STATUS_COST
-        if self.status_calls in self.status_errors:
-            raise AnsibleConnectionFailure("ssh: connection reset")
-        return self.result if self.now >= self.finished_at() else RUNNING
+    def show(self, line):
+        assert not self.stopped(), "a line after the module's result"
+        self.shown.append((self.now, line))
 
-    def wait(self, interval=10, limit=1000, render=copy_line):
-        return wait_for_job(self.status, self.read, lambda line: self.shown.append((self.now, line)), render,
-                            interval, limit, clock=self.clock, sleep=self.sleep)
+    def watch(self, interval=10, render=copy_line):
+        return watch(self.read, self.show, render, interval, self.stopped, clock=self.clock, sleep=self.sleep)
 
 
 def copying(n, total=10_000_000, done=False):
@@ -133,107 +120,77 @@ def copying(n, total=10_000_000, done=False):
 
 
 @pytest.mark.parametrize("interval", [1, 2, 10, 60])
-def test_a_long_copy_shows_lines_at_most_every_interval_then_returns_the_result(interval):
-    job = FakeJob(ends=120)
-    assert job.wait(interval=interval) == DONE
-    times = [t for t, _ in job.shown]
+def test_a_long_copy_shows_lines_at_most_every_interval(interval):
+    run = FakeRun(ends=120)
+    run.watch(interval=interval)
+    times = [t for t, _ in run.shown]
     assert times and times[0] >= interval
     assert all(b - a >= interval for a, b in zip(times, times[1:]))
     # a line when it is due, not much later: the reads wait until then
     assert all(b - a < interval + 1 for a, b in zip([0] + times, times))
-    assert all(line.startswith("model: ") for _, line in job.shown)
+    assert all(line.startswith("model: ") for _, line in run.shown)
 
 
-def test_a_long_copy_costs_a_read_every_few_seconds_and_a_status_call_every_half_minute():
-    """Over two minutes at the roles' default interval (10 s): a read each WAIT_MAX s (was one a
-    second), the status every STATUS_EVERY s and once at the end (was every 5 s)."""
-    job = FakeJob(ends=120)
-    assert job.wait(interval=10) == DONE
-    assert job.reads <= 120 / progress.WAIT_MAX + 3
-    assert job.status_calls <= 120 / progress.STATUS_EVERY + 2
-    assert max(job.waits) <= progress.WAIT_MAX
+def test_a_long_copy_costs_a_read_every_few_seconds():
+    """Over two minutes at the roles' default interval (10 s): a read each WAIT_MAX s at most
+    (each waits on the machine), not one a second."""
+    run = FakeRun(ends=120)
+    reads = run.watch(interval=10)
+    assert reads == run.reads <= 120 / progress.WAIT_MAX + 3
+    assert max(run.waits) <= progress.WAIT_MAX
 
 
-def test_the_end_is_noticed_within_about_a_second():
+def test_the_reading_ends_within_about_a_second_of_done():
     for ends in (0.5, 3.7, 61.2):
-        job = FakeJob(ends=ends)
-        assert job.wait(interval=10) == DONE
-        assert job.now - job.finished_at() < 1.0, ends
+        run = FakeRun(ends=ends)
+        run.watch(interval=10)
+        assert run.now - ends < 1.0, ends
 
 
 def test_a_short_copy_shows_nothing():
-    job = FakeJob(ends=1.5)
-    assert job.wait(interval=10) == DONE and job.shown == []
-    assert job.now < 2.5 and job.status_calls <= 2
+    run = FakeRun(ends=1.5)
+    run.watch(interval=10)
+    assert run.shown == [] and run.now < 2.5
 
 
 def test_nothing_to_copy_shows_nothing_however_long():
-    job = FakeJob(ends=45, rate=0)
-    assert job.wait(interval=1) == DONE and job.shown == []
+    run = FakeRun(ends=45, rate=0)
+    run.watch(interval=1)
+    assert run.shown == []
 
 
-def test_the_end_is_noticed_when_the_directory_goes_without_done():
-    """The module failed (no done written): async_wrapper writes the result and removes the job's
-    directory, which ends the read's wait."""
-    failed = {"failed": True, "msg": "rsync: connection unexpectedly closed", "finished": True}
-    job = FakeJob(ends=33.3, writes_done=False, result=failed)
-    assert job.wait(interval=10) == failed
-    assert job.now - job.finished_at() < 1.0
-
-
-def test_a_job_that_fails_before_writing_progress_is_found_early():
-    failed = {"failed": True, "msg": "refusing to sync into m2:/: the destination is / (the whole disk)",
-              "finished": True}
-    job = FakeJob(ends=0.2, file_at=10, writes_done=False, result=failed)
-    assert job.wait() == failed and job.now < 1.5
-
-
-def test_a_job_that_died_leaving_its_file_is_found_within_the_bound():
-    """Its wrapper killed (or ANSIBLE_KEEP_REMOTE_FILES): the file stays without done, nothing
-    ends the reads' waits; the status every STATUS_EVERY s finds it."""
-    killed = {"failed": True, "msg": "killed", "finished": True}
-    job = FakeJob(ends=40, writes_done=False, dir_stays=True, result=killed)
-    assert job.wait(interval=10) == killed
-    assert job.now - job.finished_at() <= progress.STATUS_EVERY + progress.WAIT_MAX + 1
-
-
-def test_the_status_is_not_asked_before_the_job_ends_or_half_a_minute():
-    job = FakeJob(ends=25)
-    assert job.wait(interval=10) == DONE
-    assert job.status_calls == 1
+def test_a_module_that_ends_without_done_stops_the_reading_at_its_return():
+    """The module failed or was killed (no done written): the action's own run returns, which
+    stops the loop after the read under way (WAIT_MAX at most); nothing is shown after it."""
+    run = FakeRun(ends=33.3, writes_done=False)
+    run.watch(interval=10)
+    assert run.stopped() and run.now - (run.ends + run.RETURN_LAG) <= progress.WAIT_MAX + run.RTT
+    failed_early = FakeRun(ends=0.2, file_at=10, writes_done=False)
+    failed_early.watch()
+    assert failed_early.shown == [] and failed_early.now <= 0.3 + progress.WAIT_MAX + run.RTT
 
 
 def test_a_read_that_comes_back_early_is_not_repeated_at_once():
-    """A read that returns before its wait without the job having ended (it cannot with the
-    module's files): at most one read per TICK, not a loop of commands."""
-    job = FakeJob(ends=30)
-    job.read = lambda wait: (job.waits.append(wait), copying(1000))[1]
-    job.status = lambda: DONE if job.now >= 30 else RUNNING
-    assert job.wait(interval=100) == DONE
-    assert len(job.waits) <= 30 / progress.TICK + 2
+    """A read that returns before its wait without the module being done (no file yet): at most
+    one read per TICK, not a loop of commands."""
+    run = FakeRun(ends=30)
+    run.read = lambda wait: (run.waits.append(wait), None)[1]
+    run.watch(interval=100)
+    assert len(run.waits) <= 30 / progress.TICK + 2
 
 
-def test_a_dropped_connection_is_retried_then_given_up():
-    job = FakeJob(ends=20, read_errors={2}, status_errors={1})
-    assert job.wait() == DONE
-    dead = FakeJob(ends=20, read_errors=set(range(1, 100)), status_errors=set(range(1, 100)))
-    with pytest.raises(AnsibleConnectionFailure):
-        dead.wait()
-    assert dead.status_calls == progress.POLL_ERRORS and dead.now < 5
+def test_a_dropped_connection_is_retried_then_the_reading_stops():
+    run = FakeRun(ends=20, read_errors={2})
+    run.watch()
+    assert run.now >= 20  # went on after one failed read
+    dead = FakeRun(ends=20, read_errors=set(range(1, 100)))
+    assert dead.watch() == progress.POLL_ERRORS and dead.now < 5
 
 
-def test_a_job_that_never_ends_is_given_up_after_its_limit():
-    job = FakeJob(ends=10_000)
-    result = job.wait(limit=100)
-    assert result["failed"] is True and "did not end within 100 s" in result["msg"]
-    assert 100 <= job.now < 102
-    assert job.status_calls <= 100 / progress.STATUS_EVERY + 1
-
-
-def test_a_job_whose_status_cannot_be_found_ends_the_wait():
-    gone = {"failed": True, "msg": "could not find job", "started": True, "finished": True}
-    job = FakeJob(ends=5, result=gone)
-    assert job.wait() == gone
+def test_the_file_gone_ends_the_reading():
+    run = FakeRun(ends=100, gone_at=12)
+    run.watch(interval=1)
+    assert 12 <= run.now < 13
 
 
 def test_the_done_text_is_what_the_progress_writer_writes(tmp_path):

@@ -124,7 +124,9 @@ def run(args):
         results.append({
             "bytes": nbytes,
             "latency_us_median": round(median * 1e6, 1),
-            "bus_bandwidth_gbps": round(nbytes * 8 * 2 * (size - 1) / size / median / 1e9, 3),
+            # four significant digits: a small message over a slow or busy link is well below
+            # 0.001 Gb/s, which three decimals would round to 0
+            "bus_bandwidth_gbps": float(f"{nbytes * 8 * 2 * (size - 1) / size / median / 1e9:.4g}"),
             "ok": not bad,
         })
         log(f"{nbytes} bytes: {median * 1e6:.1f} us, ok={not bad}")

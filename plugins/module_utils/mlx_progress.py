@@ -3,14 +3,14 @@
 
 `model_rsync` and `mlx_launch` take `progress_file`: a path where they keep one small JSON
 object up to date while their command runs (model_rsync: bytes sent, the model's size, rate;
-mlx_launch: the benchmark's latest progress lines). The action plugin of the same name starts
-the module as an async job, polls it (async_status) and reads this file on the same machine
-with one bounded command, printing a line per host at most every `progress_interval` seconds
-(`plugin_utils/progress.py`). The file is written whole each time (a temporary file renamed
-over it), so a reader never sees half of it; it lives in the job's temporary directory, which
-Ansible's async wrapper removes when the job ends. The action's read waits on the machine
-for the text `"done": true` in it (json.dump's default separators; the plugin's DONE_TEXT,
-tested against this writer) or for that directory to go.
+mlx_launch: the benchmark's latest progress lines). The action plugin of the same name runs the
+module as a plain task would and, meanwhile, reads this file on the same machine over a second
+SSH session with one bounded command, printing a line per host at most every
+`progress_interval` seconds (`plugin_utils/progress.py`). The file is written whole each time
+(a temporary file renamed over it), so a reader never sees half of it; it lives in the task's
+temporary directory, which the action removes when the module's run returns. The action's read
+waits on the machine for the text `"done": true` in it (json.dump's default separators; the
+plugin's DONE_TEXT, tested against this writer), which the module writes when it ends.
 
 A progress file that cannot be written never fails the job: writing stops, and the module
 says so in a warning at the end.

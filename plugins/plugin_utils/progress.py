@@ -236,18 +236,17 @@ class ProgressAction(ActionBase):
         # The reads go over a copy of the task's connection: the ssh plugin keeps per-command
         # state on its object (the flags of the command that runs), so the module's command and
         # a read must not share one object; each runs its own ssh process (with ControlPersist,
-        # a session on the same master connection).
-        reader = copy.copy(self._connection)
-        executable = self._play_context.executable or "/bin/sh"
+        # a session on the same master connection). A shallow copy of this action with that
+        # connection runs them through Ansible's own _low_level_execute_command (shell, `sleep 0`
+        # against the SSH race that drops output, decoding) as the module's command is run.
+        reader = copy.copy(self)
+        reader._connection = copy.copy(self._connection)
         done = threading.Event()
 
         def read(wait):
-            cmd = wait_command(path, wait)
-            if reader.allow_executable:  # as _low_level_execute_command runs a command
-                cmd = f"{executable} -c {shlex.quote(cmd)}"
-            rc, out, _ = reader.exec_command(cmd, sudoable=False)
-            text = out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or "")
-            if rc != 0:
+            res = reader._low_level_execute_command(wait_command(path, wait), sudoable=False)
+            text = res.get("stdout") or ""
+            if res.get("rc") != 0:
                 return GONE
             if not text.strip():
                 return None  # the module has not written it yet

@@ -182,6 +182,28 @@ def watch(read, show, render, interval, stopped, clock=time.monotonic, sleep=tim
     return reads
 
 
+def own_master(conn):
+    """Give a copy of a task's ssh connection a ControlPath of its own (the same one for every
+    read of every task to that machine, beside the tasks' own): the reads share one master
+    connection and the modules' commands another. sshd's MaxSessions (10 by default, in OpenSSH
+    and on macOS) bounds the sessions of one connection: a Mac that sends k copies at once
+    would carry 2k sessions on one master (each copy's command and its read), past 10 from k = 6
+    on (rank 0 of a mesh of 7 or 8). OpenSSH's client then falls back to a connection of its own
+    for each refused command ("Session open refused by peer ... disabling multiplexing" on
+    stderr; tried with MaxSessions 2 on a simulated Mac): a handshake per read. On two masters
+    each carries k, as the copies alone did before. Other connection plugins, and a ControlPath
+    set in ssh_args (the user's own), are left as they are."""
+    if getattr(conn, "transport", None) not in ("ssh", "ansible.builtin.ssh", "ansible.legacy.ssh"):
+        return conn
+    conn._options = dict(conn._options)  # the copy's own settings: the task's connection keeps its
+    path = conn.get_option("control_path")
+    if path:
+        conn.set_option("control_path", f"{path}-progress")
+    else:
+        conn.set_option("control_path_dir", posixpath.join(conn.get_option("control_path_dir"), "progress"))
+    return conn
+
+
 class ProgressAction(ActionBase):
     """Runs the task's module; with `progress_interval` > 0 its progress file is read and shown
     while it runs. A subclass sets `render` (state -> line)."""
@@ -240,7 +262,7 @@ class ProgressAction(ActionBase):
         # connection runs them through Ansible's own _low_level_execute_command (shell, `sleep 0`
         # against the SSH race that drops output, decoding) as the module's command is run.
         reader = copy.copy(self)
-        reader._connection = copy.copy(self._connection)
+        reader._connection = own_master(copy.copy(self._connection))
         done = threading.Event()
 
         def read(wait):

@@ -274,3 +274,25 @@ def test_the_read_is_bounded_in_bytes(job_dir):
     f.write_text("x" * 100)
     rc, out, _ = sh(wait_command(str(f), 0, read_max=10))
     assert rc == 0 and out == "x" * 10
+
+
+def test_the_reads_get_a_master_connection_of_their_own():
+    """sshd's MaxSessions (10) bounds one connection's sessions: the reads go over their own
+    ControlPath, so a Mac sending k copies carries k sessions per master, not 2k on one."""
+    import copy as _copy
+    import io
+
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader
+
+    task_conn = connection_loader.get("ssh", PlayContext(), io.StringIO())
+    task_conn.set_option("control_path_dir", "/tmp/cp")
+    reader = progress.own_master(_copy.copy(task_conn))
+    assert task_conn.get_option("control_path_dir") == "/tmp/cp"  # the task's own is unchanged
+    assert reader.get_option("control_path_dir") == "/tmp/cp/progress"
+    task_conn.set_option("control_path", "%(directory)s/%%h-%%r")
+    reader = progress.own_master(_copy.copy(task_conn))
+    assert reader.get_option("control_path") == "%(directory)s/%%h-%%r-progress"
+    assert task_conn.get_option("control_path") == "%(directory)s/%%h-%%r"
+    local = connection_loader.get("local", PlayContext(), io.StringIO())
+    assert progress.own_master(local) is local and not hasattr(local, "control_path_dir")

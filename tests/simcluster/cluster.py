@@ -625,7 +625,8 @@ class SimCluster:
                     "KbdInteractiveAuthentication no", "AllowAgentForwarding no",
                     "AllowTcpForwarding no", "X11Forwarding no", "PermitUserEnvironment no",
                     "PrintMotd no", "PrintLastLog no", "UseDNS no", "LogLevel VERBOSE",
-                    "MaxStartups 200:30:400", "MaxSessions 200", "AcceptEnv LANG LC_*",
+                    # macOS's /etc/ssh/sshd_config sets neither: OpenSSH's defaults, written out
+                    "MaxStartups 10:30:100", "MaxSessions 10", "AcceptEnv LANG LC_*",
                     f"SetEnv \"PATH={path}\" \"HOME={self.session_home(h)}\"",
                     "Subsystem sftp /usr/lib/openssh/sftp-server", ""]
             (hd / "sshd_config").write_text("\n".join(sshd))

@@ -39,6 +39,13 @@ options:
         Nothing more on a Mac never set up.
     type: bool
     default: false
+  probe_sudo:
+    description:
+      - Also run C(sudo -n /usr/bin/true) (with C(-n) sudo never asks for a password, it fails at
+        once instead) and return in C(sudo) whether sudo works without one. Runs beside the other
+        commands.
+    type: bool
+    default: false
   read_files:
     description:
       - Files (C(~) expanded) whose sha256 and mode are returned in C(files), so the
@@ -169,6 +176,13 @@ ansible_facts:
           returned: always
           type: str
           sample: /Users/admin
+        sudo:
+          description:
+            - With I(probe_sudo), the remote user, whether C(sudo -n /usr/bin/true) ran (sudo needs no
+              password) and, when it did not, what sudo said (its first line, or that it did not answer).
+          returned: when probe_sudo is set
+          type: dict
+          sample: {"user": "admin", "passwordless": false, "message": "sudo: a password is required"}
         files:
           description: With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
           returned: when read_files is set
@@ -189,6 +203,7 @@ ansible_facts:
                    "10.208.0.1", "peer_address": "10.208.0.2", "ok": true}}}
 """
 
+import getpass
 import hashlib
 import os
 import stat
@@ -198,12 +213,14 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     CLUSTER_ARGVS,
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
+    SUDO_PROBE_ARGV,
     collect_cluster,
     label,
     link_probe_argvs,
     link_probe_facts,
     module_runner,
     side_by_side,
+    sudo_facts,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
@@ -215,22 +232,28 @@ PREFETCH_WORKERS = 4
 PROBE_WORKERS = 8
 
 
-def prefetch(module, runner):
+def prefetch(module, runner, probe_sudo=False):
     """Run every command collect_cluster() will run, a few side by side (they only read), and
-    return {label: (cmd, (rc, out, err))}. system_profiler alone takes most of a second on a
-    Mac; beside it the others cost no extra time. A tool that is missing, or whose run
-    raised, is left out: runner() then runs it itself, failing as it should."""
+    return ({label: (cmd, (rc, out, err))}, sudo): sudo is the result of SUDO_PROBE_ARGV run
+    beside them when `probe_sudo` (None when sudo is not on PATH or could not start), else
+    None. system_profiler alone takes most of a second on a Mac; beside it the others cost no
+    extra time. A tool that is missing, or whose run raised, is left out: runner() then runs
+    it itself, failing as it should."""
     paths = {label(argv): module.get_bin_path(argv[0]) for argv in CLUSTER_ARGVS}
     if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
         paths[label(IBV_DEVINFO_ARGV)] = None
     cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in CLUSTER_ARGVS if paths[label(argv)]}
+    sudo = module.get_bin_path(SUDO_PROBE_ARGV[0]) if probe_sudo else None
+    extra = [[sudo] + SUDO_PROBE_ARGV[1:]] if sudo else []
     # one that could not start (None) is left to module_runner(), which runs it again and
     # reports it; one that did not answer (CommandTimeout) is kept: it is not waited for twice
-    results = dict(zip(cmds, side_by_side(runner, list(cmds.values()), PREFETCH_WORKERS)))
+    ran = side_by_side(runner, list(cmds.values()) + extra, PREFETCH_WORKERS)
+    results = dict(zip(cmds, ran))
     # Each of these commands prints something. Nothing at all with status 0 is not an
     # answer (ansible-core's run_command lost such output under load): runner() runs it again.
-    return {key: (cmds[key], res) for key, res in results.items()
+    done = {key: (cmds[key], res) for key, res in results.items()
             if isinstance(res, CommandTimeout) or (res is not None and (res[0] != 0 or res[1] or res[2]))}
+    return done, (ran[-1] if extra else None)
 
 
 def disk_free(module, path):
@@ -276,14 +299,16 @@ def read_files(paths):
 
 def main():
     module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
+                                              probe_sudo=dict(type="bool", default=False),
                                               read_files=dict(type="list", elements="str", default=[]),
                                               **COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     record = {}
     runner = Runner(module.params["command_timeout"])
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
+    done, sudo = prefetch(module, runner, module.params["probe_sudo"])
     try:
-        facts, warnings = collect_cluster(module_runner(module, runner, record, prefetch(module, runner)),
+        facts, warnings = collect_cluster(module_runner(module, runner, record, done),
                                           os.environ.get("SSH_CONNECTION"), disk,
                                           preferences=read_preferences(SC_PREFERENCES))
     except ParseError as exc:
@@ -295,6 +320,8 @@ def main():
         facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:
         facts["files"] = read_files(module.params["read_files"])
+    if module.params["probe_sudo"]:
+        facts["sudo"] = sudo_facts(sudo, getpass.getuser())
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"mlx_cluster": facts})

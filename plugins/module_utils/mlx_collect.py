@@ -69,6 +69,9 @@ SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
 WIRED_LIMIT_ARGV = ["sysctl", "-n", WIRED_LIMIT_OID]
 
 PMSET_ARGV = PMSET_CUSTOM_ARGV
+# Whether sudo runs without a password (-n: never asks, fails at once instead). Read-only; run
+# only when the preflight stage runs (planner.STAGE_NEEDS).
+SUDO_PROBE_ARGV = ["sudo", "-n", "/usr/bin/true"]
 
 # What collect_cluster() runs on every Mac (`route -n get default` only when SSH_CONNECTION
 # does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).
@@ -264,6 +267,21 @@ def collect_updates(run, warnings):
     except CommandTimeout as exc:
         warnings.append(f"{exc.reason}; the automatic-update settings are unknown")
     return updates_facts(None)
+
+
+def sudo_facts(result, user):
+    """`sudo` of mlx_cluster from SUDO_PROBE_ARGV's result: (rc, out, err), a CommandTimeout, or
+    None (no sudo on PATH, or it could not be started). {"user", "passwordless", "message"}:
+    message is what sudo said when it did not run the command (its first line), else None."""
+    if isinstance(result, CommandTimeout):
+        return {"user": user, "passwordless": False, "message": result.reason}
+    if result is None:
+        return {"user": user, "passwordless": False, "message": "`sudo` could not be run (not on PATH)"}
+    rc, out, err = result
+    if rc == 0:
+        return {"user": user, "passwordless": True, "message": None}
+    return {"user": user, "passwordless": False,
+            "message": _first_line(err or out) or f"`{label(SUDO_PROBE_ARGV)}` exited with {rc}"}
 
 
 def _mgmt(run, interfaces, ssh_connection, warnings):

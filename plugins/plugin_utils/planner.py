@@ -1561,13 +1561,15 @@ HOSTFILE_NAME = "hostfile.json"
 # the launch fails naming the cables and Macs to replug or reboot).
 FALLBACK_CHOICES = ("", "ring")
 
-# What discovery must read for a stage that runs later in the same run, by the stage's tag:
-# the network stage leaves alone a Mac whose links are in place and answer (probe_links), the
-# hostfile stage one whose hostfile is right (read_hostfile).
+# What discovery must read for a stage that runs later in the same run, by the stage's play
+# tags (as in playbooks/*.yml): the network stage leaves alone a Mac whose links are in place
+# and answer (probe_links), the hostfile stage one whose hostfile is right (read_hostfile); the
+# preflight checks run no sudo check of their own on a Mac where `sudo -n` worked (probe_sudo).
 STAGE_NEEDS = {
-    "network": ("probe_links",),
-    "hostfile": ("read_hostfile",),
-    "power": ("read_wired_daemon",),
+    ("network",): ("probe_links",),
+    ("hostfile",): ("read_hostfile",),
+    ("power",): ("read_wired_daemon",),
+    ("preflight", "rdma_check"): ("probe_sudo",),
 }
 
 
@@ -1602,19 +1604,19 @@ def _remote_dir_setting(setting):
 def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
                       hostfile_name=HOSTFILE_NAME, wired_limit=""):
     """What the discovery module reads besides the facts, for the stages this run runs:
-    ``{probe_links: bool, read_files: [paths]}``. The hostfile is read where the plan will put
+    ``{probe_links: bool, probe_sudo: bool, read_files: [paths]}``. The hostfile is read where the plan will put
     it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it); the
     wired limit's LaunchDaemon when the power stage runs and `wired_limit`
     (mlx_cluster_wired_limit) is set."""
     needs = set()
-    for tag, what in STAGE_NEEDS.items():
-        if stage_runs([tag], run_tags, skip_tags):
+    for play_tags, what in STAGE_NEEDS.items():
+        if stage_runs(list(play_tags), run_tags, skip_tags):
             needs.update(what)
     base = _remote_dir_setting(remote_dir_setting)
     files = ["%s/%s" % (base.rstrip("/"), hostfile_name)] if "read_hostfile" in needs else []
     if "read_wired_daemon" in needs and str(wired_limit or "").strip():
         files.append(WIRED_PLIST_PATH)
-    return {"probe_links": "probe_links" in needs, "read_files": files}
+    return {"probe_links": "probe_links" in needs, "probe_sudo": "probe_sudo" in needs, "read_files": files}
 
 
 HOSTFILE_MODE = "0600"

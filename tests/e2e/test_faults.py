@@ -336,6 +336,43 @@ def test_management_interface_is_never_touched(sim_cluster):
     assert mutations(cluster) == []
 
 
+BECOME_CHECK = "Run a no-op with become"
+
+
+def ran_on(run, task):
+    """The hosts whose result of `task` was ok, changed or failed (not skipped)."""
+    return {e["event_data"].get("host") for e in run.events
+            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task}
+
+
+def test_sudo_that_asks_for_a_password_is_named_with_the_fix(sim_cluster):
+    """Discovery's `sudo -n` answers for the Macs where sudo needs no password (no become check
+    of their own); a Mac whose sudo asks for one is named with the sudoers line, and passes
+    once the run is given the password (Ansible's become answers sudo's prompt)."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    with Fault("sudo asks for a password on one Mac") as f:
+        cluster.set_host("m2", sudo_password="hunter2")
+        try:
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            assert {h for h, _, _ in run.failures()} == {"m2"}, run.failures()
+            text = fail_text(run)
+            line = next(ln for ln in text.splitlines() if "sudo asks" in ln)
+            f.message(line)
+            assert line.startswith("m2: sudo asks admin for a password (sudo: a password is required"), line
+            assert "admin ALL=(ALL) NOPASSWD: ALL" in line and "--ask-become-pass" in line, line
+            assert ran_on(run, BECOME_CHECK) == {"m2"}   # m1's sudo -n worked: no check of its own
+            given = run_site(cluster, tags=["rdma_check"], extravars={"ansible_become_password": "hunter2"})
+            assert given.rc == 0, given.failures()
+            assert ran_on(given, BECOME_CHECK) == {"m2"}
+        finally:
+            cluster.set_host("m2", sudo_password="")
+        again = run_site(cluster, tags=["rdma_check"])
+        assert ran_on(again, BECOME_CHECK) == set()
+        f.converged(again.rc == 0)
+
+
 def test_host_key_checking_stays_on(sim_cluster):
     cluster = sim_cluster("pair")
     kh = cluster.known_hosts_path

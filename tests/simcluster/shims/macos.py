@@ -2422,8 +2422,61 @@ SUDO_KEEP = {"TERM", "PATH", "HOME", "MAIL", "SHELL", "LOGNAME", "USER", "DISPLA
 SUDO_ARG_OPTS = set("ugpCDhrtTUR")
 
 
+# sudo's texts when the user's sudoers entry wants a password (sudo 1.9's check.c/auth.c:
+# macOS ships sudo 1.9). The default prompt on macOS is "Password:" (sudoers `passprompt`).
+SUDO_NEED_PASSWORD = "sudo: a password is required"
+SUDO_NEED_TERMINAL = ("sudo: a terminal is required to read the password; either use the -S option to read "
+                      "from standard input or configure an askpass helper")
+SUDO_TRIES = 3
+
+
+def _sudo_read_line():
+    """One line of the password from stdin, read byte by byte: what follows the line on stdin
+    (a pipelined module) belongs to the command sudo runs next."""
+    buf = b""
+    while True:
+        ch = os.read(0, 1)
+        if not ch:
+            return None if not buf else buf.decode(errors="replace")
+        if ch == b"\n":
+            return buf.decode(errors="replace")
+        buf += ch
+
+
+def _sudo_authenticate(password, noninteractive, from_stdin, prompt):
+    """The `sudo_password` live override: this Mac's sudoers entry has no NOPASSWD, and no
+    timestamp is ever cached (every run asks again, as for a new SSH session). -n fails at
+    once; -S reads the password from stdin (prompt on stderr, three tries); without -S there
+    is no terminal to ask on (SSH without a tty)."""
+    if noninteractive:
+        die(SUDO_NEED_PASSWORD, 1)
+    if not from_stdin:
+        die(SUDO_NEED_TERMINAL + "\n" + SUDO_NEED_PASSWORD, 1)
+    for attempt in range(SUDO_TRIES):
+        err_raw(prompt)
+        line = _sudo_read_line()
+        if line is None:
+            die(SUDO_NEED_PASSWORD if attempt == 0 else f"sudo: {attempt} incorrect password attempt"
+                + ("s" if attempt > 1 else ""), 1)
+        if line == password:
+            return
+        err("Sorry, try again.")
+    die(f"sudo: {SUDO_TRIES} incorrect password attempts", 1)
+
+
+def _sudo_rule(ctx):
+    return "ALL" if ctx.cfg.get("sudo_password") else "NOPASSWD: ALL"
+
+
+def err_raw(text):
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
 def cmd_sudo(ctx, args):
     set_home = preserve = login = shell = False
+    noninteractive = from_stdin = False
+    prompt = "Password:"
     user = "root"
     cmd = None
     i = 0
@@ -2441,6 +2494,12 @@ def cmd_sudo(ctx, args):
                 val = args[i] if i < len(args) else ""
             if key == "user":
                 user = val
+            elif key == "prompt":
+                prompt = val
+            elif key == "non-interactive":
+                noninteractive = True
+            elif key == "stdin":
+                from_stdin = True
             elif key == "set-home":
                 set_home = True
             elif key.startswith("preserve-env"):
@@ -2452,7 +2511,7 @@ def cmd_sudo(ctx, args):
             elif key in ("validate", "reset-timestamp", "remove-timestamp"):
                 return 0
             elif key == "list":
-                out(f"User root may run the following commands on {ctx.host}:\n    (ALL) NOPASSWD: ALL")
+                out(f"User root may run the following commands on {ctx.host}:\n    (ALL) {_sudo_rule(ctx)}")
                 return 0
             i += 1
             continue
@@ -2466,6 +2525,8 @@ def cmd_sudo(ctx, args):
                         i += 1
                     if c == "u":
                         user = val
+                    elif c == "p":
+                        prompt = val
                     break
                 if c == "H":
                     set_home = True
@@ -2479,9 +2540,13 @@ def cmd_sudo(ctx, args):
                     if len(args) == i + 1:
                         return 0
                 elif c == "l":
-                    out(f"User root may run the following commands on {ctx.host}:\n    (ALL) NOPASSWD: ALL")
+                    out(f"User root may run the following commands on {ctx.host}:\n    (ALL) {_sudo_rule(ctx)}")
                     return 0
-                elif c in "SnAbPBN":
+                elif c == "n":
+                    noninteractive = True
+                elif c == "S":
+                    from_stdin = True
+                elif c in "AbPBN":
                     pass
                 else:
                     die(f"sudo: invalid option -- '{c}'\nusage: sudo -h | -K | -k | -V", 1)
@@ -2496,6 +2561,8 @@ def cmd_sudo(ctx, args):
         die("usage: sudo -h | -K | -k | -V\nusage: sudo -v [-ABkNnS] [-g group] [-h host] [-p prompt] [-u user]\n"
             "usage: sudo [-ABbEHkNnPS] [-C num] [-D directory] [-g group] [-h host] [-p prompt] [-R directory] "
             "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]", 1)
+    if ctx.cfg.get("sudo_password") and user in ("root", "#0", "0"):
+        _sudo_authenticate(str(ctx.cfg["sudo_password"]), noninteractive, from_stdin, prompt)
     env = dict(os.environ) if preserve else {k: v for k, v in os.environ.items()
                                               if k in SUDO_KEEP or k.startswith("LC_")}
     invoking = os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"

@@ -205,3 +205,40 @@ def test_probe_links_takes_the_services_from_the_preferences_file(module_runner,
                         module_attrs={"SC_PREFERENCES": str(tmp_path / "missing.plist")})
     assert ["/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1"] in out.calls
     assert out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]["Thunderbolt 1"]["method"] == "dhcp"
+
+
+SUDO_PROBE = ("/usr/bin/sudo", "-n", "/usr/bin/true")
+
+
+@pytest.mark.parametrize("answer, passwordless, message", [
+    ((0, "", ""), True, None),
+    ((1, "", "sudo: a password is required\n"), False, "sudo: a password is required"),
+    ("hang", False, "`sudo -n /usr/bin/true` did not answer within 30 s on this Mac (stopped)"),
+])
+def test_probe_sudo_runs_sudo_n_beside_the_other_commands(module_runner, read_fixture, tmp_path, hang,
+                                                          answer, passwordless, message):
+    commands = answers(read_fixture, STUDIO_A)
+    commands[SUDO_PROBE] = hang if answer == "hang" else answer
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_sudo": True,
+                                                   "command_timeout": 30},
+                        bins=dict(BINS, sudo="/usr/bin/sudo"), env={**SSH, "USER": "tester", "LOGNAME": "tester"},
+                        commands=commands)
+    assert not out.failed, out.result
+    assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(SUDO_PROBE)])
+    assert out.result["ansible_facts"]["mlx_cluster"]["sudo"] == {"user": "tester", "passwordless": passwordless,
+                                                                  "message": message}
+
+
+def test_probe_sudo_without_sudo_on_path_says_so(module_runner, read_fixture, tmp_path):
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "probe_sudo": True},
+                        bins=dict(BINS, sudo=None), env={**SSH, "USER": "tester", "LOGNAME": "tester"},
+                        commands=answers(read_fixture, STUDIO_A))
+    assert not out.failed, out.result
+    sudo = out.result["ansible_facts"]["mlx_cluster"]["sudo"]
+    assert sudo["passwordless"] is False and "not on PATH" in sudo["message"]
+
+
+def test_no_sudo_probe_unless_asked(module_runner, read_fixture, tmp_path):
+    out = run(module_runner, read_fixture, tmp_path)
+    assert "sudo" not in out.result["ansible_facts"]["mlx_cluster"]
+    assert not any(c[0].endswith("sudo") for c in out.calls)

@@ -141,18 +141,22 @@ def test_hostfile_name_is_a_name():
         planner.make_plan(cluster_facts(), settings(hostfile_name="a/b.json"))
 
 
-@pytest.mark.parametrize("run_tags,skip_tags,probe,read", [
-    (["all"], [], True, True),
-    (["network"], [], True, False),
-    (["hostfile"], [], False, True),
-    (["preflight"], [], False, False),
-    (["all"], ["network"], False, True),
-    (["tagged"], [], True, True),
-    (["all"], ["hostfile", "network"], False, False),
+@pytest.mark.parametrize("run_tags,skip_tags,probe,read,sudo", [
+    (["all"], [], True, True, True),
+    (["network"], [], True, False, False),
+    (["hostfile"], [], False, True, False),
+    (["preflight"], [], False, False, True),
+    (["rdma_check"], [], False, False, True),
+    (["network", "hostfile"], [], True, True, False),
+    (["all"], ["network"], False, True, True),
+    (["tagged"], [], True, True, True),
+    (["all"], ["hostfile", "network"], False, False, True),
+    (["all"], ["preflight"], True, True, False),
 ])
-def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, read):
+def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, read, sudo):
     got = planner.discovery_request(run_tags, skip_tags, "", planner.HOSTFILE_NAME)
-    assert got == {"probe_links": probe, "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
+    assert got == {"probe_links": probe, "probe_sudo": sudo,
+                   "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
 
 
 def test_discovery_reads_the_wired_limit_daemon_only_when_the_power_stage_manages_it():
@@ -173,12 +177,12 @@ def test_discovery_reads_the_hostfile_where_the_plan_puts_it():
         assert planner.make_plan(facts, settings(remote_dir=setting, hostfile_name="h.json"))["hostfile_path"] == expanded
 
 
-def test_every_stage_of_the_table_is_a_play_tag():
-    tags = set()
+def test_every_stage_of_the_table_is_a_play_and_its_tags():
+    plays = set()
     for play_file in (ROOT / "playbooks").glob("*.yml"):
         for play in yaml.safe_load(play_file.read_text()):
-            tags.update(play.get("tags") or [])
-    assert set(planner.STAGE_NEEDS) <= tags
+            plays.add(tuple(play.get("tags") or []))
+    assert set(planner.STAGE_NEEDS) <= plays
 
 
 # ---- each fact once: the YAML that cannot import the table is checked against it ----------

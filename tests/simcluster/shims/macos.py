@@ -21,17 +21,32 @@ on the simulated Mac's PATH.
 """
 
 import fcntl
-import ipaddress
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
-# hashlib and uuid are imported where used (system_profiler): every shim run starts a
-# Python, and the product runs many of them.
+# hashlib and uuid are imported where used (system_profiler), ipaddress and subprocess on first
+# use (below), and `ip` runs without subprocess (run_argv): every shim run starts a Python, and
+# the product runs many of them (those two imports were a fifth of a shim's CPU).
+
+
+class _OnFirstUse:
+    """A module imported when one of its names is first used (then it replaces this stand-in)."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = __import__(self._name)
+        globals()[self._name] = module
+        return getattr(module, attr)
+
+
+ipaddress = _OnFirstUse("ipaddress")
+subprocess = _OnFirstUse("subprocess")
 
 CMD = os.path.basename(sys.argv[0])
 IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "ip")
@@ -223,8 +238,44 @@ def _cwd():
 # The real namespace
 # ---------------------------------------------------------------------------------------
 
+class Ran:
+    """What run_argv() returns: returncode, stdout and stderr (text), as subprocess.run's."""
+    __slots__ = ("returncode", "stdout", "stderr")
+
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            os.close(fd)
+            return b"".join(chunks).decode(errors="replace")
+        chunks.append(chunk)
+
+
+def run_argv(argv):
+    """Run argv (stdin inherited), its output captured: subprocess.run(argv, capture_output=True,
+    text=True) without importing subprocess. stdout is read to its end before stderr: fine
+    for `ip`, whose error output is a line or two (a pipe holds 64 KiB)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    spawn = os.posix_spawn if os.path.isabs(argv[0]) else os.posix_spawnp
+    try:
+        pid = spawn(argv[0], argv, os.environ, file_actions=actions)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    out, errors = _read_all(out_r), _read_all(err_r)
+    _, status = os.waitpid(pid, 0)
+    return Ran(os.waitstatus_to_exitcode(status), out, errors)
+
+
 def ip(*args, check=True):
-    r = subprocess.run([IP, *args], capture_output=True, text=True)
+    r = run_argv([IP, *args])
     if check and r.returncode != 0:
         raise IPError(args, r.stderr.strip())
     return r

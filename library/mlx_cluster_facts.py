@@ -46,6 +46,18 @@ options:
         commands.
     type: bool
     default: false
+  read_power:
+    description:
+      - Read the stored power settings (C(pmset -g custom)), returned in C(power). Off for a run
+        whose stages do not use them (the power stage does).
+    type: bool
+    default: true
+  read_updates:
+    description:
+      - Read the automatic-update settings (C(defaults read /Library/Preferences/com.apple.SoftwareUpdate)),
+        returned in C(updates). Off for a run whose stages do not use them (the preflight does).
+    type: bool
+    default: true
   read_files:
     description:
       - Files (C(~) expanded) whose sha256 and mode are returned in C(files), so the
@@ -70,8 +82,8 @@ notes:
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
     C(ifconfig) (bridge0 included), C(route -n get default) (only when needed), C(sw_vers),
-    C(pmset -g custom) and C(defaults read /Library/Preferences/com.apple.SoftwareUpdate KEY) for
-    four keys.
+    C(pmset -g custom) (with I(read_power)), C(defaults read /Library/Preferences/com.apple.SoftwareUpdate)
+    (with I(read_updates)) and C(sudo -n /usr/bin/true) (with I(probe_sudo)).
   - "C(pmset) and C(defaults) never fail the module: a failure, a hang or output that cannot be read
     leaves C(power) null (with a warning), a key never written leaves its C(updates) entry null."
   - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
@@ -157,7 +169,7 @@ ansible_facts:
             - The stored power settings per power source (C(pmset -g custom)), C(AC Power) always,
               C(Battery Power) on a laptop, C(UPS Power) with a UPS; numbers as ints. Null when
               they could not be read.
-          returned: always
+          returned: when read_power is set (the default)
           type: dict
           sample: {"AC Power": {"sleep": 1, "disksleep": 10, "displaysleep": 10, "autorestart": 0, "womp": 1}}
         updates:
@@ -167,7 +179,7 @@ ansible_facts:
               C(automatic_check) is AutomaticCheckEnabled, C(automatic_download) AutomaticDownload,
               C(install_macos_updates) AutomaticallyInstallMacOSUpdates (installs and restarts by
               itself), C(critical_update_install) CriticalUpdateInstall.
-          returned: always
+          returned: when read_updates is set (the default)
           type: dict
           sample: {"automatic_check": true, "automatic_download": true, "install_macos_updates": false,
                    "critical_update_install": true}
@@ -210,10 +222,10 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
-    CLUSTER_ARGVS,
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
     SUDO_PROBE_ARGV,
+    cluster_argvs,
     collect_cluster,
     label,
     link_probe_argvs,
@@ -232,17 +244,18 @@ PREFETCH_WORKERS = 4
 PROBE_WORKERS = 8
 
 
-def prefetch(module, runner, probe_sudo=False):
-    """Run every command collect_cluster() will run, a few side by side (they only read), and
+def prefetch(module, runner, argvs, probe_sudo=False):
+    """Run every command collect_cluster() will run (`argvs`, mlx_collect.cluster_argvs()), a
+    few side by side (they only read), and
     return ({label: (cmd, (rc, out, err))}, sudo): sudo is the result of SUDO_PROBE_ARGV run
     beside them when `probe_sudo` (None when sudo is not on PATH or could not start), else
     None. system_profiler alone takes most of a second on a Mac; beside it the others cost no
     extra time. A tool that is missing, or whose run raised, is left out: runner() then runs
     it itself, failing as it should."""
-    paths = {label(argv): module.get_bin_path(argv[0]) for argv in CLUSTER_ARGVS}
+    paths = {label(argv): module.get_bin_path(argv[0]) for argv in argvs}
     if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
         paths[label(IBV_DEVINFO_ARGV)] = None
-    cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in CLUSTER_ARGVS if paths[label(argv)]}
+    cmds = {label(argv): [paths[label(argv)]] + list(argv[1:]) for argv in argvs if paths[label(argv)]}
     sudo = module.get_bin_path(SUDO_PROBE_ARGV[0]) if probe_sudo else None
     extra = [[sudo] + SUDO_PROBE_ARGV[1:]] if sudo else []
     # one that could not start (None) is left to module_runner(), which runs it again and
@@ -300,17 +313,20 @@ def read_files(paths):
 def main():
     module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
                                               probe_sudo=dict(type="bool", default=False),
+                                              read_power=dict(type="bool", default=True),
+                                              read_updates=dict(type="bool", default=True),
                                               read_files=dict(type="list", elements="str", default=[]),
                                               **COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     record = {}
     runner = Runner(module.params["command_timeout"])
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
-    done, sudo = prefetch(module, runner, module.params["probe_sudo"])
+    reads = {"power": module.params["read_power"], "updates": module.params["read_updates"]}
+    done, sudo = prefetch(module, runner, cluster_argvs(**reads), module.params["probe_sudo"])
     try:
         facts, warnings = collect_cluster(module_runner(module, runner, record, done),
                                           os.environ.get("SSH_CONNECTION"), disk,
-                                          preferences=read_preferences(SC_PREFERENCES))
+                                          preferences=read_preferences(SC_PREFERENCES), **reads)
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:

@@ -89,7 +89,7 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
 
 
 def mlx_discovery_request(run_tags, skip_tags=(), remote_dir="", hostfile_name="", wired_limit=""):
-    """ansible_run_tags -> {probe_links, probe_sudo, read_files}: what discovery reads for the later stages."""
+    """ansible_run_tags -> {probe_links, probe_sudo, read_power, read_updates, read_files}: what discovery reads for the later stages."""
     _check("mlx_discovery_request", "input", run_tags, (list, tuple), "ansible_run_tags")
     _check("mlx_discovery_request", "skip_tags", skip_tags, (list, tuple), "ansible_skip_tags")
     _check("mlx_discovery_request", "remote_dir", remote_dir, str, "mlx_cluster_remote_dir (a path or '')")

@@ -296,9 +296,18 @@ def _mgmt(run, interfaces, ssh_connection, warnings):
     return mgmt
 
 
-def collect_cluster(run, ssh_connection, disk, preferences=None):
+def cluster_argvs(power=True, updates=True):
+    """CLUSTER_ARGVS without `pmset -g custom` (power False) or the SoftwareUpdate read (updates
+    False): what collect_cluster() runs with the same flags."""
+    skip = ([] if power else [PMSET_ARGV]) + ([] if updates else [UPDATES_ARGV])
+    return tuple(argv for argv in CLUSTER_ARGVS if argv not in skip)
+
+
+def collect_cluster(run, ssh_connection, disk, preferences=None, power=True, updates=True):
     """mlx_cluster facts: everything in one run. `disk` is {"path", "free_bytes"} from the
-    module; `preferences` the bytes of the network preferences file (see collect_thunderbolt)."""
+    module; `preferences` the bytes of the network preferences file (see collect_thunderbolt).
+    `power` / `updates` False: the power settings / automatic-update settings are not read
+    (no `power` / `updates` key), for a run whose stages do not use them."""
     hw = parse_sysctl_hw(required(run, SYSCTL_ARGV))
     wired = run(WIRED_LIMIT_ARGV, required=False)  # (rc, out, err), None: no sysctl at all
     hw["wired_limit_mb"] = parse_wired_limit(*wired[:2]) if wired else None
@@ -319,9 +328,11 @@ def collect_cluster(run, ssh_connection, disk, preferences=None):
         "os": parse_sw_vers(required(run, SW_VERS_ARGV)),
         "hw": hw,
         "disk": disk,
-        "power": collect_power(run, warnings),
-        "updates": collect_updates(run, warnings),
     }
+    if power:
+        facts["power"] = collect_power(run, warnings)
+    if updates:
+        facts["updates"] = collect_updates(run, warnings)
     return facts, warnings
 
 

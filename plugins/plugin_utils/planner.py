@@ -1564,12 +1564,15 @@ FALLBACK_CHOICES = ("", "ring")
 # What discovery must read for a stage that runs later in the same run, by the stage's play
 # tags (as in playbooks/*.yml): the network stage leaves alone a Mac whose links are in place
 # and answer (probe_links), the hostfile stage one whose hostfile is right (read_hostfile); the
-# preflight checks run no sudo check of their own on a Mac where `sudo -n` worked (probe_sudo).
+# power stage plans from the power settings (read_power, `pmset -g custom`); the preflight
+# checks read the automatic-update settings (read_updates) and run no sudo check of their own
+# on a Mac where `sudo -n` worked (probe_sudo). A run that selects none of these stages reads
+# none of it.
 STAGE_NEEDS = {
     ("network",): ("probe_links",),
     ("hostfile",): ("read_hostfile",),
-    ("power",): ("read_wired_daemon",),
-    ("preflight", "rdma_check"): ("probe_sudo",),
+    ("power",): ("read_wired_daemon", "read_power"),
+    ("preflight", "rdma_check"): ("probe_sudo", "read_updates"),
 }
 
 
@@ -1604,7 +1607,7 @@ def _remote_dir_setting(setting):
 def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
                       hostfile_name=HOSTFILE_NAME, wired_limit=""):
     """What the discovery module reads besides the facts, for the stages this run runs:
-    ``{probe_links: bool, probe_sudo: bool, read_files: [paths]}``. The hostfile is read where the plan will put
+    ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths]}``. The hostfile is read where the plan will put
     it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it); the
     wired limit's LaunchDaemon when the power stage runs and `wired_limit`
     (mlx_cluster_wired_limit) is set."""
@@ -1616,7 +1619,8 @@ def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
     files = ["%s/%s" % (base.rstrip("/"), hostfile_name)] if "read_hostfile" in needs else []
     if "read_wired_daemon" in needs and str(wired_limit or "").strip():
         files.append(WIRED_PLIST_PATH)
-    return {"probe_links": "probe_links" in needs, "probe_sudo": "probe_sudo" in needs, "read_files": files}
+    return {"probe_links": "probe_links" in needs, "probe_sudo": "probe_sudo" in needs,
+            "read_power": "read_power" in needs, "read_updates": "read_updates" in needs, "read_files": files}
 
 
 HOSTFILE_MODE = "0600"

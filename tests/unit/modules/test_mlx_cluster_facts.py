@@ -242,3 +242,17 @@ def test_no_sudo_probe_unless_asked(module_runner, read_fixture, tmp_path):
     out = run(module_runner, read_fixture, tmp_path)
     assert "sudo" not in out.result["ansible_facts"]["mlx_cluster"]
     assert not any(c[0].endswith("sudo") for c in out.calls)
+
+
+def test_power_and_update_settings_are_not_read_when_not_asked(module_runner, read_fixture, tmp_path):
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "read_power": False,
+                                                   "read_updates": False},
+                        bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+    assert not out.failed, out.result
+    assert sorted(out.calls) == sorted(list(a) for a in ORDER_RUN if a not in (PMSET, UPDATES))
+    facts = out.result["ansible_facts"]["mlx_cluster"]
+    assert "power" not in facts and "updates" not in facts
+    out = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), "read_updates": False},
+                        bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+    assert sorted(out.calls) == sorted(list(a) for a in ORDER_RUN if a != UPDATES)
+    assert "power" in out.result["ansible_facts"]["mlx_cluster"]

@@ -155,8 +155,15 @@ def test_hostfile_name_is_a_name():
 ])
 def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, read, sudo):
     got = planner.discovery_request(run_tags, skip_tags, "", planner.HOSTFILE_NAME)
-    assert got == {"probe_links": probe, "probe_sudo": sudo,
+    power = bool({"all", "tagged", "power"} & set(run_tags)) and "power" not in skip_tags
+    assert got == {"probe_links": probe, "probe_sudo": sudo, "read_updates": sudo, "read_power": power,
                    "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
+
+
+def test_a_configure_run_reads_no_power_or_update_settings():
+    got = planner.discovery_request(["network", "hostfile"], [], "", planner.HOSTFILE_NAME)
+    assert not got["read_power"] and not got["read_updates"] and not got["probe_sudo"]
+    assert planner.discovery_request(["power"], [], "", planner.HOSTFILE_NAME)["read_power"]
 
 
 def test_discovery_reads_the_wired_limit_daemon_only_when_the_power_stage_manages_it():

@@ -126,6 +126,9 @@ options:
         its temporary name, so every other option applies as without it; a last pass runs once
         every file is complete. Between passes the copy is looked at (C(stat), no rsync) every
         half second. The result adds up the passes.
+      - With O(host), the passes share one SSH connection (C(ControlMaster), its socket in a
+        temporary directory of this run's own, C(ControlPersist) 30 s), ended with C(ssh -O exit)
+        when the passes are done.
       - When no file grows or completes for O(stall_timeout) seconds (600 when O(stall_timeout)
         is 0), fails naming this machine, O(upstream_name) and the fix.
       - Ignored in check mode (a dry run of O(src) as it is).
@@ -253,7 +256,9 @@ passes:
 """
 
 import os
+import shutil
 import socket
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -267,6 +272,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     UpstreamStalled,
     check_dest,
     merge_itemized,
+    relay_master_args,
+    relay_master_exit_argv,
     relay_passes,
     ssh_login,
     stall_message,
@@ -395,14 +402,34 @@ def main():
         module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
                              "downloaded by this stage; put the model there first")
     rsync = module.get_bin_path("rsync", required=True)
-    rsh = None
+    rsh = ssh = control = None
     if host:
         try:
             ssh = p["ssh"] if os.path.isabs(p["ssh"]) else module.get_bin_path(p["ssh"], required=True)
             rsh = ssh_command(ssh, p["ssh_args"])
         except ValueError as exc:
             module.fail_json(msg=f"ssh_args: {exc}")
+        if relay:
+            # the passes over one SSH connection (relay_master_args), its socket in a directory
+            # of this run's own; a temporary directory whose path ssh's -e cannot carry: no sharing
+            control_dir = tempfile.mkdtemp(prefix="mlxc-relay-")
+            control = os.path.join(control_dir, "cm")
+            try:
+                rsh = ssh_command(ssh, list(p["ssh_args"]) + relay_master_args(control))
+            except ValueError:
+                shutil.rmtree(control_dir, ignore_errors=True)
+                control = None
     runner = Runner(p["command_timeout"])
+
+    def end_master():
+        """Ends the relay's SSH master, if one was started, and removes its directory."""
+        if control is None:
+            return
+        try:
+            runner.run(relay_master_exit_argv(ssh, control, host))
+        except (CommandTimeout, OSError):
+            pass  # it ends by itself after RELAY_MASTER_IDLE seconds idle
+        shutil.rmtree(os.path.dirname(control), ignore_errors=True)
     log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     # a dry run sends nothing, so prints no progress
     progress_file = p["progress_file"] if not module.check_mode else None
@@ -426,11 +453,16 @@ def main():
             results = relay_passes(p["wait_for"], lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
                                    p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT)
         except UpstreamStalled as exc:
+            end_master()
             if finish:
                 finish()
             module.fail_json(msg=stall_message(source, p["host_label"] or host, p["upstream_name"] or "its sender",
                                                exc.complete, exc.pending, exc.waited),
                              complete=exc.complete, pending=exc.pending, passes=passes)
+        except BaseException:
+            end_master()
+            raise
+        end_master()
     else:
         results = [run_pass()]
     if finish:

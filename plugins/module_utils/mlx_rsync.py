@@ -445,6 +445,9 @@ def parse_rsync_version(text):
 
 # Seconds between two looks at the copy while waiting (a stat of each file, no rsync).
 RELAY_POLL = 0.5
+# A relay's passes share one SSH connection (relay_master_args): the master waits this many
+# seconds idle after the last pass, so one left behind by a module that was killed ends by itself.
+RELAY_MASTER_IDLE = 30
 # The longest a Mac waits on its own copy without anything arriving when stall_timeout is 0
 # (no bound of rsync's own): a sender whose upstream failed must not wait for ever.
 RELAY_WAIT_DEFAULT = 600
@@ -484,6 +487,20 @@ def relay_excludes(pending):
         out.append("--exclude=" + (_literal(head + name) if literal else head + name))
         out.append("--exclude=" + _literal(head + "." + name) + ".*")
     return out
+
+
+def relay_master_args(control_path):
+    """ssh options that make a relay's rsync passes share one SSH connection: the first pass's
+    ssh becomes the master (in the background, idle for RELAY_MASTER_IDLE seconds at most), the
+    later passes run over it, without a handshake each. `control_path` is a socket path of the
+    module's own (a private temporary directory), so no one else's master is used or left."""
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_path}",
+            "-o", f"ControlPersist={RELAY_MASTER_IDLE}"]
+
+
+def relay_master_exit_argv(ssh, control_path, host):
+    """Ends the master of relay_master_args() (`ssh -O exit`): run once the passes are done."""
+    return [ssh, "-o", f"ControlPath={control_path}", "-O", "exit", host]
 
 
 def with_changed(items):

@@ -43,6 +43,12 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     ports = tb_ports(cluster, "m1")
     for dev in ports:
         tc(cluster.ns("m1"), dev, SHAPED_MBIT)
+    def tb_logins(host):
+        """SSH connections into `host` from a Thunderbolt address (the copies between Macs)."""
+        return sum(1 for line in cluster.sshd_log(host).splitlines()
+                   if "Accepted publickey" in line and " from 10.208." in line)
+
+    logins_before = tb_logins("m3")
     try:
         first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     finally:
@@ -56,6 +62,10 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     assert m3["cmd"][0].endswith("rsync") and set(PADS) <= set(m3["transferred"]), m3
     # m2 ran several passes to m3, the first while files were still arriving from m1
     assert len(m3["passes"]) >= 2 and m3["passes"][0]["excluded"] > 0, m3["passes"]
+    # over one SSH connection (the relay's master), ended afterwards: no ssh of it left on m2
+    assert tb_logins("m3") - logins_before == 1, cluster.sshd_log("m3")[-2000:]
+    ps = cluster.exec("m2", ["ps", "-eo", "args="]).stdout
+    assert "mlxc-relay-" not in ps, ps
 
     def ctimes(host):
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"

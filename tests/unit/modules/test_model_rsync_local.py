@@ -377,3 +377,35 @@ def test_wait_for_a_copy_that_stops_arriving_fails_naming_the_upstream(run, tree
     assert [p["excluded"] for p in out["passes"]] == [2]  # config.json went on meanwhile
     assert (dest / "config.json").exists() and not (dest / "model.safetensors").exists()
     assert not list(dest.glob(".model*"))
+
+
+def test_a_relay_over_ssh_runs_its_passes_over_one_master_and_ends_it(run, tree, tmp_path):
+    """With a host, the relay's passes share one SSH connection: every pass's ssh gets the same
+    ControlPath (a directory of the run's own), and `ssh -O exit` ends the master afterwards;
+    the directory is gone with it."""
+    src, home, dest = tree
+    source = manifest(run, src, sha256=False)["files"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "ssh.log"
+    (bindir / "ssh").write_text(FAKE_SSH.format(log=log))
+    (bindir / "ssh").chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    args = {"src": str(src), "dest": str(dest), "host": "10.208.0.2", "dest_home": str(home),
+            "ssh_args": ["-o", "BatchMode=yes"], "source_name": "m2", "wait_for": source}
+    out = run("model_rsync", args, env=env)
+    assert not out.get("failed"), out
+    assert out["changed"] is True and len(out["passes"]) == 1
+    calls = log.read_text().splitlines()
+    paths = {w.split("=", 1)[1] for line in calls for w in line.split() if w.startswith("ControlPath=")}
+    (control,) = paths
+    assert os.path.basename(os.path.dirname(control)).startswith("mlxc-relay-") and control.endswith("/cm")
+    assert "-o ControlMaster=auto" in calls[0] and "-o ControlPersist=30" in calls[0]
+    assert calls[-1] == f"-o ControlPath={control} -O exit 10.208.0.2"
+    assert not os.path.exists(os.path.dirname(control))
+    # a copy that is not a relay (no wait_for) is one pass: no master
+    log.unlink()
+    del args["wait_for"]
+    (dest / "config.json").unlink()
+    assert run("model_rsync", args, env=env)["changed"] is True
+    assert "ControlPath" not in log.read_text()

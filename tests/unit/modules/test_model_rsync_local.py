@@ -190,14 +190,19 @@ def test_refuses_the_home_directory_even_with_delete(run, tree):
     assert (home / "keep.txt").exists()
 
 
-def test_push_through_ssh(run, tree, tmp_path):
-    src, home, dest = tree
+def fake_ssh(tmp_path, home):
+    """FAKE_SSH as `ssh` first on PATH: (its directory, its argv log, the module's env)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "ssh.log"
     (bindir / "ssh").write_text(FAKE_SSH.format(log=log))
     (bindir / "ssh").chmod(0o755)
-    env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return bindir, log, {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_push_through_ssh(run, tree, tmp_path):
+    src, home, dest = tree
+    bindir, log, env = fake_ssh(tmp_path, home)
     args = {"src": str(src), "dest": str(dest), "host": "admin@10.208.0.2", "dest_home": str(home),
             "ssh_args": ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"], "source_name": "m1"}
 
@@ -385,12 +390,7 @@ def test_a_relay_over_ssh_runs_its_passes_over_one_master_and_ends_it(run, tree,
     the directory is gone with it."""
     src, home, dest = tree
     source = manifest(run, src, sha256=False)["files"]
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "ssh.log"
-    (bindir / "ssh").write_text(FAKE_SSH.format(log=log))
-    (bindir / "ssh").chmod(0o755)
-    env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    bindir, log, env = fake_ssh(tmp_path, home)
     args = {"src": str(src), "dest": str(dest), "host": "10.208.0.2", "dest_home": str(home),
             "ssh_args": ["-o", "BatchMode=yes"], "source_name": "m2", "wait_for": source}
     out = run("model_rsync", args, env=env)

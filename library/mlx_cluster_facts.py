@@ -246,12 +246,11 @@ PROBE_WORKERS = 8
 
 def prefetch(module, runner, argvs, probe_sudo=False):
     """Run every command collect_cluster() will run (`argvs`, mlx_collect.cluster_argvs()), a
-    few side by side (they only read), and
-    return ({label: (cmd, (rc, out, err))}, sudo): sudo is the result of SUDO_PROBE_ARGV run
-    beside them when `probe_sudo` (None when sudo is not on PATH or could not start), else
-    None. system_profiler alone takes most of a second on a Mac; beside it the others cost no
-    extra time. A tool that is missing, or whose run raised, is left out: runner() then runs
-    it itself, failing as it should."""
+    few side by side (they only read), and return ({label: (cmd, (rc, out, err))}, sudo): sudo
+    is the result of SUDO_PROBE_ARGV run beside them when `probe_sudo` (None when sudo is not
+    on PATH or could not start), else None. system_profiler alone takes most of a second on a
+    Mac; beside it the others cost no extra time. A tool that is missing, or whose run raised,
+    is left out: runner() then runs it itself, failing as it should."""
     paths = {label(argv): module.get_bin_path(argv[0]) for argv in argvs}
     if paths[label(IBV_DEVICES_ARGV)] is None:  # collect_rdma asks for ibv_devinfo only after ibv_devices
         paths[label(IBV_DEVINFO_ARGV)] = None

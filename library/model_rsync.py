@@ -453,16 +453,13 @@ def main():
             results = relay_passes(p["wait_for"], lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
                                    p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT)
         except UpstreamStalled as exc:
-            end_master()
             if finish:
                 finish()
             module.fail_json(msg=stall_message(source, p["host_label"] or host, p["upstream_name"] or "its sender",
                                                exc.complete, exc.pending, exc.waited),
                              complete=exc.complete, pending=exc.pending, passes=passes)
-        except BaseException:
+        finally:
             end_master()
-            raise
-        end_master()
     else:
         results = [run_pass()]
     if finish:

@@ -276,7 +276,7 @@ def sudo_facts(result, user):
     if isinstance(result, CommandTimeout):
         return {"user": user, "passwordless": False, "message": result.reason}
     if result is None:
-        return {"user": user, "passwordless": False, "message": "`sudo` could not be run (not on PATH)"}
+        return {"user": user, "passwordless": False, "message": "`sudo` could not be run (not on PATH, or it could not start)"}
     rc, out, err = result
     if rc == 0:
         return {"user": user, "passwordless": True, "message": None}

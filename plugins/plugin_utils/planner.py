@@ -1607,8 +1607,9 @@ def _remote_dir_setting(setting):
 def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
                       hostfile_name=HOSTFILE_NAME, wired_limit=""):
     """What the discovery module reads besides the facts, for the stages this run runs:
-    ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths]}``. The hostfile is read where the plan will put
-    it (`~` is the Mac's home, expanded by the module, as :func:`remote_dir` expands it); the
+    ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths]}``. The
+    hostfile is read where the plan will put it (`~` is the Mac's home, expanded by the module,
+    as :func:`remote_dir` expands it); the
     wired limit's LaunchDaemon when the power stage runs and `wired_limit`
     (mlx_cluster_wired_limit) is set."""
     needs = set()

@@ -137,6 +137,16 @@ options:
     description: With O(wait_for), the machine that sends this machine its own copy, for messages.
     type: str
     default: ""
+  skip:
+    description:
+      - Files of the model, relative to O(src), that this copy leaves out because another sender
+        brings them to O(host) at the same time (a copy of the model_sync role's tree that comes
+        two ways, the C(split) of filter C(mlx.cluster.mlx_sync_rounds)). Each is excluded by its anchored name and
+        its rsync temporary name, on every pass, so O(delete) leaves them and the other sender's
+        files in progress alone; with O(wait_for), this copy waits only for the other files.
+    type: list
+    elements: str
+    default: []
   progress_file:
     description:
       - File the module keeps up to date with the copy's progress while rsync runs (JSON with
@@ -274,6 +284,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     merge_itemized,
     relay_master_args,
     relay_master_exit_argv,
+    relay_excludes,
     relay_passes,
     ssh_login,
     stall_message,
@@ -286,15 +297,18 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     without_progress,
 )
 
-def tree_size(path):
-    """Bytes of the files below `path`, symlinks followed (what --copy-links sends); None when
-    the directory cannot be read."""
-    total = 0
+def tree_size(path, skip=()):
+    """Bytes of the files below `path` but `skip` (paths relative to it), symlinks followed (what
+    --copy-links sends); None when the directory cannot be read."""
+    total, skip = 0, set(skip)
     try:
         for root, _dirs, files in os.walk(path, followlinks=True):
             for name in files:
+                full = os.path.join(root, name)
+                if skip and os.path.relpath(full, path).replace(os.sep, "/") in skip:
+                    continue
                 try:
-                    total += os.stat(os.path.join(root, name)).st_size
+                    total += os.stat(full).st_size
                 except OSError:
                     continue
     except OSError:
@@ -386,6 +400,7 @@ def main():
             stall_timeout=dict(type="int", default=120),
             wait_for=dict(type="dict"),
             upstream_name=dict(type="str", default=""),
+            skip=dict(type="list", elements="str", default=[]),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
@@ -398,6 +413,9 @@ def main():
     if problem:
         module.fail_json(msg=f"refusing to sync into {remote_spec(host, dest)}: {problem}")
     relay = p["wait_for"] is not None and not module.check_mode
+    # what another sender brings (skip) stays out of every pass, and out of what a relay waits for
+    skip_words = relay_excludes(p["skip"])
+    wait_for = {rel: e for rel, e in (p["wait_for"] or {}).items() if rel not in set(p["skip"])}
     if not relay and not os.path.isdir(p["src"]):
         module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
                              "downloaded by this stage; put the model there first")
@@ -433,15 +451,15 @@ def main():
     log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     # a dry run sends nothing, so prints no progress
     progress_file = p["progress_file"] if not module.check_mode else None
-    total = (sum(int(e.get("size") or 0) for e in p["wait_for"].values() if isinstance(e, dict))
-             if relay else tree_size(p["src"]))
+    total = (sum(int(e.get("size") or 0) for e in wait_for.values() if isinstance(e, dict))
+             if relay else tree_size(p["src"], p["skip"]))
     on_output, finish = watch_progress(progress_file, total)
 
     def run_pass(excludes=()):
         argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
                           delete=p["delete"], checksum=p["checksum"], log_file=log_file,
                           rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file),
-                          stall_timeout=p["stall_timeout"], excludes=excludes)
+                          stall_timeout=p["stall_timeout"], excludes=list(excludes) + skip_words)
         started = time.monotonic()
         rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
         passes.append({"excluded": len(excludes) // 2, "seconds": round(time.monotonic() - started, 3), "rc": rc})
@@ -450,7 +468,7 @@ def main():
     passes = []
     if relay:
         try:
-            results = relay_passes(p["wait_for"], lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
+            results = relay_passes(wait_for, lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
                                    p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT)
         except UpstreamStalled as exc:
             if finish:

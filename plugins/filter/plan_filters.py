@@ -117,9 +117,9 @@ def mlx_hostfile_writes(plan, files=None):
     return _call("mlx_hostfile_writes", planner.hostfile_writes, plan, files)
 
 
-def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
-    """the cluster plan -> the model's tree: {rounds: [[{dest, src, path, via, address, ...}]] by hops,
-    copies, depth, lan, warnings}."""
+def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
+    """the cluster plan -> the model's tree: {rounds: [[{dest, src, path, via, address, split, ...}]] by
+    hops, copies, depth, lan, warnings}."""
     _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
     if source is not None:
         _check("mlx_sync_rounds", "source", source, str, "the inventory name of the Mac that has the model")
@@ -127,8 +127,10 @@ def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0):
     if hosts is not None:
         _check("mlx_sync_rounds", "hosts", hosts, (list, tuple), "a list of inventory names")
     _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = no limit)")
+    if files is not None:
+        _check("mlx_sync_rounds", "files", files, Mapping, "the model's files {relpath: {size, mtime}}")
     return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts,
-                 fanout=fanout)
+                 fanout=fanout, files=files)
 
 
 class FilterModule(object):

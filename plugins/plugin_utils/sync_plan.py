@@ -27,6 +27,18 @@ gets the model over the path from the source that is the widest:
 - source None is the controller: it has no Thunderbolt cable, so every island (rank 0's
   included) is seeded over the management network.
 
+- A Mac reached through another Mac (a relay) that also has a cable straight from the source
+  gets its model two ways at once (``split``): the source sends a share of the files over that
+  cable while the relay passes on the rest, the share in proportion to the two ways' speeds
+  (direct / (direct + the relay path's slowest cable)), so both end together. The direct share
+  is taken from the files the source sends last (rsync sends in name order), which the relay's
+  sender gets last too. A Mac behind a half-speed dock leg thus gets a third of the model over
+  the dock and two thirds through its full-speed neighbour. One such split per tree (``direct``):
+  the source's own fork in the copy task, which has no copy of its own to make, sends it, at the
+  same time as every other copy; a second would wait for the first. The nearest such Mac, then
+  the first in rank order, gets it. It counts against fanout; a share under MIN_SPLIT_SHARE is
+  not worth a second copy.
+
 The copies are also grouped by hops from the source (``rounds``; ``depth`` = hops of the
 deepest Mac), which is how the plan is shown; they are not run round by round.
 
@@ -40,11 +52,13 @@ from collections.abc import Mapping
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
 
-__all__ = ["LAN", "THUNDERBOLT", "cables_from_plan", "plan_rounds", "sync_rounds"]
+__all__ = ["LAN", "THUNDERBOLT", "cables_from_plan", "plan_rounds", "split_files", "sync_rounds"]
 
 THUNDERBOLT = "thunderbolt"
 LAN = "lan"
 CONTROLLER_NAME = "the controller"
+# Below this share of the model, a second copy to the same Mac costs more than it saves.
+MIN_SPLIT_SHARE = 0.1
 
 
 def _names(hosts):
@@ -116,7 +130,59 @@ def _eccentricity(start, adj):
 
 def _lan_copy(dest, src):
     return {"dest": dest, "src": src, "via": LAN, "address": None, "src_address": None,
-            "src_iface": None, "dest_iface": None, "cable": None, "speed_gbps": None}
+            "src_iface": None, "dest_iface": None, "cable": None, "speed_gbps": None, "split": None}
+
+
+def split_files(files, share):
+    """The files a direct copy sends when a Mac gets `share` of the model straight from the
+    source (see ``split`` in the module docstring): walking the files from the last rsync sends
+    (name order) to the first, each one that still fits in `share` of the bytes. Returns (the
+    direct copy's files, the relay's files), each in name order; ([], all) when none fits.
+
+    files: {relpath: {size, ...}} (model_manifest's files)."""
+    if not isinstance(files, Mapping):
+        raise PlanError("files must be the model's files {relpath: {size, mtime}}, got %r" % (files,))
+    sizes = {}
+    for rel, entry in files.items():
+        size = entry.get("size") if isinstance(entry, Mapping) else None
+        if not isinstance(rel, str) or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise PlanError("files: %r needs a size in bytes, got %r" % (rel, entry))
+        sizes[rel] = size
+    budget = share * sum(sizes.values())
+    direct = set()
+    for rel in sorted(sizes, reverse=True):
+        if sizes[rel] <= budget:
+            direct.add(rel)
+            budget -= sizes[rel]
+    if len(direct) == len(sizes):  # only when the model is empty: nothing to split
+        direct = set()
+    return sorted(direct), sorted(set(sizes) - direct)
+
+
+def _add_split(by_dest, links, rank, source, load, fanout, files):
+    """Gives the first relayed copy (nearest, then rank order) with a cable straight from the
+    source its direct share, while the source is under fanout; returns the direct copy (the
+    split with its ``dest``) or None."""
+    for dest in sorted(by_dest, key=lambda h: (by_dest[h]["round"], rank[h])):
+        copy = by_dest[dest]
+        direct = links.get((source, dest))
+        width = copy["bottleneck_gbps"]
+        if copy["via"] != THUNDERBOLT or copy["src"] == source or direct is None or not width:
+            continue
+        speed = _speed(direct)
+        share = speed / (speed + width) if speed > 0 else 0
+        if share < MIN_SPLIT_SHARE or (fanout and load[source] >= fanout):
+            continue
+        split = dict(direct, src=source, share=round(share, 3))
+        if files is not None:
+            split["files"], _ = split_files(files, share)
+            if not split["files"]:
+                continue
+            split["bytes"] = sum(files[f]["size"] for f in split["files"])
+        load[source] += 1
+        copy["split"] = split
+        return dict(split, dest=dest)
+    return None
 
 
 def _island_warning(source, island, root):
@@ -133,7 +199,7 @@ def _speed(link):
     return link["speed_gbps"] or 0
 
 
-def sync_rounds(hosts, cables, source=None, fanout=0):
+def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     """The tree of copies that brings the model from `source` to every Mac in `hosts`.
 
     hosts: inventory names in rank order (the Macs to serve; cables to others are ignored).
@@ -141,16 +207,22 @@ def sync_rounds(hosts, cables, source=None, fanout=0):
     with the links' speeds: :func:`cables_from_plan`).
     source: the Mac that has the model (in hosts), or None for the controller.
     fanout: most Thunderbolt copies one Mac sends; 0 = no limit (see the module docstring).
+    files: the model's files {relpath: {size, mtime}}, to choose each split's files; None = the
+    splits' shares only.
 
     Returns ``{source, fanout, rounds: [[copy, ...], ...], copies: {dest: copy}, depth, lan:
-    [dest, ...], islands: [[host, ...], ...], warnings: [...]}``, a copy being ``{round, dest,
+    [dest, ...], direct, islands: [[host, ...], ...], warnings: [...]}``, a copy being ``{round, dest,
     src, path, bottleneck_gbps, via: thunderbolt|lan, address (dest's on the cable; None over
-    the LAN), src_address, src_iface, dest_iface, cable, speed_gbps}``: ``round`` is the copy's
+    the LAN), src_address, src_iface, dest_iface, cable, speed_gbps, split}``: ``round`` is the copy's
     hops from the source (1 = straight from it), ``path`` the Macs the model passes through
     before this copy (the source first, ``src`` last; the controller left out),
     ``bottleneck_gbps`` the slowest cable on the way (None when the way has a LAN copy). The
     copies all run at once; ``rounds`` groups them by hops, ``depth`` is the deepest. The
-    source itself gets no copy; ``src`` None is the controller. Same input, same output.
+    source itself gets no copy; ``src`` None is the controller. ``split`` is None, or the
+    direct copy of a relayed Mac's share: ``{src (the source), share, address, src_address,
+    src_iface, dest_iface, cable, speed_gbps}``, with ``files`` (its files, which the relayed
+    copy then leaves out) and ``bytes`` when `files` is given; ``direct`` is that split with its
+    ``dest`` (at most one per tree), or None. Same input, same output.
     """
     hosts = _names(hosts)
     if source is not None and source not in hosts:
@@ -202,7 +274,8 @@ def sync_rounds(hosts, cables, source=None, fanout=0):
         load[u] += 1
         reached[v] = (None if width is None else w, hops + 1, path + [v])
         by_dest[v] = dict(links[(u, v)], dest=v, src=u, via=THUNDERBOLT, round=hops + 1, path=list(path),
-                          bottleneck_gbps=None if width is None else w)
+                          bottleneck_gbps=None if width is None else w, split=None)
+    direct = _add_split(by_dest, links, rank, source, load, fanout, files) if source is not None else None
     copies = {h: by_dest[h] for h in hosts if h in by_dest}
     depth = max((c["round"] for c in copies.values()), default=0)
     rounds = [[c for c in copies.values() if c["round"] == k] for k in range(1, depth + 1)]
@@ -213,6 +286,7 @@ def sync_rounds(hosts, cables, source=None, fanout=0):
         "copies": copies,
         "depth": depth,
         "lan": [c["dest"] for r in rounds for c in r if c["via"] == LAN],
+        "direct": direct,
         "islands": islands,
         "warnings": warnings,
     }
@@ -229,7 +303,7 @@ def cables_from_plan(plan):
             for cid, c in sorted(cables.items())]
 
 
-def plan_rounds(plan, source=None, hosts=None, fanout=0):
+def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     """:func:`sync_rounds` over the cluster plan: its hosts (or `hosts`, e.g. the Macs still in
     the play, kept in the plan's rank order) and its cables."""
     cables = cables_from_plan(plan)
@@ -239,4 +313,4 @@ def plan_rounds(plan, source=None, hosts=None, fanout=0):
         if unknown:
             raise PlanError("%s not in the plan's hosts (%s)" % (", ".join(unknown), ", ".join(order)))
         order = [h for h in order if h in set(hosts)]
-    return sync_rounds(order, cables, source=source, fanout=fanout)
+    return sync_rounds(order, cables, source=source, fanout=fanout, files=files)

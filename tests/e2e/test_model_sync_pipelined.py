@@ -82,3 +82,36 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     assert again.changed() == 0, again.stats
     for res in (e["res"] for e in again.results(TREE_TASK) if not e["res"].get("skipped")):
         assert len(res["passes"]) <= 1 and res["transferred"] == [], res
+
+
+def test_a_mac_behind_a_dock_leg_gets_its_model_two_ways(sim_cluster, tiny):
+    """mesh3_dock (m1-m2 and m2-m3 at 80 Gb/s, m1-m3 through a dock at 40): m3's copy comes
+    through m2 (the widest path) and, in the same task, a third of the model straight from m1
+    over the dock leg (the tree's direct share, sent by m1's own fork), the files rsync sends
+    last. Each sender leaves the other's files alone; every copy checks out; a second run
+    changes nothing."""
+    cluster = sim_cluster("mesh3_dock")
+    seeded = fresh_models(cluster, tiny)
+    for name in PADS:
+        (seeded / name).write_bytes(os.urandom(PAD_BYTES))
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+                         model_sync_delete=True)
+    first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    assert first.rc == 0, first.failures()
+    copies = {e["host"]: e["res"] for e in first.results(TREE_TASK) if not e["res"].get("skipped")}
+    assert sorted(copies) == ["m1", "m2", "m3"], copies
+    direct, relayed = copies["m1"], copies["m3"]
+    # m1's fork: over m1's dock cable to m3's address on it, only the files the relay leaves out
+    dock = next(c for c in cluster.spec.cables if {c.a.host, c.b.host} == {"m1", "m3"})
+    m3_iface = dock.a.iface if dock.a.host == "m3" else dock.b.iface
+    m3_dock = next(a["local"] for a in cluster.links("m3")[m3_iface]["addr_info"] if a.get("family") == "inet")
+    assert direct["cmd"][-1].split("@")[-1].startswith(m3_dock + ":"), direct["cmd"]
+    assert direct["passes"] == [] and relayed["passes"], (direct, relayed)
+    assert "pad-4.dat" in direct["transferred"] and "pad-0.dat" not in direct["transferred"], direct
+    assert set(direct["transferred"]).isdisjoint(relayed["transferred"]), (direct, relayed)
+    assert set(direct["transferred"]) | set(relayed["transferred"]) >= set(PADS)
+    assert direct["deleted"] == [] and relayed["deleted"] == []
+
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats

@@ -154,6 +154,75 @@ def test_mesh3_dock_goes_round_the_docked_leg_over_full_speed_cables():
     check_tree(result, plan, hosts, "m1")
 
 
+def mesh3_dock():
+    hosts = names(3)
+    return hosts, [cable("m1", "en2", "m2", "en2", speed=80),
+                   cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
+                   cable("m2", "en3", "m3", "en3", speed=80)]
+
+
+MODEL = {"config.json": {"size": 2_000, "mtime": 1}, "model-00001-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+         "model-00002-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+         "model-00003-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+         "model-00004-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+         "model.safetensors.index.json": {"size": 30_000, "mtime": 1}, "tokenizer.json": {"size": 7_000_000, "mtime": 1}}
+
+
+def test_mesh3_dock_the_docked_mac_gets_a_third_straight_over_the_dock_leg_the_rest_relayed():
+    hosts, cables = mesh3_dock()
+    plan = plan_of(hosts, cables)
+    result = sync_plan.plan_rounds(plan, source="m1", files=MODEL)
+    assert result["copies"]["m2"]["split"] is None
+    split = result["copies"]["m3"]["split"]
+    assert split["src"] == "m1" and split["share"] == pytest.approx(1 / 3, abs=0.001) and split["speed_gbps"] == 40
+    assert split["address"] in address_of(plan, "m3", "m1") and split["src_address"] in address_of(plan, "m1", "m3")
+    # from the last file rsync sends, each that fits in a third of the bytes (69 MB of 207 MB)
+    assert split["files"] == ["config.json", "model-00004-of-00004.safetensors", "model.safetensors.index.json",
+                              "tokenizer.json"]
+    assert split["bytes"] == 57_032_000
+    assert result["direct"] == dict(split, dest="m3")
+    # without the files: the share alone; the tree itself is unchanged
+    bare = sync_plan.plan_rounds(plan, source="m1")
+    assert "files" not in bare["copies"]["m3"]["split"] and pairs(bare) == pairs(result)
+
+
+@pytest.mark.parametrize("wiring", [mesh(4), ring(8), chain(4)], ids=["mesh4", "ring8", "chain4"])
+def test_no_split_where_no_relayed_mac_has_a_cable_from_the_source(wiring):
+    hosts, cables = wiring
+    result = rounds_of(hosts, cables)
+    assert all(c["split"] is None for c in result["copies"].values()) and result["direct"] is None
+
+
+def test_one_split_per_tree_the_nearest_then_first_relayed_mac():
+    # m3 and m4 both through m2 (80) and both with a dock leg from m1 (40): m3 alone is split
+    hosts = names(4)
+    cables = [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m3", "en2", speed=40),
+              cable("m1", "en4", "m4", "en2", speed=40), cable("m2", "en3", "m3", "en3"),
+              cable("m2", "en4", "m4", "en3"), cable("m3", "en4", "m4", "en4")]
+    result = rounds_of(hosts, cables)
+    assert [(c["src"], c["dest"]) for c in result["rounds"][1]] == [("m2", "m3"), ("m2", "m4")]
+    assert result["direct"]["dest"] == "m3" and result["copies"]["m3"]["split"]["src"] == "m1"
+    assert result["copies"]["m4"]["split"] is None
+
+
+def test_a_split_counts_against_fanout_and_a_thin_direct_cable_is_not_worth_one():
+    hosts, cables = mesh3_dock()
+    assert rounds_of(hosts, cables, fanout=1)["copies"]["m3"]["split"] is None  # m1 sends m2 its one copy
+    assert rounds_of(hosts, cables, fanout=2)["copies"]["m3"]["split"]["src"] == "m1"
+    thin = [dict(c, speed=8, speed_b=8) if c["speed"] == 40 else c for c in cables]  # 8 / (8 + 80) < 10 %
+    assert rounds_of(hosts, thin)["copies"]["m3"]["split"] is None
+
+
+def test_split_files_takes_the_last_files_that_fit_and_never_all_of_them():
+    files = {"a": {"size": 10}, "b": {"size": 50}, "c": {"size": 30}, "d": {"size": 10}}
+    assert sync_plan.split_files(files, 0.5) == (["a", "c", "d"], ["b"])  # d, then c; b does not fit; a does
+    assert sync_plan.split_files(files, 0.05) == ([], ["a", "b", "c", "d"])
+    assert sync_plan.split_files({"one": {"size": 100}}, 0.9) == ([], ["one"])
+    assert sync_plan.split_files({}, 0.5) == ([], [])
+    with pytest.raises(PlanError, match="'b' needs a size in bytes"):
+        sync_plan.split_files({"b": {"mtime": 1}}, 0.5)
+
+
 def test_a_wider_path_wins_over_fewer_hops_and_equal_widths_take_fewer_hops():
     # m1-m4 direct at 20; m1-m2-m3-m4 at 80: three hops at 80 beat one at 20
     hosts = names(4)
@@ -352,6 +421,11 @@ def test_every_mac_served_once_by_a_holder_over_its_cable(wiring, fanout, data):
                     assert result["copies"][h]["bottleneck_gbps"] == width[h], h
                     if len({c["speed"] for c in cables}) == 1:  # all one speed: fewest hops
                         assert result["copies"][h]["round"] == dist[h], h
+    for c in result["copies"].values():  # a split: the source's own cable to a Mac it relays to
+        if c["split"] is not None:
+            assert source is not None and c["src"] != source and c["split"]["src"] == source, c
+            assert c["split"]["address"] in address_of(plan, c["dest"], source), c
+            assert sync_plan.MIN_SPLIT_SHARE <= c["split"]["share"] < 1, c
     assert sync_plan.plan_rounds(plan, source=source, fanout=fanout) == result
 
 

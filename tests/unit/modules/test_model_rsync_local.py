@@ -409,3 +409,39 @@ def test_a_relay_over_ssh_runs_its_passes_over_one_master_and_ends_it(run, tree,
     (dest / "config.json").unlink()
     assert run("model_rsync", args, env=env)["changed"] is True
     assert "ControlPath" not in log.read_text()
+
+
+def test_a_copy_that_comes_two_ways_each_sender_sends_its_share_and_leaves_the_other_alone(run, tree, tmp_path):
+    """The tree's split: the source sends model.safetensors straight to the Mac while the relay,
+    whose own copy still lacks it, passes on the rest (skip: the other sender's files). The
+    relay waits only for its share; with delete, neither removes the other's files, done or in
+    progress (the source's temporary name on the receiver)."""
+    src, home, dest = tree
+    source = manifest(run, src, sha256=False)["files"]
+    relay = tmp_path / "relay"
+    (relay / "sub").mkdir(parents=True)
+    shutil.copy2(src / "config.json", relay / "config.json")
+    shutil.copy2(src / "sub" / "tokenizer.json", relay / "sub" / "tokenizer.json")
+    (relay / ".model.safetensors.Xy12Ab").write_bytes(b"partial")  # never completes here
+    dest.mkdir()
+    (dest / ".model.safetensors.Qr34Cd").write_bytes(b"the direct copy, in progress")
+
+    relayed = sync(run, relay, home, dest, wait_for=source, skip=["model.safetensors"], upstream_name="m1",
+                   host_label="m3", delete=True, stall_timeout=5)
+    assert not relayed.get("failed"), relayed
+    assert sorted(relayed["transferred"]) == ["config.json", "sub/tokenizer.json"] and relayed["deleted"] == []
+    assert [p["excluded"] for p in relayed["passes"]] == [0]  # nothing of its share was pending
+    assert (dest / ".model.safetensors.Qr34Cd").exists()
+
+    (dest / ".model.safetensors.Qr34Cd").unlink()
+    direct = sync(run, src, home, dest, skip=["config.json", "sub/tokenizer.json"], host_label="m3", delete=True)
+    assert not direct.get("failed"), direct
+    assert direct["transferred"] == ["model.safetensors"] and direct["deleted"] == []
+    assert manifest(run, dest, expected=source)["problems"] == []
+
+
+def test_skip_leaves_a_file_out_of_a_plain_copy(run, tree):
+    src, home, dest = tree
+    out = sync(run, src, home, dest, skip=["model.safetensors"])
+    assert sorted(out["transferred"]) == ["config.json", "sub/tokenizer.json"]
+    assert not (dest / "model.safetensors").exists()

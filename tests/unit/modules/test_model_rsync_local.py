@@ -332,6 +332,17 @@ def test_a_copy_that_stops_moving_data_is_ended_and_named(run, tree, tmp_path):
     assert "resumes" in stalled["msg"] and "model_sync_stall_timeout" in stalled["msg"]
 
 
+def relay_still_receiving(src, tmp_path, partial):
+    """A relaying Mac's copy still arriving: config.json and the tokenizer complete, the weights
+    only as rsync's temporary `.model.safetensors.Xy12Ab` holding `partial`."""
+    relay = tmp_path / "relay"
+    (relay / "sub").mkdir(parents=True)
+    shutil.copy2(src / "config.json", relay / "config.json")
+    shutil.copy2(src / "sub" / "tokenizer.json", relay / "sub" / "tokenizer.json")
+    (relay / ".model.safetensors.Xy12Ab").write_bytes(partial)
+    return relay
+
+
 def test_wait_for_passes_each_file_on_once_complete_in_the_copy_still_arriving(run, tree, tmp_path):
     """The copy being relayed (`relay`) has config.json; the weights arrive as rsync writes them
     (a temporary `.name.XXXX`, renamed into place with the source's time) a second later."""
@@ -340,12 +351,8 @@ def test_wait_for_passes_each_file_on_once_complete_in_the_copy_still_arriving(r
 
     src, home, dest = tree
     source = manifest(run, src, sha256=False)["files"]
-    relay = tmp_path / "relay"
-    (relay / "sub").mkdir(parents=True)
-    shutil.copy2(src / "config.json", relay / "config.json")
-    shutil.copy2(src / "sub" / "tokenizer.json", relay / "sub" / "tokenizer.json")
+    relay = relay_still_receiving(src, tmp_path, (src / "model.safetensors").read_bytes()[:1000])
     temp = relay / ".model.safetensors.Xy12Ab"
-    temp.write_bytes((src / "model.safetensors").read_bytes()[:1000])
 
     def arrive():
         time.sleep(1.5)
@@ -418,11 +425,7 @@ def test_a_copy_that_comes_two_ways_each_sender_sends_its_share_and_leaves_the_o
     progress (the source's temporary name on the receiver)."""
     src, home, dest = tree
     source = manifest(run, src, sha256=False)["files"]
-    relay = tmp_path / "relay"
-    (relay / "sub").mkdir(parents=True)
-    shutil.copy2(src / "config.json", relay / "config.json")
-    shutil.copy2(src / "sub" / "tokenizer.json", relay / "sub" / "tokenizer.json")
-    (relay / ".model.safetensors.Xy12Ab").write_bytes(b"partial")  # never completes here
+    relay = relay_still_receiving(src, tmp_path, b"partial")  # its weights never complete here
     dest.mkdir()
     (dest / ".model.safetensors.Qr34Cd").write_bytes(b"the direct copy, in progress")
 

@@ -29,11 +29,13 @@ gets the model over the path from the source that is the widest:
 
 - A Mac reached through another Mac (a relay) that also has a cable straight from the source
   gets its model two ways at once (``split``): the source sends a share of the files over that
-  cable while the relay passes on the rest, the share in proportion to the two ways' speeds
-  (direct / (direct + the relay path's slowest cable)), so both end together. The direct share
+  cable while the relay passes on the rest. The relay's own Mac needs the whole model over the
+  relay path anyway, so the direct cable carries what it can in that time: the share is the
+  direct cable's speed over the relay path's slowest cable (a half-speed dock leg: half the
+  model), and the relay, whose passes cost more than one long copy, the rest. The direct share
   is taken from the files the source sends last (rsync sends in name order), which the relay's
-  sender gets last too. A Mac behind a half-speed dock leg thus gets a third of the model over
-  the dock and two thirds through its full-speed neighbour. One such split per tree (``direct``):
+  sender gets last too; a file may overshoot the share by SPLIT_SLACK (equal shards whose
+  count does not split evenly with the small files). One such split per tree (``direct``):
   the source's own fork in the copy task, which has no copy of its own to make, sends it, at the
   same time as every other copy; a second would wait for the first. The nearest such Mac, then
   the first in rank order, gets it. It counts against fanout; a share under MIN_SPLIT_SHARE is
@@ -59,6 +61,8 @@ LAN = "lan"
 CONTROLLER_NAME = "the controller"
 # Below this share of the model, a second copy to the same Mac costs more than it saves.
 MIN_SPLIT_SHARE = 0.1
+# How far over its share a split's files may go (see the module docstring).
+SPLIT_SLACK = 0.02
 
 
 def _names(hosts):
@@ -136,8 +140,9 @@ def _lan_copy(dest, src):
 def split_files(files, share):
     """The files a direct copy sends when a Mac gets `share` of the model straight from the
     source (see ``split`` in the module docstring): walking the files from the last rsync sends
-    (name order) to the first, each one that still fits in `share` of the bytes. Returns (the
-    direct copy's files, the relay's files), each in name order; ([], all) when none fits.
+    (name order) to the first, each one that still fits in `share` of the bytes (SPLIT_SLACK
+    over at most). Returns (the direct copy's files, the relay's files), each in name order;
+    ([], all) when none fits, and never every file.
 
     files: {relpath: {size, ...}} (model_manifest's files)."""
     if not isinstance(files, Mapping):
@@ -148,7 +153,7 @@ def split_files(files, share):
         if not isinstance(rel, str) or isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise PlanError("files: %r needs a size in bytes, got %r" % (rel, entry))
         sizes[rel] = size
-    budget = share * sum(sizes.values())
+    budget = share * (1 + SPLIT_SLACK) * sum(sizes.values())
     direct = set()
     for rel in sorted(sizes, reverse=True):
         if sizes[rel] <= budget:
@@ -170,7 +175,7 @@ def _add_split(by_dest, links, rank, source, load, fanout, files):
         if copy["via"] != THUNDERBOLT or copy["src"] == source or direct is None or not width:
             continue
         speed = _speed(direct)
-        share = speed / (speed + width) if speed > 0 else 0
+        share = speed / width if speed > 0 else 0  # < 1: a relay is chosen only over a wider way
         if share < MIN_SPLIT_SHARE or (fanout and load[source] >= fanout):
             continue
         split = dict(direct, src=source, share=round(share, 3))

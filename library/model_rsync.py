@@ -125,7 +125,7 @@ options:
         of the directory with an anchored C(--exclude) for every file not yet complete and for
         its temporary name, so every other option applies as without it; a last pass runs once
         every file is complete. Between passes the copy is looked at (C(stat), no rsync) every
-        half second. The result adds up the passes.
+        0.2 s. The result adds up the passes.
       - With O(host), the passes share one SSH connection (C(ControlMaster), its socket in a
         temporary directory of this run's own, C(ControlPersist) 30 s), ended with C(ssh -O exit)
         when the passes are done.

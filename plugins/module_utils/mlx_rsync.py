@@ -443,8 +443,9 @@ def parse_rsync_version(text):
 # has --times) and rename it into place when it is whole: a file under its final name with the
 # source's size and modification time is complete.
 
-# Seconds between two looks at the copy while waiting (a stat of each file, no rsync).
-RELAY_POLL = 0.5
+# Seconds between two looks at the copy while waiting (a stat of each file, no rsync): a file
+# that became complete waits half of this on average before its pass starts.
+RELAY_POLL = 0.2
 # A relay's passes share one SSH connection (relay_master_args): the master waits this many
 # seconds idle after the last pass, so one left behind by a module that was killed ends by itself.
 RELAY_MASTER_IDLE = 30

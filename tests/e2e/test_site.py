@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,13 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
         remote = Path(plan["remote_dir"]) / "hostfile.json"
         got = cluster.exec(host, ["cat", str(remote)]).stdout
         assert json.loads(got) == hostfile, host
+    # the topology picture, rendered once the DOT file was written (Graphviz on the controller)
+    [picture] = [r["res"] for r in first.results("Render the topology picture")]
+    if shutil.which("dot"):
+        assert picture["changed"] and picture["rendered"], picture
+        assert (artifacts(cluster) / "topology.svg").read_text().lstrip().startswith("<?xml")
+    else:
+        assert not picture["changed"] and "no Graphviz" in picture["msg"], picture
 
     # Second run: nothing to do. Discovery found every Mac's links in place and answering
     # its pings, so the network stage ran no module on any Mac.
@@ -72,6 +80,7 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
     assert second.results("Apply this Mac's Thunderbolt links (bridge, services, addresses, host routes)") == []
     assert second.results("Write the hostfile at the same path on every Mac") == []  # already right
     assert second.results("Write the hostfile, the plan and the topology (DOT) on the controller") == []
+    assert second.results("Render the topology picture") == []  # a handler of the files above
     # each cable pinged once, from the end with the /30's first address (the planner gives
     # new cables' first addresses to their first end)
     pinged = [(h, a[-2], a[-1]) for h in cluster.hosts for a in cluster.argv_log(h) if a[0] == "ping"]

@@ -414,8 +414,8 @@ def main():
         module.fail_json(msg=f"refusing to sync into {remote_spec(host, dest)}: {problem}")
     relay = p["wait_for"] is not None and not module.check_mode
     # what another sender brings (skip) stays out of every pass, and out of what a relay waits for
-    skip_words = relay_excludes(p["skip"])
-    wait_for = {rel: e for rel, e in (p["wait_for"] or {}).items() if rel not in set(p["skip"])}
+    skip_words, skipped = relay_excludes(p["skip"]), set(p["skip"])
+    wait_for = {rel: e for rel, e in (p["wait_for"] or {}).items() if rel not in skipped}
     if not relay and not os.path.isdir(p["src"]):
         module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
                              "downloaded by this stage; put the model there first")

@@ -19,10 +19,10 @@ DOT = "digraph cluster { m1 -> m2 }\n"
 
 
 def fake_dot(tmp_path, body):
-    """A `dot` stand-in: argv is `-Tsvg -o OUT SRC`; `body` is the shell after that."""
+    """A `dot` stand-in: argv is `-Tsvg SRC`, the SVG on stdout; `body` is the shell after that."""
     path = tmp_path / "bin" / "dot"
     path.parent.mkdir(exist_ok=True)
-    path.write_text('#!/bin/sh\nout="$3"; src="$4"\n' + body + "\n")
+    path.write_text('#!/bin/sh\nsrc="$2"\n' + body + "\n")
     path.chmod(0o755)
     return str(path)
 
@@ -36,7 +36,7 @@ def dotfile(tmp_path):
 
 
 def test_rendered_then_the_same_plan_is_no_change(tmp_path, dotfile):
-    dot = fake_dot(tmp_path, 'printf "<svg>%s</svg>" "$(cat "$src")" > "$out"')
+    dot = fake_dot(tmp_path, 'printf "<svg>%s</svg>" "$(cat "$src")"')
     dest = dotfile.with_suffix(".svg")
     first = render(str(dotfile), str(dest), dot, Runner(10))
     assert first == {"changed": True, "rendered": True, "dest": str(dest)}
@@ -55,7 +55,7 @@ def test_without_graphviz_the_dot_file_is_the_picture(tmp_path, dotfile):
 
 
 def test_check_mode_renders_nothing(tmp_path, dotfile):
-    dot = fake_dot(tmp_path, 'echo x > "$out"')
+    dot = fake_dot(tmp_path, 'echo x')
     res = render(str(dotfile), str(dotfile.with_suffix(".svg")), dot, Runner(10), check_mode=True)
     assert res["changed"] is True and res["rendered"] is False and not dotfile.with_suffix(".svg").exists()
 
@@ -89,7 +89,7 @@ def _action(args, transport="local", become=False, check_mode=False):
 
 
 def test_the_controllers_picture_is_rendered_in_process(tmp_path, dotfile):
-    dot = fake_dot(tmp_path, 'echo "<svg/>" > "$out"')
+    dot = fake_dot(tmp_path, 'echo "<svg/>"')
     action = _action({"src": str(dotfile), "dest": str(dotfile.with_suffix(".svg")), "dot": dot})
     res = action.run(task_vars={})
     assert res["changed"] and res["rendered"] and os.path.exists(dotfile.with_suffix(".svg"))

@@ -20,17 +20,17 @@ Only the Python standard library is used: the shims run under whatever python3 i
 on the simulated Mac's PATH.
 """
 
+import _json
 import fcntl
-import json
 import os
-import re
-import signal
 import sys
 import time
 
-# hashlib and uuid are imported where used (system_profiler), ipaddress and subprocess on first
-# use (below), and `ip` runs without subprocess (run_argv): every shim run starts a Python, and
-# the product runs many of them (those two imports were a fifth of a shim's CPU).
+# hashlib and uuid are imported where used (system_profiler); ipaddress, subprocess, re, signal
+# and json on first use (below); JSON is read and written by json's own C half (_json, below),
+# and `ip` runs without subprocess (run_argv). Every shim run starts a Python and the product
+# runs many of them: json, re and signal (their imports pull in enum, functools and re's
+# compiler) were half of what a shim cost in CPU, ipaddress and subprocess a fifth before that.
 
 
 class _OnFirstUse:
@@ -47,6 +47,46 @@ class _OnFirstUse:
 
 ipaddress = _OnFirstUse("ipaddress")
 subprocess = _OnFirstUse("subprocess")
+re = _OnFirstUse("re")
+signal = _OnFirstUse("signal")
+json = _OnFirstUse("json")   # only where the output must look like json's (indent, separators)
+
+
+class _JSONContext:
+    """What json's C scanner reads from a JSONDecoder: json.loads' defaults."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+
+
+_JSON_SCAN = _json.make_scanner(_JSONContext())
+_JSON_WS = " \t\n\r"
+
+
+def json_loads(text):
+    """json.loads(text) for a str, without importing json. ValueError when it is not JSON."""
+    start = len(text) - len(text.lstrip(_JSON_WS))
+    try:
+        value, end = _JSON_SCAN(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"not JSON (at character {exc.value})") from None
+    if text[end:].strip(_JSON_WS):
+        raise ValueError(f"not JSON (extra data at character {end})")
+    return value
+
+
+def _json_default(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def json_dumps(value, sort_keys=False):
+    """json.dumps(value, sort_keys=sort_keys) without importing json (one line, ASCII)."""
+    encode = _json.make_encoder({}, _json_default, _json.encode_basestring_ascii, None,
+                                ": ", ", ", sort_keys, False, True)
+    return "".join(encode(value, 0))
 
 CMD = os.path.basename(sys.argv[0])
 IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "ip")
@@ -86,7 +126,7 @@ class Ctx:
         self.host = host
         self.hostdir = os.path.join(state, "hosts", host)
         with open(os.path.join(state, "cluster.json")) as f:
-            self.cluster = json.load(f)
+            self.cluster = json_loads(f.read())
         if host not in self.cluster["hosts"]:
             die(f"{CMD}: this machine ({host}) is not a host of the simulated cluster "
                 f"{self.cluster.get('name')}", 70)
@@ -181,7 +221,7 @@ class Ctx:
 def _read_json(path, default):
     try:
         with open(path) as f:
-            return json.load(f)
+            return json_loads(f.read())
     except (OSError, ValueError):
         return default
 
@@ -189,8 +229,7 @@ def _read_json(path, default):
 def _write_json(path, data):
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(json_dumps(data, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
@@ -219,7 +258,7 @@ def find_state():
 
 def log_argv(ctx):
     rec = {"ts": round(time.time(), 6), "argv": [CMD, *sys.argv[1:]], "cwd": _cwd(), "pid": os.getpid()}
-    line = (json.dumps(rec) + "\n").encode()
+    line = (json_dumps(rec) + "\n").encode()
     fd = os.open(ctx.path("argv.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
@@ -289,7 +328,7 @@ class IPError(Exception):
 
 def links():
     """{linux ifname: link json (with addr_info)}."""
-    data = json.loads(ip("-j", "-d", "addr", "show").stdout or "[]")
+    data = json_loads(ip("-j", "-d", "addr", "show").stdout or "[]")
     return {d["ifname"]: d for d in data}
 
 
@@ -861,7 +900,7 @@ def _reapply_default_route(ctx, prefs):
 # ---------------------------------------------------------------------------------------
 
 SC_ERRORS = {"access": "Permission denied", "nokey": "No such key"}   # SCErrorString()
-BRIDGE_PATH = re.compile(r"^/VirtualNetworkInterfaces/Bridge/([a-z]+[0-9]+)$")
+BRIDGE_PATH = r"^/VirtualNetworkInterfaces/Bridge/([a-z]+[0-9]+)$"
 
 
 def cmd_scutil(ctx, args):
@@ -933,7 +972,7 @@ def cmd_scutil(ctx, args):
                 if value is not None:
                     value.pop(rest[0], None)
             elif cmd == "set" and len(rest) == 1:
-                m = BRIDGE_PATH.match(rest[0])
+                m = re.match(BRIDGE_PATH, rest[0])
                 if not m:
                     out(f"  the simulated Mac's scutil sets /VirtualNetworkInterfaces/Bridge/<name> only, not {rest[0]}")
                     continue
@@ -1305,7 +1344,7 @@ ROUTE_FLAGS = {"-net", "-host", "-interface", "-iface", "-link", "-static", "-no
 
 
 def _routes():
-    return json.loads(ip("-j", "-4", "route", "show", "table", "main").stdout or "[]")
+    return json_loads(ip("-j", "-4", "route", "show", "table", "main").stdout or "[]")
 
 
 def _route_dst(r):
@@ -1511,7 +1550,7 @@ def cmd_netstat(ctx, args):
             dest = ".".join(octets[:keep]) + ("" if net.prefixlen == 8 * keep else f"/{net.prefixlen}")
             flags = "UGS" if r.get("gateway") else "UCS"
         rows.append((dest, r.get("gateway") or f"link#{index.get(dev, 0)}", flags, dev))
-    neigh = json.loads(ip("-j", "-4", "neigh", "show").stdout or "[]")
+    neigh = json_loads(ip("-j", "-4", "neigh", "show").stdout or "[]")
     for n in neigh:
         if n.get("lladdr") and n.get("dst") not in hosts and not {"FAILED", "INCOMPLETE"} & set(n.get("state") or []):
             mac = ":".join(f"{int(x, 16):x}" for x in n["lladdr"].split(":"))

@@ -228,9 +228,9 @@ def markdown_section(results, runs, info, command, old=()):
         if line.startswith("| ") and line != header and _cells(line)[0] not in ("topology", ""):
             rows[_cells(line)[0]] = line
     notes = {}
-    for line in old:
-        if line.startswith("- `") and "`: " in line:
-            notes[line[3:line.index("`: ")]] = line
+    for line in old:   # "- `<topology>`: date ..." or, annotated by hand, "- `<topology>` (...): date ..."
+        if line.startswith("- `") and "`" in line[3:]:
+            notes[line[3:line.index("`", 3)]] = line
     stamp = (f"date: {info['date']}, {runs} interleaved run(s), load average (1 min) {info['loadavg_start']} at start, "
              f"{info['loadavg_end']} at end (the benchmark's own simulated Macs count in it)")
     for r, row in zip(results, table_rows(results)):

@@ -35,3 +35,15 @@ def test_each_invocation_replaces_its_own_rows_and_keeps_the_rest(tmp_path):
     assert "| 4.00 (4.00–4.00) |" in rows[0] and "| 8.00 (8.00–8.00) |" in rows[1]
     assert "cmd mesh4 again" in text and "cmd ring16" in text and "`cmd mesh4`" not in text
     assert text.count(configure.SECTION) == 1 and "old" not in text and text.endswith("## Test suite: workers\n\nkept\n")
+
+
+def test_a_run_note_annotated_by_hand_is_kept_with_its_row(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Time to a configured cluster\n\nold\n")
+    write(doc, [result("ring16", 16, 8.0)], "cmd ring16")
+    text = doc.read_text().replace("- `ring16`: date", "- `ring16` (on another machine, not re-measured): date")
+    doc.write_text(text)
+    write(doc, [result("mesh4", 4, 5.0)], "cmd mesh4")
+    notes = [line for line in doc.read_text().splitlines() if line.startswith("- `")]
+    assert [n.split("`")[1] for n in notes] == ["mesh4", "ring16"]
+    assert notes[1].startswith("- `ring16` (on another machine, not re-measured): date") and "cmd ring16" in notes[1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
@@ -10,16 +9,14 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.mlx.cluster.plugins.action.mlx_files import ActionModule
 
 
-def _action(args, transport="local", become=False, check_mode=False, diff=False):
-    task = mock.MagicMock(args=args, check_mode=check_mode, diff=diff, async_val=0)
-    connection = mock.MagicMock(transport=transport)
-    play_context = mock.MagicMock(become=become)
-    action = ActionModule(task, connection, play_context, loader=None, templar=None, shared_loader_obj=None)
-    action._execute_module = mock.MagicMock(return_value={"changed": True, "files": []})
-    return action
+@pytest.fixture
+def _action(make_action):
+    def make(args, **kw):
+        return make_action(ActionModule, args, module_result={"changed": True, "files": []}, **kw)
+    return make
 
 
-def test_controller_files_are_written_in_process(tmp_path):
+def test_controller_files_are_written_in_process(tmp_path, _action):
     path = tmp_path / "artifacts" / "hostfile.json"
     action = _action({"files": [{"path": str(path), "content": "{}\n"}]})
     res = action.run(task_vars={})
@@ -28,14 +25,14 @@ def test_controller_files_are_written_in_process(tmp_path):
     assert not _action({"files": [{"path": str(path), "content": "{}\n"}]}).run(task_vars={})["changed"]
 
 
-def test_check_mode_in_process_writes_nothing(tmp_path):
+def test_check_mode_in_process_writes_nothing(tmp_path, _action):
     path = tmp_path / "f"
     res = _action({"files": [{"path": str(path), "content": "x"}]}, check_mode=True, diff=True).run(task_vars={})
     assert res["changed"] and res["diff"][0]["after"] == "x" and not path.exists()
 
 
 @pytest.mark.parametrize("transport, become", [("ssh", False), ("local", True)], ids=["mac", "become"])
-def test_a_mac_or_become_runs_the_module(tmp_path, transport, become):
+def test_a_mac_or_become_runs_the_module(tmp_path, transport, become, _action):
     action = _action({"files": [{"path": str(tmp_path / "f"), "content": "x"}]}, transport=transport, become=become)
     action.run(task_vars={})
     action._execute_module.assert_called_once()
@@ -43,12 +40,12 @@ def test_a_mac_or_become_runs_the_module(tmp_path, transport, become):
     assert not (tmp_path / "f").exists()
 
 
-def test_bad_arguments_fail_as_the_module_would(tmp_path):
+def test_bad_arguments_fail_as_the_module_would(tmp_path, _action):
     with pytest.raises(AnsibleActionFail, match="files"):
         _action({"files": [{"content": "x"}]}).run(task_vars={})
 
 
-def test_a_write_error_is_a_failed_result_naming_the_file(tmp_path):
+def test_a_write_error_is_a_failed_result_naming_the_file(tmp_path, _action):
     (tmp_path / "d").mkdir()
     res = _action({"files": [{"path": str(tmp_path / "d"), "content": "x"}]}).run(task_vars={})
     assert res["failed"] and "move it away" in res["msg"] and res["path"] == str(tmp_path / "d")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from unittest import mock
 
 import pytest
 
@@ -80,15 +79,14 @@ def test_real_graphviz(dotfile):
     assert res["rendered"] and "<svg" in dotfile.with_suffix(".svg").read_text()
 
 
-def _action(args, transport="local", become=False, check_mode=False):
-    task = mock.MagicMock(args=args, check_mode=check_mode, diff=False, async_val=0)
-    action = ActionModule(task, mock.MagicMock(transport=transport), mock.MagicMock(become=become),
-                          loader=None, templar=None, shared_loader_obj=None)
-    action._execute_module = mock.MagicMock(return_value={"changed": True, "rendered": True})
-    return action
+@pytest.fixture
+def _action(make_action):
+    def make(args, **kw):
+        return make_action(ActionModule, args, module_result={"changed": True, "rendered": True}, **kw)
+    return make
 
 
-def test_the_controllers_picture_is_rendered_in_process(tmp_path, dotfile):
+def test_the_controllers_picture_is_rendered_in_process(tmp_path, dotfile, _action):
     dot = fake_dot(tmp_path, 'echo "<svg/>"')
     action = _action({"src": str(dotfile), "dest": str(dotfile.with_suffix(".svg")), "dot": dot})
     res = action.run(task_vars={})
@@ -99,7 +97,7 @@ def test_the_controllers_picture_is_rendered_in_process(tmp_path, dotfile):
     assert failing["failed"] and "exit 3" in failing["msg"]
 
 
-def test_elsewhere_the_module_runs(tmp_path, dotfile):
+def test_elsewhere_the_module_runs(tmp_path, dotfile, _action):
     action = _action({"src": str(dotfile), "dest": str(dotfile.with_suffix(".svg"))}, transport="ssh")
     action.run(task_vars={})
     assert action._execute_module.call_args.kwargs["module_name"] == "mlx.cluster.mlx_picture"

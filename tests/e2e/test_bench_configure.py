@@ -14,7 +14,8 @@ from tests.e2e.runner import ROOT
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 COLUMNS = ["topology", "Macs", "cables", "ours first (s)", "ours re-run (s)", "distributed_config (s)",
-           "ours/dc", "re-run/first", "SSH conn/cmds per Mac"]
+           "ours/dc", "re-run/first", "target first (s)", "target re-run (s)", "floor: ansible ping (s)",
+           "floor: discovery alone (s)", "SSH conn/cmds per Mac"]
 
 
 def test_quick_run_gives_the_table_json_and_markdown(tmp_path):
@@ -30,17 +31,22 @@ def test_quick_run_gives_the_table_json_and_markdown(tmp_path):
         assert col in lines[header], lines[header]
     rows = [line for line in lines[header + 2:] if line.strip()]
     assert len(rows) == 1 and rows[0].split()[:3] == ["mesh4", "4", "6"], rows
-    # five timing cells "median (min–max)", three SSH cells "connections / commands"
-    assert rows[0].count("–") == 5 and rows[0].count(" / ") == 3, rows[0]
+    # nine timing cells "median (min–max)" (five measured, two targets, two floors), three SSH
+    # cells "connections / commands"
+    assert rows[0].count("–") == 9 and rows[0].count(" / ") == 3, rows[0]
 
     out = json.loads(js.read_text())
     assert out["runs"] == 1 and out["machine"]["cpus"] >= 1
     [row] = out["results"]
     assert (row["topology"], row["hosts"], row["cables"]) == ("mesh4", 4, 6)
-    for key in ("first", "rerun", "mlx", "ratio", "rerun_ratio"):
+    for key in ("first", "rerun", "mlx", "ratio", "rerun_ratio", "target_first", "target_rerun", "floor_ping",
+                "floor_discovery"):
         assert len(row["samples"][key]) == 1 and row["samples"][key][0] > 0
         assert set(row["summary"][key]) == {"min", "median", "max"}
     assert row["summary"]["changed_rerun"] == 0  # the re-run found nothing to do
+    samples = {k: v[0] for k, v in row["samples"].items() if isinstance(v[0], float)}
+    assert samples["target_first"] == pytest.approx(0.7 * samples["mlx"])
+    assert samples["target_rerun"] == pytest.approx(0.35 * samples["first"])
     assert row["summary"]["ssh_first"]["connections"] >= 1 and row["summary"]["ssh_mlx"]["connections"] >= 1
 
     text = md.read_text()

@@ -377,6 +377,17 @@ def test_system_profiler_thunderbolt_json(sim_cluster):
 
 
 @pytest.mark.sim
+def test_system_profiler_takes_a_macs_time_for_the_thunderbolt_report(sim_cluster):
+    # a Mac's reporter walks the Thunderbolt IORegistry before it answers (macos.SP_SECONDS);
+    # the simulated one must not answer at once (never kinder than a Mac)
+    c = sim_cluster("mesh4")
+
+    t = time.monotonic()
+    sh(c, "m1", ["system_profiler", "SPThunderboltDataType", "-json"])
+    assert time.monotonic() - t >= 0.7
+
+
+@pytest.mark.sim
 def test_system_profiler_dock_seen_from_one_side(sim_cluster):
     c = sim_cluster("mesh3_dock")
     m1 = json.loads(sh(c, "m1", ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)

@@ -294,13 +294,15 @@ def markdown_section(results, runs, info, command, old=()):
            "namespaces, real sshd, macOS command shims), from factory state for every first run, no SSH",
            "master connection left from a previous run. The re-run follows the first run at once and",
            "changes nothing (changed=0). Ratios are taken per round (the two tools run back to back,",
-           "order alternating), then min/median/max. Targets (issue #15): ours/dc at most "
-           + ", ".join(f"{v} on {k}" for k, v in TARGETS.items()) + f"; re-run/first at most {RERUN_TARGET};",
-           "in seconds in the target columns (per round: the share of distributed_config's time, of our",
-           "first run's). The floor, measured in the same round on the configured cluster with fresh SSH",
-           "connections: `ansible -m ansible.builtin.ping` to every Mac, and the discovery module alone",
-           f"(`ansible -m mlx.cluster.mlx_cluster_facts -a '{DISCOVERY_ARGS}'`), what a re-run",
-           "must read. A target below the floor cannot be met by any playbook run on this machine.", "",
+           "order alternating), then min/median/max.", "",
+           "Targets (issue #15): ours/dc at most " + ", ".join(f"{v} on {k}" for k, v in TARGETS.items())
+           + f"; re-run/first at most {RERUN_TARGET}.",
+           "The target columns give them in seconds (per round: that share of distributed_config's time,",
+           "of our first run's). The floor, measured in the same round on the configured cluster with",
+           "fresh SSH connections: `ansible -m ansible.builtin.ping` to every Mac, and the discovery",
+           "module alone, what a re-run must read:",
+           f"`ansible -m mlx.cluster.mlx_cluster_facts -a '{DISCOVERY_ARGS}'`.",
+           "A target below the floor cannot be met by any playbook run on this machine.", "",
            "Median (min–max) of the interleaved runs per topology. SSH per Mac (max over the Macs):",
            "connections (`Accepted publickey` in its sshd log) / remote commands (`Starting session`).", "",
            header, "|" + "|".join("---" for _ in HEADER) + "|"]

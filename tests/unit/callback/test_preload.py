@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -39,6 +40,14 @@ def test_a_plugin_that_fails_to_import_is_reported_not_raised(tmp_path, monkeypa
     assert [(name, type(exc).__name__) for name, exc in failed] == [
         ("preload_probe_pkg.broken", "RuntimeError"), ("no_such_package_anywhere", "ModuleNotFoundError")]
     assert "no such dependency" in str(failed[0][1])
+
+
+def test_at_the_playbook_start_it_imports_then_freezes_what_the_process_holds(monkeypatch):
+    calls = []
+    monkeypatch.setattr(preload, "preload", lambda: calls.append("preload") or ([], []))
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    preload.CallbackModule().v2_playbook_on_start(None)
+    assert calls == ["preload", "freeze"]
 
 
 def _env():

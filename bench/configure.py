@@ -47,12 +47,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, bench.*, and the toolkit as its collection
 
 from bench.common import (  # noqa: E402
     BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, read_section, stats,
     write_section,
 )
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner as mlx_planner  # noqa: E402
 from tests.e2e.runner import sim_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 
@@ -61,9 +62,10 @@ TOPOLOGIES = ("mesh4", "mesh8", "ring16")
 # a re-run at most RERUN_TARGET of our first run.
 TARGETS = {"mesh4": 0.7, "mesh8": 0.5, "ring16": 0.5}
 RERUN_TARGET = 0.35
-# What the discovery module reads in a configure re-run (`--tags network,hostfile`:
-# planner.STAGE_NEEDS): the links pinged, neither power nor automatic-update settings.
-DISCOVERY_ARGS = "probe_links=true read_power=false read_updates=false"
+# The stages of a configure run (`--tags`), and what the discovery module reads in one (the
+# plan's own rule, planner.discovery_request): the links pinged and the hostfile.
+CONFIGURE_TAGS = ("network", "hostfile")
+DISCOVERY_ARGS = json.dumps(mlx_planner.discovery_request(CONFIGURE_TAGS), separators=(",", ":"))
 BIN = Path(sys.executable).parent
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -111,7 +113,7 @@ def run_ours(cluster, work, tag):
     env = playbook_env(cluster, base, BIN)
     (base / "extravars.json").write_text(json.dumps(sim_vars()))
     argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
-            "--tags", "network,hostfile", "-e", f"@{base / 'extravars.json'}"]
+            "--tags", ",".join(CONFIGURE_TAGS), "-e", f"@{base / 'extravars.json'}"]
     before = ssh_counts(cluster)
     t = time.perf_counter()
     res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,

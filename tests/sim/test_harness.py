@@ -773,6 +773,26 @@ def test_unplug_plug_and_live_overrides(own_pair):
 
 
 @pytest.mark.sim
+def test_sudo_allowed_only_for_some_commands(own_pair):
+    # `admin ALL=(ALL) NOPASSWD: /usr/bin/true`: that command runs, any other asks for the
+    # password first (-n: it fails at once) and, given it, is refused naming the command
+    c = own_pair
+    c.set_host("m2", sudo_commands=["/usr/bin/true"])
+    try:
+        assert c.exec("m2", ["sudo", "-n", "/usr/bin/true"]).returncode == 0
+        r = c.exec("m2", ["sudo", "-n", "/bin/sh", "-c", "true"])
+        assert (r.returncode, r.stderr) == (1, "sudo: a password is required\n")
+        assert "NOPASSWD: /usr/bin/true" in c.exec("m2", ["sudo", "-l"]).stdout
+        c.set_host("m2", sudo_password="pw")
+        r = c.exec("m2", ["sudo", "-S", "-p", "Password:", "/bin/sh", "-c", "true"], input="pw\n")
+        assert r.returncode == 1
+        assert r.stderr.endswith("Sorry, user admin is not allowed to execute '/bin/sh -c true' as root on m2.\n"), r.stderr
+    finally:
+        c.set_host("m2", sudo_commands=[], sudo_password="")
+    assert c.exec("m2", ["sudo", "-n", "/bin/sh", "-c", "true"]).returncode == 0
+
+
+@pytest.mark.sim
 def test_cable_moved_to_another_port_and_rdma_port_down(own_pair):
     c = own_pair
 

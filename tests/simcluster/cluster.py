@@ -58,7 +58,7 @@ HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
 LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu", "wired_limit_mb",
-             "require_sudo", "sudo_password", "rdma_port_down", "die_on", "hang", "slow", "firewall"}
+             "require_sudo", "sudo_password", "sudo_commands", "rdma_port_down", "die_on", "hang", "slow", "firewall"}
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
 
@@ -1095,7 +1095,9 @@ class SimCluster:
         """Change what a Mac reports, live (rdma, macos, build, tb_version, model, model_id,
         chip, memory_gb, ncpu, wired_limit_mb (iogpu.wired_limit_mb now and at boot), require_sudo,
         sudo_password (the login user's sudo asks for this password: no NOPASSWD; see shims/macos.py
-        _sudo_authenticate), rdma_port_down: [iface], die_on: {"argv": [cmd,
+        _sudo_authenticate), sudo_commands: [path] (the login user may run only these commands
+        with sudo, without a password; any other asks for the password, then is refused: see
+        shims/macos.py _sudo_not_allowed), rdma_port_down: [iface], die_on: {"argv": [cmd,
         word...], "nth": n} (the Mac dies when the product runs that command; see
         shims/macos.py maybe_die), hang: [command or "command word..."] (those runs never
         answer: they sleep until SIGKILL), slow: {command or "command word...": seconds}

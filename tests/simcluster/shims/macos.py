@@ -2563,7 +2563,24 @@ def _sudo_authenticate(password, noninteractive, from_stdin, prompt):
 
 
 def _sudo_rule(ctx):
+    if ctx.cfg.get("sudo_commands"):
+        return "NOPASSWD: " + ", ".join(ctx.cfg["sudo_commands"])
     return "ALL" if ctx.cfg.get("sudo_password") else "NOPASSWD: ALL"
+
+
+def _sudo_not_allowed(ctx, cmd, env, noninteractive, from_stdin, prompt):
+    """The `sudo_commands` live override: the login user's sudoers entry allows only these
+    commands (full paths), without a password (`admin ALL=(ALL) NOPASSWD: /usr/bin/true`). Any
+    other command matches no rule, so sudo authenticates first, as sudoers does by default for a
+    command no entry allows (with -n: `a password is required`; the login user's password is
+    `sudo_password`, none that can be typed when unset), then refuses it."""
+    path = (cmd[0] if "/" in cmd[0] else _which(cmd[0], env.get("PATH", ""))) if cmd else None
+    if path in ctx.cfg["sudo_commands"]:
+        return
+    _sudo_authenticate(ctx.cfg.get("sudo_password"), noninteractive, from_stdin, prompt)
+    shown = " ".join([path or cmd[0]] + list(cmd[1:])) if cmd else "a shell"
+    die(f"Sorry, user {os.environ.get('USER') or 'admin'} is not allowed to execute '{shown}' as root on "
+        f"{ctx.host}.", 1)
 
 
 def err_raw(text):
@@ -2659,7 +2676,10 @@ def cmd_sudo(ctx, args):
         die("usage: sudo -h | -K | -k | -V\nusage: sudo -v [-ABkNnS] [-g group] [-h host] [-p prompt] [-u user]\n"
             "usage: sudo [-ABbEHkNnPS] [-C num] [-D directory] [-g group] [-h host] [-p prompt] [-R directory] "
             "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]", 1)
-    if ctx.cfg.get("sudo_password") and user in ("root", "#0", "0"):
+    if ctx.cfg.get("sudo_commands") and user in ("root", "#0", "0"):
+        _sudo_not_allowed(ctx, cmd, {"PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")},
+                          noninteractive, from_stdin, prompt)
+    elif ctx.cfg.get("sudo_password") and user in ("root", "#0", "0"):
         _sudo_authenticate(str(ctx.cfg["sudo_password"]), noninteractive, from_stdin, prompt)
     env = dict(os.environ) if preserve else {k: v for k, v in os.environ.items()
                                               if k in SUDO_KEEP or k.startswith("LC_")}

@@ -41,9 +41,9 @@ options:
     default: false
   probe_sudo:
     description:
-      - Also run C(sudo -n /usr/bin/true) (with C(-n) sudo never asks for a password, it fails at
-        once instead) and return in C(sudo) whether sudo works without one. Runs beside the other
-        commands.
+      - Also run C(sudo -n /bin/sh -c true) (with C(-n) sudo never asks for a password, it fails at
+        once instead) and return in C(sudo) whether sudo works without one for what Ansible's
+        become runs (C(/bin/sh -c ...) as root). Runs beside the other commands.
     type: bool
     default: false
   read_power:
@@ -83,7 +83,7 @@ notes:
     C(networksetup -listnetworkserviceorder), C(ibv_devices), C(ibv_devinfo -v), C(rdma_ctl status),
     C(ifconfig) (bridge0 included), C(route -n get default) (only when needed), C(sw_vers),
     C(pmset -g custom) (with I(read_power)), C(defaults read /Library/Preferences/com.apple.SoftwareUpdate)
-    (with I(read_updates)) and C(sudo -n /usr/bin/true) (with I(probe_sudo)).
+    (with I(read_updates)) and C(sudo -n /bin/sh -c true) (with I(probe_sudo)).
   - "C(pmset) and C(defaults) never fail the module: a failure, a hang or output that cannot be read
     leaves C(power) null (with a warning), a key never written leaves its C(updates) entry null."
   - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
@@ -190,7 +190,7 @@ ansible_facts:
           sample: /Users/admin
         sudo:
           description:
-            - With I(probe_sudo), the remote user, whether C(sudo -n /usr/bin/true) ran (sudo needs no
+            - With I(probe_sudo), the remote user, whether C(sudo -n /bin/sh -c true) ran (sudo needs no
               password) and, when it did not, what sudo said (its first line, or that it did not answer).
           returned: when probe_sudo is set
           type: dict

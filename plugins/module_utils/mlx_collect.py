@@ -69,9 +69,12 @@ SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
 WIRED_LIMIT_ARGV = ["sysctl", "-n", WIRED_LIMIT_OID]
 
 PMSET_ARGV = PMSET_CUSTOM_ARGV
-# Whether sudo runs without a password (-n: never asks, fails at once instead). Read-only; run
-# only when the preflight stage runs (planner.STAGE_NEEDS).
-SUDO_PROBE_ARGV = ["sudo", "-n", "/usr/bin/true"]
+# Whether sudo runs without a password (-n: never asks, fails at once instead) what Ansible's
+# become runs: `/bin/sh -c ...` as root (sudo become plugin, the shell executable /bin/sh). A
+# sudoers rule that allows only some commands (`NOPASSWD: /usr/bin/true`) fails this probe as
+# it would fail become, so the preflight checks become on that Mac. Read-only; run only when the
+# preflight stage runs (planner.STAGE_NEEDS).
+SUDO_PROBE_ARGV = ["sudo", "-n", "/bin/sh", "-c", "true"]
 
 # What collect_cluster() runs on every Mac (`route -n get default` only when SSH_CONNECTION
 # does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).

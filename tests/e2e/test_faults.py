@@ -373,6 +373,31 @@ def test_sudo_that_asks_for_a_password_is_named_with_the_fix(sim_cluster):
         f.converged(again.rc == 0)
 
 
+def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(sim_cluster):
+    """A sudoers rule that lets the login user run only /usr/bin/true without a password passes
+    a `sudo -n /usr/bin/true`, but not Ansible's become (`/bin/sh -c ...` as root): discovery's
+    probe runs what become runs, so the preflight checks become there and names the Mac."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    with Fault("sudo allowed only for /usr/bin/true on one Mac") as f:
+        cluster.set_host("m2", sudo_commands=["/usr/bin/true"])
+        try:
+            assert cluster.exec("m2", ["sudo", "-n", "/usr/bin/true"]).returncode == 0   # the old probe passed
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            assert {h for h, _, _ in run.failures()} == {"m2"}, run.failures()
+            line = next(ln for ln in fail_text(run).splitlines() if "sudo asks" in ln)
+            f.message(line)
+            assert line.startswith("m2: sudo asks admin for a password (sudo: a password is required"), line
+            assert "admin ALL=(ALL) NOPASSWD: ALL" in line, line
+            assert ran_on(run, BECOME_CHECK) == {"m2"}
+        finally:
+            cluster.set_host("m2", sudo_commands=[])
+        again = run_site(cluster, tags=["rdma_check"])
+        assert ran_on(again, BECOME_CHECK) == set()
+        f.converged(again.rc == 0)
+
+
 def test_host_key_checking_stays_on(sim_cluster):
     cluster = sim_cluster("pair")
     kh = cluster.known_hosts_path

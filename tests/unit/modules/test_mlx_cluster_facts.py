@@ -207,13 +207,13 @@ def test_probe_links_takes_the_services_from_the_preferences_file(module_runner,
     assert out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]["Thunderbolt 1"]["method"] == "dhcp"
 
 
-SUDO_PROBE = ("/usr/bin/sudo", "-n", "/usr/bin/true")
+SUDO_PROBE = ("/usr/bin/sudo", "-n", "/bin/sh", "-c", "true")   # what Ansible's become runs: /bin/sh -c
 
 
 @pytest.mark.parametrize("answer, passwordless, message", [
     ((0, "", ""), True, None),
     ((1, "", "sudo: a password is required\n"), False, "sudo: a password is required"),
-    ("hang", False, "`sudo -n /usr/bin/true` did not answer within 30 s on this Mac (stopped)"),
+    ("hang", False, "`sudo -n /bin/sh -c true` did not answer within 30 s on this Mac (stopped)"),
 ])
 def test_probe_sudo_runs_sudo_n_beside_the_other_commands(module_runner, read_fixture, tmp_path, hang,
                                                           answer, passwordless, message):

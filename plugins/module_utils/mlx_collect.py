@@ -69,7 +69,7 @@ SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
 WIRED_LIMIT_ARGV = ["sysctl", "-n", WIRED_LIMIT_OID]
 
 PMSET_ARGV = PMSET_CUSTOM_ARGV
-# Whether sudo runs without a password (-n: never asks, fails at once instead) what Ansible's
+# Whether sudo runs, without a password (-n: never asks, fails at once instead), what Ansible's
 # become runs: `/bin/sh -c ...` as root (sudo become plugin, the shell executable /bin/sh). A
 # sudoers rule that allows only some commands (`NOPASSWD: /usr/bin/true`) fails this probe as
 # it would fail become, so the preflight checks become on that Mac. Read-only; run only when the

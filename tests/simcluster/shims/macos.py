@@ -2568,13 +2568,13 @@ def _sudo_rule(ctx):
     return "ALL" if ctx.cfg.get("sudo_password") else "NOPASSWD: ALL"
 
 
-def _sudo_not_allowed(ctx, cmd, env, noninteractive, from_stdin, prompt):
+def _sudo_not_allowed(ctx, cmd, search_path, noninteractive, from_stdin, prompt):
     """The `sudo_commands` live override: the login user's sudoers entry allows only these
     commands (full paths), without a password (`admin ALL=(ALL) NOPASSWD: /usr/bin/true`). Any
     other command matches no rule, so sudo authenticates first, as sudoers does by default for a
     command no entry allows (with -n: `a password is required`; the login user's password is
     `sudo_password`, none that can be typed when unset), then refuses it."""
-    path = (cmd[0] if "/" in cmd[0] else _which(cmd[0], env.get("PATH", ""))) if cmd else None
+    path = (cmd[0] if "/" in cmd[0] else _which(cmd[0], search_path)) if cmd else None
     if path in ctx.cfg["sudo_commands"]:
         return
     _sudo_authenticate(ctx.cfg.get("sudo_password"), noninteractive, from_stdin, prompt)
@@ -2677,7 +2677,7 @@ def cmd_sudo(ctx, args):
             "usage: sudo [-ABbEHkNnPS] [-C num] [-D directory] [-g group] [-h host] [-p prompt] [-R directory] "
             "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]", 1)
     if ctx.cfg.get("sudo_commands") and user in ("root", "#0", "0"):
-        _sudo_not_allowed(ctx, cmd, {"PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")},
+        _sudo_not_allowed(ctx, cmd, os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"),
                           noninteractive, from_stdin, prompt)
     elif ctx.cfg.get("sudo_password") and user in ("root", "#0", "0"):
         _sudo_authenticate(str(ctx.cfg["sudo_password"]), noninteractive, from_stdin, prompt)

@@ -15,7 +15,7 @@ def result(topology, hosts, first):
     samples = {"first": [first, first], "rerun": [1.0, 1.2], "mlx": [10.0, 10.0], "ratio": [first / 10] * 2,
                "rerun_ratio": [1.0 / first] * 2, "changed_first": [5, 5], "changed_rerun": [0, 0],
                "ssh_first": [n, n], "ssh_rerun": [n, n], "ssh_mlx": [[7, 7]] * 2,
-               "target_first": [configure.TARGETS.get(topology, 1) * 10.0] * 2 if topology in configure.TARGETS else [],
+               "target_first": [configure.TARGETS[topology] * 10.0] * 2 if topology in configure.TARGETS else [],
                "target_rerun": [configure.RERUN_TARGET * first] * 2, "floor_ping": [0.5, 0.6],
                "floor_discovery": [0.9, 1.1]}
     return {"topology": topology, "hosts": hosts, "cables": hosts, "samples": samples}

@@ -101,10 +101,17 @@ weights:
       C(layers.<i>.) belong to layer i, the rest is shared by every pipeline stage, as mlx-lm
       shards them); C(index) tells whether C(model.safetensors.index.json) exists (mlx-lm's
       pipeline mode needs it). Null without O(weights) or when the directory does not exist.
+    - C(dims) holds the numbers of C(config.json) that decide how mlx-lm can split the model
+      (layers, attention and key/value heads, head width, MLP widths, quantization group size),
+      which the benchmark's split check needs; null when C(config.json) is missing or is not JSON
+      (with a warning).
   returned: always
   type: dict
   sample: {"total_bytes": 2264924160, "shared_bytes": 311164928, "layer_bytes": [54263808, 54263808],
-           "files": 1, "index": false}
+           "files": 1, "index": false,
+           "dims": {"model_type": "qwen3", "layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                    "intermediate_size": 9728, "moe_intermediate_size": null, "group_size": 64,
+                    "latent_attention": false}}
 problems:
   description: Differences from O(expected) (empty without it), each naming the host and the file.
   returned: always
@@ -115,13 +122,21 @@ problems:
 """
 
 import hashlib
+import json
 import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import INDEX_FILE, header_length, layout, tensor_bytes
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    config_dims,
+    header_length,
+    layout,
+    tensor_bytes,
+)
 
 _CHUNK = 8 * 1024 * 1024
 
@@ -180,7 +195,21 @@ def read_weights(module, root, files, label):
             module.fail_json(msg=f"{full} on {label}: {exc.message}. Fix: copy the model again "
                                  "(the file is damaged or not a safetensors file)")
         count += 1
-    return dict(layout(tensors), files=count, index=INDEX_FILE in files)
+    return dict(layout(tensors), files=count, index=INDEX_FILE in files, dims=read_dims(module, root, files, label))
+
+
+def read_dims(module, root, files, label):
+    """config_dims of the model's config.json, or None (with a warning) when it cannot be read."""
+    if CONFIG_FILE not in files:
+        module.warn(f"{root} on {label} has no {CONFIG_FILE}: how the model splits is not checked")
+        return None
+    try:
+        with open(os.path.join(root, CONFIG_FILE), encoding="utf-8") as fh:
+            return config_dims(json.load(fh))
+    except (OSError, ValueError) as exc:
+        module.warn(f"{os.path.join(root, CONFIG_FILE)} on {label} cannot be read as JSON ({exc}): "
+                    "how the model splits is not checked")
+        return None
 
 
 def main():

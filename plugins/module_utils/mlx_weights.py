@@ -69,3 +69,43 @@ def layout(tensors):
     count = max(layers) + 1 if layers else 0
     return {"total_bytes": shared + sum(layers.values()), "shared_bytes": shared,
             "layer_bytes": [layers.get(i, 0) for i in range(count)]}
+
+
+CONFIG_FILE = "config.json"
+
+
+def _count(cfg, *keys):
+    """The first of `keys` in `cfg` that is a positive whole number, else None."""
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def config_dims(config):
+    """The numbers of a model's config.json (a dict) that decide how mlx-lm can split it
+    between ranks: {"model_type", "layers", "heads", "kv_heads", "head_dim", "intermediate_size",
+    "moe_intermediate_size", "group_size", "latent_attention"}; a number the config does not
+    give is None. A vision-language model splits its text model (`text_config`); the
+    quantization (`quantization`, else `quantization_config`) is the checkpoint's, at the top.
+    Key/value heads default to the attention heads (no grouped-query attention), the head
+    width to hidden_size / heads, as mlx-lm's models take them."""
+    if not isinstance(config, dict):
+        return None
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads = _count(cfg, "num_attention_heads", "n_head")
+    hidden = _count(cfg, "hidden_size", "n_embd")
+    quant = config.get("quantization") or config.get("quantization_config") or {}
+    return {
+        "model_type": cfg.get("model_type", config.get("model_type")),
+        "layers": _count(cfg, "num_hidden_layers", "n_layer"),
+        "heads": heads,
+        "kv_heads": _count(cfg, "num_key_value_heads") or heads,
+        "head_dim": _count(cfg, "head_dim") or (hidden // heads if hidden and heads else None),
+        "intermediate_size": _count(cfg, "intermediate_size"),
+        "moe_intermediate_size": _count(cfg, "moe_intermediate_size"),
+        "group_size": _count(quant, "group_size") if isinstance(quant, dict) else None,
+        # multi-head latent attention (DeepSeek V2/V3, Kimi): only the query heads are split
+        "latent_attention": "kv_lora_rank" in cfg,
+    }

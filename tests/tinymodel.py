@@ -15,7 +15,11 @@ logits are well apart (greedy decoding gives the same tokens whether the matmuls
 one process or across tensor-parallel ranks) and the embeddings are small next to the layers
 (the context, not just the last token, picks the next token, so a sharding error shows).
 
+`demo_plan(macs)` picks the dimensions (and the modes) for a demo over a number of Macs:
+scripts/demo.sh makes its model with them (`--for-macs N`).
+
 CLI: python tests/tinymodel.py OUT_DIR [--dtype float32|float16] [--seed N]
+     [--for-macs N | --layers N --heads N --kv-heads N --hidden-size N --intermediate-size N]
 """
 
 from __future__ import annotations
@@ -127,6 +131,33 @@ def _shard_of(name: str, layers: int, shards: int) -> int:
     return 0 if name.startswith("model.embed_tokens") else shards - 1
 
 
+def tiny_config(vocab: int, eos_id: int, dtype: str = "float32", hidden_size: int = 64, layers: int = 2,
+                heads: int = 4, kv_heads: int = 2, intermediate_size: int = 128) -> dict:
+    """config.json of the tiny qwen2 model (what mlx-lm's qwen2.ModelArgs reads), checked."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    if hidden_size % heads or heads % kv_heads or (hidden_size // heads) % 2:
+        raise ValueError("hidden_size must divide by heads into an even head width (RoPE turns pairs), "
+                         "and heads by kv_heads")
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        "bos_token_id": None,
+        "eos_token_id": eos_id,
+        "torch_dtype": dtype,
+    }
+
+
 def make_tiny_model(
     path,
     dtype: str = "float32",
@@ -146,10 +177,7 @@ def make_tiny_model(
     """
     import mlx.core as mx
 
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
-    if hidden_size % heads or heads % kv_heads:
-        raise ValueError("hidden_size must divide by heads, and heads by kv_heads")
+    tiny_config(1, 0, dtype, hidden_size, layers, heads, kv_heads, intermediate_size)  # the checks, first
     if not 2 <= shards <= layers:
         raise ValueError(f"shards must be between 2 and layers ({layers}), not {shards}")
 
@@ -158,8 +186,6 @@ def make_tiny_model(
 
     tok = build_tokenizer(vocab_size)
     tok.save(str(out / "tokenizer.json"))
-    vocab = tok.get_vocab_size()
-    eos_id = tok.token_to_id(EOS_TOKEN)
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": None,
@@ -171,23 +197,8 @@ def make_tiny_model(
         "chat_template": CHAT_TEMPLATE,
     }, indent=2) + "\n")
 
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": hidden_size,
-        "intermediate_size": intermediate_size,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "max_position_embeddings": 512,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "vocab_size": vocab,
-        "tie_word_embeddings": False,
-        "bos_token_id": None,
-        "eos_token_id": eos_id,
-        "torch_dtype": dtype,
-    }
+    cfg = tiny_config(tok.get_vocab_size(), tok.token_to_id(EOS_TOKEN), dtype, hidden_size, layers, heads,
+                      kv_heads, intermediate_size)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
     for stale in out.glob("model*.safetensors"):  # from an earlier call with other shards
@@ -210,6 +221,27 @@ def make_tiny_model(
     return out
 
 
+# Width of each attention head in demo_plan: even (RoPE rotates pairs), small.
+DEMO_HEAD_DIM = 8
+
+
+def demo_plan(macs: int) -> dict:
+    """The tiny model for a demo over `macs` Macs, and the modes it runs: {"dims": make_tiny_model's
+    layers, heads, kv_heads, hidden_size, intermediate_size; "modes": [...]; "left_out": {mode:
+    why}}. A pipeline gives each Mac whole layers: one layer per Mac (no more: in tensor mode
+    every layer sums across the Macs twice per token, the slow part on a simulated cluster).
+    Tensor mode cuts every layer's heads, key/value heads and MLP evenly: each a multiple of the
+    Macs (grouped-query attention, two query heads per key/value head, as the 4-Mac demo had)."""
+    if macs < 1:
+        raise ValueError(f"a demo needs at least one Mac, not {macs}")
+    kv_heads = macs
+    heads = 2 * kv_heads
+    hidden = heads * DEMO_HEAD_DIM
+    dims = {"layers": max(2, macs), "heads": heads, "kv_heads": kv_heads, "hidden_size": hidden,
+            "intermediate_size": 2 * hidden}
+    return {"dims": dims, "modes": ["tensor", "pipeline"], "left_out": {}}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Write a tiny random qwen2 model for mlx-lm.")
     parser.add_argument("out_dir", help="directory to write the model into")
@@ -218,9 +250,17 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (a pipeline needs one per rank)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (tensor ranks split them evenly)")
     parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads (tensor ranks split them evenly)")
+    parser.add_argument("--hidden-size", type=int, default=64, help="model width (heads x head width)")
+    parser.add_argument("--intermediate-size", type=int, default=128,
+                        help="MLP width (tensor ranks split it evenly)")
+    parser.add_argument("--for-macs", type=int, metavar="N",
+                        help="the dimensions demo_plan picks for a demo over N Macs (instead of the four above)")
     args = parser.parse_args(argv)
-    print(make_tiny_model(args.out_dir, dtype=args.dtype, seed=args.seed, layers=args.layers,
-                          heads=args.heads, kv_heads=args.kv_heads))
+    dims = {"layers": args.layers, "heads": args.heads, "kv_heads": args.kv_heads,
+            "hidden_size": args.hidden_size, "intermediate_size": args.intermediate_size}
+    if args.for_macs is not None:
+        dims = demo_plan(args.for_macs)["dims"]
+    print(make_tiny_model(args.out_dir, dtype=args.dtype, seed=args.seed, **dims))
     return 0
 
 

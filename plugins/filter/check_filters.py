@@ -9,7 +9,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power, mlx_wired
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import model_split, planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import ports as port_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
@@ -43,6 +43,18 @@ def mlx_memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model
         return preflight_rules.memory_fit(weights, list(hosts), hw_by_host, list(modes), float(headroom), str(model))
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"mlx_memory_fit: malformed input ({exc})") from exc
+
+
+def mlx_model_split(dims, ranks, modes, model="the model", index=True):
+    if dims is not None and not isinstance(dims, dict):
+        raise AnsibleFilterError("mlx_model_split: expects weights.dims as returned by mlx.cluster.model_manifest "
+                                 "with weights: true (or null)")
+    if not isinstance(modes, (list, tuple)) or not set(modes) <= set(model_split.MODES):
+        raise AnsibleFilterError(f"mlx_model_split: modes must be a list of {', '.join(model_split.MODES)}")
+    try:
+        return model_split.split_problems(plain(dims), int(ranks), list(modes), str(model), bool(index))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"mlx_model_split: malformed input ({exc})") from exc
 
 
 def mlx_coordinator(host_vars):
@@ -305,6 +317,7 @@ class FilterModule:
             "mlx_play_hosts": mlx_play_hosts,
             "mlx_files_differ": mlx_files_differ,
             "mlx_memory_fit": mlx_memory_fit,
+            "mlx_model_split": mlx_model_split,
             "mlx_wired_limit_in_place": mlx_wired_limit_in_place,
             "mlx_power_plan": mlx_power_plan,
             "mlx_port_endpoints": mlx_port_endpoints,

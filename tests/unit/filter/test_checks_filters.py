@@ -266,3 +266,30 @@ def test_port_endpoints_of_the_plan_and_its_fallback_ring(checks):
     # no fallback (the role passes none): the plan's alone
     assert checks["mlx_port_endpoints"]([jaccl, None]) == one
     assert [e["port"] for e in checks["mlx_port_endpoints"]([ring], 40000)] == [40000, 40001]
+
+
+TINY_DIMS = {"layers": 4, "heads": 8, "kv_heads": 4, "head_dim": 8, "intermediate_size": 128, "group_size": None}
+
+
+@pytest.mark.parametrize("args, count, words", [
+    pytest.param((TINY_DIMS, 4, ["tensor", "pipeline"], "tiny", True), 0, "", id="splits"),
+    pytest.param((TINY_DIMS, 3, ["tensor", "pipeline"], "tiny", True), 1, "4 key/value heads (not a multiple of 3)",
+                 id="tensor-refused"),
+    pytest.param((None, 3, ["tensor"]), 0, "", id="no-dims-no-check"),
+    pytest.param((TINY_DIMS, "8", ("pipeline",), "tiny"), 1, "tiny has 4 layer(s)", id="ranks-as-text"),
+])
+def test_model_split_is_the_split_check(checks, args, count, words):
+    problems = checks["mlx_model_split"](*args)
+    assert len(problems) == count and words in "".join(p["msg"] for p in problems)
+
+
+@pytest.mark.parametrize("args, words", [
+    pytest.param(([TINY_DIMS], 4, ["tensor"]), "expects weights.dims", id="dims-not-a-dict"),
+    pytest.param((TINY_DIMS, 4, ["tensor", "data"]), "modes must be a list of tensor, pipeline", id="unknown-mode"),
+    pytest.param((TINY_DIMS, 4, "tensor"), "modes must be a list", id="modes-not-a-list"),
+    pytest.param((TINY_DIMS, "four", ["tensor"]), "malformed input", id="ranks-not-a-number"),
+])
+def test_model_split_refuses_malformed_input_naming_itself(checks, args, words):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match=f"mlx_model_split: .*{words}"):
+        checks["mlx_model_split"](*args)

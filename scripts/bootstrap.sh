@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything mlx-cluster needs on a fresh Debian/Ubuntu machine (run as root):
-# the apt packages the simulated cluster uses and a virtualenv (.venv) with the Python deps.
+# The sandbox's set-up on a fresh Debian/Ubuntu machine (run as root; scripts/demo.sh and
+# scripts/test.sh run it): the apt packages the simulated cluster and the tests use, then the
+# controller's virtualenv (.venv) with the tests' packages added, made by scripts/controller.sh
+# --dev (the one place that knows how .venv is made; on a real controller, Mac or Linux, run
+# scripts/controller.sh alone, without root).
 # Idempotent: a second run installs nothing when nothing changed.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,22 +25,4 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-py="${PYTHON:-}"
-if [[ -z "$py" ]]; then
-  for c in python3.12 python3.11 python3; do
-    if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-      py="$c"; break
-    fi
-  done
-fi
-[[ -n "$py" ]] || { echo "bootstrap: Python >= 3.11 is required" >&2; exit 1; }
-
-stamp=".venv/.mlx-cluster-deps"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  echo "bootstrap: creating .venv with $py"
-  "$py" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q ".[dev]"
-  echo "$want" > "$stamp"
-fi
+bash scripts/controller.sh --dev

@@ -200,6 +200,18 @@ ansible_facts:
           returned: when read_files is set
           type: dict
           sample: {"/Users/admin/mlx-cluster/hostfile.json": {"sha256": "9f86d0...", "mode": "0600"}}
+        pythons:
+          description:
+            - "The Pythons found for MLX's environment, without running any (versioned names only,
+              so the minor version is known from the name), in the order the toolkit prefers
+              them (C(found)): Homebrew's C(/opt/homebrew/bin/python3.N), python.org's
+              C(/Library/Frameworks/Python.framework/Versions/3.N/bin/python3.N), then
+              C(/usr/local/bin/python3.N)."
+            - The interpreter this module ran with (C(module)), Ansible's, with its full version.
+          returned: always
+          type: dict
+          sample: {"found": [{"path": "/opt/homebrew/bin/python3.13", "version": "3.13", "source": "homebrew"}],
+                   "module": {"path": "/usr/bin/python3", "version": "3.9.6"}}
         links_state:
           description:
             - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
@@ -237,6 +249,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import python_facts
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
@@ -331,6 +344,7 @@ def main():
     except CommandTimeout as exc:
         module.fail_json(msg=exc.msg, **exc.result())
     facts["home"] = os.path.expanduser("~")
+    facts["pythons"] = python_facts()
     if module.params["probe_links"]:
         facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:

@@ -45,7 +45,8 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
     assert all(env == C_LOCALE for env in out.envs)
     facts = out.result["ansible_facts"]["mlx_cluster"]
     assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "home",
-                          "power", "updates"}
+                          "power", "updates", "pythons"}
+    assert set(facts["pythons"]) == {"found", "module"}  # found by name: no command run for them
     assert facts["power"] == {"AC Power": facts["power"]["AC Power"]} and facts["power"]["AC Power"]["sleep"] == 0
     assert facts["updates"] == {"automatic_check": True, "automatic_download": True, "install_macos_updates": False,
                                 "critical_update_install": True}

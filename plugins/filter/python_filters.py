@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+"""Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
+
+# Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
+# `ansible-doc -t filter mlx.cluster.<name>`.
+
+
+def mlx_base_python(pythons_by_host, versions, mlx_version="", base=""):
+    if not isinstance(pythons_by_host, dict):
+        raise AnsibleFilterError("mlx_base_python: expects a dict host -> mlx_cluster.pythons")
+    if not isinstance(versions, (list, tuple)):
+        raise AnsibleFilterError("mlx_base_python: versions must be a list of minor versions, e.g. ['3.13', '3.12']")
+    try:
+        return pythons.base_python(plain(pythons_by_host), {"versions": list(versions), "mlx_version": str(mlx_version),
+                                                             "base": str(base or "")})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise AnsibleFilterError(f"mlx_base_python: malformed facts ({exc})") from exc
+
+
+def mlx_python_probe_msg(failed, probe, host, python):
+    if not isinstance(failed, dict) or not isinstance(probe, dict):
+        raise AnsibleFilterError("mlx_python_probe_msg: expects the failed result and the raw probe's result (dicts)")
+    return pythons.probe_message(plain(failed), plain(probe), str(host), str(python))
+
+
+class FilterModule:
+    def filters(self):
+        return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg}

@@ -1,0 +1,136 @@
+# -*- coding: utf-8 -*-
+"""Which Python each Mac's venv is made from: one minor version on every Mac, found, not assumed.
+
+`base_python(pythons_by_host, settings)` takes each Mac's discovered `pythons` fact
+(plugins/module_utils/mlx_python.py) and returns the choice, a line saying it, and preflight
+problems (the same shape as plugins/plugin_utils/preflight.py's) for the Macs that have no
+Python the pinned mlx can use. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import PYTHON_HOMES
+
+CHECK = "python"
+
+
+def _p(host, msg, fix):
+    return {"severity": "error", "check": CHECK, "host": host, "port": None, "msg": msg, "fix": fix}
+
+
+def _has(found, minor):
+    """The first interpreter of `minor` in the homes' order, or None."""
+    return next((p["path"] for p in found if p.get("version") == minor), None)
+
+
+def _what(host, facts):
+    """What a Mac has, for a message: its versioned Pythons and Ansible's interpreter."""
+    found = facts.get("found") or []
+    mod = facts.get("module") or {}
+    parts = [f"{p['path']} ({p['version']})" for p in found]
+    if mod.get("path"):
+        parts.append(f"{mod['path']} ({mod.get('version') or '?'}, the one Ansible runs)")
+    return ", ".join(parts) or "no Python found"
+
+
+def _install_fix(minor):
+    return (f"install Python {minor}: `brew install python@{minor}` (Homebrew), or python.org's "
+            f"macOS installer for {minor}")
+
+
+def base_python(pythons_by_host, settings):
+    """`settings`: {"versions": the minor versions the pinned mlx has wheels for, preferred first
+    (python_env_python_versions), "mlx_version": the pin, for messages, "base": an explicit base
+    interpreter (python_env_base_python; empty: found)}.
+
+    Returns {"minor": "3.13" or None, "paths": {host: path}, "message": str, "problems": [...]}.
+    With an explicit base, every Mac uses it and nothing is checked here (the env stage checks
+    that it runs). Otherwise the newest of `versions` that every Mac has; when none is on every
+    Mac, the one most Macs have (the first in `versions` among equals) and an error for each Mac
+    without it, naming what the Mac has and the fix."""
+    hosts = sorted(pythons_by_host)
+    versions = [str(v) for v in settings.get("versions") or []]
+    base = str(settings.get("base") or "")
+    if base:
+        return {"minor": None, "paths": {h: base for h in hosts}, "problems": [],
+                "message": f"the venv is made from {base} on every Mac (python_env_base_python)"}
+    found = {h: (pythons_by_host.get(h) or {}).get("found") or [] for h in hosts}
+    common = [v for v in versions if all(_has(found[h], v) for h in hosts)]
+    if common:
+        minor = common[0]
+        paths = {h: _has(found[h], minor) for h in hosts}
+        where = "; ".join(f"{h} {paths[h]}" for h in hosts)
+        return {"minor": minor, "paths": paths, "problems": [],
+                "message": f"the venv is made from Python {minor} on every Mac: {where}"}
+    counts = Counter(v for h in hosts for v in versions if _has(found[h], v))
+    wanted = ", ".join(versions) or "none"
+    homes = ", ".join(top for _, top in PYTHON_HOMES)
+    problems = []
+    if not counts:
+        minor = versions[0] if versions else None
+    else:
+        best = max(counts.values())
+        minor = next(v for v in versions if counts[v] == best)
+    for h in hosts:
+        if minor and _has(found[h], minor):
+            continue
+        mine = [v for v in versions if _has(found[h], v)]
+        if mine:
+            msg = (f"{h} has Python {', '.join(mine)} but not {minor}, which "
+                   f"{', '.join(x for x in hosts if _has(found[x], minor))} have: the venv must be the "
+                   f"same minor version on every Mac ({_what(h, pythons_by_host.get(h) or {})})")
+        else:
+            msg = (f"{h} has no Python that mlx {settings.get('mlx_version') or ''} can use ({wanted}) "
+                   f"in {homes}: it has {_what(h, pythons_by_host.get(h) or {})}; the Command Line "
+                   f"Tools' /usr/bin/python3 is 3.9, too old").replace("mlx  can", "mlx can")
+        fix = (f"on {h}, {_install_fix(minor)}; or set python_env_base_python to an interpreter "
+               f"of that version present on every Mac" if minor else
+               "set python_env_python_versions to the versions the pinned mlx supports")
+        problems.append(_p(h, msg, fix))
+    return {"minor": minor, "paths": {}, "problems": problems,
+            "message": f"no Python version usable by mlx is on every Mac (wanted one of {wanted})"}
+
+
+# What the Command Line Tools' stub prints when they are missing (over ssh: "xcode-select:
+# error: no developer tools were found ... and no install could be requested (perhaps no UI
+# is present)").
+STUB_MARKERS = ("xcode-select", "no developer tools", "CommandLineTools")
+PROBE_MARK = "mlx-cluster-python"
+CLT_FIX = ("install the Command Line Tools: at the Mac's screen `xcode-select --install`; or headless over ssh, "
+           "`sudo touch /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress`, "
+           "`softwareupdate --list` and `sudo softwareupdate --install \"<the Command Line Tools label it lists>\"`")
+
+
+def _first(text):
+    return next((line.strip() for line in str(text or "").splitlines() if line.strip()), "")
+
+
+def probe_message(failed, probe, host, python):
+    """The failure message of a discovery that failed on `host`, from Ansible's failed result
+    (`failed`) and a raw run of the Mac's Ansible interpreter (`probe`: the raw module's result,
+    stdout holding PROBE_MARK and the version when it ran). A stub names the Command Line
+    Tools and how to install them; a missing interpreter names ansible_python_interpreter;
+    an interpreter that runs leaves the discovery's own message."""
+    failed = failed if isinstance(failed, dict) else {}
+    probe = probe if isinstance(probe, dict) else {}
+    own = str(failed.get("msg") or "discovery failed")
+    if str(failed.get("module_stderr") or "").strip() and own.startswith("MODULE FAILURE"):
+        own = f"{own.splitlines()[0]}: {_first(failed.get('module_stderr'))}"
+    out = str(probe.get("stdout") or "") + str(probe.get("stderr") or "")
+    if probe.get("unreachable") or probe.get("rc") is None or PROBE_MARK in out:
+        return f"{host}: {own}"
+    said = _first(out)
+    if any(m in out for m in STUB_MARKERS):
+        return (f"{host}: {python} is the stub macOS has until the Command Line Tools are installed "
+                f"(it says: {said}), so Ansible's modules cannot run there. Fix: on {host}, {CLT_FIX}; "
+                f"then run again. Or set ansible_python_interpreter for {host} to another Python it has "
+                f"(e.g. /opt/homebrew/bin/python3.13)")
+    if probe.get("rc") == 127 or "not found" in out or "No such file" in out:
+        return (f"{host}: the interpreter Ansible runs there, {python}, does not exist ({said or 'not found'}). "
+                f"Fix: set ansible_python_interpreter for {host} to a Python it has (macOS: /usr/bin/python3, "
+                f"with the Command Line Tools installed)")
+    return (f"{host}: the interpreter Ansible runs there, {python}, does not start (exit {probe.get('rc')}: "
+            f"{said or 'no output'}); discovery said: {own}. Fix: set ansible_python_interpreter for {host} "
+            f"to a Python that runs there")

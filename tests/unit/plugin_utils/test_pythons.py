@@ -1,0 +1,116 @@
+"""The base Python of each Mac's venv, and why a Mac's Ansible interpreter did not run."""
+
+import pytest
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils.pythons import base_python, probe_message
+
+VERSIONS = ["3.14", "3.13", "3.12", "3.11", "3.10"]
+CLT = {"path": "/usr/bin/python3", "version": "3.9.6"}
+
+
+def brew(*minors):
+    return [{"path": f"/opt/homebrew/bin/python{m}", "version": m, "source": "homebrew"} for m in minors]
+
+
+def org(*minors):
+    return [{"path": f"/Library/Frameworks/Python.framework/Versions/{m}/bin/python{m}", "version": m,
+             "source": "python.org"} for m in minors]
+
+
+def facts(found):
+    return {"found": found, "module": CLT}
+
+
+def choose(by_host, base=""):
+    return base_python(by_host, {"versions": VERSIONS, "mlx_version": "0.32.4", "base": base})
+
+
+@pytest.mark.parametrize("by_host,minor,paths", [
+    pytest.param({"m1": facts(brew("3.13")), "m2": facts(brew("3.13"))}, "3.13",
+                 {"m1": "/opt/homebrew/bin/python3.13", "m2": "/opt/homebrew/bin/python3.13"}, id="same-homebrew"),
+    pytest.param({"m1": facts(brew("3.14", "3.12")), "m2": facts(brew("3.12") + org("3.14"))}, "3.14",
+                 {"m1": "/opt/homebrew/bin/python3.14",
+                  "m2": "/Library/Frameworks/Python.framework/Versions/3.14/bin/python3.14"}, id="newest-common-any-source"),
+    pytest.param({"m1": facts(brew("3.13", "3.12")), "m2": facts(org("3.12"))}, "3.12",
+                 {"m1": "/opt/homebrew/bin/python3.12",
+                  "m2": "/Library/Frameworks/Python.framework/Versions/3.12/bin/python3.12"}, id="only-3.12-common"),
+    pytest.param({"m1": facts(brew("3.12") + org("3.12"))}, "3.12",
+                 {"m1": "/opt/homebrew/bin/python3.12"}, id="homebrew-before-python.org"),
+])
+def test_the_newest_version_every_mac_has(by_host, minor, paths):
+    got = choose(by_host)
+    assert (got["minor"], got["paths"], got["problems"]) == (minor, paths, [])
+    assert f"Python {minor}" in got["message"]
+    for host, path in paths.items():
+        assert f"{host} {path}" in got["message"]
+
+
+def test_a_mac_with_only_the_command_line_tools_python_is_named_with_the_fix():
+    got = choose({"m1": facts(brew("3.13")), "m2": facts([])})
+    assert got["paths"] == {}
+    [p] = got["problems"]
+    assert (p["severity"], p["check"], p["host"]) == ("error", "python", "m2")
+    assert "m2 has no Python that mlx 0.32.4 can use" in p["msg"]
+    assert "/usr/bin/python3 (3.9.6, the one Ansible runs)" in p["msg"]
+    assert "brew install python@3.13" in p["fix"] and "python.org" in p["fix"]
+
+
+def test_versions_that_differ_between_macs_name_the_ones_without_the_most_common():
+    got = choose({"m1": facts(brew("3.13")), "m2": facts(brew("3.13")), "m3": facts(brew("3.12"))})
+    [p] = got["problems"]
+    assert p["host"] == "m3"
+    assert "m3 has Python 3.12 but not 3.13, which m1, m2 have" in p["msg"]
+    assert "brew install python@3.13" in p["fix"]
+
+
+def test_a_version_the_pinned_mlx_cannot_use_is_not_chosen():
+    got = base_python({"m1": facts(brew("3.9"))}, {"versions": VERSIONS, "mlx_version": "0.32.4"})
+    [p] = got["problems"]
+    assert "no Python that mlx 0.32.4 can use" in p["msg"] and "python3.9 (3.9)" in p["msg"]
+
+
+def test_no_mac_has_one():
+    got = choose({"m1": facts([]), "m2": facts([])})
+    assert [p["host"] for p in got["problems"]] == ["m1", "m2"]
+    assert all("brew install python@3.14" in p["fix"] for p in got["problems"])
+
+
+def test_an_explicit_base_is_used_everywhere_unchecked():
+    got = choose({"m1": facts([]), "m2": facts(brew("3.13"))}, base="/usr/local/bin/python3.11")
+    assert got["paths"] == {"m1": "/usr/local/bin/python3.11", "m2": "/usr/local/bin/python3.11"}
+    assert got["problems"] == [] and "python_env_base_python" in got["message"]
+
+
+def test_missing_facts_count_as_nothing_found():
+    got = choose({"m1": None, "m2": {"found": None}})
+    assert [p["host"] for p in got["problems"]] == ["m1", "m2"]
+
+
+FAILED = {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error", "rc": 1,
+          "module_stderr": "xcode-select: error: no developer tools were found, and no install could be requested "
+                           "(perhaps no UI is present), please install manually from 'developer.apple.com'.\n"}
+
+
+@pytest.mark.parametrize("probe,expect", [
+    pytest.param({"rc": 1, "stdout": FAILED["module_stderr"], "stderr": ""},
+                 ["m2: /usr/bin/python3 is the stub macOS has until the Command Line Tools are installed",
+                  "xcode-select --install", "softwareupdate --install", "installondemand.in-progress"], id="clt-stub"),
+    pytest.param({"rc": 127, "stdout": "sh: /opt/py/bin/python3: not found\n", "stderr": ""},
+                 ["m2: the interpreter Ansible runs there, /usr/bin/python3, does not exist", "ansible_python_interpreter"],
+                 id="missing"),
+    pytest.param({"rc": 0, "stdout": "mlx-cluster-python 3.9.6\n", "stderr": ""},
+                 ["m2: MODULE FAILURE: xcode-select: error: no developer tools"], id="runs: the module's own failure"),
+    pytest.param({"rc": 139, "stdout": "Segmentation fault\n", "stderr": ""},
+                 ["does not start (exit 139: Segmentation fault)", "discovery said: MODULE FAILURE"], id="crashes"),
+    pytest.param({"unreachable": True, "msg": "timeout"}, ["m2: MODULE FAILURE"], id="probe unreachable"),
+])
+def test_the_probe_names_the_cause(probe, expect):
+    msg = probe_message(FAILED, probe, "m2", "/usr/bin/python3")
+    for text in expect:
+        assert text in msg
+
+
+def test_a_failure_that_is_not_a_module_failure_keeps_its_message():
+    msg = probe_message({"failed": True, "msg": "cannot read `sw_vers`: no ProductVersion"},
+                        {"rc": 0, "stdout": "mlx-cluster-python 3.9.6"}, "m1", "/usr/bin/python3")
+    assert msg == "m1: cannot read `sw_vers`: no ProductVersion"

@@ -116,8 +116,27 @@ def sim_vars():
     }
 
 
-def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600):
-    """Run `playbook` against the cluster's inventory; return a Run."""
+def lab_vars(cluster):
+    """What a lab whose Macs reach no package index but its own mirror sets, for the env
+    stage's default path (venv): the mirror (the simulation's, serving the pinned wheels on the
+    LAN) and, because the simulated Macs run Linux, mlx's CPU back end, which Linux's mlx wheel
+    leaves to a package of its own (mlx[cpu]; on macOS the mlx wheel has Metal)."""
+    pins = defaults("python_env")
+    mlx = pins["python_env_mlx_version"]
+    url = cluster.serve_packages([f"mlx=={mlx}", f"mlx-cpu=={mlx}", f"mlx-lm=={pins['python_env_mlx_lm_version']}"])
+    return {"python_env_pip_index_url": url, "python_env_extra_packages": [f"mlx-cpu=={mlx}"]}
+
+
+def defaults(role):
+    """A role's defaults, as its defaults/main.yml says (the one place they are written)."""
+    import yaml
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+
+
+def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600,
+             sim=True):
+    """Run `playbook` against the cluster's inventory; return a Run. `sim` False: only the
+    inventory and `extravars`, nothing of sim_vars() (a new user's defaults)."""
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -140,7 +159,7 @@ def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbo
         playbook=str(ROOT / playbook),
         inventory=str(cluster.inventory_path),
         envvars=env,
-        extravars={**sim_vars(), **(extravars or {})},
+        extravars={**(sim_vars() if sim else {}), **(extravars or {})},
         tags=",".join(tags) if tags else None,
         cmdline=" ".join(cmdline) or None,
         quiet=True,

@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -58,7 +59,14 @@ HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
 LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu", "wired_limit_mb",
-             "require_sudo", "sudo_password", "sudo_commands", "rdma_port_down", "die_on", "hang", "slow", "firewall"}
+             "require_sudo", "sudo_password", "sudo_commands", "rdma_port_down", "die_on", "hang", "slow", "firewall",
+             "command_line_tools", "pythons"}
+# The message of /usr/bin/python3 on a Mac without the Command Line Tools, over ssh (no UI to
+# ask for them): xcode-select's, as public reports quote it (samdoran/ansible-collection-macos
+# #1, geerlingguy/ansible-role-homebrew #137).
+CLT_STUB_MESSAGE = ("xcode-select: error: no developer tools were found, and no install could be requested "
+                    "(perhaps no UI is present), please install manually from 'developer.apple.com'.")
+PYTHON_ORG = "Library/Frameworks/Python.framework/Versions"
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
 
@@ -333,7 +341,9 @@ class SimCluster:
         return f"{MOUNTPOINT}/{self.spec.host(host).home}" if self.user == "admin" else ROOT_HOME
 
     def host_path_env(self, host) -> str:
-        return ":".join([str(self.host_dir(host) / "bin"), str(Path(self.python).parent),
+        # the shims, then the system's directories: no Python of the controller's (a Mac's PATH
+        # over ssh is /usr/bin:/bin:/usr/sbin:/sbin)
+        return ":".join([str(self.host_dir(host) / "bin"),
                          "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
 
     def env(self, base=None) -> dict:
@@ -475,6 +485,15 @@ class SimCluster:
                         "shim": str(SHIMS / "macos.py"), "sshd": _which("sshd"),
                         "python": self.python})
         (st / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
+        # Every shim runs through this launcher, with the harness's Python named here: a Mac's
+        # PATH holds no Python of the controller's, and its /usr/bin/python3 may be the stub.
+        (st / "shim").write_text(f"#!{self.python} -S\n# simulated macOS commands (tests/simcluster/shims/shim)\n"
+                                 f"import sys\nsys.path.insert(0, {str(SHIMS)!r})\nimport macos\nmacos.run()\n")
+        (st / "shim").chmod(0o755)
+        # What hides this machine's pip configuration (its local wheel directories and indexes)
+        # from the Macs: an empty file and an empty directory.
+        (st / "empty.conf").write_text("")
+        (st / "empty.d").mkdir(exist_ok=True)
         # The shims' bytecode, compiled here by the Macs' Python: inside a Mac the checkout
         # may be read-only, and without the cache every command would compile macos.py again.
         subprocess.run([self.python, "-m", "py_compile", str(SHIMS / "macos.py")], capture_output=True, check=False)
@@ -586,7 +605,8 @@ class SimCluster:
         inv_vars = {"ansible_user": self.user,
                     "ansible_ssh_private_key_file": str(self.key_path),
                     "ansible_ssh_common_args": f"-F {self.ssh_config_path}",
-                    "ansible_python_interpreter": self.python,
+                    # as inventory/mac_cluster's group_vars: the Command Line Tools' Python
+                    "ansible_python_interpreter": "/usr/bin/python3",
                     "ansible_ssh_pipelining": True}
         inv_vars.update(extra_vars)
         inventory = {"mac_cluster": {"hosts": {h: {"ansible_host": self.mgmt_address(h)} for h in self.hosts},
@@ -650,7 +670,7 @@ class SimCluster:
             if link.is_symlink() or link.exists():
                 link.unlink()
             if want:
-                link.symlink_to(SHIMS / cmd)
+                link.symlink_to(self.state_dir / "shim")
 
     def _write_live(self, live):
         tmp = self.state_dir / "live.json.tmp"
@@ -714,8 +734,108 @@ class SimCluster:
                 "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
                 self.python, str(HERE / "hostinit.py"), str(self.state_dir), host]
 
+    # ---- a package index on the LAN, as a lab's mirror -------------------------------------
+    INDEX_PORT = 3141  # devpi's
+
+    def wheelhouse(self, requirements) -> Path:
+        """Wheels for `requirements` (pip requirement strings) and all they need, for the Macs'
+        Python, downloaded once per machine (pip's registry) into ~/.cache/mlxsim/wheels/<key>."""
+        key = hashlib.sha256("\n".join(sorted(requirements) + [self.python_minor()]).encode()).hexdigest()[:16]
+        out = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlxsim" / "wheels" / key
+        if (out / ".complete").exists():
+            return out
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        r = subprocess.run([self.python, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(tmp),
+                            *requirements], capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise SimError(f"pip download {' '.join(requirements)} failed: {r.stderr.strip()[-1500:]}")
+        (tmp / ".complete").write_text("\n".join(requirements) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+        return out
+
+    def serve_packages(self, requirements) -> str:
+        """Serve the wheels of `requirements` as a package index (PEP 503's simple API, a page
+        of links per project) on the controller's LAN address, as a lab's mirror would (the
+        Macs reach nothing else); returns its URL for python_env_pip_index_url. Idempotent;
+        the server ends with the cluster (its command line names the state dir)."""
+        url = f"http://{self.spec.gateway}:{self.INDEX_PORT}/simple/"
+        root = self.state_dir / "pypi"
+        h = self._harness()
+        pid = h.get("services", {}).get("index")
+        if pid and _alive(pid) and mentions(pid, self.state_dir):
+            return url
+        house = self.wheelhouse(requirements)
+        shutil.rmtree(root, ignore_errors=True)
+        for whl in house.glob("*.whl"):
+            project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
+            (root / "simple" / project).mkdir(parents=True, exist_ok=True)
+            (root / "simple" / project / whl.name).symlink_to(whl)
+        log = open(self.state_dir / "pypi.log", "ab")
+        proc = subprocess.Popen([_ip(), "netns", "exec", self.ctl_ns, self.python, "-m", "http.server",
+                                 "--bind", str(self.spec.gateway), "--directory", str(root), str(self.INDEX_PORT)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/")
+        log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = _run([_ip(), "netns", "exec", self.ctl_ns, self.python, "-c",
+                      "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)",
+                      str(self.spec.gateway), str(self.INDEX_PORT)], check=False)
+            if r.returncode == 0:
+                break
+            if proc.poll() is not None:
+                raise SimError(f"the package index did not start: {(self.state_dir / 'pypi.log').read_text()[-500:]}")
+            time.sleep(0.2)
+        h = self._harness()
+        h.setdefault("services", {})["index"] = proc.pid
+        self._save_harness(h)
+        return url
+
+    def base_python(self) -> Path:
+        """The machine's own interpreter behind the harness's (a venv's base), which plays each
+        Mac's Pythons: the Command Line Tools' /usr/bin/python3 and a Homebrew or python.org
+        python3.N. It can make venvs and has none of the controller's packages in them."""
+        return Path(getattr(sys, "_base_executable", None) or sys.executable)
+
+    def python_minor(self) -> str:
+        return "%d.%d" % sys.version_info[:2]
+
+    def _lay_pythons(self, host):
+        """A Mac's Pythons, from the spec and live overrides: /usr/bin/python3 (hostinit binds
+        usr_bin_python3 over it: the Command Line Tools' Python, or their stub when they are
+        missing), /opt/homebrew/bin/python3.N and python.org's framework python3.N (spec
+        `pythons`). Applied at once: the links and the marker are read on every run."""
+        hd = self.host_dir(host)
+        live = self._live().get("hosts", {}).get(host, {})
+        spec = self.spec.host(host)
+        clt = live.get("command_line_tools", spec.command_line_tools)
+        pythons = live.get("pythons", spec.pythons)
+        marker = hd / "no_command_line_tools"
+        if clt:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.write_text("")
+        script = hd / "usr_bin_python3"
+        script.write_text("#!/bin/sh\n# /usr/bin/python3 of simulated Mac %s: the Command Line Tools' Python, or their stub\n"
+                          "if [ -e %s ]; then\n    echo %s >&2\n    exit 1\nfi\nexec %s \"$@\"\n"
+                          % (host, shlex.quote(str(marker)), shlex.quote(CLT_STUB_MESSAGE), shlex.quote(str(self.base_python()))))
+        script.chmod(0o755)
+        minor = self.python_minor()
+        places = {"homebrew": hd / "opt" / "homebrew" / "bin" / f"python{minor}",
+                  "python.org": hd / PYTHON_ORG / minor / "bin" / f"python{minor}"}
+        (hd / "opt").mkdir(exist_ok=True)
+        for source, link in places.items():
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            if source in pythons:
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.base_python())
+
     def _spawn_host(self, host):
         hd = self.host_dir(host)
+        self._lay_pythons(host)
         for f in ("init.status", "sshd.pid"):
             (hd / f).unlink(missing_ok=True)
         log = open(hd / "init.log", "ab")
@@ -1122,6 +1242,8 @@ class SimCluster:
             (self.host_dir(host) / "kernel.json").unlink(missing_ok=True)
         macos = cur.get("macos", self.spec.host(host).macos)
         self._link_shims(host, macos)
+        if {"command_line_tools", "pythons"} & set(overrides):
+            self._lay_pythons(host)
 
     # ---- a packet filter on one Mac ----------------------------------------------------------
     # This kernel has tc's u32 classifier, htb and fifo qdiscs but no drop action (act_gact) and

@@ -24,6 +24,9 @@ Private view (all mounts live only in this host's mount namespace):
   root's home at /srv/root, so sshd starts sessions in the Mac's home and ~ means the same
   to the shell, ssh and Python
 - /etc/resolv.conf <- no DNS server (lookups fail at once instead of timing out)
+- /opt <- <state>/hosts/<host>/opt (Homebrew's /opt/homebrew/bin/python3.N when the spec says)
+- /usr/bin/python3 <- <state>/hosts/<host>/usr_bin_python3 (the Command Line Tools' Python, or
+  their stub); /etc/pip.conf and /etc/xdg/pip <- empty (none of this machine's pip settings)
 - /etc/ssh <- <state>/hosts/<host>/etc_ssh (read-only): the machine's client configuration
   and this Mac's own host keys, where macOS keeps them (ssh_host_ed25519_key[.pub])
 Nothing here writes outside the state directory.
@@ -104,6 +107,18 @@ def setup(state, host, cfg):
         os.makedirs(os.path.join(hostdir, "Library", "Preferences", "SystemConfiguration"), exist_ok=True)
         os.makedirs(os.path.join(hostdir, "Library", "LaunchDaemons"), mode=0o755, exist_ok=True)
         bind(os.path.join(hostdir, "Library"), library)
+    # A Mac's Pythons, none of this machine's: /opt is the Mac's own (Homebrew's prefix,
+    # /opt/homebrew, when the spec gives it one), /usr/bin/python3 the Command Line Tools' or
+    # their stub (the harness's usr_bin_python3), and pip's machine-wide configuration (this
+    # machine's local wheel directories and indexes) is not there.
+    if os.path.isdir("/opt") and os.path.isdir(os.path.join(hostdir, "opt")):
+        bind(os.path.join(hostdir, "opt"), "/opt")
+    if os.path.exists(os.path.join(hostdir, "usr_bin_python3")) and os.path.exists("/usr/bin/python3"):
+        bind(os.path.join(hostdir, "usr_bin_python3"), "/usr/bin/python3", readonly=True)
+    if os.path.isfile("/etc/pip.conf"):
+        bind(os.path.join(state, "empty.conf"), "/etc/pip.conf", readonly=True)
+    if os.path.isdir("/etc/xdg/pip"):
+        bind(os.path.join(state, "empty.d"), "/etc/xdg/pip", readonly=True)
     own = os.path.join(hostdir, "passwd")  # this Mac's admin user has another home
     bind(own if os.path.exists(own) else os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
     etc_ssh = os.path.join(hostdir, "etc_ssh")

@@ -61,7 +61,15 @@ HOST_DEFAULTS = {
     # downloads but without automatic macOS installs has it; {} is a Mac where none was written
     "software_update": {"AutomaticCheckEnabled": True, "AutomaticDownload": True,
                         "AutomaticallyInstallMacOSUpdates": False, "CriticalUpdateInstall": True},
+    # The Command Line Tools installed (their /usr/bin/python3 runs Ansible's modules); false:
+    # a Mac fresh out of the box, whose /usr/bin/python3 is only the stub that asks for them
+    "command_line_tools": True,
+    # Pythons for MLX besides the Command Line Tools' one: "homebrew" (/opt/homebrew/bin/
+    # python3.N) and/or "python.org" (/Library/Frameworks/Python.framework/Versions/3.N), N the
+    # minor version of the machine's Python the harness runs on; [] a Mac with neither
+    "pythons": ["homebrew"],
 }
+PYTHON_SOURCES = ("homebrew", "python.org")
 HOST_KEYS = {"name", *HOST_DEFAULTS}
 CABLE_KEYS = {"a", "b", "speed", "dock"}
 DOCK_KEYS = {"name", "vendor", "seen_by"}
@@ -89,6 +97,8 @@ class HostSpec:
     battery: bool
     pmset: dict
     software_update: dict
+    command_line_tools: bool
+    pythons: tuple
 
     def iface(self, receptacle: int) -> str:
         return f"en{receptacle + 1}"
@@ -243,6 +253,8 @@ class ClusterSpec:
                 "battery": h.battery,
                 "pmset": dict(h.pmset),
                 "software_update": dict(h.software_update),
+                "command_line_tools": h.command_line_tools,
+                "pythons": list(h.pythons),
                 "mgmt_address": self.mgmt_address(h.name),
                 "en0_mac": self.mac(h.name, "en0"),
                 "bridge_mac": self.mac(h.name, "en2"),  # macOS gives bridge0 its first member's MAC
@@ -315,7 +327,10 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
             _fail(where, f"host {hname}: tb_version must be 4 or 5, not {v['tb_version']}")
         if v["tb_ports"] > 14:
             _fail(where, f"host {hname}: at most 14 Thunderbolt ports (en2..en15)")
-        for key in ("rdma", "thunderbolt_bridge", "battery"):
+        if not isinstance(v["pythons"], (list, tuple)) or not all(x in PYTHON_SOURCES for x in v["pythons"]):
+            _fail(where, f"host {hname}: pythons lists some of {list(PYTHON_SOURCES)}, not {v['pythons']!r}")
+        v["pythons"] = tuple(v["pythons"])
+        for key in ("rdma", "thunderbolt_bridge", "battery", "command_line_tools"):
             if not isinstance(v[key], bool):
                 _fail(where, f"host {hname}: {key} must be true or false, not {v[key]!r}")
         if not isinstance(v["home"], str) or not re.match(r"^[a-z][a-z0-9_-]{0,31}$", v["home"]) \

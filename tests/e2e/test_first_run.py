@@ -1,0 +1,91 @@
+"""A new user's first run on Macs as they come: the defaults, the env stage's default path
+(a venv from a Python found on every Mac), a Mac without a Python for mlx, a Mac without the
+Command Line Tools. Nothing of sim_vars(): the inventory and the defaults only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.runner import is_mutating, lab_vars, run_site
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+WOULD = "Say what the env stage would do"
+VENV = "/srv/admin/mlx-cluster/venv"
+
+
+def mutations(cluster):
+    return {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in cluster.hosts}
+
+
+def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_stage_would_do(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    cluster.exec("m1", ["rm", "-rf", VENV], check=True)
+    cluster.exec("m2", ["rm", "-rf", VENV], check=True)
+    cluster.clear_argv_logs()
+    dry = run_site(cluster, check=True, diff=True, sim=False)
+    assert dry.rc == 0, dry.failures()
+    said = {r["host"]: r["res"]["msg"] for r in dry.results(WOULD)}
+    assert set(said) == {"m1", "m2"}, said
+    minor = cluster.python_minor()
+    for host, msg in said.items():
+        assert f"would make the venv {VENV} from /opt/homebrew/bin/python{minor}" in msg, msg
+        assert "mlx==0.32.4, mlx-lm==0.32.2" in msg, msg
+    assert mutations(cluster) == {"m1": [], "m2": []}
+    for host in cluster.hosts:
+        assert cluster.exec(host, ["test", "-e", VENV]).returncode == 1  # nothing made
+
+
+def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    lab = lab_vars(cluster)
+    first = run_site(cluster, tags=["env"], sim=False, extravars=lab, timeout=900)
+    assert first.rc == 0, first.failures()
+    [choice] = [r["res"]["msg"] for r in first.results("Show the base Python of the venv")]
+    assert f"Python {cluster.python_minor()} on every Mac" in choice, choice
+    versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
+    assert {h: (v["mlx"], v["mlx_lm"], v["executable"]) for h, v in versions.items()} == {
+        h: ("0.32.4", "0.32.2", f"{VENV}/bin/python") for h in cluster.hosts}
+    again = run_site(cluster, tags=["env"], sim=False, extravars=lab)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats
+
+
+def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anything_changes(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    cluster.set_host("m2", pythons=[])
+    try:
+        cluster.clear_argv_logs()
+        run = run_site(cluster, tags=["rdma_check"], sim=False)
+        assert run.rc != 0
+        text = run.preflight_summary()
+        minor = cluster.python_minor()
+        line = next(ln for ln in text.splitlines() if "m2 has no Python" in ln)
+        assert line.startswith("[ERROR] m2:"), text
+        assert f"brew install python@{minor}" in line and "python.org" in line, line
+        assert "m1 has no Python" not in text
+        assert mutations(cluster) == {"m1": [], "m2": []}
+    finally:
+        cluster.reset()
+
+
+def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    cluster.set_host("m2", command_line_tools=False)
+    try:
+        run = run_site(cluster, tags=["rdma_check"], sim=False)
+        assert run.rc != 0
+        fails = {h: msg for h, task, msg in run.failures() if h and task.startswith("Name the Mac")}
+        assert set(fails) == {"m2"}, run.failures()
+        msg = fails["m2"]
+        assert msg.startswith("m2: /usr/bin/python3 is the stub macOS has until the Command Line Tools"), msg
+        assert "xcode-select --install" in msg and "softwareupdate --install" in msg, msg
+        assert "Traceback" not in run.stdout
+    finally:
+        cluster.reset()

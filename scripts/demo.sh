@@ -3,8 +3,9 @@
 # Sets everything up (apt packages, .venv), brings the simulated cluster up, makes a small model
 # here (nothing is downloaded), then one site.yml run does it all: validate, discover, plan,
 # preflight, Thunderbolt network, hostfile, Python environment, model sync, the benchmark
-# (tensor and pipeline) and the collective check (net_check). It prints the plan, the
-# benchmark table and where the results and the cluster report (report.html) are.
+# (tensor and pipeline, on a model cut to the wiring's number of Macs) and the collective check
+# (net_check). It prints the plan, the benchmark table and where the results and the cluster
+# report (report.html) are.
 # Needs root (network namespaces). Usage: scripts/demo.sh [spec] (default mesh4).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,25 +24,45 @@ export ANSIBLE_SSH_CONTROL_PATH_DIR
 trap 'rm -rf "$ANSIBLE_SSH_CONTROL_PATH_DIR"' EXIT
 
 python -m tests.simcluster up "$spec" --state "$state"
-# The model: a small qwen2 checkpoint made here (shards and an index, like a converted one), with
-# a layer for each Mac of the pipeline (mlx-lm gives each rank whole layers) and heads that split
-# evenly over 4 tensor ranks. Few layers: in tensor mode every layer sums across the Macs twice
-# per token, and the simulated Macs share this machine's cores with MLX's ring backend, whose
-# socket threads poll while they wait (tensor mode is ~1 token/s here; on Macs each rank has its
-# own cores).
-model="$state/models/tiny"
-[[ -f "$model/model.safetensors.index.json" ]] || python tests/tinymodel.py "$model" --dtype float32 --layers 4 --heads 8 --kv-heads 4 >/dev/null
+# The model: a small qwen2 checkpoint made here (shards and an index, like a converted one), cut
+# to the wiring's number of Macs (tests/tinymodel.py demo_plan): a layer for each Mac of the
+# pipeline (mlx-lm gives each rank whole layers) and heads, key/value heads and MLP width that
+# split evenly over that many tensor ranks. No more layers than Macs: in tensor mode every layer
+# sums across the Macs twice per token, and the simulated Macs share this machine's cores with
+# MLX's ring backend, whose socket threads poll while they wait (tensor mode generated 7.3
+# tokens/s over 3 Macs here, 0.5 over 8, on 2 cores; on Macs each rank has its own cores). A mode
+# the wiring cannot run is left out, with the reason printed.
 # What the simulated Macs need besides the inventory (tests/e2e/runner.py sim_vars, shared):
 # they have no package index, so they use this venv's Python, pinned to what it has; and
 # they run Linux, which has no RDMA: MLX's JACCL cannot run there, so the demo picks the ring
 # backend over the same Thunderbolt cables (on Macs, leave mlx_cluster_backend at auto).
-python - "$state/sim_vars.json" "$model" <<'PY'
+model="$state/models/tiny"
+python - "$spec" "$model" "$state/sim_vars.json" <<'PY'
 import json, sys
+from pathlib import Path
 sys.path.insert(0, ".")
 from tests.e2e.runner import sim_vars
+from tests.simcluster.spec import load_spec
+from tests.tinymodel import demo_plan, make_tiny_model
+spec, model, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+macs = len(load_spec(spec).hosts)
+plan = demo_plan(macs)
+d = plan["dims"]
+want = {"num_hidden_layers": d["layers"], "num_attention_heads": d["heads"], "num_key_value_heads": d["kv_heads"],
+        "hidden_size": d["hidden_size"], "intermediate_size": d["intermediate_size"]}
+try:
+    have = json.loads((model / "config.json").read_text())
+except (OSError, ValueError):
+    have = {}
+if not (model / "model.safetensors.index.json").is_file() or any(have.get(k) != v for k, v in want.items()):
+    make_tiny_model(model, dtype="float32", **d)
+print(f"demo model for {macs} Macs: {d['layers']} layers, {d['heads']} attention heads, {d['kv_heads']} key/value "
+      f"heads, hidden size {d['hidden_size']}, MLP width {d['intermediate_size']}; modes: {', '.join(plan['modes'])}")
+for mode, why in plan["left_out"].items():
+    print(f"demo: {mode} mode left out on {spec}: {why}")
 settings = dict(sim_vars(), mlx_cluster_backend="ring",
-                model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=sys.argv[2],
-                benchmark_modes=["tensor", "pipeline"], benchmark_prompt_tokens=128,
+                model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=str(model),
+                benchmark_modes=plan["modes"], benchmark_prompt_tokens=128,
                 benchmark_generation_tokens=16, benchmark_trials=3,
                 net_check_max_bytes=1 << 20, net_check_cable_bytes=4 << 20, net_check_iters=3,
                 # a simulated cable is a veth: its speed is whatever CPU the machine has free at
@@ -49,7 +70,7 @@ settings = dict(sim_vars(), mlx_cluster_backend="ring",
                 # default 0.5 singles out a TB4 cable or a dock leg among TB5 cables); a cable
                 # that looks slow is measured again before it is called slow, on Macs as here
                 net_check_slow_ratio=0.2)
-json.dump(settings, open(sys.argv[1], "w"), indent=2)
+json.dump(settings, open(out, "w"), indent=2)
 PY
 # all: every stage; net_check: the collective check, which is opt-in (tagged never)
 ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json" --tags all,net_check

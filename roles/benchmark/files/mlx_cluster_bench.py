@@ -112,8 +112,9 @@ def parse_args(argv):
 def mode_refusal(model_path, mode, size):
     """Why `model_path` cannot run in `mode` over `size` ranks, or None. mlx-lm gives each
     pipeline rank whole layers (it refuses a split with an empty rank, deep in the load) and
-    splits every attention layer's heads and key/value heads evenly between tensor ranks (an
-    uneven split fails at the first token)."""
+    splits every attention layer's heads and key/value heads, and its MLP, evenly between tensor
+    ranks (an uneven split fails in the load or at the first token). The controller checks the
+    same before the launch (plugins/plugin_utils/model_split.py, with quantization groups)."""
     if size <= 1:
         return None
     try:
@@ -135,8 +136,11 @@ def mode_refusal(model_path, mode, size):
         return None
     heads = cfg.get("num_attention_heads")
     kv_heads = cfg.get("num_key_value_heads", heads)
+    mlp = cfg.get("intermediate_size")
     uneven = [f"{n} {what}" for n, what in ((heads, "attention heads"), (kv_heads, "key/value heads"))
               if isinstance(n, int) and n % size]
+    if isinstance(mlp, int) and mlp % size:
+        uneven.append(f"an MLP width (intermediate_size) of {mlp}")
     if uneven:
         return (f"tensor mode splits every layer's heads evenly between the ranks, and {model_path} has "
                 f"{' and '.join(uneven)} for {size} ranks: run it in pipeline mode (benchmark_modes: "

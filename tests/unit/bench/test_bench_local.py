@@ -319,6 +319,13 @@ def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tm
     msg = bench.mode_refusal(model, "tensor", 4)
     assert msg and "2 key/value heads for 4 ranks" in msg and "attention heads" not in msg
     assert "benchmark_modes: [pipeline]" in msg
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 3, "num_attention_heads": 6,
+                                                    "num_key_value_heads": 3, "intermediate_size": 128}))
+    msg = bench.mode_refusal(model, "tensor", 3)
+    assert msg and "an MLP width (intermediate_size) of 128 for 3 ranks" in msg
+    assert "attention heads" not in msg and "key/value heads" not in msg
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                                    "num_key_value_heads": 2}))
     assert bench.mode_refusal(model, "pipeline", 2) is None
     assert bench.mode_refusal(model, "tensor", 2) is None
     assert bench.mode_refusal(model, "tensor", 1) is None

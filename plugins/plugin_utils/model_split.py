@@ -36,9 +36,12 @@ def tensor_requirements(dims, ranks):
     if not dims.get("latent_attention"):  # latent attention keeps its key/value projection whole
         out.append(("{} key/value heads", "num_key_value_heads", dims.get("kv_heads"), ranks))
         if group and heads and head_dim:
-            out.append(("an attention width (heads x head_dim) of {}", "heads x head_dim", heads * head_dim, per_group))
-    out.append(("an MLP width (intermediate_size) of {}", "intermediate_size", dims.get("intermediate_size"), per_group))
-    out.append(("an expert MLP width (moe_intermediate_size) of {}", "moe_intermediate_size", dims.get("moe_intermediate_size"), per_group))
+            out.append(("an attention width (heads x head_dim) of {}", "heads x head_dim", heads * head_dim,
+                        per_group))
+    out.append(("an MLP width (intermediate_size) of {}", "intermediate_size", dims.get("intermediate_size"),
+                per_group))
+    out.append(("an expert MLP width (moe_intermediate_size) of {}", "moe_intermediate_size",
+                dims.get("moe_intermediate_size"), per_group))
     return [item for item in out if isinstance(item[2], int) and not isinstance(item[2], bool)]
 
 
@@ -47,14 +50,16 @@ def tensor_blockers(dims, ranks):
     return [item for item in tensor_requirements(dims, ranks) if item[2] % item[3]]
 
 
-def pipeline_blocker(dims, ranks, index=True):
-    """Why pipeline mode cannot split `dims` over `ranks` Macs (a sentence about {model}), or None."""
+def pipeline_blocker(dims, ranks, index=True, model="the model"):
+    """(why, fix) when pipeline mode cannot split `dims` over `ranks` Macs, else None."""
     layers = dims.get("layers")
     if isinstance(layers, int) and layers < ranks:
-        return f"pipeline mode gives each of the {ranks} Macs whole layers, and {{model}} has {layers} layer(s)"
+        return (f"pipeline mode gives each of the {ranks} Macs whole layers, and {model} has {layers} layer(s)",
+                f"run on at most {layers} Macs")
     if not index:
-        return ("pipeline mode loads each Mac's layers by model.safetensors.index.json, and {model} has none "
-                "(a single-file model)")
+        return (f"pipeline mode loads each Mac's layers by model.safetensors.index.json, and {model} has none "
+                "(a single-file model)",
+                "use a copy of the model saved in several shards (mlx_lm.convert writes the index)")
     return None
 
 
@@ -79,7 +84,7 @@ def split_problems(dims, ranks, modes, model="the model", index=True):
     if not dims or ranks <= 1:
         return []
     tensor = tensor_blockers(dims, ranks)
-    pipeline = pipeline_blocker(dims, ranks, index)
+    pipeline = pipeline_blocker(dims, ranks, index, model)
     problems = []
     if "tensor" in modes and tensor:
         has = ", ".join(what.format(n) + f" (not a multiple of {by}"
@@ -89,11 +94,7 @@ def split_problems(dims, ranks, modes, model="the model", index=True):
             f"tensor mode splits every layer of {model} evenly over {ranks} Macs, and it has {has}",
             _tensor_fix(dims, ranks, tensor, pipeline is None)))
     if "pipeline" in modes and pipeline:
-        if "layer(s)" in pipeline:
-            fixes = [f"run on at most {dims['layers']} Macs"]
-        else:
-            fixes = ["use a copy of the model saved in several shards (mlx_lm.convert writes the index)"]
-        if not tensor:
-            fixes.insert(0, "run tensor mode only (benchmark_modes: [tensor])")
-        problems.append(_problem(pipeline.format(model=model), ", or ".join(fixes)))
+        why, fix = pipeline
+        fixes = [fix] if tensor else ["run tensor mode only (benchmark_modes: [tensor])", fix]
+        problems.append(_problem(why, ", or ".join(fixes)))
     return problems

@@ -30,6 +30,11 @@ def mlx_python_probe_msg(failed, probe, host, python):
     return pythons.probe_message(plain(failed), plain(probe), str(host), str(python))
 
 
+def mlx_clt_stub(output):
+    return pythons.is_stub(output)
+
+
 class FilterModule:
     def filters(self):
-        return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg}
+        return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg,
+                "mlx_clt_stub": mlx_clt_stub}

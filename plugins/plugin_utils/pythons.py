@@ -103,6 +103,13 @@ CLT_FIX = ("install the Command Line Tools: at the Mac's screen `xcode-select --
            "`softwareupdate --list` and `sudo softwareupdate --install \"<the Command Line Tools label it lists>\"`")
 
 
+def is_stub(output):
+    """True when a raw run of the interpreter (its stdout and stderr) is the Command Line
+    Tools' stub speaking, not a Python."""
+    text = str(output or "")
+    return PROBE_MARK not in text and any(m in text for m in STUB_MARKERS)
+
+
 def _first(text):
     return next((line.strip() for line in str(text or "").splitlines() if line.strip()), "")
 
@@ -122,10 +129,11 @@ def probe_message(failed, probe, host, python):
     if probe.get("unreachable") or probe.get("rc") is None or PROBE_MARK in out:
         return f"{host}: {own}"
     said = _first(out)
-    if any(m in out for m in STUB_MARKERS):
+    if is_stub(out):
         return (f"{host}: {python} is the stub macOS has until the Command Line Tools are installed "
                 f"(it says: {said}), so Ansible's modules cannot run there. Fix: on {host}, {CLT_FIX}; "
-                f"then run again. Or set ansible_python_interpreter for {host} to another Python it has "
+                f"then run again; or let the toolkit install them headless with "
+                f"mlx_cluster_install_command_line_tools: true. Or set ansible_python_interpreter for {host} to another Python it has "
                 f"(e.g. /opt/homebrew/bin/python3.13)")
     if probe.get("rc") == 127 or "not found" in out or "No such file" in out:
         return (f"{host}: the interpreter Ansible runs there, {python}, does not exist ({said or 'not found'}). "

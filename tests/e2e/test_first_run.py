@@ -89,3 +89,29 @@ def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(
         assert "Traceback" not in run.stdout
     finally:
         cluster.reset()
+
+
+def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_on(sim_cluster):
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    cluster.set_host("m2", command_line_tools=False)
+    try:
+        run = run_site(cluster, tags=["rdma_check"], sim=False,
+                       extravars={"mlx_cluster_install_command_line_tools": True})
+        assert run.rc == 0, run.failures()
+        [installed] = [r for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
+                       if r["host"] == "m2"]
+        assert "installing: Command Line Tools for Xcode" in installed["res"]["stdout"], installed["res"]
+        assert [r["host"] for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
+                if not r["res"].get("skipped")] == ["m2"]
+        assert cluster.exec("m2", ["xcode-select", "-p"]).stdout.strip() == "/Library/Developer/CommandLineTools"
+        # for good: a second run finds them and installs nothing
+        again = run_site(cluster, tags=["rdma_check"], sim=False,
+                         extravars={"mlx_cluster_install_command_line_tools": True})
+        assert again.rc == 0, again.failures()
+        assert again.results("Install the Command Line Tools with softwareupdate (bounded in time)") == []
+        probes = {r["host"]: r["res"]["stdout"] for r in
+                  again.results("Run the Mac's Ansible interpreter without Ansible (raw, no Python needed)")}
+        assert set(probes) == {"m1", "m2"} and all("mlx-cluster-python" in o for o in probes.values()), probes
+    finally:
+        cluster.reset()

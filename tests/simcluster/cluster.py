@@ -50,7 +50,7 @@ REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
 SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
                  "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
-                 "scutil", "pmset", "defaults", "socketfilterfw", "launchctl"]
+                 "scutil", "pmset", "defaults", "socketfilterfw", "launchctl", "xcode-select", "softwareupdate"]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
 MOUNTPOINT = "/srv"         # every Mac sees its own home here
@@ -810,7 +810,8 @@ class SimCluster:
         hd = self.host_dir(host)
         live = self._live().get("hosts", {}).get(host, {})
         spec = self.spec.host(host)
-        clt = live.get("command_line_tools", spec.command_line_tools)
+        # installed by `softwareupdate --install` (shims/macos.py): for good, until reset()
+        clt = live.get("command_line_tools", spec.command_line_tools) or (hd / "command_line_tools.installed").exists()
         pythons = live.get("pythons", spec.pythons)
         marker = hd / "no_command_line_tools"
         if clt:
@@ -1117,7 +1118,7 @@ class SimCluster:
                 (hd / "die_on.count").unlink(missing_ok=True)
                 # persistent settings back to the spec's: network, power (pmset), SoftwareUpdate
                 for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json", "firewall.json",
-                          "kernel.json", "launchd.json"):
+                          "kernel.json", "launchd.json", "command_line_tools.installed"):
                     (hd / f).unlink(missing_ok=True)
                 shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
                 if (hd / "tmp").exists():

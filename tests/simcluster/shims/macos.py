@@ -2917,6 +2917,73 @@ def cmd_rsync(ctx, args):
 
 # ---------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------
+# The Command Line Tools: xcode-select, and softwareupdate's on-demand install of them
+# ---------------------------------------------------------------------------------------
+# A Mac without them (spec `command_line_tools: false`) has <host>/no_command_line_tools: the
+# harness's /usr/bin/python3 is then the stub. `softwareupdate --install` of their label
+# installs them for good (<host>/command_line_tools.installed, kept across reboots, gone at
+# reset()): the marker goes at once.
+CLT_MARKER = "no_command_line_tools"
+CLT_INSTALLED = "command_line_tools.installed"
+CLT_DIR = "/Library/Developer/CommandLineTools"
+CLT_ON_DEMAND = "/tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress"
+CLT_LABEL = "Command Line Tools for Xcode 26.2-26.2"
+CLT_TITLE = "Command Line Tools for Xcode 26.2, Version: 26.2, Size: 798327KiB, Recommended: YES, "
+CLT_NO_UI = ("xcode-select: error: no developer tools were found, and no install could be requested "
+             "(perhaps no UI is present), please install manually from 'developer.apple.com'.")
+
+
+def clt_installed(ctx):
+    return not os.path.exists(ctx.path(CLT_MARKER))
+
+
+def cmd_xcode_select(ctx, args):
+    if args in (["-p"], ["--print-path"]):
+        if clt_installed(ctx):
+            out(CLT_DIR)
+            return 0
+        die("xcode-select: error: unable to get active developer directory, use `sudo xcode-select --switch "
+            "path/to/Xcode.app` to set one (or see `man xcode-select`)", 2)
+    if args == ["--install"]:
+        if clt_installed(ctx):
+            die('xcode-select: error: command line tools are already installed, use "Software Update" in System '
+                'Settings to install updates', 1)
+        die(CLT_NO_UI, 1)
+    if args[:1] in (["-s"], ["--switch"]) and len(args) == 2:
+        if not ctx.elevated():
+            die("xcode-select: error: --switch must be run as root (e.g. `sudo xcode-select --switch <xcode_folder_path>`).", 1)
+        return 0
+    die(f"xcode-select: {' '.join(args)}: not emulated", 64)
+
+
+def cmd_softwareupdate(ctx, args):
+    """--list (-l): the Command Line Tools are offered only while they are missing and the
+    on-demand placeholder file exists (what their package's distribution script checks);
+    --install (-i) LABEL: root only, installs them."""
+    if args in (["-l"], ["--list"]):
+        out("Software Update Tool\n\nFinding available software")
+        if not clt_installed(ctx) and os.path.exists(CLT_ON_DEMAND):
+            out(f"Software Update found the following new or updated software:\n* Label: {CLT_LABEL}\n\tTitle: {CLT_TITLE}")
+        else:
+            err("No new software available.")
+        return 0
+    if args[:1] in (["-i"], ["--install"]):
+        labels = [a for a in args[1:] if not a.startswith("-")]
+        if not ctx.elevated():
+            die("softwareupdate: This operation requires root.", 1)  # text unverified
+        out("Software Update Tool\n\nFinding available software")
+        if CLT_LABEL in labels and not clt_installed(ctx):
+            out(f"\nDownloading {CLT_LABEL}\nDownloaded {CLT_LABEL}\nInstalling {CLT_LABEL}\nDone with {CLT_LABEL}\nDone.")
+            with open(ctx.path(CLT_INSTALLED), "w") as f:
+                f.write(CLT_LABEL + "\n")
+            os.unlink(ctx.path(CLT_MARKER))
+            return 0
+        err("No updates are available.")  # text unverified
+        return 0
+    die(f"softwareupdate: {' '.join(args)}: not emulated", 64)
+
+
 COMMANDS = {
     "system_profiler": cmd_system_profiler, "networksetup": cmd_networksetup,
     "ifconfig": cmd_ifconfig, "route": cmd_route, "netstat": cmd_netstat, "ipconfig": cmd_ipconfig,
@@ -2925,6 +2992,7 @@ COMMANDS = {
     "rsync": cmd_rsync,
     "scutil": cmd_scutil,
     "pmset": cmd_pmset, "defaults": cmd_defaults, "socketfilterfw": cmd_socketfilterfw, "launchctl": cmd_launchctl,
+    "xcode-select": cmd_xcode_select, "softwareupdate": cmd_softwareupdate,
 }
 
 

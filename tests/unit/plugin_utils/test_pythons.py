@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils.pythons import base_python, probe_message
+from ansible_collections.mlx.cluster.plugins.plugin_utils.pythons import base_python, is_stub, probe_message
 
 VERSIONS = ["3.14", "3.13", "3.12", "3.11", "3.10"]
 CLT = {"path": "/usr/bin/python3", "version": "3.9.6"}
@@ -114,3 +114,15 @@ def test_a_failure_that_is_not_a_module_failure_keeps_its_message():
     msg = probe_message({"failed": True, "msg": "cannot read `sw_vers`: no ProductVersion"},
                         {"rc": 0, "stdout": "mlx-cluster-python 3.9.6"}, "m1", "/usr/bin/python3")
     assert msg == "m1: cannot read `sw_vers`: no ProductVersion"
+
+
+@pytest.mark.parametrize("output,stub", [
+    (FAILED["module_stderr"], True),
+    ("mlx-cluster-python 3.9.6\n", False),
+    ("mlx-cluster-python 3.9.6\nxcode-select: note: something else\n", False),
+    ("sh: 1: /usr/bin/python3: not found\n", False),
+    ("", False),
+    (None, False),
+])
+def test_the_stub_is_told_from_a_python(output, stub):
+    assert is_stub(output) is stub

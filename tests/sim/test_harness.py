@@ -259,7 +259,9 @@ def test_ssh_session_environment(sim_cluster):
     assert r.returncode == 0, r.stderr
     start, home, path, tilde, user = r.stdout.split("\n")[:5]
     assert start == home == tilde == "/srv/admin" and user == "admin"
-    assert path.split(":")[:2] == [str(c.host_dir("m2") / "bin"), str(VENV_BIN)]
+    # the shims, then the system's directories: no Python of the controller's on a Mac's PATH
+    assert path.split(":")[:2] == [str(c.host_dir("m2") / "bin"), "/usr/local/sbin"]
+    assert str(VENV_BIN) not in path.split(":")
     # the way mlx.launch runs its ranks: a forced tty and bash syntax
     r = subprocess.run(["ssh", "-tt", "-o", "LogLevel=QUIET", "m2",
                         "stty -echo; if [[ -d /srv/admin ]]; then cd /srv/admin; fi; tty; pwd"],

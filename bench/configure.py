@@ -54,7 +54,7 @@ from bench.common import (  # noqa: E402
     write_section,
 )
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner as mlx_planner  # noqa: E402
-from tests.e2e.runner import sim_vars  # noqa: E402
+from tests.e2e.runner import existing_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 
 TOPOLOGIES = ("mesh4", "mesh8", "ring16")
@@ -111,7 +111,7 @@ def run_ours(cluster, work, tag):
     """One `ansible-playbook site.yml --tags network,hostfile`; (seconds, changed, ssh)."""
     base = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=work))
     env = playbook_env(cluster, base, BIN)
-    (base / "extravars.json").write_text(json.dumps(sim_vars()))
+    (base / "extravars.json").write_text(json.dumps(existing_vars()))
     argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
             "--tags", ",".join(CONFIGURE_TAGS), "-e", f"@{base / 'extravars.json'}"]
     before = ssh_counts(cluster)

@@ -70,7 +70,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import laun
 from bench.common import (  # noqa: E402
     BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, stats,
 )
-from tests.e2e.runner import sim_vars  # noqa: E402
+from tests.e2e.runner import existing_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
 from tests.tinymodel import make_tiny_model  # noqa: E402
 
@@ -316,7 +316,7 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
     out = {"converge_s": None, "modes": {}}
     try:
         log(f"{SPEC}: {len(cluster.hosts)} Macs up in {time.monotonic() - t0:.1f} s")
-        settings = {**sim_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
+        settings = {**existing_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
                     "model_sync_source": "controller", "model_sync_source_path": str(model),
                     "benchmark_prompt": PROMPT, "benchmark_prompt_tokens": PROMPT_TOKENS,
                     "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
@@ -378,7 +378,7 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
 
             def by_hand(i, sleeper=False):
                 run_id = "".join(secrets.choice(RUN_ID_CHARS) for _ in range(24))
-                argv = launch_argv(str(BIN / "mlx.launch"), str(hostfile), None, sim_vars()["python_env_interpreter"],
+                argv = launch_argv(str(BIN / "mlx.launch"), str(hostfile), None, existing_vars()["python_env_interpreter"],
                                    script, bench_args(model_dir, mode, max_tokens, world, run_id), ENV)
                 wall, result = run_by_hand(cluster, argv, hosts, run_id, launch_cwd, sleeper)
                 check_result(result, "by hand + sleeper" if sleeper else "by hand", mode, max_tokens, world)

@@ -32,16 +32,19 @@ python -m tests.simcluster up "$spec" --state "$state"
 # MLX's ring backend, whose socket threads poll while they wait (tensor mode generated 7.3
 # tokens/s over 3 Macs here, 0.5 over 8, on 2 cores; on Macs each rank has its own cores). A mode
 # the wiring cannot run is left out, with the reason printed.
-# What the simulated Macs need besides the inventory (tests/e2e/runner.py sim_vars, shared):
-# they have no package index, so they use this venv's Python, pinned to what it has; and
-# they run Linux, which has no RDMA: MLX's JACCL cannot run there, so the demo picks the ring
-# backend over the same Thunderbolt cables (on Macs, leave mlx_cluster_backend at auto).
+# What the simulated Macs need besides the inventory (tests/e2e/runner.py lab_vars, shared):
+# the env stage takes its default path, a venv on every Mac from the Python found there, and
+# like a lab's Macs they reach no package index but the lab's mirror (the simulation serves the
+# pinned wheels on the LAN); they run Linux, whose mlx wheel needs its CPU back end (mlx-cpu)
+# beside it and has no RDMA: MLX's JACCL cannot run there, so the demo picks the ring backend
+# over the same Thunderbolt cables (on Macs, leave mlx_cluster_backend at auto).
 model="$state/models/tiny"
-python - "$spec" "$model" "$state/sim_vars.json" <<'PY'
+python - "$spec" "$model" "$state/sim_vars.json" "$state" <<'PY'
 import json, sys
 from pathlib import Path
 sys.path.insert(0, ".")
-from tests.e2e.runner import sim_vars
+from tests.e2e.runner import lab_vars
+from tests.simcluster import SimCluster
 from tests.simcluster.spec import load_spec
 from tests.tinymodel import demo_plan, make_tiny_model
 spec, model, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
@@ -60,7 +63,7 @@ print(f"demo model for {macs} Macs: {d['layers']} layers, {d['heads']} attention
       f"heads, hidden size {d['hidden_size']}, MLP width {d['intermediate_size']}; modes: {', '.join(plan['modes'])}")
 for mode, why in plan["left_out"].items():
     print(f"demo: {mode} mode left out on {spec}: {why}")
-settings = dict(sim_vars(), mlx_cluster_backend="ring",
+settings = dict(lab_vars(SimCluster(spec, state_dir=sys.argv[4])), mlx_cluster_backend="ring",
                 model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=str(model),
                 benchmark_modes=plan["modes"], benchmark_prompt_tokens=128,
                 benchmark_generation_tokens=16, benchmark_trials=3,

@@ -105,9 +105,11 @@ class Run:
                 and e["event_data"].get("task") == task_name]
 
 
-def sim_vars():
-    """Settings a simulated cluster needs: the Macs run the test venv's interpreter (no
-    package index here), pinned to what it has."""
+def existing_vars():
+    """The env stage's other option, `existing`: the Macs run an interpreter that already has
+    mlx (here the controller's, which the simulated Macs can reach), pinned to what it has.
+    For the tests of that option, the tools compared with (bench/) and tests that need the
+    ranks' interpreter to be a known path; run_site's default is the default path (venv)."""
     return {
         "python_env_mode": "existing",
         "python_env_interpreter": sys.executable,
@@ -133,10 +135,35 @@ def defaults(role):
     return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
 
 
+# The clusters whose runs take the env stage's default path (a venv on every Mac, from the
+# lab's mirror) unless a test says otherwise: the two most tests use. On the other wirings,
+# whose tests are about cables and topology, the env stage uses `existing`: a venv costs about
+# 20 s of CPU per simulated Mac, and building one on every Mac of every wiring made the suite a
+# third longer (1138 -> 1537 s on this machine, 2026-11-27).
+DEFAULT_PATH_SPECS = {"pair", "mesh4"}
+
+
+def env_vars(cluster, python_env):
+    """The env stage's settings for a run: "venv" (the default path, from the lab's mirror:
+    lab_vars), "existing" (existing_vars), None (nothing: a new user's defaults) or "default"
+    (venv on DEFAULT_PATH_SPECS, existing elsewhere)."""
+    if python_env == "default":
+        python_env = "venv" if cluster.spec.name in DEFAULT_PATH_SPECS else "existing"
+    if python_env == "venv":
+        return lab_vars(cluster)
+    if python_env == "existing":
+        return existing_vars()
+    if python_env is None:
+        return {}
+    raise ValueError(f"python_env is venv, existing or None, not {python_env!r}")
+
+
 def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600,
-             sim=True):
-    """Run `playbook` against the cluster's inventory; return a Run. `sim` False: only the
-    inventory and `extravars`, nothing of sim_vars() (a new user's defaults)."""
+             python_env="default"):
+    """Run `playbook` against the cluster's inventory; return a Run. The env stage takes its
+    default path (a venv, from the lab's mirror) on DEFAULT_PATH_SPECS unless `python_env`
+    says "existing" (or "venv" anywhere), or None for nothing but the inventory and
+    `extravars` (a new user's defaults)."""
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -159,7 +186,7 @@ def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbo
         playbook=str(ROOT / playbook),
         inventory=str(cluster.inventory_path),
         envvars=env,
-        extravars={**(sim_vars() if sim else {}), **(extravars or {})},
+        extravars={**env_vars(cluster, python_env), **(extravars or {})},
         tags=",".join(tags) if tags else None,
         cmdline=" ".join(cmdline) or None,
         quiet=True,

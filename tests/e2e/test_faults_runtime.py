@@ -112,7 +112,7 @@ def leftovers(cluster, grace=10):
 def test_rank_killed_mid_benchmark_ends_in_time_names_the_mac_and_leaves_nothing(sim_cluster, tiny):
     cluster = sim_cluster("pair")
     # Everything the launch needs on both Macs: env, model, bench script, hostfile.
-    ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
+    ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]), python_env="existing")
     assert ok.rc == 0, ok.failures()
     assert cluster.hosts == ["m1", "m2"]  # rank 1 is m2 (hostfile order = inventory order)
 
@@ -169,7 +169,7 @@ def pair_with_hostfile(sim_cluster):
     """The pair with its hostfile and plan written (once for the cases below)."""
     cluster = sim_cluster("pair")
     cluster.reset()
-    ok = run_site(cluster, tags=["hostfile"], extravars={"mlx_cluster_backend": "ring"})
+    ok = run_site(cluster, tags=["hostfile"], extravars={"mlx_cluster_backend": "ring"}, python_env="existing")
     assert ok.rc == 0, ok.failures()
     return cluster
 

@@ -1,6 +1,6 @@
 """A new user's first run on Macs as they come: the defaults, the env stage's default path
 (a venv from a Python found on every Mac), a Mac without a Python for mlx, a Mac without the
-Command Line Tools. Nothing of sim_vars(): the inventory and the defaults only."""
+Command Line Tools. Nothing but the inventory and the defaults (python_env=None)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_
     cluster.exec("m1", ["rm", "-rf", VENV], check=True)
     cluster.exec("m2", ["rm", "-rf", VENV], check=True)
     cluster.clear_argv_logs()
-    dry = run_site(cluster, check=True, diff=True, sim=False)
+    dry = run_site(cluster, check=True, diff=True, python_env=None)
     assert dry.rc == 0, dry.failures()
     said = {r["host"]: r["res"]["msg"] for r in dry.results(WOULD)}
     assert set(said) == {"m1", "m2"}, said
@@ -43,14 +43,14 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     cluster = sim_cluster("pair")
     cluster.reset()
     lab = lab_vars(cluster)
-    first = run_site(cluster, tags=["env"], sim=False, extravars=lab, timeout=900)
+    first = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
     assert first.rc == 0, first.failures()
     [choice] = [r["res"]["msg"] for r in first.results("Show the base Python of the venv")]
     assert f"Python {cluster.python_minor()} on every Mac" in choice, choice
     versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
     assert {h: (v["mlx"], v["mlx_lm"], v["executable"]) for h, v in versions.items()} == {
         h: ("0.32.4", "0.32.2", f"{VENV}/bin/python") for h in cluster.hosts}
-    again = run_site(cluster, tags=["env"], sim=False, extravars=lab)
+    again = run_site(cluster, tags=["env"], python_env=None, extravars=lab)
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
 
@@ -61,7 +61,7 @@ def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anythin
     cluster.set_host("m2", pythons=[])
     try:
         cluster.clear_argv_logs()
-        run = run_site(cluster, tags=["rdma_check"], sim=False)
+        run = run_site(cluster, tags=["rdma_check"], python_env=None)
         assert run.rc != 0
         text = run.preflight_summary()
         minor = cluster.python_minor()
@@ -79,7 +79,7 @@ def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(
     cluster.reset()
     cluster.set_host("m2", command_line_tools=False)
     try:
-        run = run_site(cluster, tags=["rdma_check"], sim=False)
+        run = run_site(cluster, tags=["rdma_check"], python_env=None)
         assert run.rc != 0
         fails = {h: msg for h, task, msg in run.failures() if h and task.startswith("Name the Mac")}
         assert set(fails) == {"m2"}, run.failures()
@@ -96,7 +96,7 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
     cluster.reset()
     cluster.set_host("m2", command_line_tools=False)
     try:
-        run = run_site(cluster, tags=["rdma_check"], sim=False,
+        run = run_site(cluster, tags=["rdma_check"], python_env=None,
                        extravars={"mlx_cluster_install_command_line_tools": True})
         assert run.rc == 0, run.failures()
         [installed] = [r for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
@@ -106,7 +106,7 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
                 if not r["res"].get("skipped")] == ["m2"]
         assert cluster.exec("m2", ["xcode-select", "-p"]).stdout.strip() == "/Library/Developer/CommandLineTools"
         # for good: a second run finds them and installs nothing
-        again = run_site(cluster, tags=["rdma_check"], sim=False,
+        again = run_site(cluster, tags=["rdma_check"], python_env=None,
                          extravars={"mlx_cluster_install_command_line_tools": True})
         assert again.rc == 0, again.failures()
         assert again.results("Install the Command Line Tools with softwareupdate (bounded in time)") == []

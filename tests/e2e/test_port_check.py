@@ -36,9 +36,9 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     cluster.set_host("m1", firewall={"enabled": True, "stealth": True, "apps": {app: "blocked"}})
     cluster.block_ports("m1", [STARTING_PORT, STARTING_PORT + 1])
     try:
-        ring = run_site(cluster, tags=TAGS, extravars=RING)
+        ring = run_site(cluster, tags=TAGS, extravars=RING, python_env="existing")
         # jaccl (the pair's plan, TB5 with RDMA): rank 0's coordinator port, on its LAN address
-        jaccl = run_site(cluster, tags=TAGS)
+        jaccl = run_site(cluster, tags=TAGS, python_env="existing")
     finally:
         cluster.unblock_ports("m1")
     assert ring.rc != 0 and jaccl.rc != 0
@@ -64,7 +64,7 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
 
     # unblocked (packet filter gone, firewall off): the same run passes
     cluster.set_host("m1", firewall={"enabled": False})
-    ok = run_site(cluster, tags=TAGS, extravars=RING)
+    ok = run_site(cluster, tags=TAGS, extravars=RING, python_env="existing")
     assert ok.rc == 0, ok.failures()
     (report,) = ok.results(REPORT)
     assert report["res"]["msg"] == ("port check: 2 port(s) reachable from every Mac that connects to them; "

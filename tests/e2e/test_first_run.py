@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.e2e.runner import is_mutating, lab_vars, run_site
+from tests.e2e.runner import defaults, is_mutating, lab_vars, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -115,3 +115,36 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
         assert set(probes) == {"m1", "m2"} and all("mlx-cluster-python" in o for o in probes.values()), probes
     finally:
         cluster.reset()
+
+
+def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_cluster):
+    """python_env_wheelhouse: the Macs reach no index at all (no mirror given); the controller
+    downloads the pins once for their platform and Python, copies them, pip installs from there."""
+    from packaging.tags import sys_tags
+
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    for host in cluster.hosts:
+        cluster.exec(host, ["rm", "-rf", VENV, "/srv/admin/mlx-cluster/wheels"], check=True)
+    mlx = defaults("python_env")["python_env_mlx_version"]
+    offline = {"python_env_wheelhouse": True,
+               # the simulated Macs run Linux: their platform's tags, and mlx's CPU back end
+               "python_env_wheel_platforms": sorted({t.platform for t in sys_tags()}),
+               "python_env_extra_packages": [f"mlx-cpu=={mlx}"]}
+    dry = run_site(cluster, tags=["env"], check=True, python_env=None, extravars=offline)
+    assert dry.rc == 0, dry.failures()
+    said = [r["res"]["msg"] for r in dry.results(WOULD)]
+    assert len(said) == 2 and all("from the wheels the controller brings" in m for m in said), said
+    first = run_site(cluster, tags=["env"], python_env=None, extravars=offline, timeout=900)
+    assert first.rc == 0, first.failures()
+    [download] = first.results("Download the pinned wheels for the Macs once, on the controller")
+    assert download["res"]["changed"] in (True, False)  # False: an earlier run's download, kept
+    versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
+    assert {h: (v["mlx"], v["executable"]) for h, v in versions.items()} == {
+        h: (mlx, f"{VENV}/bin/python") for h in cluster.hosts}
+    for host in cluster.hosts:  # the wheels are on the Mac: what pip read
+        listing = cluster.exec(host, ["sh", "-c", "ls /srv/admin/mlx-cluster/wheels/*/"], check=True).stdout
+        assert f"mlx-{mlx}-" in listing and "mlx_lm-" in listing, listing
+    again = run_site(cluster, tags=["env"], python_env=None, extravars=offline)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats

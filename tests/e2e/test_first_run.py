@@ -5,6 +5,7 @@ Command Line Tools. Nothing but the inventory and the defaults (python_env=None)
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,6 +15,17 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 WOULD = "Say what the env stage would do"
 VENV = "/srv/admin/mlx-cluster/venv"
+
+
+@contextmanager
+def mac_as(cluster, host, **overrides):
+    """A freshly reset cluster whose `host` is set as `overrides` say, reset again after."""
+    cluster.reset()
+    cluster.set_host(host, **overrides)
+    try:
+        yield
+    finally:
+        cluster.reset()
 
 
 def mutations(cluster):
@@ -57,9 +69,7 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
 
 def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anything_changes(sim_cluster):
     cluster = sim_cluster("pair")
-    cluster.reset()
-    cluster.set_host("m2", pythons=[])
-    try:
+    with mac_as(cluster, "m2", pythons=[]):
         cluster.clear_argv_logs()
         run = run_site(cluster, tags=["rdma_check"], python_env=None)
         assert run.rc != 0
@@ -70,15 +80,11 @@ def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anythin
         assert f"brew install python@{minor}" in line and "python.org" in line, line
         assert "m1 has no Python" not in text
         assert mutations(cluster) == {"m1": [], "m2": []}
-    finally:
-        cluster.reset()
 
 
 def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(sim_cluster):
     cluster = sim_cluster("pair")
-    cluster.reset()
-    cluster.set_host("m2", command_line_tools=False)
-    try:
+    with mac_as(cluster, "m2", command_line_tools=False):
         run = run_site(cluster, tags=["rdma_check"], python_env=None)
         assert run.rc != 0
         fails = {h: msg for h, task, msg in run.failures() if h and task.startswith("Name the Mac")}
@@ -87,15 +93,11 @@ def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(
         assert msg.startswith("m2: /usr/bin/python3 is the stub macOS has until the Command Line Tools"), msg
         assert "xcode-select --install" in msg and "softwareupdate --install" in msg, msg
         assert "Traceback" not in run.stdout
-    finally:
-        cluster.reset()
 
 
 def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_on(sim_cluster):
     cluster = sim_cluster("pair")
-    cluster.reset()
-    cluster.set_host("m2", command_line_tools=False)
-    try:
+    with mac_as(cluster, "m2", command_line_tools=False):
         run = run_site(cluster, tags=["rdma_check"], python_env=None,
                        extravars={"mlx_cluster_install_command_line_tools": True})
         assert run.rc == 0, run.failures()
@@ -113,8 +115,6 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
         probes = {r["host"]: r["res"]["stdout"] for r in
                   again.results("Run the Mac's Ansible interpreter without Ansible (raw, no Python needed)")}
         assert set(probes) == {"m1", "m2"} and all("mlx-cluster-python" in o for o in probes.values()), probes
-    finally:
-        cluster.reset()
 
 
 def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_cluster):

@@ -82,9 +82,10 @@ def base_python(pythons_by_host, settings):
                    f"{', '.join(x for x in hosts if _has(found[x], minor))} have: the venv must be the "
                    f"same minor version on every Mac ({_what(h, pythons_by_host.get(h) or {})})")
         else:
-            msg = (f"{h} has no Python that mlx {settings.get('mlx_version') or ''} can use ({wanted}) "
-                   f"in {homes}: it has {_what(h, pythons_by_host.get(h) or {})}; the Command Line "
-                   f"Tools' /usr/bin/python3 is 3.9, too old").replace("mlx  can", "mlx can")
+            mlx = " ".join(x for x in ("mlx", settings.get("mlx_version")) if x)
+            msg = (f"{h} has no Python that {mlx} can use ({wanted}) in {homes}: it has "
+                   f"{_what(h, pythons_by_host.get(h) or {})}; the Command Line Tools' /usr/bin/python3 "
+                   f"is 3.9, too old")
         fix = (f"on {h}, {_install_fix(minor)}; or set python_env_base_python to an interpreter "
                f"of that version present on every Mac" if minor else
                "set python_env_python_versions to the versions the pinned mlx supports")

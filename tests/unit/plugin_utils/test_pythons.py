@@ -126,3 +126,8 @@ def test_a_failure_that_is_not_a_module_failure_keeps_its_message():
 ])
 def test_the_stub_is_told_from_a_python(output, stub):
     assert is_stub(output) is stub
+
+
+def test_without_a_pin_the_message_names_mlx_alone():
+    [p] = base_python({"m1": facts([])}, {"versions": ["3.13"]})["problems"]
+    assert p["msg"].startswith("m1 has no Python that mlx can use (3.13) in /opt/homebrew/bin"), p["msg"]

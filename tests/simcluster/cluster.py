@@ -1225,7 +1225,10 @@ class SimCluster:
         (those runs answer that much later; see shims/macos.py maybe_stall), firewall:
         {enabled, block_all, stealth, allow_signed, allow_signed_downloaded, apps: {path:
         "blocked"|"permitted"}} (what socketfilterfw answers; the traffic is block_ports()'s)). macOS before
-        26.2 has no rdma_ctl/ibv_* at all. reset() drops every override."""
+        26.2 has no rdma_ctl/ibv_* at all. command_line_tools (false: /usr/bin/python3 is their stub,
+        until `softwareupdate --install` of their label) and pythons (["homebrew", "python.org"]:
+        which python3.N the Mac has besides /usr/bin/python3) apply at once. reset() drops every
+        override."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS
         if bad:

@@ -49,18 +49,13 @@ def find_pythons(homes=PYTHON_HOMES):
     found = []
     for source, top in homes:
         here = []
-        if source == "python.org":
-            for name in _listdir(top):
-                m = FRAMEWORK_VERSION.match(name)
-                path = os.path.join(top, name, "bin", "python" + name)
-                if m and _executable(path):
-                    here.append((int(m.group(1)), path))
-        else:
-            for name in _listdir(top):
-                m = PYTHON_NAME.match(name)
-                path = os.path.join(top, name)
-                if m and _executable(path):
-                    here.append((int(m.group(1)), path))
+        for name in _listdir(top):
+            if source == "python.org":  # Versions/3.N/bin/python3.N
+                m, path = FRAMEWORK_VERSION.match(name), os.path.join(top, name, "bin", "python" + name)
+            else:
+                m, path = PYTHON_NAME.match(name), os.path.join(top, name)
+            if m and _executable(path):
+                here.append((int(m.group(1)), path))
         for minor, path in sorted(here, key=lambda x: -x[0]):
             found.append({"path": path, "version": "3.%d" % minor, "source": source})
     return found

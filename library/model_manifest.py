@@ -11,6 +11,8 @@ short_description: List a model directory (sizes, sha256 of the weight files) an
 description:
   - Walks O(path) and returns every file with its size and modification time (whole seconds),
     relative to O(path); with O(sha256=true) also the sha256 of the weight files (C(*.safetensors), C(*.gguf), C(*.npz), C(*.bin)).
+  - The files the copy keeps for itself (the record C(.mlx-cluster-sha256.json), files still
+    arriving as C(.<name>.mlxpart)) are not listed.
   - Symbolic links are followed, as the sync copies them (a Hugging Face cache snapshot is links
     to blobs); a link to nothing is skipped with a warning.
   - With O(expected) (the source's RV(files)), compares this copy with it and returns every
@@ -28,6 +30,18 @@ options:
     required: true
   sha256:
     description: Also hash the weight files (reads them whole, about a minute per 100 GB on an SSD).
+    type: bool
+    default: false
+  sha256_all:
+    description:
+      - Hash every file, not only the weight files (what model_sync's own transport needs to
+        verify each file as it arrives). Hashes come from the directory's record of verified files
+        (C(.mlx-cluster-sha256.json)) when a file's size and modification time match it, so a
+        re-run reads no weights; the others are read and, with O(record=true), recorded.
+    type: bool
+    default: false
+  record:
+    description: With O(sha256_all), write the hashes read into the directory's record (not in a dry run).
     type: bool
     default: false
   expected:
@@ -127,6 +141,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes, file_sha256, rel_problem
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
@@ -149,8 +164,9 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
-def walk(module, root, with_sha):
-    """{rel: {"size", "mtime", "sha256"?}} of every file under root, links followed, loops cut."""
+def walk(module, root, with_sha, hashes=None):
+    """{rel: {"size", "mtime", "sha256"?}} of every file under root, links followed, loops cut;
+    with `hashes` (mlx_copy.Hashes) every file's sha256, from its record where it matches."""
     files, seen = {}, set()
     for top, dirs, names in os.walk(root, followlinks=True):
         real = os.path.realpath(top)
@@ -163,15 +179,17 @@ def walk(module, root, with_sha):
         for name in sorted(names):
             full = os.path.join(top, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if rel_problem(rel):  # the copy's own record and files still arriving
+                continue
             try:
                 st = os.stat(full)
             except OSError as exc:
                 module.warn(f"{rel}: {exc.strerror} (a link to nothing?); skipped")
                 continue
             entry = {"size": st.st_size, "mtime": int(st.st_mtime)}
-            if with_sha and is_weight_file(rel):
+            if hashes is not None or (with_sha and is_weight_file(rel)):
                 try:
-                    entry["sha256"] = sha256_of(full)
+                    entry["sha256"] = file_sha256(root, rel, hashes) if hashes is not None else sha256_of(full)
                 except OSError as exc:
                     module.fail_json(msg=f"cannot read {full}: {exc.strerror}")
             files[rel] = entry
@@ -221,6 +239,8 @@ def main():
             label=dict(type="str", default=""),
             safe_dest=dict(type="bool", default=False),
             weights=dict(type="bool", default=False),
+            sha256_all=dict(type="bool", default=False),
+            record=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -235,7 +255,13 @@ def main():
     if os.path.exists(path) and not os.path.isdir(path):
         module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
     exists = os.path.isdir(path)
-    files = walk(module, path, module.params["sha256"]) if exists else {}
+    hashes = Hashes(path) if exists and module.params["sha256_all"] else None
+    files = walk(module, path, module.params["sha256"], hashes) if exists else {}
+    if hashes is not None and module.params["record"] and not module.check_mode:
+        try:
+            hashes.save()
+        except OSError as exc:  # a source the user cannot write to (a shared cache): read again next time
+            module.warn(f"the hashes of {path} cannot be recorded there ({exc.strerror}): the next run reads its files again")
     expected = module.params["expected"]
     problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []
     weights = read_weights(module, path, files, label) if exists and module.params["weights"] else None

@@ -1,0 +1,644 @@
+# -*- coding: utf-8 -*-
+"""The model over one Thunderbolt cable without ssh: model_sync's own transport.
+
+rsync over ssh spends about five times the cable's own CPU cost per byte (ssh's encryption, and
+rsync's framing on top); rsync's daemon mode without ssh still about three times
+(docs/benchmarks.md, "Model copy: one cable"). Here the file bytes go over the cable's /30 as
+they are: the sender hands them to the kernel with sendfile(2), the receiver writes them and
+hashes them as they arrive (no second read of the weights), several TCP connections at once.
+
+Control stays with Ansible over ssh: `model_receive` starts a `Receiver` on the receiving Mac,
+bound to that Mac's address on the cable and a port the kernel picks, with a one-time token
+handed to it over ssh; `model_send` on the sending Mac connects to it with the token. The
+receiver knows every file it is to get (path, size, sha256, from the source's manifest): it
+writes nothing else, only below the model directory, each file under a temporary name renamed
+once its sha256 matches, and it ends by itself when every file is in place, when no sender is
+connected for `idle` seconds, or when a connection stalls.
+
+A copy stopped part-way resumes: the temporary file is kept, its bytes hashed once, and only
+the rest is asked for. Every file the receiver verified is recorded with its size, modification
+time and sha256 in HASHES, beside the model, so a re-run reads no weights: a file whose size and
+time match its record is taken as it is. A Mac that passes the model on (a relay) sends each
+file while its own copy is still arriving (`follow`), so a chain costs about one copy.
+
+Protocol (one JSON object per line, then raw bytes):
+    sender: {"magic": MAGIC, "token": T}          receiver: {"ok": true} | {"ok": false, "error": E}
+    sender: {"file": rel}                        receiver: {"offset": k} | {"have": true} | {"error": E}
+    sender: the file's bytes from k to its size  receiver: {"ok": true} | {"ok": false, "error": E}
+    sender: {"end": true}
+The code runs on the Macs' Python (3.9 and later), standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import json
+import os
+import select
+import socket
+import threading
+import time
+
+MAGIC = "mlx-cluster-copy/1"
+# Verified files of a model directory: {"files": {rel: {"size", "mtime_ns", "sha256"}}}. Written
+# by the receiver and by model_manifest on the source; never copied (each Mac hashes its own).
+HASHES = ".mlx-cluster-sha256.json"
+# What the receiver of a model directory says of itself (running, then its result), and its log.
+STATUS = ".mlx-cluster-receive.json"
+LOG = ".mlx-cluster-receive.log"
+# Names of the copy's own files in a model directory: never listed, sent or written as model files.
+OWN_PREFIX = ".mlx-cluster-"
+# A file being received: <dir>/.<name>.mlxpart, renamed to <dir>/<name> once verified.
+PART_SUFFIX = ".mlxpart"
+CHUNK = 1 << 20
+LINE_MAX = 64 * 1024
+# Seconds a sender has to say who it is after connecting.
+HELLO_TIMEOUT = 10
+# How often a relay looks for more of a file its own copy is still receiving.
+FOLLOW_POLL = 0.05
+
+
+class CopyError(Exception):
+    """A copy that cannot go on; `msg` says why, for the module to name hosts, cable and fix."""
+
+    def __init__(self, msg, kind="error"):
+        super().__init__(msg)
+        self.msg = msg
+        self.kind = kind
+
+
+def rel_problem(rel):
+    """None when `rel` is a path the receiver may write below the model directory, else why not."""
+    if not isinstance(rel, str) or not rel:
+        return "an empty path"
+    if "\0" in rel or "\\" in rel or rel.startswith("/"):
+        return f"{rel!r} is not a relative path"
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return f"{rel!r} has an empty, '.' or '..' component"
+    if parts[-1].startswith(OWN_PREFIX) or parts[-1].endswith(PART_SUFFIX):
+        return f"{rel!r} is a name the copy keeps for itself"
+    return None
+
+
+def part_path(root, rel):
+    head, name = os.path.split(rel)
+    return os.path.join(root, head, "." + name + PART_SUFFIX)
+
+
+def sha256_file(path, digest=None, limit=None):
+    """Hash a file (its first `limit` bytes), into `digest` when given. -> the digest object."""
+    digest = digest or hashlib.sha256()
+    left = limit
+    with open(path, "rb") as fh:
+        while left is None or left > 0:
+            block = fh.read(CHUNK if left is None else min(CHUNK, left))
+            if not block:
+                break
+            digest.update(block)
+            if left is not None:
+                left -= len(block)
+    return digest
+
+
+# ---- the record of verified files ----------------------------------------------------------
+class Hashes:
+    """HASHES of one directory: what was verified, by size and modification time (ns)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.path = os.path.join(root, HASHES)
+        self.lock = threading.Lock()
+        self.files = {}
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data, dict) and isinstance(data.get("files"), dict):
+                self.files = data["files"]
+        except (OSError, ValueError):
+            pass
+
+    def known(self, rel, st):
+        """The recorded sha256 of `rel` when its size and time (os.stat_result) match, else None."""
+        entry = self.files.get(rel)
+        if isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+            return entry.get("sha256")
+        return None
+
+    def record(self, rel, st, sha):
+        with self.lock:
+            self.files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+
+    def save(self):
+        with self.lock:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"files": self.files}, fh, sort_keys=True)
+            os.replace(tmp, self.path)
+
+
+def file_sha256(root, rel, hashes, save=False):
+    """sha256 of root/rel, from `hashes` when its record matches, else read (and recorded)."""
+    full = os.path.join(root, rel)
+    st = os.stat(full)
+    sha = hashes.known(rel, st)
+    if sha is None:
+        sha = sha256_file(full).hexdigest()
+        hashes.record(rel, st, sha)
+        if save:
+            hashes.save()
+    return sha
+
+
+# ---- lines on a socket ---------------------------------------------------------------------
+class Channel:
+    """A connected socket that reads JSON lines and raw bytes, with one buffer for both."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def send(self, obj):
+        self.sock.sendall((json.dumps(obj) + "\n").encode("utf-8"))
+
+    def line(self):
+        while b"\n" not in self.buf:
+            if len(self.buf) > LINE_MAX:
+                raise CopyError("a line longer than the protocol allows", "protocol")
+            data = self.sock.recv(65536)
+            if not data:
+                raise CopyError("the connection closed", "closed")
+            self.buf += data
+        raw, self.buf = self.buf.split(b"\n", 1)
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            raise CopyError("a line that is not JSON", "protocol") from None
+        if not isinstance(obj, dict):
+            raise CopyError("a line that is not a JSON object", "protocol")
+        return obj
+
+    def read_into(self, count, sink):
+        """Read exactly `count` raw bytes, handing each block to sink(bytes)."""
+        if self.buf:
+            head, self.buf = self.buf[:count], self.buf[count:]
+            sink(head)
+            count -= len(head)
+        while count > 0:
+            data = self.sock.recv(min(CHUNK, count))
+            if not data:
+                raise CopyError("the connection closed in the middle of a file", "closed")
+            sink(data)
+            count -= len(data)
+
+
+# ---- the receiver --------------------------------------------------------------------------
+class Receiver:
+    """Receive `files` ({rel: {"size", "sha256", "mtime"}}) into `root`, from senders that know `token`.
+
+    `bind()` listens on each of `addresses` (the Mac's ends of the cables its senders use) at
+    one port (0: the kernel picks it) and returns the port;
+    `serve()` runs until every file is settled, no sender is connected for `idle` seconds, or a
+    connection stalls for `stall` seconds; it returns what happened (see RETURN of model_receive).
+    """
+
+    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic):
+        bad = sorted(filter(None, (rel_problem(rel) for rel in files)))
+        if bad:
+            raise CopyError("refusing to receive " + "; ".join(bad), "path")
+        if not token or len(token) < 16:
+            raise CopyError("the token must be at least 16 characters", "token")
+        self.root, self.files, self.token = root, files, token
+        self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        self.port, self.stall, self.idle, self.clock = port, stall, idle, clock
+        self.hashes = Hashes(root) if os.path.isdir(root) else None
+        self.lock = threading.Lock()
+        self.status = {}  # rel -> "had" | "copied" | "failed" | "busy"
+        self.results = {}  # rel -> {"bytes", "resumed"}
+        self.problems, self.strangers = [], []
+        self.connections, self.last = 0, clock()
+        self.socks = []
+        self.dry = False
+        self.done = threading.Event()
+
+    # -- set-up
+    def prepare(self, dry=False):
+        """Make the directory, settle what is already in place; -> bytes still to receive.
+        dry: make nothing and record nothing (a dry run)."""
+        if not dry:
+            os.makedirs(self.root, exist_ok=True)
+        if self.hashes is None:
+            self.hashes = Hashes(self.root)
+        self.dry = dry
+        todo = 0
+        for rel, want in self.files.items():
+            full = os.path.join(self.root, rel)
+            self.check_dirs(rel)
+            if self.in_place(rel, full, want):
+                self.status[rel] = "had"
+                continue
+            have = 0
+            try:
+                have = os.lstat(part_path(self.root, rel)).st_size
+            except OSError:
+                pass
+            todo += max(0, want["size"] - have)
+        return todo
+
+    def in_place(self, rel, full, want):
+        try:
+            st = os.lstat(full)
+        except OSError:
+            return False
+        if not os.path.isfile(full) or os.path.islink(full) or st.st_size != want["size"]:
+            return False
+        # a file of the right size with no record (copied by rsync, say) is hashed once
+        sha = self.hashes.known(rel, st)
+        if sha is None:
+            sha = sha256_file(full).hexdigest()
+            self.hashes.record(rel, st, sha)
+            if not self.dry:
+                self.hashes.save()
+        return sha == want["sha256"]
+
+    def check_dirs(self, rel):
+        """Make rel's directories below root, refusing any that is a link (it could lead out)."""
+        cur = self.root
+        for part in rel.split("/")[:-1]:
+            cur = os.path.join(cur, part)
+            if os.path.islink(cur):
+                raise CopyError(f"{cur} is a symbolic link: the copy writes only below {self.root}", "path")
+            if not os.path.isdir(cur) and not self.dry:
+                os.mkdir(cur)
+
+    def bind(self):
+        """Listen on every address at one port (the kernel picks it; tried again on a clash)."""
+        for _ in range(5):
+            socks = []
+            try:
+                for address in self.addresses:
+                    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    socks.append(sock)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind((address, socks[0].getsockname()[1] if len(socks) > 1 else self.port))
+                    sock.listen(16)
+                    sock.setblocking(False)
+            except OSError as exc:
+                for sock in socks:
+                    sock.close()
+                if exc.errno == errno.EADDRINUSE and len(socks) > 1 and not self.port:
+                    continue
+                raise CopyError(f"cannot listen on {address}: {exc.strerror}", "bind") from None
+            self.socks = socks
+            self.port = socks[0].getsockname()[1]
+            return self.port
+        raise CopyError(f"no port free on all of {', '.join(self.addresses)}", "bind")
+
+    # -- the loop
+    def settled(self):
+        return all(self.status.get(rel) in ("had", "copied", "failed") for rel in self.files)
+
+    def serve(self):
+        start = self.clock()
+        threads = []
+        try:
+            while not self.settled() and not self.done.is_set():
+                with self.lock:
+                    quiet = self.connections == 0 and self.clock() - self.last > self.idle
+                if quiet:
+                    self.problem(None, "idle", f"no sender connected for {self.idle} s")
+                    break
+                ready, _, _ = select.select(self.socks, [], [], 0.2)
+                for sock in ready:
+                    try:
+                        conn, peer = sock.accept()
+                    except OSError:
+                        continue
+                    conn.setblocking(True)
+                    t = threading.Thread(target=self.handle, args=(conn, peer), daemon=True)
+                    t.start()
+                    threads.append(t)
+        finally:
+            for sock in self.socks:
+                sock.close()
+        for t in threads:
+            t.join(self.stall + 5)
+        failed = sorted(rel for rel in self.files if self.status.get(rel) != "had" and self.status.get(rel) != "copied")
+        return {"port": self.port, "seconds": round(self.clock() - start, 3),
+                "copied": sorted(rel for rel, s in self.status.items() if s == "copied"),
+                "had": sorted(rel for rel, s in self.status.items() if s == "had"),
+                "missing": failed, "files": self.results, "problems": self.problems, "strangers": self.strangers,
+                "bytes": sum(r["bytes"] for r in self.results.values())}
+
+    def problem(self, rel, kind, msg):
+        with self.lock:
+            self.problems.append({"file": rel, "kind": kind, "msg": msg})
+
+    def handle(self, conn, peer):
+        with self.lock:
+            self.connections += 1
+            self.last = self.clock()
+        chan = Channel(conn)
+        try:
+            conn.settimeout(HELLO_TIMEOUT)
+            hello = chan.line()
+            token = hello.get("token")
+            if hello.get("magic") != MAGIC or not isinstance(token, str) or \
+                    not hmac.compare_digest(token.encode("utf-8"), self.token.encode("utf-8")):
+                with self.lock:
+                    self.strangers.append(peer[0])
+                chan.send({"ok": False, "error": "not this copy's token"})
+                return
+            chan.send({"ok": True})
+            conn.settimeout(self.stall)
+            while True:
+                req = chan.line()
+                if req.get("end"):
+                    return
+                self.one_file(chan, req.get("file"), peer)
+        except socket.timeout:
+            self.problem(None, "stalled", f"nothing arrived from {peer[0]} for {self.stall} s")
+        except CopyError as exc:
+            if exc.kind != "closed":
+                self.problem(None, exc.kind, f"{peer[0]}: {exc.msg}")
+        except OSError as exc:
+            self.problem(None, "connection", f"{peer[0]}: {exc.strerror or exc}")
+        finally:
+            conn.close()
+            with self.lock:
+                self.connections -= 1
+                self.last = self.clock()
+
+    def one_file(self, chan, rel, peer):
+        want = self.files.get(rel) if isinstance(rel, str) else None
+        if want is None:
+            chan.send({"error": f"{rel!r} is not a file of this copy"})
+            raise CopyError(f"asked to write {rel!r}, which is not a file of this copy", "path")
+        with self.lock:
+            state = self.status.get(rel)
+            if state in ("had", "copied"):
+                chan.send({"have": True})
+                return
+            if state == "busy":
+                chan.send({"error": f"{rel} is already arriving on another connection"})
+                return
+            self.status[rel] = "busy"
+        try:
+            ok = self.write_file(chan, rel, want)
+        except BaseException:
+            with self.lock:
+                self.status[rel] = "failed"
+            raise
+        with self.lock:
+            self.status[rel] = "copied" if ok else "failed"
+        if ok:
+            self.hashes.save()
+
+    def write_file(self, chan, rel, want):
+        part, full = part_path(self.root, rel), os.path.join(self.root, rel)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            have = os.fstat(fd).st_size
+            if have > want["size"]:
+                os.ftruncate(fd, 0)
+                have = 0
+            digest = sha256_file(part, limit=have) if have else hashlib.sha256()
+            os.lseek(fd, have, os.SEEK_SET)
+            chan.send({"offset": have})
+            got = [0]
+
+            def sink(block):
+                view = memoryview(block)
+                while view:
+                    try:
+                        n = os.write(fd, view)
+                    except OSError as exc:
+                        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                            raise CopyError(f"the disk is full writing {rel} ({want['size']} bytes)", "disk_full") from None
+                        raise
+                    view = view[n:]
+                digest.update(block)
+                got[0] += len(block)
+                with self.lock:
+                    self.last = self.clock()
+
+            try:
+                chan.read_into(want["size"] - have, sink)
+            finally:
+                with self.lock:
+                    self.results[rel] = {"bytes": got[0], "resumed": have}
+        finally:
+            os.close(fd)
+        sha = digest.hexdigest()
+        if sha != want["sha256"]:
+            os.unlink(part)
+            msg = f"{rel} arrived with sha256 {sha[:12]}..., the source's is {want['sha256'][:12]}..."
+            self.problem(rel, "sha256", msg)
+            chan.send({"ok": False, "error": msg})
+            return False
+        if want.get("mtime") is not None:
+            os.utime(part, (want["mtime"], want["mtime"]))
+        os.replace(part, full)
+        self.hashes.record(rel, os.stat(full), sha)
+        chan.send({"ok": True})
+        return True
+
+
+# ---- the sender ----------------------------------------------------------------------------
+def send_order(files):
+    """The order every sender takes files in: largest first, then by name (a relay and its own
+    sender then go through a model in the same order)."""
+    return sorted(files, key=lambda rel: (-files[rel]["size"], rel))
+
+
+class Sender:
+    """Send `files` from `root` to a Receiver at (address, port), over `streams` connections.
+
+    follow: `root` is a copy still arriving (this Mac relays it): a file is sent as its bytes
+    appear, from its temporary name or its final one, and a file that stops growing for `stall`
+    seconds fails as stalled upstream.
+    """
+
+    def __init__(self, root, files, token, address, port, streams=4, stall=120, follow=False,
+                 connect_timeout=10, clock=time.monotonic, sleep=time.sleep):
+        self.root, self.files, self.token, self.address, self.port = root, files, token, address, port
+        self.streams, self.stall, self.follow, self.connect_timeout = max(1, streams), stall, follow, connect_timeout
+        self.clock, self.sleep = clock, sleep
+        self.queue = send_order(files)
+        self.lock = threading.Lock()
+        self.results, self.errors = {}, []
+        self.sent = 0
+
+    def next_file(self):
+        with self.lock:
+            return self.queue.pop(0) if self.queue and not self.errors else None
+
+    def run(self):
+        start = self.clock()
+        threads = [threading.Thread(target=self.stream, daemon=True) for _ in range(min(self.streams, len(self.files)) or 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {"seconds": round(self.clock() - start, 3), "bytes": self.sent, "files": self.results,
+                "errors": self.errors}
+
+    def fail(self, exc):
+        with self.lock:
+            self.errors.append({"kind": exc.kind, "msg": exc.msg})
+
+    def connect(self):
+        try:
+            sock = socket.create_connection((self.address, self.port), timeout=self.connect_timeout)
+        except socket.timeout:
+            raise CopyError(f"no answer from {self.address}:{self.port} within {self.connect_timeout} s", "timeout") from None
+        except ConnectionRefusedError:
+            raise CopyError(f"nothing listens on {self.address}:{self.port}", "refused") from None
+        except OSError as exc:
+            raise CopyError(f"cannot connect to {self.address}:{self.port}: {exc.strerror or exc}", "connect") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.stall)
+        chan = Channel(sock)
+        chan.send({"magic": MAGIC, "token": self.token})
+        answer = chan.line()
+        if not answer.get("ok"):
+            sock.close()
+            raise CopyError(f"the receiver refused the connection: {answer.get('error')}", "refused_token")
+        return chan
+
+    def stream(self):
+        chan = None
+        try:
+            rel = self.next_file()
+            if rel is None:
+                return
+            chan = self.connect()
+            while rel is not None:
+                self.one_file(chan, rel)
+                rel = self.next_file()
+            chan.send({"end": True})
+        except CopyError as exc:
+            self.fail(exc)
+        except socket.timeout:
+            self.fail(CopyError(f"the receiver at {self.address}:{self.port} did not answer for {self.stall} s", "stalled"))
+        except OSError as exc:
+            self.fail(CopyError(f"the connection to {self.address}:{self.port} broke: {exc.strerror or exc}", "connection"))
+        finally:
+            if chan is not None:
+                chan.sock.close()
+
+    def one_file(self, chan, rel):
+        size = self.files[rel]["size"]
+        chan.send({"file": rel})
+        answer = chan.line()
+        if answer.get("have"):
+            self.results[rel] = {"bytes": 0, "had": True}
+            return
+        if "offset" not in answer:
+            raise CopyError(f"the receiver would not take {rel}: {answer.get('error')}", "receiver")
+        offset = int(answer["offset"])
+        with self.source(rel) as fh:
+            pos = offset
+            while pos < size:
+                avail = self.available(fh, rel, pos, size)
+                n = self.push(chan.sock, fh, pos, avail - pos)
+                if n == 0:
+                    raise CopyError(f"{rel} on this Mac ended at {pos} bytes, expected {size}", "short")
+                pos += n
+                with self.lock:
+                    self.sent += n
+        answer = chan.line()
+        if not answer.get("ok"):
+            raise CopyError(answer.get("error") or f"the receiver did not keep {rel}", "sha256")
+        self.results[rel] = {"bytes": size - offset, "resumed": offset}
+
+    def push(self, sock, fh, offset, count):
+        """Hand count bytes of fh from offset to the socket (sendfile(2) where the OS has it)."""
+        return sock.sendfile(fh, offset, count)
+
+    def source(self, rel):
+        """The open file to read rel from: its final name, or (follow) its temporary one."""
+        full = os.path.join(self.root, rel)
+        if not self.follow:
+            return open(full, "rb")
+        waited_from = self.clock()
+        while True:
+            for path in (full, part_path(self.root, rel)):
+                try:
+                    return open(path, "rb")
+                except FileNotFoundError:
+                    continue
+            if self.clock() - waited_from > self.stall:
+                raise CopyError(f"{rel} has not started to arrive on this Mac for {self.stall} s", "upstream")
+            self.sleep(FOLLOW_POLL)
+
+    def available(self, fh, rel, pos, size):
+        """How far fh can be read (its size, up to `size`); follow: wait for more than pos."""
+        if not self.follow:
+            return size  # a file shorter than its manifest says ends the sendfile early: "short"
+        have = min(os.fstat(fh.fileno()).st_size, size)
+        since = self.clock()
+        while have <= pos:
+            if self.clock() - since > self.stall:
+                raise CopyError(f"{rel} stopped growing on this Mac at {pos} of {size} bytes for {self.stall} s", "upstream")
+            self.sleep(FOLLOW_POLL)
+            have = min(os.fstat(fh.fileno()).st_size, size)
+        return have
+
+
+# ---- the receiver as a process of its own -------------------------------------------------
+# model_receive starts the receiver detached (it outlives the module, which returns its port):
+# `python -c BOOT <run_id>`, this file's source and the settings on stdin, so the run_id is in
+# its arguments (model_receive ends it by PID only when they still name it).
+BOOT = ("import sys, types; d = sys.stdin.buffer.read(); s, c = d.split(b'\\0', 1); "
+        "m = types.ModuleType('mlx_copy'); exec(compile(s, 'mlx_copy', 'exec'), m.__dict__); "
+        "m.receiver_main(c)")
+
+
+def receiver_argv(python, run_id):
+    return [python, "-c", BOOT, "mlx-cluster-receive", run_id]
+
+
+def own_source():
+    """This file's source, from wherever it was imported (a file, or Ansible's module zip)."""
+    loader = globals().get("__loader__")
+    src = loader.get_source(__name__) if loader is not None and hasattr(loader, "get_source") else None
+    if src is None:
+        with open(__file__, encoding="utf-8") as fh:
+            src = fh.read()
+    return src.decode("utf-8") if isinstance(src, bytes) else src  # ansible's collection loader gives bytes
+
+
+def write_json(path, data):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def receiver_main(settings):
+    """The detached receiver: bind, say the port on stdout (one JSON line), serve, write STATUS."""
+    cfg = json.loads(settings.decode("utf-8"))
+    root = cfg["root"]
+    status = os.path.join(root, STATUS)
+    try:
+        rx = Receiver(root, cfg["files"], cfg["token"], cfg["addresses"], stall=cfg["stall"], idle=cfg["idle"])
+        rx.prepare()
+        port = rx.bind()
+    except (CopyError, OSError) as exc:
+        sys_stdout_line({"error": getattr(exc, "msg", None) or str(exc)})
+        return
+    write_json(status, {"state": "running", "pid": os.getpid(), "port": port})
+    sys_stdout_line({"port": port, "pid": os.getpid()})
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # model_receive has read its line and gone
+    result = rx.serve()
+    result.update(state="done", pid=os.getpid())
+    write_json(status, result)
+
+
+def sys_stdout_line(obj):
+    os.write(1, (json.dumps(obj) + "\n").encode("utf-8"))

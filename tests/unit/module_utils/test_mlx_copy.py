@@ -1,0 +1,267 @@
+"""plugins/module_utils/mlx_copy.py: the receiver and the sender over loopback, for real sockets
+and files: the copy, the re-run that reads nothing, the resume, a corrupted byte, a stranger
+without the token, paths that lead out, a relay passing on a file still arriving, and the bounds."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import socket
+import threading
+
+import pytest
+
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_copy
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
+    HASHES,
+    MAGIC,
+    CopyError,
+    Receiver,
+    Sender,
+    part_path,
+    rel_problem,
+    send_order,
+)
+
+TOKEN = "t" * 32
+
+
+def make_source(root, sizes):
+    """Files of random bytes; -> the manifest the receiver gets ({rel: size, sha256, mtime})."""
+    files = {}
+    for rel, size in sizes.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        files[rel] = {"size": size, "sha256": hashlib.sha256(data).hexdigest(), "mtime": 1764130000}
+    return files
+
+
+def start(receiver):
+    port = receiver.bind()
+    out = {}
+    t = threading.Thread(target=lambda: out.update(receiver.serve()), daemon=True)
+    t.start()
+    return port, t, out
+
+
+def copy(src, dest, files, streams=2, **kw):
+    rx = Receiver(str(dest), files, TOKEN, "127.0.0.1", stall=5, idle=5)
+    rx.prepare()
+    port, t, out = start(rx)
+    sent = Sender(str(src), files, TOKEN, "127.0.0.1", port, streams=streams, stall=5, **kw).run()
+    t.join(10)
+    assert not t.is_alive(), "the receiver did not end once every file was in place"
+    return sent, out
+
+
+SIZES = {"config.json": 300, "model-00001-of-00002.safetensors": 3_000_000,
+         "model-00002-of-00002.safetensors": 2_000_001, "sub/tokenizer.json": 70_000}
+
+
+def test_copies_every_file_verified_with_its_source_time(tmp_path):
+    files = make_source(tmp_path / "src", SIZES)
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files)
+    assert sent["errors"] == [] and got["problems"] == []
+    assert got["copied"] == sorted(SIZES) and got["missing"] == []
+    for rel in SIZES:
+        assert (tmp_path / "dest" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
+        assert int((tmp_path / "dest" / rel).stat().st_mtime) == 1764130000
+    assert sent["bytes"] == got["bytes"] == sum(SIZES.values())
+    record = json.loads((tmp_path / "dest" / HASHES).read_text())["files"]
+    assert {rel: e["sha256"] for rel, e in record.items()} == {rel: f["sha256"] for rel, f in files.items()}
+    assert not list((tmp_path / "dest").rglob("*" + mlx_copy.PART_SUFFIX))
+
+
+def test_a_rerun_reads_no_weights_and_sends_nothing(tmp_path, monkeypatch):
+    files = make_source(tmp_path / "src", SIZES)
+    copy(tmp_path / "src", tmp_path / "dest", files)
+    reads = []
+    real = mlx_copy.sha256_file
+    monkeypatch.setattr(mlx_copy, "sha256_file", lambda *a, **k: reads.append(a) or real(*a, **k))
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1")
+    assert rx.prepare() == 0
+    assert rx.settled() and reads == []
+
+
+def test_a_file_put_there_by_rsync_is_hashed_once_then_taken(tmp_path):
+    files = make_source(tmp_path / "src", {"a.safetensors": 100_000})
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "a.safetensors").write_bytes((tmp_path / "src" / "a.safetensors").read_bytes())
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1")
+    assert rx.prepare() == 0 and rx.status == {"a.safetensors": "had"}
+    assert "a.safetensors" in json.loads((tmp_path / "dest" / HASHES).read_text())["files"]
+
+
+def test_a_stopped_copy_resumes_from_its_temporary_file(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 1_000_000})
+    data = (tmp_path / "src" / "w.safetensors").read_bytes()
+    (tmp_path / "dest").mkdir()
+    with open(part_path(str(tmp_path / "dest"), "w.safetensors"), "wb") as fh:
+        fh.write(data[:400_000])
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files)
+    assert got["files"]["w.safetensors"] == {"bytes": 600_000, "resumed": 400_000}
+    assert sent["bytes"] == 600_000
+    assert (tmp_path / "dest" / "w.safetensors").read_bytes() == data
+
+
+def test_a_resumed_file_whose_first_part_is_wrong_fails_its_hash(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 500_000})
+    (tmp_path / "dest").mkdir()
+    with open(part_path(str(tmp_path / "dest"), "w.safetensors"), "wb") as fh:
+        fh.write(b"\0" * 1000)  # not the source's bytes
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files)
+    assert [p["kind"] for p in got["problems"]] == ["sha256"] and got["missing"] == ["w.safetensors"]
+    assert not (tmp_path / "dest" / "w.safetensors").exists()
+    # the bad temporary file is gone: the next run starts that file from zero
+    assert not os.path.exists(part_path(str(tmp_path / "dest"), "w.safetensors"))
+
+
+class FlippingSender(Sender):
+    """Sends one byte of the model wrong, as a bad cable or memory would."""
+
+    def push(self, sock, fh, offset, count):
+        fh.seek(offset)
+        data = bytearray(fh.read(count))
+        data[len(data) // 2] ^= 0x01
+        sock.sendall(bytes(data))
+        return len(data)
+
+
+def test_a_corrupted_byte_is_caught_by_the_hash_and_nothing_is_left_under_the_name(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 200_000})
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = FlippingSender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1, stall=5).run()
+    t.join(10)
+    assert [e["kind"] for e in sent["errors"]] == ["sha256"]
+    assert "w.safetensors arrived with sha256" in sent["errors"][0]["msg"]
+    assert got["missing"] == ["w.safetensors"] and not (tmp_path / "dest" / "w.safetensors").exists()
+
+
+def test_a_stranger_without_the_token_is_refused_and_named(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 10_000})
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
+    rx.prepare()
+    port, t, got = start(rx)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall((json.dumps({"magic": MAGIC, "token": "x" * 32}) + "\n").encode())
+        s.sendall((json.dumps({"file": "w.safetensors"}) + "\n").encode())
+        answer = s.makefile("rb").readline()
+    assert json.loads(answer) == {"ok": False, "error": "not this copy's token"}
+    with pytest.raises(CopyError, match="refused the connection"):
+        Sender(str(tmp_path / "src"), files, "y" * 32, "127.0.0.1", port, streams=1).connect()
+    sent = Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1).run()
+    t.join(10)
+    assert sent["errors"] == [] and got["copied"] == ["w.safetensors"]
+    assert got["strangers"] == ["127.0.0.1", "127.0.0.1"]
+
+
+@pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a", HASHES, ".w" + mlx_copy.PART_SUFFIX])
+def test_paths_that_lead_out_or_that_the_copy_keeps_are_refused(rel):
+    assert rel_problem(rel)
+    with pytest.raises(CopyError, match="refusing to receive"):
+        Receiver("/nonexistent", {rel: {"size": 1, "sha256": "0"}}, TOKEN, "127.0.0.1")
+
+
+def test_a_directory_that_is_a_link_is_not_followed(tmp_path):
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "dest" / "sub").symlink_to(tmp_path / "elsewhere")
+    rx = Receiver(str(tmp_path / "dest"), {"sub/x.json": {"size": 1, "sha256": "0"}}, TOKEN, "127.0.0.1")
+    with pytest.raises(CopyError, match="is a symbolic link"):
+        rx.prepare()
+
+
+def test_a_file_the_copy_does_not_list_is_not_written(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 1000})
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=1)
+    rx.prepare()
+    port, t, got = start(rx)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        f = s.makefile("rwb")
+        f.write((json.dumps({"magic": MAGIC, "token": TOKEN}) + "\n").encode())
+        f.write((json.dumps({"file": "../evil"}) + "\n").encode())
+        f.flush()
+        assert json.loads(f.readline()) == {"ok": True}
+        assert "not a file of this copy" in json.loads(f.readline())["error"]
+    t.join(10)
+    assert not (tmp_path / "evil").exists()
+    assert [p["kind"] for p in got["problems"]][:1] == ["path"]
+
+
+def test_a_relay_passes_a_file_on_while_it_is_still_arriving(tmp_path):
+    files = make_source(tmp_path / "src", {"w.safetensors": 2_000_000})
+    data = (tmp_path / "src" / "w.safetensors").read_bytes()
+    relay = tmp_path / "relay"
+    relay.mkdir()
+    part = part_path(str(relay), "w.safetensors")
+    written = threading.Event()
+
+    def arrive():  # the relay's own copy: in pieces, then renamed, as its receiver does
+        with open(part, "wb") as fh:
+            for k in range(0, len(data), 250_000):
+                fh.write(data[k:k + 250_000])
+                fh.flush()
+                written.wait(0.02)
+        os.replace(part, relay / "w.safetensors")
+
+    t_in = threading.Thread(target=arrive)
+    t_in.start()
+    sent, got = copy(relay, tmp_path / "dest", files, streams=1, follow=True)
+    t_in.join()
+    assert sent["errors"] == [] and got["copied"] == ["w.safetensors"]
+    assert (tmp_path / "dest" / "w.safetensors").read_bytes() == data
+
+
+def test_a_relay_whose_copy_stops_growing_names_its_upstream(tmp_path):
+    files = {"w.safetensors": {"size": 1000, "sha256": "0" * 64}}
+    (tmp_path / "relay").mkdir()
+    with open(part_path(str(tmp_path / "relay"), "w.safetensors"), "wb") as fh:
+        fh.write(b"x" * 10)
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = Sender(str(tmp_path / "relay"), files, TOKEN, "127.0.0.1", port, streams=1, stall=0.3, follow=True).run()
+    assert [e["kind"] for e in sent["errors"]] == ["upstream"]
+    assert "stopped growing on this Mac at 10 of 1000 bytes" in sent["errors"][0]["msg"]
+    t.join(10)
+    assert got["missing"] == ["w.safetensors"]
+    # what arrived stays under the temporary name, for the next run to resume
+    assert os.path.getsize(part_path(str(tmp_path / "dest"), "w.safetensors")) == 10
+
+
+def test_a_full_disk_is_named_and_the_file_stays_under_its_temporary_name(tmp_path, monkeypatch):
+    files = make_source(tmp_path / "src", {"w.safetensors": 300_000})
+    real = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_size >= 100_000:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(mlx_copy.os, "write", full)
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files, streams=1)
+    assert [p["kind"] for p in got["problems"]] == ["disk_full"]
+    assert "the disk is full writing w.safetensors" in got["problems"][0]["msg"]
+    assert sent["errors"] and not (tmp_path / "dest" / "w.safetensors").exists()
+
+
+def test_a_receiver_no_sender_reaches_ends_by_itself(tmp_path):
+    rx = Receiver(str(tmp_path / "dest"), {"w.safetensors": {"size": 1, "sha256": "0"}}, TOKEN, "127.0.0.1", idle=0.3)
+    rx.prepare()
+    port, t, got = start(rx)
+    t.join(5)
+    assert not t.is_alive() and [p["kind"] for p in got["problems"]] == ["idle"]
+    with pytest.raises(CopyError) as exc:  # and nothing listens after it
+        Sender(str(tmp_path), {}, TOKEN, "127.0.0.1", port).connect()
+    assert exc.value.kind == "refused"
+
+
+def test_senders_go_through_a_model_in_one_order():
+    files = {"b": {"size": 5}, "a": {"size": 5}, "c": {"size": 9}, "d": {"size": 1}}
+    assert send_order(files) == ["c", "a", "b", "d"]

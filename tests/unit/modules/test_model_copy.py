@@ -1,0 +1,150 @@
+"""library/model_receive.py and model_send.py: the receiver started detached for real (a process
+of its own, from the module's own source), a copy into it over loopback, its result collected,
+and nothing left running."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+
+import pytest
+
+RUN_ID = "copy-run-0123456789abcdef"
+TOKEN = "k" * 32
+
+
+def source(root, sizes):
+    files = {}
+    for rel, size in sizes.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        files[rel] = {"size": size, "sha256": hashlib.sha256(data).hexdigest(), "mtime": 1764130000}
+    return files
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie of this test process is gone for our purpose
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def started(module_runner, dest, files, **extra):
+    args = {"state": "started", "path": str(dest), "files": files, "addresses": ["127.0.0.1"], "token": TOKEN,
+            "run_id": RUN_ID, "stall_timeout": 10, "idle_timeout": 20}
+    args.update(extra)
+    return module_runner("model_receive", args=args)
+
+
+def ps(pid):
+    """The `ps` answer model_receive reads before it ends a receiver: its real arguments."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        words = [w.decode() for w in fh.read().split(b"\0") if w]
+    return {("ps", "-ww", "-o", "args=", "-p", str(pid)): (0, " ".join(words) + "\n", "")}
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return tmp_path / "src" / "m", tmp_path / "mlx-cluster" / "models" / "m"
+
+
+def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_after(module_runner, dirs):
+    src, dest = dirs
+    files = source(src, {"a.safetensors": 1_500_000, "config.json": 200, "t/tokenizer.json": 5000})
+    out = started(module_runner, dest, files)
+    assert not out.failed, out.result
+    r = out.result
+    assert r["changed"] and r["port"] and r["todo"][0] == "a.safetensors" and r["todo_bytes"] == 1_505_200
+    pid = r["pid"]
+    assert alive(pid)
+    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
+                                             "token": TOKEN, "label": "m2", "streams": 2})
+    assert not sent.failed, sent.result
+    assert sent.result["bytes"] == 1_505_200 and sent.result["changed"]
+    done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
+                         commands=ps(pid) if alive(pid) else {})
+    assert not done.failed, done.result
+    assert done.result["copied"] == sorted(files) and done.result["problems"] == [] and done.result["missing"] == []
+    for rel in files:
+        assert (dest / rel).read_bytes() == (src / rel).read_bytes()
+    for _ in range(50):
+        if not alive(pid):
+            break
+        time.sleep(0.1)
+    assert not alive(pid)
+    # a re-run: everything is in place, no receiver starts, nothing changes
+    again = started(module_runner, dest, files)
+    assert again.result["changed"] is False and again.result["port"] is None and again.result["todo"] == []
+
+
+def test_check_mode_lists_what_would_come_and_makes_nothing(module_runner, dirs):
+    src, dest = dirs
+    files = source(src, {"a.safetensors": 1000})
+    out = started(module_runner, dest, files, _ansible_check_mode=True)
+    assert not out.failed, out.result
+    assert out.result["todo"] == ["a.safetensors"] and out.result["pid"] is None and out.result["changed"]
+    assert not dest.exists()
+
+
+def test_a_receiver_no_sender_reaches_is_ended_by_pid(module_runner, dirs):
+    src, dest = dirs
+    files = source(src, {"a.safetensors": 1000})
+    pid = started(module_runner, dest, files).result["pid"]
+    assert alive(pid)
+    done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
+                         commands=ps(pid))
+    assert done.result["changed"] and [p["kind"] for p in done.result["problems"]] == ["stopped"]
+    assert done.result["missing"] == [] or "a.safetensors" in done.result["missing"]
+    time.sleep(0.3)
+    assert not alive(pid)
+
+
+def test_a_pid_whose_arguments_no_longer_name_the_copy_is_left_alone(module_runner, dirs, monkeypatch):
+    src, dest = dirs
+    files = source(src, {"a.safetensors": 1000})
+    pid = started(module_runner, dest, files).result["pid"]
+    try:
+        done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
+                             commands={("ps", "-ww", "-o", "args=", "-p", str(pid)): (0, "/usr/bin/vim notes\n", "")})
+        assert alive(pid)  # not ours any more (a reused PID): not killed
+        assert done.result["changed"] is False
+    finally:
+        os.kill(pid, 9)
+
+
+def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runner, dirs, monkeypatch):
+    src, dest = dirs
+    files = source(src, {"a.safetensors": 5000})
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
+    out = started(module_runner, dest, files, label="m2")
+    assert out.failed and out.result["pid"] is None
+    assert "m2: the model needs 5000 more bytes" in out.result["msg"] and "disk has 100 free" in out.result["msg"]
+
+
+def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runner, dirs):
+    src, _ = dirs
+    files = source(src, {"a.safetensors": 10})
+    out = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": 1,
+                                            "token": TOKEN, "label": "m2", "source_name": "m1", "cable": "m1 en2 <-> m2 en3"})
+    assert out.failed
+    assert out.result["msg"].startswith("copy m1 -> m2 over m1 en2 <-> m2 en3 (127.0.0.1:1): nothing listens")
+    assert "its receiver is not running" in out.result["msg"]
+
+
+def test_files_without_hashes_are_refused(module_runner, dirs):
+    _, dest = dirs
+    out = started(module_runner, dest, {"a.safetensors": {"size": 3}})
+    assert out.failed and "files without a size and sha256: a.safetensors" in out.result["msg"]

@@ -291,6 +291,9 @@ def finish(module, p, runner):
         out["problems"] = [{"file": None, "kind": "none", "msg": "no receiver ran in this directory"}]
     try:
         os.unlink(os.path.join(p["path"], STATUS))
+        log = os.path.join(p["path"], LOG)
+        if os.path.getsize(log) == 0:  # kept only when the receiver had something to say
+            os.unlink(log)
     except OSError:
         pass
     module.exit_json(changed=ended or bool(out["copied"]), **out)

@@ -37,7 +37,8 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
     seeded = fresh_models(cluster, tiny)
     cluster.clear_argv_logs()
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="")
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+                         model_sync_transport="rsync")
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
@@ -103,7 +104,8 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_clus
     model = cluster.state_dir / "controller-models" / "tiny"
     shutil.rmtree(model, ignore_errors=True)
     shutil.copytree(tiny, model)
-    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller")
+    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
+                         model_sync_transport="rsync")
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)

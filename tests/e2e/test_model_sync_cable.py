@@ -1,0 +1,151 @@
+"""Issue 27: the tree's Thunderbolt hops without ssh (model_sync_transport: auto, the default).
+On a ring of four with the model on rank 0 only, every Mac gets it from the Mac the tree names,
+over that Mac's cable: each receiver listened on its cable address only, a relay passed its copy
+on while it arrived, no Mac got a cluster key, nothing listens afterwards; a second run changes
+nothing; --check after a change on rank 0 names that file for every Mac and copies nothing. On
+a pair whose cable is pulled mid-copy the copy fails naming both Macs and the cable, and with
+the cable back a re-run resumes from what arrived."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from bench.model_sync import tc
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import HASHES, PART_SUFFIX
+from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan
+from tests.e2e.benchutil import REMOTE_MODEL, fresh_models, settings
+from tests.e2e.runner import run_site
+from tests.tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+SEND = "Send the model along the cables, every copy at once (each file verified as it arrives)"
+START = "Start the receivers on the Macs that get the model over a cable"
+COMPARE = "Compare every Mac's copy with the source"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
+
+
+def ok_results(run, task):
+    return {e["host"]: e["res"] for e in run.results(task) if not e["res"].get("skipped")}
+
+
+def listening(cluster, host):
+    """The TCP ports listening on the simulated Mac (test-side check)."""
+    out = cluster.exec(host, ["ss", "-Hltn"]).stdout
+    return sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()})
+
+
+def model_files(path):
+    return sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+
+
+def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
+    cluster = sim_cluster("ring4")
+    seeded = fresh_models(cluster, tiny)
+    before = {h: listening(cluster, h) for h in cluster.hosts}
+    # the default path: sizes compared after the copy (each file's sha256 checked as it arrived)
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+                         model_sync_verify_sha256=False)
+    files = model_files(tiny)
+
+    first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    assert first.rc == 0, first.failures()
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    rounds = sync_plan.plan_rounds(plan, source="m1")
+    started = ok_results(first, START)
+    sent = ok_results(first, SEND)
+    assert sorted(started) == sorted(sent) == ["m2", "m3", "m4"]
+    total = sum((tiny / f).stat().st_size for f in files)
+    for host in ("m2", "m3", "m4"):
+        planned = rounds["copies"][host]
+        args = sent[host]["invocation"]["module_args"]
+        # the receiver listened on this Mac's end of the cable from its sender, nothing else
+        assert started[host]["port"] and started[host]["invocation"]["module_args"]["addresses"] == [planned["address"]]
+        assert args["address"] == planned["address"] and args["source_name"] == planned["src"]
+        assert args["token"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"  # the token is in no result
+        assert sent[host]["bytes"] == total and sent[host]["changed"], (host, sent[host])
+        # a relay passes on its own copy as it arrives
+        assert args["follow"] is (planned["src"] != "m1"), host
+        dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
+        assert model_files(dest) == sorted(files + [HASHES]), host
+        assert not list(dest.rglob("*" + PART_SUFFIX)), host
+        for f in files:
+            assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
+    assert rounds["copies"]["m3"]["round"] == 2
+    for h in cluster.hosts:
+        # no cluster key: no hop went over ssh between the Macs
+        assert not (cluster.home(h) / ".ssh" / "mlx_cluster_ed25519").exists(), h
+        # and nothing listens after the stage
+        assert listening(cluster, h) == before[h], h
+
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()
+    assert again.changed() == 0, again.stats
+    assert ok_results(again, SEND) == {}  # every receiver had its model: none started
+
+    config = seeded / "config.json"
+    config.write_text(config.read_text() + "\n")  # one byte more, on rank 0 only
+    check = run_site(cluster, tags=["models"], extravars=extravars, check=True)
+    assert check.rc == 0, check.failures()
+    assert ok_results(check, SEND) == {} and ok_results(check, START) == {}
+    listed = ok_results(check, COMPARE)
+    for h in ("m2", "m3", "m4"):
+        assert [p["file"] for p in listed[h]["problems"]] == ["config.json"], (h, listed[h]["problems"])
+        dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny" / "config.json"
+        assert dest.read_bytes() == (tiny / "config.json").read_bytes(), h  # --check copied nothing
+
+
+PAD = "pad.dat"  # not a weight file: no header read
+PAD_BYTES = 6 * 1000 * 1000
+SHAPED_MBIT = 8  # about a megabyte a second on the cable: six seconds for the pad
+
+
+def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
+    cluster = sim_cluster("pair")
+    seeded = fresh_models(cluster, tiny)
+    (seeded / PAD).write_bytes(os.urandom(PAD_BYTES))
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+                         model_sync_verify_sha256=False, model_sync_stall_timeout=5, model_sync_streams=1)
+    before = listening(cluster, "m2")
+    net = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)
+    assert net.rc == 0, net.failures()
+    cable = cluster.spec.cables[0]
+    tc(cluster.ns("m1"), cable.a.iface if cable.a.host == "m1" else cable.b.iface, SHAPED_MBIT)
+    part = cluster.home("m2") / "mlx-cluster" / "models" / "tiny" / ("." + PAD + PART_SUFFIX)
+
+    out = {}
+    runner = threading.Thread(target=lambda: out.update(run=run_site(cluster, tags=["models"], extravars=extravars)))
+    runner.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and runner.is_alive() and not (part.exists() and part.stat().st_size > PAD_BYTES // 4):
+        time.sleep(0.2)
+    assert part.exists(), ("the pad never started to arrive", out.get("run") and out["run"].failures())
+    cluster.unplug(cable.id)
+    runner.join(300)
+    try:
+        failed = out["run"]
+        assert failed.rc != 0
+        msgs = " ".join(m for h, t, m in failed.failures() if m)
+        assert "copy m1 -> m2 over m1 " in msgs and "<-> m2 " in msgs, msgs
+        assert "check the cable" in msgs and "run the stage again (it resumes" in msgs, msgs
+        kept = part.stat().st_size
+        assert 0 < kept < PAD_BYTES
+        assert not (part.parent / PAD).exists()  # nothing half-written under the final name
+        assert listening(cluster, "m2") == before  # the receiver was ended
+    finally:
+        cluster.plug(cable.id)
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()
+    res = ok_results(again, SEND)["m2"]
+    assert res["files"][PAD]["resumed"] >= kept > 0, res["files"]
+    assert res["bytes"] < PAD_BYTES + sum((tiny / f).stat().st_size for f in model_files(tiny))
+    assert (part.parent / PAD).read_bytes() == (seeded / PAD).read_bytes()

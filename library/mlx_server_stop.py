@@ -115,7 +115,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     parse_launchctl_print,
     process_matches,
@@ -127,28 +127,12 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
 )
 
 
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (exited, not yet reaped by its parent) is gone for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def wait_gone(pids, seconds):
     deadline = time.monotonic() + seconds
-    pending = [p for p in pids if alive(p)]
+    pending = [p for p in pids if alive(p, zombie_is_gone=True)]
     while pending and time.monotonic() < deadline:
         time.sleep(0.1)
-        pending = [p for p in pending if alive(p)]
+        pending = [p for p in pending if alive(p, zombie_is_gone=True)]
     return pending
 
 
@@ -169,7 +153,7 @@ def run(module, argv, timeout=None):
 def ours(module, ps, pid, run_dir, run_id):
     """(alive and ours, its ps line): the PID runs a program whose arguments name our run
     directory and run id (a rank or its supervisor); a reused PID fails this."""
-    if not pid or not alive(pid):
+    if not pid or not alive(pid, zombie_is_gone=True):
         return False, ""
     rc, out, _err = run(module, [ps, "-ww", "-p", str(pid), "-o", "pid=,args="])
     return rc == 0 and process_matches(out, pid, run_dir, run_id or None), out
@@ -307,7 +291,7 @@ def main():
             module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
         done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
         found = [f for rid in run_ids for f in processes_with(out, rid, own_pid=os.getpid())
-                 if f["pid"] not in done and alive(f["pid"])]
+                 if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)]
         if found:
             changed = True
             leftovers = found

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
@@ -34,7 +33,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         hosts = args.get("hosts")
-        if not isinstance(hosts, list) or not all(isinstance(h, string_types) for h in hosts):
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
             raise AnsibleActionFail("mlx_cluster_plan: hosts must be a list of inventory names")
         hostvars = task_vars.get("hostvars", {})
         facts, coordinators, unknown = {}, {}, []

@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
@@ -48,7 +47,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         folder = args.get("artifacts_dir")
-        if not isinstance(folder, string_types) or not folder:
+        if not isinstance(folder, str) or not folder:
             raise AnsibleActionFail("mlx_cluster_report: artifacts_dir must be the artifacts directory "
                                     "(mlx_cluster_artifacts_dir)")
         for key, kind, what in (("plan", Mapping, "the mlx_cluster_plan fact"),

@@ -17,7 +17,6 @@ import shlex
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import connection_loader
 
@@ -34,7 +33,7 @@ class TargetError(ValueError):
 
 
 def _split(text):
-    return shlex.split(text) if isinstance(text, string_types) and text.strip() else []
+    return shlex.split(text) if isinstance(text, str) and text.strip() else []
 
 
 def _without_ansible_only(words):
@@ -100,7 +99,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         hosts = self._task.args.get("hosts")
-        if not isinstance(hosts, list) or not all(isinstance(h, string_types) for h in hosts):
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
             raise AnsibleActionFail("mlx_ssh_targets: hosts must be a list of inventory names")
         hostvars = task_vars.get("hostvars", {})
         connection_loader.get("ssh", class_only=True)  # its options must be known to the config

@@ -118,6 +118,25 @@ def _kill_group(proc):
         pass  # gone already (PermissionError: macOS answers so for a group of zombies)
 
 
+def alive(pid, zombie_is_gone=False):
+    """Whether process `pid` is still there: signal 0 reaches it, or it is another user's
+    (PermissionError). zombie_is_gone: a zombie (exited, not yet reaped by its parent) counts as
+    gone, where /proc/<pid>/stat says so (Linux); without /proc (macOS) it counts as there."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not zombie_is_gone:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def stream_output(proc, timeout, on_output, on_error=None):
     """communicate() that hands each piece of standard output to `on_output(text)` (and of
     standard error to `on_error(text)`) as it arrives: the command's own progress, read while

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -150,3 +151,16 @@ def test_a_streamed_command_that_does_not_answer_keeps_what_it_said(tmp_path):
     assert seen == ["12%\n"] and info.value.stdout == "12%\n" and info.value.stderr == "half\n"
 
 
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="a zombie is told from /proc (Linux)")
+def test_alive_counts_a_zombie_as_gone_only_when_asked():
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and running(proc.pid):
+        time.sleep(0.02)
+    assert not running(proc.pid)  # exited, not yet reaped: a zombie
+    assert mlx_run.alive(proc.pid) and not mlx_run.alive(proc.pid, zombie_is_gone=True)
+    proc.wait()
+    assert not mlx_run.alive(proc.pid) and not mlx_run.alive(proc.pid, zombie_is_gone=True)
+    assert mlx_run.alive(os.getpid()) and mlx_run.alive(os.getpid(), zombie_is_gone=True)

@@ -9,7 +9,6 @@ sshd would, so the `host:path` form and `--rsh` are exercised too. One test goes
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+
+from ansible_collections.mlx.cluster.plugins.modules import model_manifest, model_rsync
 
 ROOT = Path(__file__).resolve().parents[3]
 RSYNC = shutil.which("rsync")
@@ -44,11 +45,8 @@ exit 255
 """
 
 
-def load_library(name):
-    spec = importlib.util.spec_from_file_location(f"mlx_real_{name}", ROOT / "library" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# The modules as Ansible names them (mlx.cluster.<name>), imported through the collection.
+LIBRARY = {"model_manifest": model_manifest, "model_rsync": model_rsync}
 
 
 @pytest.fixture
@@ -65,7 +63,7 @@ def run(capsys):
             controller_flag = mock.patch.object(ansible_internal, "is_controller", False)
         except (ImportError, AttributeError):
             controller_flag = contextlib.nullcontext()
-        module = load_library(name)
+        module = LIBRARY[name]
         with controller_flag, patch_module_args(args), mock.patch.dict("os.environ", env or {}):
             capsys.readouterr()
             with pytest.raises(SystemExit):

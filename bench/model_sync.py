@@ -66,12 +66,15 @@ from bench.common import write_section as common_write_section  # noqa: E402
 TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
 # The tree's copies, all in one task (pipelined; before, one task per round: "..., round N").
 TREE_TASK = "Copy the model along the cables, every copy at once"
+# The tree's Thunderbolt hops without ssh (model_sync_transport: auto, the default since issue #27).
+SEND_TASK = "Send the model along the cables, every copy at once (each file verified as it arrives)"
 # How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
 TREE_KIND = "pipelined"
-METHODS = ("one_copy", "parallel", "tree", "share", "share_fixed", "serial", "controller", "controller_tree")
+METHODS = ("one_copy", "parallel", "tree", "tree_rsync", "share", "share_fixed", "serial", "controller", "controller_tree")
 # the LAN-bound methods (minutes each): measured in the first --baseline-runs runs only
 BASELINES = ("serial", "controller", "controller_tree")
-LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)", "share": "mlx_lm.share",
+LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)",
+          "tree_rsync": "tree over rsync and ssh", "share": "mlx_lm.share",
           "share_fixed": "mlx_lm.share of config.json alone", "serial": "serial loop",
           "controller": "controller fan-out", "controller_tree": "tree from the controller"}
 DISTS = ("ansible-core", "mlx", "mlx-lm")
@@ -183,6 +186,8 @@ def run_playbook(cluster, model, method, timeout, progress_interval=None):
     on_controller = method in ("controller", "controller_tree")
     extra = {"model_sync_name": MODEL, "model_sync_source": "controller" if method == "controller" else "tree",
              "mlx_cluster_backend": "ring", "model_sync_source_path": str(model) if on_controller else ""}
+    if method == "tree_rsync":
+        extra["model_sync_transport"] = "rsync"
     if method == "controller_tree":
         extra["model_sync_tree_from"] = "controller"
     if progress_interval is not None:
@@ -192,8 +197,8 @@ def run_playbook(cluster, model, method, timeout, progress_interval=None):
     seconds = time.perf_counter() - t
     if run.rc != 0:
         raise BenchError(f"{LABELS[method]}: {run.failures()}")
-    if method != "controller":
-        copy = span(run, lambda name: name == TREE_TASK)
+    if method != "controller":  # the tree's copies: over rsync, and (auto) the cables' own
+        copy = span(run, lambda name: name in (TREE_TASK, SEND_TASK))
     else:
         copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
     return seconds, copy
@@ -309,7 +314,7 @@ class Journal:
     def result(self, topology):
         """{topology, hosts, cables, depth, rates_mbit, samples, copy_phase} from the records."""
         samples = {m: [] for m in METHODS}
-        copy_phase = {"tree": [], "controller": [], "controller_tree": []}
+        copy_phase = {"tree": [], "tree_rsync": [], "controller": [], "controller_tree": []}
         for r in self.records:
             if r.get("topology") == topology and r.get("method") in samples and r.get("part") is None:
                 samples[r["method"]].append(r["seconds"])
@@ -333,7 +338,7 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
     art = cluster.inventory_path.parent / "artifacts"
     record = {"topology": spec, "method": method, "run": run}
     fresh(cluster, model, seed=method not in ("controller", "controller_tree"))
-    if method in ("tree", "controller", "controller_tree"):
+    if method in ("tree", "tree_rsync", "controller", "controller_tree"):
         record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout, progress_interval)
     elif method == "one_copy":
         record["seconds"] = one_copy(cluster, plan)
@@ -354,7 +359,7 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
                 journal.add(**part)
             total += part["seconds"]
         record["seconds"] = total
-    if method in ("tree", "controller", "controller_tree", "share"):
+    if method in ("tree", "tree_rsync", "controller", "controller_tree", "share"):
         check_everywhere(cluster, files, method)
     journal.add(**record)
     return record
@@ -385,9 +390,10 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
             f"{rounds['depth']}, up and configured in {time.monotonic() - t0:.1f} s; links shaped "
             f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s); "
             f"{len(todo)} measurement(s) to make")
-        # warm-up (not timed): the tree run makes the SSH trust the harness's rsyncs use too
-        fresh(cluster, model, seed=True)
-        run_playbook(cluster, model, "tree", args.timeout, args.progress_interval)
+        # warm-up (not timed): the tree over rsync makes the SSH trust the harness's rsyncs use too
+        for method in ("tree_rsync", "tree"):
+            fresh(cluster, model, seed=True)
+            run_playbook(cluster, model, method, args.timeout, args.progress_interval)
         for r, method in todo:
             rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout,
                               args.progress_interval)
@@ -416,6 +422,8 @@ def summarize(result):
     for m in ("serial", "controller", "share"):
         ratio(f"{m}_vs_tree", m, "tree")
     ratio("controller_vs_controller_tree", "controller", "controller_tree")
+    ratio("tree_rsync_vs_one", "tree_rsync_copies", "one_copy")
+    ratio("tree_vs_tree_rsync", "tree_copies", "tree_rsync_copies")
     out["runs"] = {m: len(v) for m, v in s.items() if v}
     return out
 
@@ -424,6 +432,7 @@ HEADER = ("topology", "Macs", "depth", "runs", "one copy (s)", "parallel from ra
           "tree: copies (s)", "copies / one copy", "copies / (one copy x depth)", "run / one copy",
           "mlx_lm.share (s)", "share / one copy", "share of config.json alone (s)", "serial loop (s)", "controller fan-out: run (s)",
           "controller: copies (s)", "serial / tree run", "controller / tree run",
+          "tree over rsync and ssh: copies (s)", "its copies / one copy", "ours / over rsync (copies)",
           "tree from the controller: run (s)", "its copies (s)", "controller fan-out / tree from the controller")
 
 
@@ -448,7 +457,8 @@ def table_rows(results):
                      ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"),
                      cell("share_fixed"), cell("serial", 0),
                      cell("controller", 0), cell("controller_copies", 0), ratio("serial_vs_tree", 1, "x"),
-                     ratio("controller_vs_tree", 1, "x"), cell("controller_tree", 0),
+                     ratio("controller_vs_tree", 1, "x"), cell("tree_rsync_copies"), ratio("tree_rsync_vs_one"),
+                     ratio("tree_vs_tree_rsync"), cell("controller_tree", 0),
                      cell("controller_tree_copies", 0), ratio("controller_vs_controller_tree", 1, "x")))
     return rows
 
@@ -493,7 +503,9 @@ def markdown_section(tables, command):
            "  any broadcast is bounded by (a pipelined one comes close to it);",
            "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
            "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
-           "- tree (ours): `site.yml --tags models`, `model_sync_source: tree`; run = the whole playbook",
+           "- tree (ours): `site.yml --tags models`, `model_sync_source: tree` (Thunderbolt hops without ssh,",
+           "  model_sync_transport auto, since issue #27; `tree over rsync and ssh`: model_sync_transport",
+           "  rsync, what the tree was before); run = the whole playbook",
            "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
            "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
            "  the pipelined tree: the first round's start to the last round's end);",

@@ -70,7 +70,7 @@ def test_the_journal_resumes_where_a_run_stopped(tmp_path):
     # every method once per run, the baselines only in the first, the order rotating
     order = model_sync.schedule(2, 1)
     assert [m for r, m in order if r == 0] == list(model_sync.METHODS)
-    assert [m for r, m in order if r == 1] == ["parallel", "tree", "share", "share_fixed", "one_copy"]
+    assert [m for r, m in order if r == 1] == ["parallel", "tree", "tree_rsync", "share", "share_fixed", "one_copy"]
     assert model_sync.schedule(3, 1, ["serial"]) == [(0, "serial")]
 
 

@@ -52,7 +52,7 @@ LOG = ".mlx-cluster-receive.log"
 OWN_PREFIX = ".mlx-cluster-"
 # A file being received: <dir>/.<name>.mlxpart, renamed to <dir>/<name> once verified.
 PART_SUFFIX = ".mlxpart"
-CHUNK = 1 << 20
+CHUNK = 4 << 20
 LINE_MAX = 64 * 1024
 # Seconds a sender has to say who it is after connecting.
 HELLO_TIMEOUT = 10
@@ -159,6 +159,7 @@ class Channel:
     def __init__(self, sock):
         self.sock = sock
         self.buf = b""
+        self.block = None
 
     def send(self, obj):
         self.sock.sendall((json.dumps(obj) + "\n").encode("utf-8"))
@@ -181,17 +182,22 @@ class Channel:
         return obj
 
     def read_into(self, count, sink):
-        """Read exactly `count` raw bytes, handing each block to sink(bytes)."""
+        """Read exactly `count` raw bytes, handing each block to sink(memoryview): into one
+        buffer, reused (a block is only valid until sink returns)."""
         if self.buf:
             head, self.buf = self.buf[:count], self.buf[count:]
-            sink(head)
+            sink(memoryview(head))
             count -= len(head)
+        if count <= 0:
+            return
+        if self.block is None:
+            self.block = memoryview(bytearray(CHUNK))
         while count > 0:
-            data = self.sock.recv(min(CHUNK, count))
-            if not data:
+            n = self.sock.recv_into(self.block, min(CHUNK, count))
+            if not n:
                 raise CopyError("the connection closed in the middle of a file", "closed")
-            sink(data)
-            count -= len(data)
+            sink(self.block[:n])
+            count -= n
 
 
 # ---- the receiver --------------------------------------------------------------------------
@@ -410,7 +416,7 @@ class Receiver:
             got = [0]
 
             def sink(block):
-                view = memoryview(block)
+                view = block
                 while view:
                     try:
                         n = os.write(fd, view)

@@ -1,7 +1,8 @@
 """Issue 27: the tree's Thunderbolt hops without ssh (model_sync_transport: auto, the default).
 On a ring of four with the model on rank 0 only, every Mac gets it from the Mac the tree names,
 over that Mac's cable: each receiver listened on its cable address only, a relay passed its copy
-on while it arrived, no Mac got a cluster key, nothing listens afterwards; a second run changes
+on while it arrived, no Mac got a cluster key (and a key an earlier run authorized is revoked),
+nothing listens afterwards; a second run changes
 nothing; --check after a change on rank 0 names that file for every Mac and copies nothing. On
 a pair whose cable is pulled mid-copy the copy fails naming both Macs and the cable, and with
 the cable back a re-run resumes from what arrived."""
@@ -27,6 +28,8 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 SEND = "Send the model along the cables, every copy at once (each file verified as it arrives)"
 START = "Start the receivers on the Macs that get the model over a cable"
 COMPARE = "Compare every Mac's copy with the source"
+MARK = "# {mark} mlx-cluster: keys of the Macs that copy to this one (ssh_trust_state=absent removes it)"
+OLD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOldClusterKeyFromAnEarlierRunxxxxxxxxxxxxxx mlx-cluster m2"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,9 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
     seeded = fresh_models(cluster, tiny)
     before = {h: listening(cluster, h) for h in cluster.hosts}
+    # m3 still trusts a cluster key from an earlier tree over rsync: no copy needs it any more
+    authorized = cluster.home("m3") / ".ssh" / "authorized_keys"
+    authorized.write_text(authorized.read_text() + f"{MARK.format(mark='BEGIN')}\n{OLD_KEY}\n{MARK.format(mark='END')}\n")
     # the default path: sizes compared after the copy (each file's sha256 checked as it arrived)
     extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
                          model_sync_verify_sha256=False)
@@ -81,6 +87,7 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
         for f in files:
             assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
     assert rounds["copies"]["m3"]["round"] == 2
+    assert OLD_KEY not in authorized.read_text()  # revoked
     for h in cluster.hosts:
         # no cluster key: no hop went over ssh between the Macs
         assert not (cluster.home(h) / ".ssh" / "mlx_cluster_ed25519").exists(), h

@@ -58,6 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import OWN_PREFIX  # noqa: E402
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import rsync_argv, ssh_command  # noqa: E402
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan  # noqa: E402
 from bench.common import BenchError, emit, fmt, log, machine, machine_lines, measure, stats  # noqa: E402
@@ -67,7 +68,7 @@ TOPOLOGIES = ("mesh4", "ring8", "mesh3_dock")
 # The tree's copies, all in one task (pipelined; before, one task per round: "..., round N").
 TREE_TASK = "Copy the model along the cables, every copy at once"
 # The tree's Thunderbolt hops without ssh (model_sync_transport: auto, the default since issue #27).
-SEND_TASK = "Send the model along the cables, every copy at once (each file verified as it arrives)"
+SEND_TASK = "Send along the cables, every copy at once, each file verified as it arrives: the model"
 # How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
 TREE_KIND = "pipelined"
 METHODS = ("one_copy", "parallel", "tree", "tree_rsync", "share", "share_fixed", "serial", "controller", "controller_tree")
@@ -83,8 +84,10 @@ FIXED = "bench-fixed"  # share_fixed's model: the config.json alone
 SHARDS = 4
 FULL_SPEED_GBPS = 80
 BIN = Path(sys.executable).parent
-# The ssh options of the cluster key (roles/ssh_trust), for the harness's own rsyncs from rank 0.
-KEY, KNOWN = "~/.ssh/mlx_cluster_ed25519", "~/.ssh/mlx_cluster_known_hosts"
+# The harness's own rsyncs from rank 0 (one copy, parallel, serial): the harness key (in every
+# Mac's authorized_keys) copied to rank 0, and the peers' host keys by every address, written by
+# harness_trust(). Not the cluster key: the tree without ssh makes none, and revokes an old one.
+KEY, KNOWN = "~/.mlxbench/id_ed25519", "~/.mlxbench/known_hosts"
 
 
 def make_model(path, size_mb, shards=SHARDS):
@@ -159,7 +162,9 @@ def fresh(cluster, model, seed):
 def check_everywhere(cluster, files, who, hosts=None):
     for h in hosts or cluster.hosts:
         dest = dest_of(cluster, h)
-        got = sorted((p.name, p.stat().st_size) for p in dest.iterdir()) if dest.is_dir() else []
+        # (the record of verified files the copies without ssh keep beside the model is not the model's)
+        got = sorted((p.name, p.stat().st_size) for p in dest.iterdir()
+                     if not p.name.startswith(OWN_PREFIX)) if dest.is_dir() else []
         if got != files:
             raise BenchError(f"{who}: {h} has {got}, expected {files}")
 
@@ -219,6 +224,24 @@ def rank0_rsync(cluster, host, address, archive=False):
     if res.returncode != 0:
         raise BenchError(f"rsync {rank0} -> {host} ({address}): {res.stderr.strip()[-1000:]}")
     return time.perf_counter() - t
+
+
+def harness_trust(cluster, plan):
+    """Put KEY and KNOWN on rank 0 (see there): each peer's host key, as the Mac has it, under
+    its management address and every address of its cables."""
+    rank0 = cluster.hosts[0]
+    home = cluster.home(rank0) / ".mlxbench"
+    home.mkdir(mode=0o700, exist_ok=True)
+    shutil.copyfile(cluster.key_path, home / "id_ed25519")
+    os.chmod(home / "id_ed25519", 0o600)
+    lines = []
+    for h in cluster.hosts[1:]:
+        res = cluster.exec(h, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
+        if res.returncode != 0:
+            raise BenchError(f"{h}'s host key: {res.stderr.strip()}")
+        names = [cluster.mgmt_address(h)] + [e["address"] for e in plan["ip_plan"]["hosts"].get(h, [])]
+        lines.append(",".join(names) + " " + " ".join(res.stdout.split()[:2]))
+    (home / "known_hosts").write_text("\n".join(lines) + "\n")
 
 
 def cabled_peers(cluster, plan):
@@ -390,8 +413,8 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
             f"{rounds['depth']}, up and configured in {time.monotonic() - t0:.1f} s; links shaped "
             f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s); "
             f"{len(todo)} measurement(s) to make")
-        # warm-up (not timed): the tree over rsync makes the SSH trust the harness's rsyncs use too
-        for method in ("tree_rsync", "tree"):
+        harness_trust(cluster, plan)
+        for method in ("tree_rsync", "tree"):  # warm-up (not timed)
             fresh(cluster, model, seed=True)
             run_playbook(cluster, model, method, args.timeout, args.progress_interval)
         for r, method in todo:

@@ -25,8 +25,8 @@ from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-SEND = "Send the model along the cables, every copy at once (each file verified as it arrives)"
-START = "Start the receivers on the Macs that get the model over a cable"
+SEND = "Send along the cables, every copy at once, each file verified as it arrives: the model"
+START = "Start the receivers on the Macs that get it over a cable: the model"
 COMPARE = "Compare every Mac's copy with the source"
 MARK = "# {mark} mlx-cluster: keys of the Macs that copy to this one (ssh_trust_state=absent removes it)"
 OLD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOldClusterKeyFromAnEarlierRunxxxxxxxxxxxxxx mlx-cluster m2"

@@ -296,7 +296,9 @@ class Receiver:
                     sock.close()
                 if exc.errno == errno.EADDRINUSE and len(socks) > 1 and not self.port:
                     continue
-                raise CopyError(f"cannot listen on {address}: {exc.strerror}", "bind") from None
+                why = (": that address is not on this Mac (its cable is not addressed: run the network stage, "
+                       "--tags network)") if exc.errno == errno.EADDRNOTAVAIL else ""
+                raise CopyError(f"cannot listen on {address}: {exc.strerror}{why}", "bind") from None
             self.socks = socks
             self.port = socks[0].getsockname()[1]
             return self.port

@@ -117,9 +117,14 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
         assert set(probes) == {"m1", "m2"} and all("mlx-cluster-python" in o for o in probes.values()), probes
 
 
+ARCHIVE = "Copy the archive to every Mac the management network carries it to"
+WHEELS_SENT = "Send along the cables, every copy at once, each file verified as it arrives: the wheels"
+
+
 def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_cluster):
     """python_env_wheelhouse: the Macs reach no index at all (no mirror given); the controller
-    downloads the pins once for their platform and Python, copies them, pip installs from there."""
+    downloads the pins once for their platform and Python, copies them to one Mac, which passes
+    them on over its cable, pip installs from there."""
     from packaging.tags import sys_tags
 
     cluster = sim_cluster("pair")
@@ -135,8 +140,14 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
     assert dry.rc == 0, dry.failures()
     said = [r["res"]["msg"] for r in dry.results(WOULD)]
     assert len(said) == 2 and all("from the wheels the controller brings" in m for m in said), said
-    first = run_site(cluster, tags=["env"], python_env=None, extravars=offline, timeout=900)
+    # (with the network stage: the wheels reach the second Mac over the cable)
+    first = run_site(cluster, tags=["network", "env"], python_env=None, extravars=offline, timeout=900)
     assert first.rc == 0, first.failures()
+    # the management network carried one archive, to one Mac; the other got the wheels over its cable
+    lan = [r["host"] for r in first.results(ARCHIVE) if not r["res"].get("skipped")]
+    cable = [r["host"] for r in first.results(WHEELS_SENT) if not r["res"].get("skipped")]
+    assert len(lan) == 1 and sorted(lan + cable) == sorted(cluster.hosts), (lan, cable)
+    assert [r["res"]["bytes"] > 0 for r in first.results(WHEELS_SENT) if not r["res"].get("skipped")] == [True]
     [download] = first.results("Download the pinned wheels for the Macs once, on the controller")
     assert download["res"]["changed"] in (True, False)  # False: an earlier run's download, kept
     versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())

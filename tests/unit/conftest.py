@@ -157,3 +157,19 @@ def hang():
 def read_fixture():
     """`read_fixture(name)` -> the text of tests/fixtures/<name>."""
     return fixture_text
+
+
+def random_files(root, sizes, mtime=1764130000):
+    """Files of random bytes under `root` ({relpath: size}); -> the manifest a copy's receiver
+    gets ({relpath: {"size", "sha256", "mtime"}}, as model_manifest sha256_all lists them)."""
+    import hashlib
+    import os
+
+    files = {}
+    for rel, size in sizes.items():
+        path = Path(root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(size)
+        path.write_bytes(data)
+        files[rel] = {"size": size, "sha256": hashlib.sha256(data).hexdigest(), "mtime": mtime}
+    return files

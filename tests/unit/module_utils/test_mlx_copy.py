@@ -5,7 +5,6 @@ without the token, paths that lead out, a relay passing on a file still arriving
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -13,6 +12,7 @@ import threading
 
 import pytest
 
+from tests.unit.conftest import random_files
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_copy
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     HASHES,
@@ -28,16 +28,14 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
 TOKEN = "t" * 32
 
 
-def make_source(root, sizes):
-    """Files of random bytes; -> the manifest the receiver gets ({rel: size, sha256, mtime})."""
-    files = {}
-    for rel, size in sizes.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = os.urandom(size)
-        path.write_bytes(data)
-        files[rel] = {"size": size, "sha256": hashlib.sha256(data).hexdigest(), "mtime": 1764130000}
-    return files
+def say(sock, *lines):
+    """Send the protocol's JSON lines by hand (a stranger, or a sender that misbehaves); -> the
+    socket as a file, to read the receiver's answers."""
+    f = sock.makefile("rwb")
+    for obj in lines:
+        f.write((json.dumps(obj) + "\n").encode())
+    f.flush()
+    return f
 
 
 def start(receiver):
@@ -63,7 +61,7 @@ SIZES = {"config.json": 300, "model-00001-of-00002.safetensors": 3_000_000,
 
 
 def test_copies_every_file_verified_with_its_source_time(tmp_path):
-    files = make_source(tmp_path / "src", SIZES)
+    files = random_files(tmp_path / "src", SIZES)
     sent, got = copy(tmp_path / "src", tmp_path / "dest", files)
     assert sent["errors"] == [] and got["problems"] == []
     assert got["copied"] == sorted(SIZES) and got["missing"] == []
@@ -77,7 +75,7 @@ def test_copies_every_file_verified_with_its_source_time(tmp_path):
 
 
 def test_a_rerun_reads_no_weights_and_sends_nothing(tmp_path, monkeypatch):
-    files = make_source(tmp_path / "src", SIZES)
+    files = random_files(tmp_path / "src", SIZES)
     copy(tmp_path / "src", tmp_path / "dest", files)
     reads = []
     real = mlx_copy.sha256_file
@@ -88,7 +86,7 @@ def test_a_rerun_reads_no_weights_and_sends_nothing(tmp_path, monkeypatch):
 
 
 def test_a_file_put_there_by_rsync_is_hashed_once_then_taken(tmp_path):
-    files = make_source(tmp_path / "src", {"a.safetensors": 100_000})
+    files = random_files(tmp_path / "src", {"a.safetensors": 100_000})
     (tmp_path / "dest").mkdir()
     (tmp_path / "dest" / "a.safetensors").write_bytes((tmp_path / "src" / "a.safetensors").read_bytes())
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1")
@@ -97,7 +95,7 @@ def test_a_file_put_there_by_rsync_is_hashed_once_then_taken(tmp_path):
 
 
 def test_a_stopped_copy_resumes_from_its_temporary_file(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 1_000_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 1_000_000})
     data = (tmp_path / "src" / "w.safetensors").read_bytes()
     (tmp_path / "dest").mkdir()
     with open(part_path(str(tmp_path / "dest"), "w.safetensors"), "wb") as fh:
@@ -109,7 +107,7 @@ def test_a_stopped_copy_resumes_from_its_temporary_file(tmp_path):
 
 
 def test_a_resumed_file_whose_first_part_is_wrong_fails_its_hash(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 500_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 500_000})
     (tmp_path / "dest").mkdir()
     with open(part_path(str(tmp_path / "dest"), "w.safetensors"), "wb") as fh:
         fh.write(b"\0" * 1000)  # not the source's bytes
@@ -132,7 +130,7 @@ class FlippingSender(Sender):
 
 
 def test_a_corrupted_byte_is_caught_by_the_hash_and_nothing_is_left_under_the_name(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 200_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 200_000})
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
     rx.prepare()
     port, t, got = start(rx)
@@ -144,15 +142,13 @@ def test_a_corrupted_byte_is_caught_by_the_hash_and_nothing_is_left_under_the_na
 
 
 def test_a_stranger_without_the_token_is_refused_and_named(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 10_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 10_000})
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
     rx.prepare()
     port, t, got = start(rx)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall((json.dumps({"magic": MAGIC, "token": "x" * 32}) + "\n").encode())
-        s.sendall((json.dumps({"file": "w.safetensors"}) + "\n").encode())
-        answer = s.makefile("rb").readline()
-    assert json.loads(answer) == {"ok": False, "error": "not this copy's token"}
+        f = say(s, {"magic": MAGIC, "token": "x" * 32}, {"file": "w.safetensors"})
+        assert json.loads(f.readline()) == {"ok": False, "error": "not this copy's token"}
     with pytest.raises(CopyError, match="refused the connection"):
         Sender(str(tmp_path / "src"), files, "y" * 32, "127.0.0.1", port, streams=1).connect()
     sent = Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1).run()
@@ -178,15 +174,12 @@ def test_a_directory_that_is_a_link_is_not_followed(tmp_path):
 
 
 def test_a_file_the_copy_does_not_list_is_not_written(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 1000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 1000})
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=1)
     rx.prepare()
     port, t, got = start(rx)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        f = s.makefile("rwb")
-        f.write((json.dumps({"magic": MAGIC, "token": TOKEN}) + "\n").encode())
-        f.write((json.dumps({"file": "../evil"}) + "\n").encode())
-        f.flush()
+        f = say(s, {"magic": MAGIC, "token": TOKEN}, {"file": "../evil"})
         assert json.loads(f.readline()) == {"ok": True}
         assert "not a file of this copy" in json.loads(f.readline())["error"]
     t.join(10)
@@ -195,7 +188,7 @@ def test_a_file_the_copy_does_not_list_is_not_written(tmp_path):
 
 
 def test_a_relay_passes_a_file_on_while_it_is_still_arriving(tmp_path):
-    files = make_source(tmp_path / "src", {"w.safetensors": 2_000_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 2_000_000})
     data = (tmp_path / "src" / "w.safetensors").read_bytes()
     relay = tmp_path / "relay"
     relay.mkdir()
@@ -236,7 +229,7 @@ def test_a_relay_whose_copy_stops_growing_names_its_upstream(tmp_path):
 
 
 def test_a_full_disk_is_named_and_the_file_stays_under_its_temporary_name(tmp_path, monkeypatch):
-    files = make_source(tmp_path / "src", {"w.safetensors": 300_000})
+    files = random_files(tmp_path / "src", {"w.safetensors": 300_000})
     real = os.write
 
     def full(fd, data):

@@ -4,26 +4,16 @@ and nothing left running."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import time
 
 import pytest
 
+from tests.unit.conftest import random_files
+
 RUN_ID = "copy-run-0123456789abcdef"
 TOKEN = "k" * 32
-
-
-def source(root, sizes):
-    files = {}
-    for rel, size in sizes.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = os.urandom(size)
-        path.write_bytes(data)
-        files[rel] = {"size": size, "sha256": hashlib.sha256(data).hexdigest(), "mtime": 1764130000}
-    return files
 
 
 def alive(pid):
@@ -63,7 +53,7 @@ def dirs(tmp_path):
 
 def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_after(module_runner, dirs):
     src, dest = dirs
-    files = source(src, {"a.safetensors": 1_500_000, "config.json": 200, "t/tokenizer.json": 5000})
+    files = random_files(src, {"a.safetensors": 1_500_000, "config.json": 200, "t/tokenizer.json": 5000})
     out = started(module_runner, dest, files)
     assert not out.failed, out.result
     r = out.result
@@ -92,7 +82,7 @@ def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_aft
 
 def test_check_mode_lists_what_would_come_and_makes_nothing(module_runner, dirs):
     src, dest = dirs
-    files = source(src, {"a.safetensors": 1000})
+    files = random_files(src, {"a.safetensors": 1000})
     out = started(module_runner, dest, files, _ansible_check_mode=True)
     assert not out.failed, out.result
     assert out.result["todo"] == ["a.safetensors"] and out.result["pid"] is None and out.result["changed"]
@@ -101,7 +91,7 @@ def test_check_mode_lists_what_would_come_and_makes_nothing(module_runner, dirs)
 
 def test_a_receiver_no_sender_reaches_is_ended_by_pid(module_runner, dirs):
     src, dest = dirs
-    files = source(src, {"a.safetensors": 1000})
+    files = random_files(src, {"a.safetensors": 1000})
     pid = started(module_runner, dest, files).result["pid"]
     assert alive(pid)
     done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
@@ -114,7 +104,7 @@ def test_a_receiver_no_sender_reaches_is_ended_by_pid(module_runner, dirs):
 
 def test_a_pid_whose_arguments_no_longer_name_the_copy_is_left_alone(module_runner, dirs, monkeypatch):
     src, dest = dirs
-    files = source(src, {"a.safetensors": 1000})
+    files = random_files(src, {"a.safetensors": 1000})
     pid = started(module_runner, dest, files).result["pid"]
     try:
         done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
@@ -127,7 +117,7 @@ def test_a_pid_whose_arguments_no_longer_name_the_copy_is_left_alone(module_runn
 
 def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runner, dirs, monkeypatch):
     src, dest = dirs
-    files = source(src, {"a.safetensors": 5000})
+    files = random_files(src, {"a.safetensors": 5000})
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
     out = started(module_runner, dest, files, label="m2")
     assert out.failed and out.result["pid"] is None
@@ -136,7 +126,7 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runn
 
 def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runner, dirs):
     src, _ = dirs
-    files = source(src, {"a.safetensors": 10})
+    files = random_files(src, {"a.safetensors": 10})
     out = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": 1,
                                             "token": TOKEN, "label": "m2", "source_name": "m1", "cable": "m1 en2 <-> m2 en3"})
     assert out.failed

@@ -109,15 +109,13 @@ results:
 
 import json
 import os
-import select
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import (
     ALF_DIR, ALF_GETTERS, LISTENER, alf_summary, app_bundle, connect_probe, listener_argv, parse_alf, parse_app_blocked)
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, first_line
 
 
 def start_listener(python, run_id, deadline, pairs, wait):
@@ -132,15 +130,7 @@ def start_listener(python, run_id, deadline, pairs, wait):
         proc.stdin.close()
     except OSError as exc:
         return {"error": f"{python} could not be started: {exc}", "bound": [], "errors": []}
-    line, end = b"", time.monotonic() + wait
-    while not line.endswith(b"\n") and time.monotonic() < end:
-        if not select.select([proc.stdout], [], [], max(0.0, end - time.monotonic()))[0]:
-            break
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        line += chunk
-    proc.stdout.close()
+    line = first_line(proc, wait)
     try:
         said = json.loads(line.decode("utf-8", "replace"))
     except ValueError:

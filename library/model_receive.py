@@ -157,7 +157,6 @@ seconds:
 
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -177,7 +176,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     send_order,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, first_line
 
 EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], missing=[], problems=[],
              strangers=[], bytes=0, seconds=0.0)
@@ -214,15 +213,7 @@ def spawn(python, run_id, settings, wait):
         os.close(log)
     proc.stdin.write(payload)
     proc.stdin.close()
-    line, end = b"", time.monotonic() + wait
-    while not line.endswith(b"\n") and time.monotonic() < end:
-        if not select.select([proc.stdout], [], [], max(0.0, end - time.monotonic()))[0]:
-            break
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        line += chunk
-    proc.stdout.close()
+    line = first_line(proc, wait)
     try:
         return json.loads(line.decode("utf-8", "replace"))
     except ValueError:

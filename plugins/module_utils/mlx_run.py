@@ -247,3 +247,24 @@ def module_run(module, runner, argv, env_update=None, timeout=_OWN, data=None):
         module.fail_json(msg=exc.msg, **exc.result())
     except OSError as exc:
         module.fail_json(msg=f"`{command_text(argv)}` could not be started on this Mac: {exc}", cmd=list(argv))
+
+
+def first_line(proc, wait):
+    """What a detached child (a listener, a receiver) says first on its stdout, one line, read
+    for at most `wait` seconds; then its stdout is closed (it says nothing more there). -> the
+    bytes read (without a newline when it did not finish the line in time)."""
+    line, end = b"", time.monotonic() + wait
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while not line.endswith(b"\n") and time.monotonic() < end:
+            if not sel.select(max(0.0, end - time.monotonic())):
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            line += chunk
+    finally:
+        sel.close()
+        proc.stdout.close()
+    return line

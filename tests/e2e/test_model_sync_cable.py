@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 
@@ -109,6 +110,38 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
         assert [p["file"] for p in listed[h]["problems"]] == ["config.json"], (h, listed[h]["problems"])
         dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny" / "config.json"
         assert dest.read_bytes() == (tiny / "config.json").read_bytes(), h  # --check copied nothing
+
+
+RSYNC_TASK = "Copy the model along the cables, every copy at once"
+
+
+def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables_without_ssh(sim_cluster, tiny):
+    """model_sync_tree_from: controller, the default transport: the controller sends one copy
+    over the management network (rsync), to the ring's most central Mac, and the other Macs get
+    theirs over the cables without ssh, every sender a relay of its own copy."""
+    cluster = sim_cluster("ring4")
+    fresh_models(cluster)
+    model = cluster.state_dir / "controller-models" / "tiny"
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(tiny, model)
+    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
+                         model_sync_verify_sha256=False)
+    run = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    assert run.rc == 0, run.failures()
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    rounds = sync_plan.plan_rounds(plan, source=None)
+    assert rounds["lan"] == ["m1"]
+    assert sorted(ok_results(run, RSYNC_TASK)) == ["m1"]  # one copy over the LAN
+    sent = ok_results(run, SEND)
+    assert sorted(sent) == ["m2", "m3", "m4"]
+    for host, res in sent.items():
+        args = res["invocation"]["module_args"]
+        assert args["follow"] is True and args["source_name"] == rounds["copies"][host]["src"], (host, args)
+        dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
+        for f in model_files(tiny):
+            assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
 
 
 PAD = "pad.dat"  # not a weight file: no header read

@@ -112,6 +112,7 @@ class Hashes:
         self.path = os.path.join(root, HASHES)
         self.lock = threading.Lock()
         self.files = {}
+        self.dirty = False
         try:
             with open(self.path, encoding="utf-8") as fh:
                 data = json.load(fh)
@@ -129,10 +130,18 @@ class Hashes:
 
     def record(self, rel, st, sha):
         with self.lock:
-            self.files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+            entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+            if self.files.get(rel) != entry:
+                self.files[rel] = entry
+                self.dirty = True
 
     def save(self):
+        """Write the record when it changed (a re-run rewrites nothing: a copy of the directory
+        over rsync sees no new file)."""
         with self.lock:
+            if not self.dirty:
+                return
+            self.dirty = False
             tmp = self.path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump({"files": self.files}, fh, sort_keys=True)

@@ -38,6 +38,8 @@ def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
     cluster = sim_cluster("pair")
     cluster.reset()
     shutil.rmtree(cluster.inventory_path.parent / "artifacts" / "bench", ignore_errors=True)  # other tests' runs
+    for h in cluster.hosts:  # another test's model left on a Mac (reset() keeps the Macs' files)
+        shutil.rmtree(cluster.home(h) / "mlx-cluster" / "models", ignore_errors=True)
     run = run_site(cluster, extravars=settings(cluster, tiny))
     assert run.rc == 0, run.failures()
 

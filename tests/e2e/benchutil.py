@@ -39,6 +39,16 @@ def fresh_models(cluster, seed=None):
     return seeded
 
 
+def controller_model(cluster, seed):
+    """No model on any Mac, and a fresh copy of `seed` on the controller (in the cluster's state
+    directory), where model_sync_source controller or tree from the controller reads it; -> its path."""
+    fresh_models(cluster)
+    model = cluster.state_dir / "controller-models" / Path(seed).name
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(seed, model)
+    return model
+
+
 def settings(cluster, tiny, **extra):
     return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
             "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,

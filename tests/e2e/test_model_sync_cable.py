@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 
@@ -20,7 +19,7 @@ import pytest
 from bench.model_sync import tc
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import HASHES, PART_SUFFIX
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan
-from tests.e2e.benchutil import REMOTE_MODEL, fresh_models, settings
+from tests.e2e.benchutil import REMOTE_MODEL, controller_model, fresh_models, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -120,10 +119,7 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables_without_
     over the management network (rsync), to the ring's most central Mac, and the other Macs get
     theirs over the cables without ssh, every sender a relay of its own copy."""
     cluster = sim_cluster("ring4")
-    fresh_models(cluster)
-    model = cluster.state_dir / "controller-models" / "tiny"
-    shutil.rmtree(model, ignore_errors=True)
-    shutil.copytree(tiny, model)
+    model = controller_model(cluster, tiny)
     extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
                          model_sync_verify_sha256=False)
     run = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan
-from tests.e2e.benchutil import REMOTE_MODEL, fresh_models, settings
+from tests.e2e.benchutil import REMOTE_MODEL, controller_model, fresh_models, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -100,10 +99,7 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_clus
     A re-run changes nothing; --check after a change on the controller lists that file for
     every Mac (the controller's dry run) and copies nothing."""
     cluster = sim_cluster("ring4")
-    fresh_models(cluster)
-    model = cluster.state_dir / "controller-models" / "tiny"
-    shutil.rmtree(model, ignore_errors=True)
-    shutil.copytree(tiny, model)
+    model = controller_model(cluster, tiny)
     extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
                          model_sync_transport="rsync")
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())

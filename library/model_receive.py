@@ -171,12 +171,11 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     CopyError,
     Receiver,
     own_source,
-    part_path,
     receiver_argv,
     send_order,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, first_line
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, alive, first_line
 
 EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], missing=[], problems=[],
              strangers=[], bytes=0, seconds=0.0)
@@ -186,19 +185,12 @@ def settle(module, p, label):
     """The receiver's view before it starts: what is in place, what is still to come."""
     try:
         rx = Receiver(p["path"], p["files"], p["token"], p["addresses"])
-        rx.prepare(dry=module.check_mode)
+        left = rx.prepare(dry=module.check_mode)  # the bytes still to come (a stopped file: its rest)
     except CopyError as exc:
         module.fail_json(msg=f"{label}: {exc.msg}", **EMPTY)
     except OSError as exc:
         module.fail_json(msg=f"{label}: cannot prepare {p['path']}: {exc.strerror or exc}", **EMPTY)
     todo = [rel for rel in send_order(p["files"]) if rx.status.get(rel) != "had"]
-    left = 0
-    for rel in todo:
-        try:
-            have = os.lstat(part_path(p["path"], rel)).st_size
-        except OSError:
-            have = 0
-        left += max(0, p["files"][rel]["size"] - have)
     return todo, sorted(set(p["files"]) - set(todo)), left
 
 
@@ -254,9 +246,7 @@ def end(runner, pid, run_id):
         signalled = True
         for _ in range(20):
             time.sleep(0.1)
-            try:
-                os.kill(pid, 0)
-            except OSError:
+            if not alive(pid, zombie_is_gone=True):
                 return signalled
     return signalled
 

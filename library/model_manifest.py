@@ -135,13 +135,12 @@ problems:
             "got": 1048576, "msg": "m2: model.safetensors is 1048576 bytes, expected 2264924160 (as on the source)"}]
 """
 
-import hashlib
 import json
 import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes, file_sha256, rel_problem
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes, file_sha256, rel_problem, sha256_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
@@ -152,17 +151,6 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
     layout,
     tensor_bytes,
 )
-
-_CHUNK = 8 * 1024 * 1024
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def walk(module, root, with_sha, hashes=None):
     """{rel: {"size", "mtime", "sha256"?}} of every file under root, links followed, loops cut;
@@ -189,7 +177,7 @@ def walk(module, root, with_sha, hashes=None):
             entry = {"size": st.st_size, "mtime": int(st.st_mtime)}
             if hashes is not None or (with_sha and is_weight_file(rel)):
                 try:
-                    entry["sha256"] = file_sha256(root, rel, hashes) if hashes is not None else sha256_of(full)
+                    entry["sha256"] = file_sha256(root, rel, hashes) if hashes is not None else sha256_file(full).hexdigest()
                 except OSError as exc:
                     module.fail_json(msg=f"cannot read {full}: {exc.strerror}")
             files[rel] = entry

@@ -193,8 +193,8 @@ def run_playbook(cluster, model, method, timeout, progress_interval=None):
              "mlx_cluster_backend": "ring", "model_sync_source_path": str(model) if on_controller else ""}
     if method == "tree_rsync":
         extra["model_sync_transport"] = "rsync"
-    if method == "controller_tree":
-        extra["model_sync_tree_from"] = "controller"
+    if method != "controller":
+        extra["model_sync_tree_from"] = "controller" if method == "controller_tree" else "rank0"
     if progress_interval is not None:
         extra["mlx_cluster_progress_interval"] = progress_interval
     t = time.perf_counter()

@@ -44,6 +44,10 @@ options:
     description: With O(sha256_all), write the hashes read into the directory's record (not in a dry run).
     type: bool
     default: false
+  rehash:
+    description: With O(sha256_all), read every file whatever its record says (and, with O(record), record it anew).
+    type: bool
+    default: false
   expected:
     description: The source's RV(files), to compare this copy with.
     type: dict
@@ -229,6 +233,7 @@ def main():
             weights=dict(type="bool", default=False),
             sha256_all=dict(type="bool", default=False),
             record=dict(type="bool", default=False),
+            rehash=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -243,7 +248,7 @@ def main():
     if os.path.exists(path) and not os.path.isdir(path):
         module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
     exists = os.path.isdir(path)
-    hashes = Hashes(path) if exists and module.params["sha256_all"] else None
+    hashes = Hashes(path, fresh=module.params["rehash"]) if exists and module.params["sha256_all"] else None
     files = walk(module, path, module.params["sha256"], hashes) if exists else {}
     if hashes is not None and module.params["record"] and not module.check_mode:
         try:

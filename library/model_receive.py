@@ -68,6 +68,14 @@ options:
     description: With O(state=finished), seconds to wait for the receiver to end by itself.
     type: int
     default: 30
+  rehash:
+    description:
+      - Read every file already in place again to compare its sha256 with the source's, whatever
+        the record of verified files (C(.mlx-cluster-sha256.json)) says, and record what was read
+        (for model_sync_checksum, a file changed in place with its size and time kept).
+      - Without it, a file whose size and modification time match its record is taken as it is.
+    type: bool
+    default: false
   python:
     description: The interpreter the receiver runs under. Empty = the one running this module.
     type: path
@@ -184,7 +192,8 @@ EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], miss
 def settle(module, p, label):
     """The receiver's view before it starts: what is in place, what is still to come."""
     try:
-        rx = Receiver(p["path"], p["files"], p["token"], p["addresses"])
+        # (the detached receiver settles again from the record this writes: no second read)
+        rx = Receiver(p["path"], p["files"], p["token"], p["addresses"], rehash=p["rehash"])
         left = rx.prepare(dry=module.check_mode)  # the bytes still to come (a stopped file: its rest)
     except CopyError as exc:
         module.fail_json(msg=f"{label}: {exc.msg}", **EMPTY)
@@ -292,6 +301,7 @@ def main():
             stall_timeout=dict(type="int", default=120),
             idle_timeout=dict(type="int", default=300),
             wait=dict(type="int", default=30),
+            rehash=dict(type="bool", default=False),
             python=dict(type="path"),
             label=dict(type="str", default=""),
             **COMMAND_TIMEOUT_SPEC,

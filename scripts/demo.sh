@@ -64,7 +64,7 @@ print(f"demo model for {macs} Macs: {d['layers']} layers, {d['heads']} attention
 for mode, why in plan["left_out"].items():
     print(f"demo: {mode} mode left out on {spec}: {why}")
 settings = dict(lab_vars(SimCluster(spec, state_dir=sys.argv[4])), mlx_cluster_backend="ring",
-                model_sync_name="tiny", model_sync_source="controller", model_sync_source_path=str(model),
+                model_sync_name="tiny", model_sync_source_path=str(model),
                 benchmark_modes=plan["modes"], benchmark_prompt_tokens=128,
                 benchmark_generation_tokens=16, benchmark_trials=3,
                 net_check_max_bytes=1 << 20, net_check_cable_bytes=4 << 20, net_check_iters=3,

@@ -105,14 +105,18 @@ def sha256_file(path, digest=None, limit=None):
 
 # ---- the record of verified files ----------------------------------------------------------
 class Hashes:
-    """HASHES of one directory: what was verified, by size and modification time (ns)."""
+    """HASHES of one directory: what was verified, by size and modification time (ns).
+    fresh: start from nothing (every file is read again, and the record rewritten from what was
+    read: model_sync_checksum, for a file changed in place with its size and time kept)."""
 
-    def __init__(self, root):
+    def __init__(self, root, fresh=False):
         self.root = root
         self.path = os.path.join(root, HASHES)
         self.lock = threading.Lock()
         self.files = {}
         self.dirty = False
+        if fresh:
+            return
         try:
             with open(self.path, encoding="utf-8") as fh:
                 data = json.load(fh)
@@ -219,7 +223,8 @@ class Receiver:
     connection stalls for `stall` seconds; it returns what happened (see RETURN of model_receive).
     """
 
-    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic):
+    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic,
+                 rehash=False):
         bad = sorted(filter(None, (rel_problem(rel) for rel in files)))
         if bad:
             raise CopyError("refusing to receive " + "; ".join(bad), "path")
@@ -228,7 +233,8 @@ class Receiver:
         self.root, self.files, self.token = root, files, token
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         self.port, self.stall, self.idle, self.clock = port, stall, idle, clock
-        self.hashes = Hashes(root) if os.path.isdir(root) else None
+        self.rehash = rehash  # read every file in place again, whatever the record says
+        self.hashes = Hashes(root, fresh=rehash) if os.path.isdir(root) else None
         self.lock = threading.Lock()
         self.status = {}  # rel -> "had" | "copied" | "failed" | "busy"
         self.results = {}  # rel -> {"bytes", "resumed"}
@@ -245,7 +251,7 @@ class Receiver:
         if not dry:
             os.makedirs(self.root, exist_ok=True)
         if self.hashes is None:
-            self.hashes = Hashes(self.root)
+            self.hashes = Hashes(self.root, fresh=self.rehash)
         self.dry = dry
         todo = 0
         for rel, want in self.files.items():

@@ -39,6 +39,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import OWN_PREFIX, PART_SUFFIX
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import to_text
 
@@ -246,6 +247,11 @@ def remote_spec(host, path):
     return f"{host}:{path}" if host else path
 
 
+# The own transport's files (mlx_copy) stay where they are: a record of verified files is only
+# true of the directory whose files it measured, and a part file is that Mac's own unfinished copy.
+OWN_EXCLUDES = [f"--exclude={OWN_PREFIX}*", f"--exclude=.*{PART_SUFFIX}"]
+
+
 def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
                log_file=None, rsync_path=None, progress=False, stall_timeout=0, excludes=()):
     """The rsync argv copying the *contents* of directory `src` into directory `dest`.
@@ -263,7 +269,8 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
     progress adds `--progress` (both print it, see CopyProgress);
     stall_timeout > 0 adds `--timeout=N` (both take it: the copy ends when no data has moved
     for N seconds, GNU rsync's exit code 30; see explain_failure);
-    excludes are `--exclude=PATTERN` words (both take it; see relay_excludes).
+    excludes are `--exclude=PATTERN` words (both take it; see relay_excludes), after
+    OWN_EXCLUDES (always).
     """
     argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             f"--out-format={OUT_FORMAT}"]
@@ -279,7 +286,7 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
         argv.append(f"--log-file={log_file}")
     if stall_timeout and stall_timeout > 0:
         argv.append(f"--timeout={int(stall_timeout)}")
-    argv += list(excludes)
+    argv += OWN_EXCLUDES + list(excludes)
     if ssh_command:
         argv += ["--rsh", ssh_command]
     if rsync_path:

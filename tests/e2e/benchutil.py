@@ -49,8 +49,16 @@ def controller_model(cluster, seed):
     return model
 
 
+def model_files(path):
+    """{relative path: bytes} of a model directory, without the copy's own files (its record of
+    verified files, a part file): what every Mac must have the same as the source."""
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import rel_problem
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(Path(path).rglob("*"))
+            if p.is_file() and not rel_problem(p.relative_to(path).as_posix())}
+
+
 def settings(cluster, tiny, **extra):
-    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny", "model_sync_source": "controller",
+    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny",
             "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
             "benchmark_modes": ["tensor", "pipeline"], "benchmark_generation_tokens": TOKENS, "benchmark_trials": 1,
             "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240, **extra}

@@ -59,7 +59,7 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
     authorized = cluster.home("m3") / ".ssh" / "authorized_keys"
     authorized.write_text(authorized.read_text() + f"{MARK.format(mark='BEGIN')}\n{OLD_KEY}\n{MARK.format(mark='END')}\n")
     # the default path: sizes compared after the copy (each file's sha256 checked as it arrived)
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_verify_sha256=False)
     files = model_files(tiny)
 
@@ -149,7 +149,7 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     cluster = sim_cluster("pair")
     seeded = fresh_models(cluster, tiny)
     (seeded / PAD).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_verify_sha256=False, model_sync_stall_timeout=5, model_sync_streams=1)
     before = listening(cluster, "m2")
     net = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)

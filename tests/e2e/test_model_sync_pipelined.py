@@ -40,7 +40,7 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     seeded = fresh_models(cluster, tiny)
     for name in PADS:
         (seeded / name).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_transport="rsync")
     ports = tb_ports(cluster, "m1")
     for dev in ports:
@@ -96,7 +96,7 @@ def test_a_mac_behind_a_dock_leg_gets_its_model_two_ways(sim_cluster, tiny):
     seeded = fresh_models(cluster, tiny)
     for name in PADS:
         (seeded / name).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_delete=True, model_sync_transport="rsync")
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     assert first.rc == 0, first.failures()

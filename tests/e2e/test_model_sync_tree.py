@@ -36,7 +36,7 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
     seeded = fresh_models(cluster, tiny)
     cluster.clear_argv_logs()
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_source_path="",
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_transport="rsync")
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, fresh_models, launch_bench, settings
+from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, fresh_models, launch_bench, model_files, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -44,11 +44,10 @@ def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
     assert run.rc == 0, run.failures()
 
     # The model reached every Mac's private home, identical to the source.
-    src = {p.relative_to(tiny): p.read_bytes() for p in tiny.rglob("*") if p.is_file()}
+    src = model_files(tiny)
+    assert src and not any(rel.startswith(".") for rel in src), sorted(src)
     for h in cluster.hosts:
-        dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny"
-        got = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
-        assert got == src, h
+        assert model_files(cluster.home(h) / "mlx-cluster" / "models" / "tiny") == src, h
 
     # Two runs (tensor, pipeline) over 2 ranks; greedy fp32 tokens equal the single process.
     bench = cluster.inventory_path.parent / "artifacts" / "bench"
@@ -140,7 +139,7 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
                    extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
     assert run.rc == 0, run.failures()
     got = cluster.home("m2") / "mlx-cluster" / "models" / "tiny"
-    assert sorted(p.name for p in got.iterdir()) == sorted(p.name for p in tiny.iterdir())
+    assert model_files(got) == model_files(tiny)
     plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
     m1_cable_addr = plan["ip_plan"]["hosts"]["m1"][0]["address"]
     # m2's sshd saw rank 0 arrive from its Thunderbolt address, not the LAN.
@@ -179,7 +178,7 @@ def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(s
     cluster.reset()
     cluster.set_host("m2", wired_limit_mb=4)
     try:
-        run = run_site(cluster, tags=["models"], extravars=settings(cluster, wide, model_sync_name="wide"))
+        run = run_site(cluster, tags=["network", "models"], extravars=settings(cluster, wide, model_sync_name="wide"))
         assert run.rc != 0
         msgs = "\n".join(m for _, _, m in run.failures())
         assert "[ERROR] m2: tensor mode over 2 Mac(s)" in msgs and "[ERROR] m2: pipeline mode" in msgs, msgs

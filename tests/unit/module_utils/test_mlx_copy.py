@@ -94,6 +94,26 @@ def test_a_file_put_there_by_rsync_is_hashed_once_then_taken(tmp_path):
     assert "a.safetensors" in json.loads((tmp_path / "dest" / HASHES).read_text())["files"]
 
 
+def test_a_file_changed_in_place_is_taken_by_its_record_and_found_by_rehash(tmp_path):
+    """Same size, same time, another byte: the record vouches for it (as rsync's quick check
+    would); rehash (model_sync_checksum) reads it again, asks for it, and copies it right."""
+    files = random_files(tmp_path / "src", SIZES)
+    copy(tmp_path / "src", tmp_path / "dest", files)
+    shard = tmp_path / "dest" / "model-00002-of-00002.safetensors"
+    st = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1").prepare() == 0
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", rehash=True)
+    assert rx.prepare() == st.st_size
+    assert [rel for rel in SIZES if rx.status.get(rel) != "had"] == [shard.name]
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files)  # the record now says what was read
+    assert got["copied"] == [shard.name] and sent["errors"] == []
+    assert shard.read_bytes() == (tmp_path / "src" / shard.name).read_bytes()
+
+
 def test_a_stopped_copy_resumes_from_its_temporary_file(tmp_path):
     files = random_files(tmp_path / "src", {"w.safetensors": 1_000_000})
     data = (tmp_path / "src" / "w.safetensors").read_bytes()

@@ -153,19 +153,22 @@ BASE = ["/usr/bin/rsync", "--recursive", "--copy-links", "--perms", "--times", "
         f"--out-format={OUT_FORMAT}"]
 
 
-@pytest.mark.parametrize("kwargs, extra, tail", [
-    pytest.param({}, [], ["/src/", "/dest/"], id="local"),
-    pytest.param({"dry_run": True}, ["--dry-run"], ["/src/", "/dest/"], id="dry-run"),
-    pytest.param({"delete": True, "checksum": True}, ["--checksum", "--delete"], ["/src/", "/dest/"],
-                 id="delete-checksum"),
-    pytest.param({"log_file": "/tmp/sync.log"}, ["--log-file=/tmp/sync.log"], ["/src/", "/dest/"], id="log-file"),
-    pytest.param({"ssh_command": "/usr/bin/ssh -o BatchMode=yes"}, ["--rsh", "/usr/bin/ssh -o BatchMode=yes"],
-                 ["/src/", "/dest/"], id="ssh"),
-    pytest.param({"rsync_path": "/opt/homebrew/bin/rsync"}, ["--rsync-path=/opt/homebrew/bin/rsync"],
-                 ["/src/", "/dest/"], id="rsync-path"),
+# the own transport's record and part files are never copied (nor deleted by --delete)
+OWN = ["--exclude=.mlx-cluster-*", "--exclude=.*.mlxpart"]
+
+
+@pytest.mark.parametrize("kwargs, options, after", [
+    pytest.param({}, [], [], id="local"),
+    pytest.param({"dry_run": True}, ["--dry-run"], [], id="dry-run"),
+    pytest.param({"delete": True, "checksum": True}, ["--checksum", "--delete"], [], id="delete-checksum"),
+    pytest.param({"log_file": "/tmp/sync.log"}, ["--log-file=/tmp/sync.log"], [], id="log-file"),
+    pytest.param({"ssh_command": "/usr/bin/ssh -o BatchMode=yes"}, [], ["--rsh", "/usr/bin/ssh -o BatchMode=yes"],
+                 id="ssh"),
+    pytest.param({"rsync_path": "/opt/homebrew/bin/rsync"}, [], ["--rsync-path=/opt/homebrew/bin/rsync"],
+                 id="rsync-path"),
 ])
-def test_rsync_argv(kwargs, extra, tail):
-    assert rsync_argv("/usr/bin/rsync", "/src", "/dest", **kwargs) == BASE + extra + tail
+def test_rsync_argv(kwargs, options, after):
+    assert rsync_argv("/usr/bin/rsync", "/src", "/dest", **kwargs) == BASE + options + OWN + after + ["/src/", "/dest/"]
 
 
 def test_rsync_argv_remote_and_trailing_slashes():
@@ -459,7 +462,7 @@ def test_copy_progress_never_goes_back():
 
 
 def test_stall_timeout_is_rsyncs_io_timeout():
-    assert rsync_argv("rsync", "/a", "m2:/b", stall_timeout=90)[-3] == "--timeout=90"
+    assert rsync_argv("rsync", "/a", "m2:/b", stall_timeout=90)[-5:-2] == ["--timeout=90"] + OWN
     assert not any(a.startswith("--timeout") for a in rsync_argv("rsync", "/a", "m2:/b", stall_timeout=0))
     assert not any(a.startswith("--timeout") for a in rsync_argv("rsync", "/a", "m2:/b"))
 

@@ -72,6 +72,19 @@ options:
     description: How the cable is named in messages (e.g. C(m1 en2 <-> m2 en3)). Empty = by address.
     type: str
     default: ""
+  what:
+    description: What is sent, in the progress lines (e.g. C(model), C(wheels)).
+    type: str
+    default: model
+  progress_interval:
+    description:
+      - Seconds between progress lines while the copy runs (C([m2 -> m1] model 1.2/3.4 GB (35%), 850.0 MB/s)),
+        printed by the action plugin from O(progress_file); no line before the first interval. 0 = none.
+    type: int
+    default: 0
+  progress_file:
+    description: Where this module keeps its progress (set by the action plugin; not for playbooks).
+    type: path
 author:
   - mlx-cluster contributors
 """
@@ -109,9 +122,17 @@ files:
 """
 
 import socket
+import threading
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Sender
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import CopyProgress
+
+# How often the progress file is brought up to date while the copy runs (s); the writer itself
+# rewrites it at most every mlx_progress.WRITE_EVERY.
+PROGRESS_TICK = 0.5
 
 FIXES = {
     "refused": "its receiver is not running (the task that starts the receivers says why); run the stage again",
@@ -129,6 +150,35 @@ FIXES = {
 }
 
 
+def run_with_progress(sender, path, what, tick=PROGRESS_TICK, clock=time.monotonic):
+    """sender.run(), keeping `path` (when set) up to date with what was sent; -> its result."""
+    if not path:
+        return sender.run()
+    progress = CopyProgress(total=sum(int(f.get("size") or 0) for f in sender.files.values()))
+    writer = ProgressWriter(path)
+    stop = threading.Event()
+
+    def state(done=False):
+        return dict(progress.state(clock(), done=done), what=what)
+
+    def watch():
+        while not stop.wait(tick):
+            if progress.count(sender.sent, len(sender.results), clock()):
+                writer.update(state(), clock())
+
+    progress.count(0, 0, clock())  # the start: the rate counts from here
+    writer.update(state(), clock(), force=True)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        return sender.run()
+    finally:
+        stop.set()
+        thread.join()
+        progress.count(sender.sent, len(sender.results), clock())
+        writer.update(state(done=True), clock(), force=True)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -144,6 +194,9 @@ def main():
             source_name=dict(type="str", default=""),
             upstream_name=dict(type="str", default=""),
             cable=dict(type="str", default=""),
+            what=dict(type="str", default="model"),
+            progress_interval=dict(type="int", default=0),
+            progress_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -151,8 +204,9 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={})
     src = p["source_name"] or socket.gethostname()
-    result = Sender(p["path"], p["files"], p["token"], p["address"], p["port"], streams=p["streams"],
-                    stall=p["stall_timeout"], follow=p["follow"]).run()
+    sender = Sender(p["path"], p["files"], p["token"], p["address"], p["port"], streams=p["streams"],
+                    stall=p["stall_timeout"], follow=p["follow"])
+    result = run_with_progress(sender, p["progress_file"], p["what"])
     rate = round(result["bytes"] / result["seconds"] / 1e6, 1) if result["seconds"] else 0.0
     out = dict(bytes=result["bytes"], seconds=result["seconds"], mb_per_s=rate, files=result["files"])
     if result["errors"]:

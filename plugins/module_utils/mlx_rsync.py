@@ -189,6 +189,18 @@ class CopyProgress:
         self._samples.append((now, self.bytes))
         return True
 
+    def count(self, sent, files, now):
+        """For a copy that counts its own bytes (model_send): `sent` bytes and `files` files
+        done so far; True when the bytes sent moved."""
+        if self.start is None:
+            self.start = now
+            self._samples = [(now, 0)]
+        if sent == self.bytes:
+            return False
+        self.done_bytes, self.current, self.files = sent, 0, files
+        self._samples.append((now, sent))
+        return True
+
     def rate(self, now):
         """Bytes per second since the oldest reading of the window (it falls while nothing
         arrives); None before anything moved."""

@@ -80,18 +80,20 @@ def human_bytes(n):
 
 
 def copy_line(state):
-    """model_rsync's progress file -> 'model: 1.2/3.4 GB (35%), 850.0 MB/s'; None before a
-    byte moved (nothing to copy prints nothing)."""
+    """model_rsync's and model_send's progress file -> 'model: 1.2/3.4 GB (35%), 850.0 MB/s'
+    (model_send: what it sends, in place of "model"); None before a byte moved (nothing to
+    copy prints nothing)."""
     if not isinstance(state, dict) or not state.get("bytes"):
         return None
     sent, total, rate = state["bytes"], state.get("total"), state.get("rate")
+    what = state.get("what") if isinstance(state.get("what"), str) and state.get("what") else "model"
     if total:
         _, unit = human_bytes(total).split(" ")
         scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
         # the total is the whole model: a copy that resumes ends below 100%
-        line = f"model: {sent / scale:.1f}/{human_bytes(total)} ({min(100, 100 * sent // total):.0f}%)"
+        line = f"{what}: {sent / scale:.1f}/{human_bytes(total)} ({min(100, 100 * sent // total):.0f}%)"
     else:
-        line = f"model: {human_bytes(sent)} sent"
+        line = f"{what}: {human_bytes(sent)} sent"
     if rate:
         line += f", {human_bytes(rate)}/s"
     return line

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from bench.model_sync import tc
-from tests.e2e.benchutil import settings
+from tests.e2e.benchutil import controller_model, model_files, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -76,3 +76,40 @@ def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
     assert " model: " not in again.stdout
+
+
+SEND_TASK = "Send along the cables, every copy at once, each file verified as it arrives: the model"
+ANY_LABEL = r"\[m\d -> m\d(\([\d.]+\))?\]"
+
+
+def test_the_default_copy_over_the_cable_prints_progress_too(sim_cluster, tiny):
+    """The default (the tree from the controller: the LAN into one Mac, then the cable without
+    ssh): the cable's copy (model_send) prints the same lines as rsync's, before its result."""
+    cluster = sim_cluster("pair")
+    model = controller_model(cluster, tiny)
+    (model / "padding.dat").write_bytes(os.urandom(PAD_BYTES))
+    extravars = settings(cluster, model, mlx_cluster_progress_interval=1)
+    shaped = [(h, iface) for h in cluster.hosts for iface in cluster.spec.cables_of(h)]
+    for host, iface in shaped:
+        tc(cluster.ns(host), iface, SHAPED_MBIT)
+    try:
+        first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
+    finally:
+        for host, iface in shaped:
+            subprocess.run(["tc", "-n", cluster.ns(host), "qdisc", "del", "dev", iface, "root"], check=False,
+                           capture_output=True)
+    assert first.rc == 0, first.failures()
+    lines = first.stdout.splitlines()
+    task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and SEND_TASK in ln)
+    result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + ANY_LABEL, ln)), None)
+    assert result is not None, "\n".join(lines[task:task + 40])
+    label = re.match("changed: (" + ANY_LABEL + ")", lines[result]).group(1)
+    shown = [ln for ln in lines[task:result] if re.match(ANY_LABEL + " model: ", ln)]
+    assert shown, "\n".join(lines[task:result + 1])
+    line = re.compile(ANY_LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
+    assert all(line.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
+    print("\n".join([lines[task], *shown, lines[result]]))  # what a user sees (pytest -s)
+    total = sum(len(b) for b in model_files(model).values())
+    assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
+    sender = re.match(r"\[m\d -> (m\d)", label).group(1)
+    assert not list(cluster.home(sender).glob(".ansible/tmp/ansible-tmp-*"))  # the progress file went with its directory

@@ -4,6 +4,7 @@ and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from tests.unit.conftest import random_files
+from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import copy_line
 
 RUN_ID = "copy-run-0123456789abcdef"
 TOKEN = "k" * 32
@@ -138,3 +140,54 @@ def test_files_without_hashes_are_refused(module_runner, dirs):
     _, dest = dirs
     out = started(module_runner, dest, {"a.safetensors": {"size": 3}})
     assert out.failed and "files without a size and sha256: a.safetensors" in out.result["msg"]
+
+
+def test_the_sender_keeps_its_progress_file_for_the_lines_a_user_sees(module_runner, dirs, tmp_path):
+    src, dest = dirs
+    files = random_files(src, {"a.safetensors": 1_500_000, "config.json": 200})
+    r = started(module_runner, dest, files).result
+    progress = tmp_path / "progress.json"
+    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
+                                             "token": TOKEN, "label": "m2", "what": "wheels",
+                                             "progress_file": str(progress)})
+    assert not sent.failed, sent.result
+    state = json.loads(progress.read_text())
+    assert state["done"] is True and state["what"] == "wheels"
+    assert state["bytes"] == state["total"] == 1_500_200 and state["files"] == 2
+    assert copy_line(state).startswith("wheels: 1.5/1.5 MB (100%)")
+    module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
+                  commands=ps(r["pid"]) if alive(r["pid"]) else {})
+
+
+class SlowSender:
+    """A sender whose bytes go out in three steps, a tick apart (what the progress file sees)."""
+
+    def __init__(self, steps, pause):
+        self.files = {"a": {"size": sum(steps)}}
+        self.steps, self.pause = steps, pause
+        self.sent, self.results = 0, {}
+
+    def run(self):
+        for n in self.steps:
+            time.sleep(self.pause)
+            self.sent += n
+        self.results["a"] = {"bytes": self.sent}
+        return {"bytes": self.sent, "seconds": 0.0, "files": self.results, "errors": []}
+
+
+def test_the_progress_file_moves_while_the_copy_runs(tmp_path, monkeypatch):
+    from ansible_collections.mlx.cluster.plugins.modules import model_send
+    from ansible_collections.mlx.cluster.plugins.module_utils import mlx_progress
+
+    seen = []
+    real = mlx_progress.ProgressWriter.update
+
+    def update(self, state, now, force=False):
+        seen.append((state["bytes"], state["done"]))
+        return real(self, state, now, force=True)  # every state, not at most every WRITE_EVERY
+
+    monkeypatch.setattr(mlx_progress.ProgressWriter, "update", update)
+    out = model_send.run_with_progress(SlowSender([100, 200, 300], 0.3), str(tmp_path / "p.json"), "model", tick=0.05)
+    assert out["bytes"] == 600
+    assert seen[0] == (0, False) and seen[-1] == (600, True)
+    assert {(100, False), (300, False)} <= set(seen), seen  # the bytes as they went, before the end

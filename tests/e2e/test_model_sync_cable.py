@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -185,3 +186,78 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     assert res["files"][PAD]["resumed"] >= kept > 0, res["files"]
     assert res["bytes"] < PAD_BYTES + sum((tiny / f).stat().st_size for f in model_files(tiny))
     assert (part.parent / PAD).read_bytes() == (seeded / PAD).read_bytes()
+
+
+def test_a_full_disk_is_named_before_anything_is_sent(sim_cluster, tiny):
+    """m2's model directory on a disk with no room (a 64 KB tmpfs in m2's own mounts): the
+    receiver is not started, the run fails naming m2, the bytes and the fix, and nothing is left
+    under a final name there."""
+    cluster = sim_cluster("pair")
+    fresh_models(cluster, tiny)  # the seed on rank 0 only
+    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
+                         model_sync_verify_sha256=False)
+    net = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)
+    assert net.rc == 0, net.failures()
+    models = REMOTE_MODEL.rsplit("/", 1)[0]  # the Macs' models directory, as the Macs see it
+    cluster.exec("m2", ["/bin/mkdir", "-p", models], check=True)
+    cluster.exec("m2", ["/bin/mount", "-t", "tmpfs", "-o", "size=64k,mode=1777", "tmpfs", models], check=True)
+    try:
+        run = run_site(cluster, tags=["models"], extravars=extravars)
+        assert run.rc != 0
+        msgs = " ".join(m for h, t, m in run.failures() if m)
+        assert "m2: the model needs " in msgs and "free space on that disk" in msgs, msgs
+        assert ok_results(run, SEND) == {}  # nothing was sent
+        listed = cluster.exec("m2", ["find", models, "-type", "f"]).stdout.split()
+        assert not [f for f in listed if f.endswith(".safetensors")], listed
+    finally:
+        cluster.exec("m2", ["/bin/umount", models])
+
+
+def module_on(cluster, host, module, args, tmp_path):
+    """mlx.cluster.<module> run once on `host` (a playbook of that one task, as run_site runs
+    every playbook); -> its result."""
+    book = tmp_path / f"{module}-{args['state']}.yml"
+    book.write_text(json.dumps([{"name": module, "hosts": host, "gather_facts": False,
+                                 "tasks": [{"name": "the module", f"mlx.cluster.{module}": args}]}]))
+    run = run_site(cluster, playbook=str(book), python_env=None)
+    (res,) = [r["res"] for r in run.results("the module")]
+    return res
+
+
+STRANGER = """
+import json, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.sendall((json.dumps({"magic": sys.argv[3], "token": "not-the-token-0123456789"}) + "\\n").encode())
+print(s.makefile().readline().strip())
+"""
+
+
+def test_a_stranger_without_the_token_is_refused_and_named_and_the_lan_reaches_nothing(sim_cluster, tiny, tmp_path):
+    """A receiver started on m2 for its cable from m1: a connection from m1 over the cable
+    without the token is refused and named when the receiver is collected; the same port on
+    m2's management address has nothing listening (the receiver is bound to its cable only)."""
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import MAGIC
+    cluster = sim_cluster("pair")
+    fresh_models(cluster, tiny)
+    net = run_site(cluster, tags=["network", "hostfile"], extravars=settings(cluster, tiny))
+    assert net.rc == 0, net.failures()
+    plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
+    (cable,) = plan["ip_plan"]["hosts"]["m2"]
+    files = {"config.json": {"size": 10, "sha256": "0" * 64, "mtime": 1764130000}}
+    run_id = "mlx-copy-strangertest0123456"
+    started = module_on(cluster, "m2", "model_receive", {
+        "state": "started", "path": REMOTE_MODEL, "files": files, "addresses": [cable["address"]],
+        "token": "the-real-token-0123456789abcdef", "run_id": run_id, "idle_timeout": 8, "label": "m2"}, tmp_path)
+    assert started.get("port"), started
+    try:
+        said = cluster.exec("m1", [sys.executable, "-c", STRANGER, cable["address"], str(started["port"]), MAGIC])
+        assert "not this copy's token" in said.stdout, (said.stdout, said.stderr)
+        lan = cluster.exec("m1", [sys.executable, "-c", STRANGER, cluster.mgmt_address("m2"), str(started["port"]), MAGIC])
+        assert lan.returncode != 0 and "Connection refused" in lan.stderr, (lan.stdout, lan.stderr)
+    finally:
+        # no sender came: the receiver ends by itself (idle), saying who it refused
+        done = module_on(cluster, "m2", "model_receive", {"state": "finished", "path": REMOTE_MODEL, "run_id": run_id,
+                                                           "wait": 30, "label": "m2"}, tmp_path)
+    assert done["strangers"] == [cable["peer_address"]], done
+    assert done["missing"] == ["config.json"] and [p["kind"] for p in done["problems"]] == ["idle"], done
+    assert started["port"] not in listening(cluster, "m2")

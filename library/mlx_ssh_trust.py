@@ -57,6 +57,15 @@ options:
     description: The toolkit's known_hosts file; C(~) is this Mac's home.
     type: str
     default: "~/.ssh/mlx_cluster_known_hosts"
+  command_file:
+    description:
+      - Where the forced command of the cluster keys lives on this Mac (the script that lets a
+        cluster key run rsync's receiving end into the model's directory and nothing else; see
+        the C(command=) of the lines the role C(ssh_trust) writes). C(~) is this Mac's home.
+      - Written when O(authorized_keys) holds a line that runs it and it differs; removed when
+        O(authorized_keys) is empty. RV(command_file_ok) says whether it is in place.
+    type: str
+    default: "~/.ssh/mlx_cluster_receive_only"
 attributes:
   check_mode:
     support: full
@@ -109,6 +118,11 @@ known_hosts:
   returned: always
   type: str
   sample: "m2,10.208.0.2 ssh-ed25519 AAAAC3Nza...\n"
+command_file_ok:
+  description: Whether O(command_file) holds the forced command as this version of the toolkit writes it (after this run).
+  returned: always
+  type: bool
+  sample: true
 """
 
 import glob
@@ -117,7 +131,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import FilesError, current, write
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import host_key_lines, marker_lines, split_block, with_block
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import (
+    RECEIVE_ONLY,
+    host_key_lines,
+    marker_lines,
+    split_block,
+    with_block,
+)
 
 
 def read_text(module, path):
@@ -164,6 +184,7 @@ def main():
                                             "(ssh_trust_state=absent removes it)"),
             known_hosts=dict(type="str"),
             known_hosts_path=dict(type="str", default="~/.ssh/mlx_cluster_known_hosts"),
+            command_file=dict(type="str", default="~/.ssh/mlx_cluster_receive_only"),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,
@@ -171,6 +192,7 @@ def main():
     p = module.params
     key = os.path.expanduser(p["key"])
     known_hosts_path = os.path.expanduser(p["known_hosts_path"])
+    command_file = os.path.expanduser(p["command_file"])
     authorized_path = os.path.expanduser("~/.ssh/authorized_keys")
     try:
         marker_lines(p["marker"])
@@ -212,13 +234,27 @@ def main():
         if block != wanted:
             changed |= put(module, authorized_path, with_block(text, p["marker"], wanted), 0o600, diffs)
         block = wanted
+    command_file_ok = read_text(module, command_file) == RECEIVE_ONLY
+    if block is not None and any("command=" in line for line in block) and not command_file_ok:
+        changed |= put(module, command_file, RECEIVE_ONLY, 0o600, diffs)
+        command_file_ok = True
+    elif p["authorized_keys"] is not None and not block and os.path.lexists(command_file):
+        changed = True  # no key runs it any more
+        diffs.append({"before_header": command_file, "after_header": command_file, "before": "(the forced command)",
+                      "after": ""})
+        if not module.check_mode:
+            try:
+                os.unlink(command_file)
+            except OSError as exc:
+                module.fail_json(msg=f"cannot remove {command_file}: {exc.strerror}")
+        command_file_ok = False
     known_hosts = read_text(module, known_hosts_path)
     if p["known_hosts"] is not None:
         changed |= put(module, known_hosts_path, p["known_hosts"], 0o600, diffs)
         known_hosts = p["known_hosts"]
 
     result = dict(changed=changed, key_created=key_created, public_key=public_key, host_keys=host_keys,
-                  authorized_keys=block, known_hosts=known_hosts)
+                  authorized_keys=block, known_hosts=known_hosts, command_file_ok=command_file_ok)
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -158,6 +158,14 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
     assert [k[1:3] for k in known] == [m2_host_key]
     assert {"m2", cluster.mgmt_address("m2"), plan["ip_plan"]["hosts"]["m1"][0]["peer_address"]} \
         <= set(known[0][0].split(","))
+    # the cluster key only copies: from m1's own addresses, rsync's receiving end into the model
+    (line,) = [ln for ln in authorized.splitlines() if " ".join(cluster_key) in ln]
+    assert line.startswith('restrict,from="') and "mlx_cluster_receive_only /srv/admin/mlx-cluster/models/tiny" in line
+    home = cluster.session_home("m1")
+    shell = cluster.exec("m1", ["ssh", "-F", "/dev/null", "-i", f"{home}/.ssh/mlx_cluster_ed25519", "-o", "IdentitiesOnly=yes",
+                                "-o", f"UserKnownHostsFile={home}/.ssh/mlx_cluster_known_hosts", "-o", "BatchMode=yes",
+                                "-l", cluster.user, plan["ip_plan"]["hosts"]["m1"][0]["peer_address"], "id"])
+    assert shell.returncode == 126 and "only lets rsync receive into" in shell.stderr, (shell.returncode, shell.stderr)
     # a second run changes nothing; the trust can be removed, the user's own key stays
     again = run_site(cluster, tags=["models"],
                      extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
@@ -166,6 +174,7 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
     assert gone.rc == 0, gone.failures()
     assert (m2_ssh / "authorized_keys").read_text().strip() == controller_key
     assert sorted(p.name for p in m1_ssh.iterdir()) == ["authorized_keys"]
+    assert sorted(p.name for p in m2_ssh.iterdir()) == ["authorized_keys"]  # the forced command too
 
 
 def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(sim_cluster, tmp_path):

@@ -97,3 +97,23 @@ def test_keygen_that_fails_or_hangs_is_named(capsys, mac):
     assert "Permission denied" in failed.result["msg"]
     hung = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], make_key=True), commands={argv: HANG}, env=mac["env"])
     assert hung.failed and "ssh-keygen" in hung.result["msg"]
+
+
+def test_a_line_that_runs_the_forced_command_brings_it_and_an_empty_block_takes_it_away(capsys, mac):
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import RECEIVE_ONLY, authorized_line
+    ssh = mac["home"] / ".ssh"
+    line = authorized_line("ssh-ed25519 AAAAm1 mlx-cluster m1", ["10.0.0.11"], "~/.ssh/mlx_cluster_receive_only",
+                           "/Users/admin/mlx-cluster/models/tiny")
+    run = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[line]), env=mac["env"])
+    assert not run.failed, run.result
+    assert run.result["changed"] and run.result["command_file_ok"]
+    assert (ssh / "mlx_cluster_receive_only").read_text() == RECEIVE_ONLY
+    assert (ssh / "mlx_cluster_receive_only").stat().st_mode & 0o777 == 0o600
+    read = run_module(capsys, "mlx_ssh_trust", dict(mac["args"]), env=mac["env"])
+    assert not read.result["changed"] and read.result["command_file_ok"] and read.result["authorized_keys"] == [line]
+    (ssh / "mlx_cluster_receive_only").write_text("exec \"$@\"\n")  # changed behind our back: put back
+    fixed = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[line]), env=mac["env"])
+    assert fixed.result["changed"] and (ssh / "mlx_cluster_receive_only").read_text() == RECEIVE_ONLY
+    gone = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[]), env=mac["env"])
+    assert gone.result["changed"] and not gone.result["command_file_ok"]
+    assert not (ssh / "mlx_cluster_receive_only").exists() and gone.result["authorized_keys"] == []

@@ -6,7 +6,7 @@
 # Extra arguments go to pytest. pytest's exit code 5 (no test ran) is a failure.
 # Tests run in parallel, one worker per CPU (pytest-xdist; PYTEST_XDIST_AUTO_NUM_WORKERS
 # overrides): the end-to-end tests mostly wait on SSH and on the simulated Macs, so two workers
-# on two cores take about half the time of one (docs/benchmarks.md, "Test suite: workers").
+# on two cores take about half the time of one (bench/NOTES.md, "Test suite: workers").
 # Work stealing, with the simulated-cluster tests collected first (tests/conftest.py): an idle
 # worker takes queued tests from the busy one, and the short unit tests fill the end.
 set -uo pipefail

@@ -12,6 +12,7 @@ HOME = "/Users/admin"
 DEST = "/Users/admin/mlx-cluster/models/qwen"
 BASE = [RSYNC, "--recursive", "--copy-links", "--perms", "--times", "--whole-file", "--out-format=%i %n%L"]
 STALL = "--timeout=120"  # the module's default stall_timeout
+OWN = ["--exclude=.mlx-cluster-*", "--exclude=.*.mlxpart"]  # the cables' own files never go by rsync
 FIRST = "cd+++++++++ ./\n>f+++++++++ config.json\n>f+++++++++ model.safetensors\n"
 GNU_VERSION = (0, "rsync  version 3.2.7  protocol version 31\n", "")
 OPENRSYNC_VERSION = (0, "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n", "")
@@ -32,7 +33,7 @@ def push(src, host="admin@10.208.0.2", **extra):
 
 
 def remote_argv(src, *flags, rsh=f"{SSH} -o HostKeyAlias=m2 -o BatchMode=yes", host="admin@10.208.0.2"):
-    return tuple(BASE + list(flags) + [STALL, "--rsh", rsh, src + "/", f"{host}:{DEST}/"])
+    return tuple(BASE + list(flags) + [STALL] + OWN + ["--rsh", rsh, src + "/", f"{host}:{DEST}/"])
 
 
 SSH_ARGS = ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"]
@@ -91,7 +92,7 @@ def test_rsync_path_for_the_far_end(module_runner, src):
 
 def test_local_copy_uses_no_ssh(module_runner, src, tmp_path):
     dest = str(tmp_path / "home" / "mlx-cluster" / "models" / "qwen")
-    argv = tuple(BASE + [STALL, src + "/", dest + "/"])
+    argv = tuple(BASE + [STALL] + OWN + [src + "/", dest + "/"])
     out = module_runner("model_rsync", args={"src": src, "dest": dest}, bins={"rsync": RSYNC, "ssh": None},
                         commands={argv: (0, "", "")}, env={"HOME": str(tmp_path / "home")})
     assert not out.failed, out.result

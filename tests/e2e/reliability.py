@@ -11,7 +11,7 @@ ROWS: list[dict] = []
 
 
 class Fault:
-    """with Fault("name") as f: ... f.message(text); f.converged(bool)"""
+    """with Fault("name") as f: ... f.message(text); f.converged(bool) (asserted)"""
 
     def __init__(self, name):
         self.row = {"fault": name, "seconds": None, "message": "", "converged": None}
@@ -26,9 +26,13 @@ class Fault:
         lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
         self.row["message"] = (lines[0] if lines else "")[:300]
 
-    def converged(self, ok):
-        """True/False after a re-run; None where there is nothing to re-run (a refusal)."""
+    def converged(self, ok, why=""):
+        """Whether the re-run after the repair converged: recorded for the docs table and
+        asserted (a re-run that did not converge fails the test); None where there is nothing
+        to re-run (a refusal)."""
         self.row["converged"] = None if ok is None else bool(ok)
+        assert ok is None or ok, f"{self.row['fault']}: the re-run after the repair did not converge" + (
+            f" ({why})" if why else "")
 
     def __exit__(self, exc_type, exc, tb):
         self.row["passed"] = exc_type is None

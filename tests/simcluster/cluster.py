@@ -1082,9 +1082,12 @@ class SimCluster:
         live overrides dropped, persistent network preferences, power settings,
         SoftwareUpdate preferences and LaunchDaemons back to the factory state (the spec's),
         runtime state and /tmp emptied, ~/.ssh as set up for the controller alone, every Mac
-        restarted. The rest of the homes (and argv logs) stay."""
+        restarted; the controller's artifacts of earlier runs (the inventory's `artifacts/`:
+        plan, preflight, report, results) removed, so no test reads another's. The rest of the
+        homes (and argv logs) stay."""
         fd = self._lock()
         try:
+            shutil.rmtree(self.inventory_path.parent / "artifacts", ignore_errors=True)
             parents = [p for p in self._harness().get("pids", {}).values() if _kill_verified(p, self.state_dir)]
             if _wait_gone(parents):
                 raise SimError(f"{self.spec.name}: Macs did not stop for the reset")

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 TAGS = ["network", "hostfile", "port_check"]
 FAIL = "Fail naming each pair of Macs that cannot reach a port MLX uses"
 REPORT = "Report the ports and the application firewalls"
+SWEEP = "Sweep all_sum sizes across the whole cluster (and check every sum)"  # net_check's first launch
 RING = {"mlx_cluster_backend": "ring"}   # what the simulated Macs launch (no JACCL on Linux)
 
 
@@ -39,6 +40,9 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
         ring = run_site(cluster, tags=TAGS, extravars=RING, python_env="existing")
         # jaccl (the pair's plan, TB5 with RDMA): rank 0's coordinator port, on its LAN address
         jaccl = run_site(cluster, tags=TAGS, python_env="existing")
+        # a launch that runs the port check first (the collective check): stopped before it launches
+        swept = run_site(cluster, tags=["net_check"], extravars=dict(RING, net_check_max_bytes=1 << 20),
+                         python_env="existing")
     finally:
         cluster.unblock_ports("m1")
     assert ring.rc != 0 and jaccl.rc != 0
@@ -54,10 +58,10 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     (line,) = [ln for ln in fail["res"]["msg"].splitlines() if "cannot reach" in ln]
     assert re.search(rf"^- m2 cannot reach m1 {re.escape(cluster.mgmt_address('m1'))}:{STARTING_PORT} "
                      r"\(the JACCL coordinator, rank 0\): no answer", line), line
-    # nothing launched; the socketfilterfw getters ran (read-only), never a setter
-    for run in (ring, jaccl):
-        assert not any((e.get("event_data") or {}).get("task", "").startswith("Run the") for e in run.events
-                       if e.get("event") == "runner_on_ok")
+    # the collective check stopped at its port check: the sweep never ran on any Mac
+    assert swept.rc != 0 and swept.results(FAIL), swept.failures()
+    assert [r for r in swept.results(SWEEP) if not r["res"].get("skipped")] == []
+    # the socketfilterfw getters ran (read-only), never a setter
     fw = [a for h in cluster.hosts for a in cluster.argv_log(h) if a and a[0].endswith("socketfilterfw")]
     assert fw and all(not any(x.startswith("--set") or x in ("--add", "--unblockapp") for x in a) for a in fw), fw
     assert listeners(cluster, "m1") == [] and listeners(cluster, "m2") == []

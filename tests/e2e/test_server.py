@@ -17,7 +17,6 @@ import shutil
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -262,8 +261,12 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
     path up to the rendered plists (one per Mac, each with its own rank's environment), with
     the simulated Macs' `launchctl`, which knows no such job. Nothing is written, bootstrapped
     or booted out: the only launchctl calls are `print`."""
-    plist_path = Path("/Library/LaunchDaemons/org.mlx-cluster.server.plist")
-    assert not plist_path.exists()
+    plist_path = "/Library/LaunchDaemons/org.mlx-cluster.server.plist"  # as each simulated Mac sees it
+
+    def plists():
+        return {h: pair.exec(h, ["test", "-e", plist_path]).returncode == 0 for h in pair.hosts}
+
+    assert plists() == {h: False for h in pair.hosts}
     pair.clear_argv_logs()
     run = run_site(pair, tags=["server"], check=True, diff=True,
                    extravars={**EXTRA, "mlx_server_supervisor": "launchd"}, playbook=pair.server_playbook)
@@ -293,7 +296,7 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
     for h in pair.hosts:
         calls = [a[1:] for a in pair.argv_log(h) if a and a[0] == "launchctl"]
         assert calls and all(c[0] == "print" for c in calls), calls  # no bootstrap, no bootout
-    assert not plist_path.exists()
+    assert plists() == {h: False for h in pair.hosts}  # nothing written on any Mac
     assert server_processes(pair) == {h: [] for h in pair.hosts}
 
 

@@ -10,12 +10,14 @@
 - `sim_clean_logs`: function-scoped; empties the argv logs of every cluster started so far
   and returns a callable that does it again.
 - Tests marked `sim` (and every test using the fixtures) are skipped with a one-line
-  reason when the machine cannot run the simulation (not root, no `ip netns`, no sshd).
+  reason when the machine cannot run the simulation (not root, no `ip netns`, no sshd); with
+  MLXSIM_REQUIRED set (.ci/run sets it) the session fails instead.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 
 import pytest
 
@@ -42,6 +44,10 @@ def pytest_collection_modifyitems(config, items):
     if not sim_items:
         return
     reason = _reason()
+    if reason and os.environ.get("MLXSIM_REQUIRED"):
+        # CI (.ci/run) must run the simulated tier: a skip there would be a green run of unit tests alone
+        raise pytest.UsageError(f"the simulated Mac cluster cannot run on this machine ({reason}), and "
+                                "MLXSIM_REQUIRED is set: its tests would all be skipped")
     if reason:
         skip = pytest.mark.skip(reason=reason)
         for item in sim_items:

@@ -1,0 +1,42 @@
+"""tests/simcluster/pytest_plugin.py: where the simulated cluster cannot run, its tests are
+skipped, unless MLXSIM_REQUIRED is set (.ci/run sets it): then the session fails, so CI is never
+green on the unit tests alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+pytest_plugins = ["tests.simcluster.pytest_plugin"]
+import tests.simcluster.pytest_plugin as plugin
+plugin._CHECKED, plugin._REASON = True, "pretend: no network namespaces"
+"""
+
+
+@pytest.mark.parametrize("required", [False, True], ids=["skipped", "required"])
+def test_a_machine_without_the_simulation_skips_or_fails_as_told(tmp_path, required):
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_sim.py").write_text("import pytest\n\n\n@pytest.mark.sim\ndef test_a():\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "MLXSIM_REQUIRED"}
+    if required:
+        env["MLXSIM_REQUIRED"] = "1"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=120)
+    if required:
+        assert out.returncode == 4, out.stdout + out.stderr  # a usage error: the session fails
+        assert "MLXSIM_REQUIRED is set" in out.stdout + out.stderr
+    else:
+        assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
+
+
+def test_ci_requires_the_simulation():
+    assert "export MLXSIM_REQUIRED=1" in (ROOT / ".ci" / "run").read_text()

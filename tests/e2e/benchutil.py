@@ -59,7 +59,7 @@ def model_files(path):
 
 def settings(cluster, tiny, **extra):
     return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny",
-            "model_sync_source_path": str(tiny), "model_sync_verify_sha256": True,
+            "model_sync_source_path": str(tiny),
             "benchmark_modes": ["tensor", "pipeline"], "benchmark_generation_tokens": TOKENS, "benchmark_trials": 1,
             "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240, **extra}
 

@@ -135,20 +135,13 @@ def defaults(role):
     return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
 
 
-# The clusters whose runs take the env stage's default path (a venv on every Mac, from the
-# lab's mirror) unless a test says otherwise: the two most tests use. On the other wirings,
-# whose tests are about cables and topology, the env stage uses `existing`: a venv costs about
-# 20 s of CPU per simulated Mac, and building one on every Mac of every wiring made the suite a
-# third longer (1138 -> 1537 s on this machine, 2026-11-27).
-DEFAULT_PATH_SPECS = {"pair", "mesh4"}
-
-
 def env_vars(cluster, python_env):
-    """The env stage's settings for a run: "venv" (the default path, from the lab's mirror:
-    lab_vars), "existing" (existing_vars), None (nothing: a new user's defaults) or "default"
-    (venv on DEFAULT_PATH_SPECS, existing elsewhere)."""
-    if python_env == "default":
-        python_env = "venv" if cluster.spec.name in DEFAULT_PATH_SPECS else "existing"
+    """The env stage's settings for a run: "venv" (the default path, as the inventory's defaults
+    take it, from the lab's mirror: lab_vars), "existing" (existing_vars, for the tests of that
+    option and the tools compared with), or None (nothing: a new user's defaults, no mirror).
+    Every wiring takes the default path unless a test says otherwise (until 2026-11-28 only pair
+    and mesh4 did: a venv cost about 20 s of CPU per simulated Mac before the install stopped
+    byte-compiling, bench/NOTES.md)."""
     if python_env == "venv":
         return lab_vars(cluster)
     if python_env == "existing":
@@ -159,11 +152,10 @@ def env_vars(cluster, python_env):
 
 
 def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600,
-             python_env="default"):
+             python_env="venv"):
     """Run `playbook` against the cluster's inventory; return a Run. The env stage takes its
-    default path (a venv, from the lab's mirror) on DEFAULT_PATH_SPECS unless `python_env`
-    says "existing" (or "venv" anywhere), or None for nothing but the inventory and
-    `extravars` (a new user's defaults)."""
+    default path (a venv, from the lab's mirror) unless `python_env` says "existing", or None
+    for nothing but the inventory and `extravars` (a new user's defaults)."""
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),

@@ -121,7 +121,9 @@ def test_rank_that_cannot_start_fails_in_time_naming_the_host(sim_cluster, tiny)
 def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing(sim_cluster, tiny):
     # (A rank killed in the middle of a run: tests/e2e/test_faults_runtime.py.)
     cluster = sim_cluster("pair")
-    ok = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
+    # its own venv, model and bench script in place (cables need addressing after a reset())
+    ok = run_site(cluster, tags=["network", "hostfile", "env", "models", "benchmark"],
+                  extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
     assert ok.rc == 0, ok.failures()
     # m2 has no bench script: rank 1 cannot start it and exits at once, so rank 0 never gets
     # its peer: the launcher stops the group (the bench's bounded init and the launcher

@@ -5,10 +5,14 @@
   this tree): the same names, and the same loader, as when Ansible runs it (ansible-test's
   unit tests do the same).
 - the simulated Mac cluster fixtures come from tests/simcluster/pytest_plugin.py.
+- docs/reliability.md is written once, when the session ends, from every worker's fault rows.
 """
 
+import json
 import os
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(ROOT, "ansible.cfg"))
@@ -33,3 +37,28 @@ def pytest_collection_modifyitems(config, items):
     the workers' idle ends instead of one worker finishing a minute-long test alone. Stable: the
     order within each group is the collection order."""
     items.sort(key=lambda item: item.get_closest_marker("sim") is None)
+
+
+# docs/reliability.md, written once per session by one process: each pytest-xdist worker hands
+# the fault rows it recorded (tests/e2e/reliability.py) to the controlling process, which writes
+# the table when the session ends (a run without workers writes its own).
+_WORKER_ROWS = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    rows = getattr(node, "workeroutput", {}).get("reliability_rows")
+    if rows:
+        _WORKER_ROWS.extend(json.loads(rows))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reliability = sys.modules.get("tests.e2e.reliability")
+    if hasattr(session.config, "workeroutput"):  # a worker: its rows go to the controller
+        session.config.workeroutput["reliability_rows"] = json.dumps(reliability.ROWS if reliability else [])
+        return
+    if reliability is None and not _WORKER_ROWS:
+        return
+    from tests.e2e import reliability as rel
+    rel.ROWS.extend(_WORKER_ROWS)
+    rel.write()

@@ -1,5 +1,6 @@
-"""Collects one row per fault for docs/reliability.md (written at the end of each fault module;
-the rows of faults not run in this session are kept)."""
+"""Collects one row per fault for docs/reliability.md, written once when the session ends, by the
+process that runs it (tests/conftest.py gathers every pytest-xdist worker's rows); the rows of
+faults not run in this session are kept."""
 
 from __future__ import annotations
 

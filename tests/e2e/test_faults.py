@@ -14,17 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e import reliability
 from tests.e2e.reliability import Fault
 from tests.e2e.runner import ROOT, is_mutating, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def report():
-    yield
-    reliability.write()
 
 
 def plan_of(cluster):

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from tests.e2e import reliability
 from tests.e2e.reliability import Fault
 from tests.e2e.runner import run_site
 
@@ -26,11 +25,6 @@ DISCOVER = "Discover Thunderbolt ports, RDMA devices, addresses and system facts
 # (the healthy run is measured in the same test and added on top).
 MARGIN = 30
 
-
-@pytest.fixture(scope="module", autouse=True)
-def report():
-    yield
-    reliability.write()
 
 
 

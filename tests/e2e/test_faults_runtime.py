@@ -35,11 +35,6 @@ AFTER_KILL_BOUND = 30  # seconds from the kill to the module's end (measured: un
 RING_MOVING = 32 * 1024  # bytes on the rank's ring sockets that only generation produces
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report():
-    yield
-    reliability.write()
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

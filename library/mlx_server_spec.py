@@ -97,6 +97,15 @@ options:
     description: Requests that may wait while one is generated; more get HTTP 503.
     type: int
     default: 8
+  allowed_hosts:
+    description:
+      - Names clients may reach the API by (the HTTP C(Host) header), besides addresses,
+        C(localhost) and the Mac's own names (its host name, with and without its domain, and
+        C(.local)). A request naming the server by any other name is refused (HTTP 403), as a
+        web page that rebound its own name to the server's address would send.
+    type: list
+    elements: str
+    default: []
   stall_timeout:
     description: >-
       Seconds without a token (or an idle turn) after which a ready rank counts as stalled and
@@ -252,6 +261,7 @@ def main():
             ring_port=dict(type="int", default=42323), init_timeout=dict(type="int", default=120),
             max_tokens=dict(type="int", default=2048), poll_interval=dict(type="float", default=0.5),
             request_timeout=dict(type="int", default=600), queue_size=dict(type="int", default=8),
+            allowed_hosts=dict(type="list", elements="str", default=[]),
             stall_timeout=dict(type="int", default=120), max_restarts=dict(type="int", default=3),
             env=dict(type="list", elements="str", default=[]),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
@@ -289,7 +299,7 @@ def main():
         "imports_sha256": import_sums, "keeper": p["keeper"], "keeper_sha256": sums["server's supervisor"],
         "run_dir": run_dir,
         "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
-        "request_timeout": p["request_timeout"], "queue_size": p["queue_size"],
+        "request_timeout": p["request_timeout"], "queue_size": p["queue_size"], "allowed_hosts": p["allowed_hosts"],
         "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"], "env": p["env"],
         "supervisor": p["supervisor"], "label": p["label"],
     }
@@ -298,7 +308,8 @@ def main():
                        backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
                        model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
                        request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
-                       queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest)
+                       queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest,
+                       allowed_hosts=p["allowed_hosts"])
     keeper = keeper_argv(p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"],
                          max_restarts=p["max_restarts"])
     env_file = rank_files(run_dir, rank)["env"]

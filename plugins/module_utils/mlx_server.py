@@ -151,14 +151,15 @@ def rank_files(run_dir, rank):
 
 def server_argv(python, script, *, model, run_dir, mode, world, backend, host, port, model_id,
                 max_tokens, poll_interval, request_timeout, init_timeout, queue_size, stall_timeout,
-                settings_hash_value):
+                settings_hash_value, allowed_hosts=()):
     """The rank's command line (without --run-id, which each start adds)."""
+    allowed = [w for name in allowed_hosts for w in ("--allowed-host", name)]
     return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
             "--expect-world", str(world), "--init-timeout", _num(init_timeout),
             "--backend", init_backend(backend), "--host", host, "--port", str(port),
             "--model-id", model_id, "--max-tokens", str(max_tokens),
             "--poll-interval", _num(poll_interval), "--request-timeout", _num(request_timeout),
-            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout),
+            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout), *allowed,
             "--settings-hash", settings_hash_value]
 
 

@@ -76,6 +76,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import contextlib  # noqa: E402
+import ipaddress  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import queue  # noqa: E402
@@ -107,7 +108,7 @@ def log(msg):
 
 KIND_IDLE, KIND_GENERATE = 0, 1
 HEADER_LEN = 4
-MAX_PAYLOAD = 64 * 1024 * 1024
+MAX_PAYLOAD = 64 * 1024 * 1024  # a request between the ranks (rank 0 checks the HTTP body's size: MAX_BODY)
 REQUEST_KEYS = ("tokens", "max_tokens", "temperature", "top_p", "seed", "stop")
 
 
@@ -243,6 +244,9 @@ def parse_args(argv):
     p.add_argument("--stall-timeout", type=float, default=120.0,
                    help="seconds without a turn or a token after which the loop counts as stalled "
                         "(0: never)")
+    p.add_argument("--allowed-host", action="append", default=[],
+                   help="a name clients may reach rank 0's API by, besides addresses, localhost and "
+                        "this Mac's own names (repeatable)")
     p.add_argument("--settings-hash", default="", help="recorded in the state files")
     p.add_argument("--run-id", default="",
                    help="unique id of this start, so its processes can be found (and only they)")
@@ -338,8 +342,9 @@ def _number(body, key, default, lo, hi, kind=float):
     value = body.get(key, default)
     if value is None:
         value = default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and int(value) != value):
-        raise ApiError(400, f"'{key}' must be a{'n integer' if kind is int else ' number'}", key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not math.isfinite(value)) or (kind is int and int(value) != value):
+        raise ApiError(400, f"'{key}' must be a{'n integer' if kind is int else ' finite number'}", key)
     if not lo <= value <= hi:
         raise ApiError(400, f"'{key}' must be between {lo} and {hi}", key)
     return kind(value)
@@ -394,14 +399,132 @@ def chat_prompt(tokenizer, messages):
     return list(tokenizer.encode(text))
 
 
-def completion_prompt(tokenizer, prompt):
+def completion_prompt(tokenizer, prompt, vocab_size=None):
+    """The prompt's token ids: a string encoded, or ids given, each within the model's
+    vocabulary (an id past it would read outside the embedding table on every rank)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return list(tokenizer.encode(prompt))
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        limit = vocab_size or 2 ** 31
+        bad = [t for t in prompt if not 0 <= t < limit]
+        if bad:
+            raise ApiError(400, f"token id {bad[0]} is outside the model's vocabulary (0 to {limit - 1})", "prompt")
         return prompt
     raise ApiError(400, "'prompt' must be a non-empty string or a list of token ids (one prompt)", "prompt")
+
+
+def vocab_size(model_dir, tokenizer):
+    """How many token ids the model has: config.json's vocab_size (its text_config's for a
+    multimodal config), else the tokenizer's length; None when neither says."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = {}
+    for c in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
+        if isinstance(c.get("vocab_size"), int) and c["vocab_size"] > 0:
+            return c["vocab_size"]
+    try:
+        return len(tokenizer) or None
+    except TypeError:
+        return None
+
+
+# What an HTTP request may be: a JSON body of at most MAX_BODY bytes (Content-Type
+# application/json), from a client that is not a web page (no Origin header: browsers send one
+# with every cross-site POST, and a page could otherwise use the user's own reach to the
+# server), naming the server by an address, localhost, this Mac's own names, or a name the
+# user allowed (--allowed-host): a Host of any other name is what DNS rebinding sends.
+MAX_BODY = 8 * 1024 * 1024
+
+
+def refuse_constant(name):
+    raise ApiError(400, f"the body holds {name}, which is not JSON")
+
+
+def check_request_headers(headers, allowed_hosts):
+    """None when an HTTP request's headers are acceptable, else the ApiError to answer."""
+    origin = headers.get("Origin")
+    if origin:
+        return ApiError(403, f"requests from web pages are refused (Origin: {origin}); API clients send no Origin",
+                        kind="permission_error")
+    refused = check_host(headers, allowed_hosts)
+    if refused is not None:
+        return refused
+    ctype = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    if ctype != "application/json":
+        return ApiError(415, f"Content-Type must be application/json, not {ctype or '(none)'}")
+    return None
+
+
+def check_host(headers, allowed_hosts):
+    """None when the Host header names this server (an address, or a name it answers to), else
+    the 403 to answer: what a page that rebound its own name to this address would send."""
+    host = (headers.get("Host") or "").strip().lower()
+    if host.startswith("[") and "]" in host:
+        name = host[1:host.index("]")]
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if name_allowed(name, allowed_hosts):
+        return None
+    return ApiError(403, f"Host {host or '(none)'} is not a name of this server: use its address, or add the "
+                         "name to mlx_server_allowed_hosts", kind="permission_error")
+
+
+def name_allowed(name, allowed_hosts):
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return name.rstrip(".") in {n.lower().rstrip(".") for n in allowed_hosts}
+
+
+def own_names(host):
+    """The names this Mac answers to without the user saying so: localhost, its host name (with
+    and without its domain, and as Bonjour's .local), and the bind address when it is a name."""
+    names = {"localhost"}
+    for n in (socket.gethostname(), host):
+        n = (n or "").lower().rstrip(".")
+        if n and not n.replace(".", "").isdigit() and ":" not in n:
+            short = n.split(".", 1)[0]
+            names |= {n, short, short + ".local"}
+    return names
+
+
+# Connections rank 0's HTTP server serves at once; more are closed at once (each is a thread).
+MAX_CONNECTIONS = 64
+# Seconds a connection may go without sending or taking data (headers, body, a reply).
+SOCKET_TIMEOUT = 60
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most MAX_CONNECTIONS connections at once."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class Job:
@@ -486,6 +609,8 @@ class Server:
     def __init__(self, args, tokenizer, world, clock=time.monotonic):
         self.args = args
         self.tokenizer = tokenizer
+        self.vocab_size = vocab_size(args.model, tokenizer)
+        self.allowed_hosts = own_names(args.host) | set(getattr(args, "allowed_host", None) or [])
         self.world = world
         self.clock = clock
         self.cond = threading.Condition()
@@ -566,17 +691,31 @@ class Server:
             mean = sum(self.durations) / len(self.durations) if self.durations else 1.0
         return max(1, math.ceil(mean))
 
+    def _refusal(self):
+        """The 503 a request gets now (stopping, or the queue full), or None; under self.cond."""
+        if self.stopping:
+            return ApiError(503, "the server is stopping", kind="server_error")
+        waiting = sum(1 for j in self.jobs if not j.abandoned)
+        generating = self.current is not None and not self.current.done.is_set()
+        if waiting + generating > self.args.queue_size:
+            return ApiError(503, f"the server is busy: one request is being generated and {waiting} "
+                                 f"wait (queue size {self.args.queue_size}); retry later",
+                            kind="server_error", code="server_busy",
+                            headers={"Retry-After": str(self.retry_after())})
+        return None
+
+    def check_room(self):
+        """Refuse at once (before the prompt is tokenized) when the request could not be queued."""
+        with self.cond:
+            refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
+
     def submit(self, params, tokens, stream):
         with self.cond:
-            if self.stopping:
-                raise ApiError(503, "the server is stopping", kind="server_error")
-            waiting = sum(1 for j in self.jobs if not j.abandoned)
-            generating = self.current is not None and not self.current.done.is_set()
-            if waiting + generating > self.args.queue_size:
-                raise ApiError(503, f"the server is busy: one request is being generated and {waiting} "
-                                    f"wait (queue size {self.args.queue_size}); retry later",
-                               kind="server_error", code="server_busy",
-                               headers={"Retry-After": str(self.retry_after())})
+            refusal = self._refusal()
+            if refusal is not None:
+                raise refusal
             job = Job(dict(params, tokens=tokens), stream)
             self.jobs.append(job)
             self.cond.notify()
@@ -587,6 +726,7 @@ def make_handler(server):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "mlx-cluster"
+        timeout = SOCKET_TIMEOUT  # a client that stops sending or reading is dropped, its thread freed
 
         def log_message(self, fmt, *a):
             log(f"http {self.address_string()} {fmt % a}")
@@ -606,10 +746,13 @@ def make_handler(server):
                 n = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 n = -1
-            if n < 0 or n > MAX_PAYLOAD:
+            if n < 0:
                 raise ApiError(400, "missing or bad Content-Length")
+            if n > MAX_BODY:
+                self.close_connection = True  # the body is not read
+                raise ApiError(413, f"the body is {n} bytes: at most {MAX_BODY}")
             try:
-                body = json.loads(self.rfile.read(n) or b"null")
+                body = json.loads(self.rfile.read(n) or b"null", parse_constant=refuse_constant)
             except ValueError as exc:
                 raise ApiError(400, f"the body is not JSON: {exc}") from None
             if not isinstance(body, dict):
@@ -618,6 +761,10 @@ def make_handler(server):
 
         def do_GET(self):  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0].rstrip("/")
+            refused = check_host(self.headers, server.allowed_hosts)  # a page's DNS rebinding reads no reply
+            if refused is not None:
+                self.send_json(refused.status, refused.body())
+                return
             if path == "/v1/models":
                 self.send_json(200, server.models())
             elif path.startswith("/v1/models/"):
@@ -633,14 +780,19 @@ def make_handler(server):
         def do_POST(self):  # noqa: N802
             path = self.path.split("?", 1)[0].rstrip("/")
             try:
+                refused = check_request_headers(self.headers, server.allowed_hosts)
+                if refused is not None:
+                    self.close_connection = True  # its body is not read
+                    raise refused
                 if path not in ("/v1/chat/completions", "/v1/completions"):
                     raise ApiError(404, f"no route {path}")
                 body = self.read_body()
                 server.check_model(body)
                 params = sampling_params(body, server.args.max_tokens)
                 chat = path == "/v1/chat/completions"
+                server.check_room()  # a full queue answers 503 before the prompt is tokenized
                 tokens = (chat_prompt(server.tokenizer, body.get("messages")) if chat
-                          else completion_prompt(server.tokenizer, body.get("prompt")))
+                          else completion_prompt(server.tokenizer, body.get("prompt"), server.vocab_size))
                 stream = bool(body.get("stream"))
                 job = server.submit(params, tokens, stream)
             except ApiError as err:
@@ -833,11 +985,10 @@ def _run(args, state):
     progress.write(force=True)
     if rank == 0:
         try:
-            server_class = ThreadingHTTPServer
+            server_class = BoundedHTTPServer
             if ":" in args.host:  # an IPv6 address
-                server_class = type("ThreadingHTTPServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+                server_class = type("BoundedHTTPServer6", (BoundedHTTPServer,), {"address_family": socket.AF_INET6})
             server.httpd = server_class((args.host, args.port), make_handler(server))
-            server.httpd.daemon_threads = True
         except OSError as err:
             state.phase("failed", f"cannot serve HTTP on {args.host}:{args.port}: {err}")
             stop.requested = True  # the other ranks leave at the first turn

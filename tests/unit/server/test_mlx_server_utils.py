@@ -181,9 +181,10 @@ def test_server_argv_is_what_the_server_accepts(tmp_path):
     argv = ms.server_argv("/py", "/s.py", model=str(tmp_path), run_dir="/r", mode="pipeline", world=3,
                           backend="ring", host="::", port=9000, model_id="m", max_tokens=64, poll_interval=0.25,
                           request_timeout=30, init_timeout=60, queue_size=4, stall_timeout=90,
-                          settings_hash_value="abc")
+                          settings_hash_value="abc", allowed_hosts=["mlx.lab.example", "studio-1.lan"])
     args = srv.parse_args(argv[2:] + ["--run-id", "x"])
     assert (args.queue_size, args.stall_timeout, args.poll_interval, args.expect_world) == (4, 90.0, 0.25, 3)
+    assert args.allowed_host == ["mlx.lab.example", "studio-1.lan"]
 
 
 @pytest.mark.parametrize("supervisor, detached", [("process", True), ("launchd", False)])

@@ -266,6 +266,40 @@ def test_bad_requests_get_openai_style_errors(tensor, body, status):
     assert set(json.loads(text)["error"]) >= {"message", "type", "param", "code"}
 
 
+def raw(url, body, headers):
+    """A POST with exactly these headers (urllib adds Host and Content-Length only)."""
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_what_a_web_page_or_a_bad_body_sends_is_refused_and_the_server_serves_on(tensor):
+    """#33: the checks before anything reaches the ranks. A page's POST (text/plain, or with an
+    Origin), a rebound name in Host, an id past the vocabulary (once: every rank raised and the
+    group went down), NaN, and a body over 8 MiB are refused; the group then still answers."""
+    url = tensor.url + "/v1/completions"
+    json_type = {"Content-Type": "application/json"}
+    body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 2}).encode()
+    assert raw(url, body, {"Content-Type": "text/plain"})[0] == 415
+    assert raw(url, body, {**json_type, "Origin": "https://evil.example"})[0] == 403
+    assert raw(url, body, {**json_type, "Host": "rebound.evil.example"})[0] == 403
+    status, text = raw(url, json.dumps({"prompt": [2 ** 70], "max_tokens": 2}).encode(), json_type)
+    assert status == 400 and "outside the model's vocabulary" in text, text
+    assert raw(url, b'{"prompt": "x", "max_tokens": NaN}', json_type)[0] == 400
+    assert raw(url, b'{"prompt": "x", "max_tokens": 1e999}', json_type)[0] == 400  # Infinity by another name
+    host, port = tensor.url.split("//", 1)[1].split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    conn.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {9 * 1024 * 1024}\r\n\r\n".encode())
+    assert conn.makefile("rb").readline().split()[1] == b"413"  # answered before any of the body is read
+    conn.close()
+    status, text = http(url, {"prompt": "The quick brown fox", "max_tokens": 2})
+    assert status == 200, text
+
+
 def test_unknown_route_is_404(tensor):
     assert http(tensor.url + "/v1/embeddings", {"input": "x"})[0] == 404
     assert http(tensor.url + "/nope")[0] == 404

@@ -5,6 +5,8 @@ prompt building. Collectives are simulated by summing the rows."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,113 @@ def test_startup_code_lives_once():
             assert "from mlx_cluster_startup import" in text, name
             for defined in ("def init_distributed", "LAUNCHER_ENV =", "class InitError"):
                 assert defined not in text, f"{name} defines {defined} again"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"max_tokens": float("inf")}, "max_tokens"), ({"max_tokens": float("nan")}, "max_tokens"),
+    ({"seed": float("inf")}, "seed"), ({"seed": float("-inf")}, "seed"), ({"temperature": float("nan")}, "temperature"),
+    ({"top_p": float("nan")}, "top_p"),
+])
+def test_sampling_params_refuse_infinity_and_nan(srv, body, param):
+    with pytest.raises(srv.ApiError) as err:
+        srv.sampling_params(body, 128)
+    assert err.value.status == 400 and err.value.param == param
+
+
+def test_a_body_with_nan_or_infinity_is_not_json(srv):
+    for text in ('{"max_tokens": NaN}', '{"seed": Infinity}', '{"seed": -Infinity}'):
+        with pytest.raises(srv.ApiError, match="not JSON"):
+            json.loads(text, parse_constant=srv.refuse_constant)
+
+
+def test_token_ids_must_lie_within_the_vocabulary(srv):
+    assert srv.completion_prompt(FakeTokenizer(), [0, 99], vocab_size=100) == [0, 99]
+    for bad in ([100], [5, -1], [2 ** 70]):
+        with pytest.raises(srv.ApiError, match="outside the model's vocabulary") as err:
+            srv.completion_prompt(FakeTokenizer(), bad, vocab_size=100)
+        assert err.value.status == 400 and err.value.param == "prompt"
+    with pytest.raises(srv.ApiError, match="0 to 2147483647"):  # a model whose size is not known
+        srv.completion_prompt(FakeTokenizer(), [2 ** 70])
+
+
+def test_the_vocabulary_size_comes_from_the_config(srv, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 151936}))
+    assert srv.vocab_size(tmp_path, None) == 151936
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 262144}}))
+    assert srv.vocab_size(tmp_path, None) == 262144
+    (tmp_path / "config.json").write_text("{}")
+    assert srv.vocab_size(tmp_path, ["a"] * 7) == 7
+    assert srv.vocab_size(tmp_path / "none", object()) is None
+
+
+ALLOWED = {"localhost", "studio-1", "studio-1.local", "mlx.lab.example"}
+OK_HEADERS = {"Host": "10.0.0.11:8080", "Content-Type": "application/json; charset=utf-8"}
+
+
+@pytest.mark.parametrize("headers", [
+    OK_HEADERS, dict(OK_HEADERS, Host="localhost:8080"), dict(OK_HEADERS, Host="studio-1.local:8080"),
+    dict(OK_HEADERS, Host="[fe80::1]:8080"), dict(OK_HEADERS, Host="mlx.lab.example"), dict(OK_HEADERS, Host="STUDIO-1."),
+])
+def test_requests_from_api_clients_pass(srv, headers):
+    assert srv.check_request_headers(headers, ALLOWED) is None
+
+
+@pytest.mark.parametrize("headers, status, words", [
+    (dict(OK_HEADERS, Origin="https://evil.example"), 403, "from web pages are refused (Origin: https://evil.example)"),
+    (dict(OK_HEADERS, Origin="null"), 403, "Origin: null"),
+    (dict(OK_HEADERS, Host="rebound.evil.example:8080"), 403, "Host rebound.evil.example:8080 is not a name of this server"),
+    ({"Content-Type": "application/json"}, 403, "Host (none)"),
+    (dict(OK_HEADERS, **{"Content-Type": "text/plain"}), 415, "not text/plain"),
+    ({"Host": "10.0.0.11"}, 415, "not (none)"),
+])
+def test_requests_a_web_page_could_make_are_refused(srv, headers, status, words):
+    err = srv.check_request_headers(headers, ALLOWED)
+    assert err is not None and err.status == status and words in err.message, err and err.message
+
+
+def test_the_macs_own_names(srv, monkeypatch):
+    monkeypatch.setattr(srv.socket, "gethostname", lambda: "Studio-1.lan")
+    assert srv.own_names("10.0.0.11") == {"localhost", "studio-1.lan", "studio-1", "studio-1.local"}
+    assert "api.example" in srv.own_names("api.example")
+
+
+def test_the_http_server_serves_a_bounded_number_of_connections(srv, monkeypatch):
+    import socket
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler
+
+    gate = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            gate.wait(10)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    monkeypatch.setattr(srv, "MAX_CONNECTIONS", 2)
+    httpd = srv.BoundedHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        held = [threading.Thread(target=lambda: urllib.request.urlopen(url, timeout=10).read(), daemon=True)
+                for _ in range(2)]
+        for t in held:
+            t.start()
+        deadline = time.monotonic() + 5
+        while httpd.slots._value and time.monotonic() < deadline:  # both slots taken
+            time.sleep(0.02)
+        third = socket.create_connection(httpd.server_address, timeout=5)
+        third.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert third.recv(100) == b""  # closed at once, not queued behind the two
+        gate.set()
+        for t in held:
+            t.join(10)
+        assert httpd.slots._value == 2  # every slot given back
+    finally:
+        gate.set()
+        httpd.shutdown()
+        httpd.server_close()

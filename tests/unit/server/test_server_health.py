@@ -67,7 +67,7 @@ class FakeGenerate:
 
 
 def args(**kw):
-    base = dict(model="/models/tiny", model_id="tiny", max_tokens=64, request_timeout=30.0, queue_size=2,
+    base = dict(model="/models/tiny", model_id="tiny", host="127.0.0.1", max_tokens=64, request_timeout=30.0, queue_size=2,
                 stall_timeout=0.0, poll_interval=0.05)
     return argparse.Namespace(**{**base, **kw})
 

@@ -28,6 +28,21 @@ LABEL = r"\[m2 -> m1(\([\d.]+\))?\]"  # as Ansible's default callback names the 
 PROGRESS = re.compile(LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
 
 
+def progress_lines(run, task_name, label_re, line_re):
+    """(the host label of the task's first changed result, the progress lines printed before
+    it), each line checked against line_re and that label; printed as a user sees them (-s)."""
+    lines = run.stdout.splitlines()
+    task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and task_name in ln)
+    result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + label_re, ln)), None)
+    assert result is not None, "\n".join(lines[task:task + 40])
+    label = re.match("changed: (" + label_re + ")", lines[result]).group(1)
+    shown = [ln for ln in lines[task:result] if re.match(label_re + " model: ", ln)]
+    assert shown, "\n".join(lines[task:result + 1])
+    assert all(line_re.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
+    print("\n".join([lines[task], *shown, lines[result]]))
+    return label, shown
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
@@ -60,15 +75,7 @@ def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
     left = [p.name for p in cluster.home("m1").glob(".ansible/tmp/ansible-tmp-*")]
     assert left == [], left
 
-    lines = first.stdout.splitlines()
-    task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and COPY_TASK in ln)
-    result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + LABEL, ln)), None)
-    assert result is not None, "\n".join(lines[task:task + 40])
-    label = re.match("changed: (" + LABEL + ")", lines[result]).group(1)
-    shown = [ln for ln in lines[task:result] if re.match(LABEL + " model: ", ln)]
-    assert shown, "\n".join(lines[task:result + 1])
-    assert all(PROGRESS.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
-    print("\n".join([lines[task], *shown, lines[result]]))  # what a user sees (pytest -s)
+    label, shown = progress_lines(first, COPY_TASK, LABEL, PROGRESS)
     total = PAD_BYTES + sum(p.stat().st_size for p in tiny.rglob("*") if p.is_file())
     assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
 
@@ -99,16 +106,8 @@ def test_the_default_copy_over_the_cable_prints_progress_too(sim_cluster, tiny):
             subprocess.run(["tc", "-n", cluster.ns(host), "qdisc", "del", "dev", iface, "root"], check=False,
                            capture_output=True)
     assert first.rc == 0, first.failures()
-    lines = first.stdout.splitlines()
-    task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and SEND_TASK in ln)
-    result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + ANY_LABEL, ln)), None)
-    assert result is not None, "\n".join(lines[task:task + 40])
-    label = re.match("changed: (" + ANY_LABEL + ")", lines[result]).group(1)
-    shown = [ln for ln in lines[task:result] if re.match(ANY_LABEL + " model: ", ln)]
-    assert shown, "\n".join(lines[task:result + 1])
-    line = re.compile(ANY_LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
-    assert all(line.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
-    print("\n".join([lines[task], *shown, lines[result]]))  # what a user sees (pytest -s)
+    label, shown = progress_lines(first, SEND_TASK, ANY_LABEL,
+                                  re.compile(ANY_LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$"))
     total = sum(len(b) for b in model_files(model).values())
     assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
     sender = re.match(r"\[m\d -> (m\d)", label).group(1)

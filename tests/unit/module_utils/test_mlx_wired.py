@@ -72,7 +72,10 @@ def test_file_problem_is_launchds_rule():
     assert file_problem(None) is None and file_problem(stat()) is None
     assert "not root:wheel" in file_problem(stat(uid=501))
     assert "group or others write" in file_problem(stat(mode=0o100664))
-    assert file_problem(os.stat(__file__)) in (None, file_problem(os.stat(__file__)))   # a real stat works
+    # what os.stat returns (not only the stand-ins above): a root:wheel file, group-writable
+    real = os.stat_result((0o100664, 0, 0, 1, 0, 0, 100, 0, 0, 0))
+    assert "mode 0664 lets group or others write it" == file_problem(real)
+    assert file_problem(os.stat_result((0o100644, 0, 0, 1, 0, 0, 100, 0, 0, 0))) is None
 
 
 def test_plan_nothing_to_do_when_in_place():

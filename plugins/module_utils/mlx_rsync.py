@@ -161,11 +161,15 @@ class CopyProgress:
     def bytes(self):
         return self.done_bytes + self.current
 
-    def feed(self, text, now):
-        """Read a piece of output; True when the bytes sent moved."""
+    def _begin(self, now):
+        """The first reading: the elapsed time and the rate count from here."""
         if self.start is None:
             self.start = now
             self._samples = [(now, 0)]
+
+    def feed(self, text, now):
+        """Read a piece of output; True when the bytes sent moved."""
+        self._begin(now)
         before = self.bytes
         pieces = re.split(r"[\r\n]", self._partial + text)
         self._partial = pieces.pop()
@@ -192,9 +196,7 @@ class CopyProgress:
     def count(self, sent, files, now):
         """For a copy that counts its own bytes (model_send): `sent` bytes and `files` files
         done so far; True when the bytes sent moved."""
-        if self.start is None:
-            self.start = now
-            self._samples = [(now, 0)]
+        self._begin(now)
         if sent == self.bytes:
             return False
         self.done_bytes, self.current, self.files = sent, 0, files

@@ -48,7 +48,8 @@ def listening(cluster, host):
     return sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()})
 
 
-def model_files(path):
+def file_names(path):
+    """Every file below path (the copy's own record included), relative, sorted."""
     return sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
 
 
@@ -62,7 +63,7 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
     # the default path: sizes compared after the copy (each file's sha256 checked as it arrived)
     extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
                          model_sync_verify_sha256=False)
-    files = model_files(tiny)
+    files = file_names(tiny)
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     assert first.rc == 0, first.failures()
@@ -83,7 +84,7 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
         # a relay passes on its own copy as it arrives
         assert args["follow"] is (planned["src"] != "m1"), host
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
-        assert model_files(dest) == sorted(files + [HASHES]), host
+        assert file_names(dest) == sorted(files + [HASHES]), host
         assert not list(dest.rglob("*" + PART_SUFFIX)), host
         for f in files:
             assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
@@ -135,7 +136,7 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables_without_
         args = res["invocation"]["module_args"]
         assert args["follow"] is True and args["source_name"] == rounds["copies"][host]["src"], (host, args)
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
-        for f in model_files(tiny):
+        for f in file_names(tiny):
             assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
     again = run_site(cluster, tags=["models"], extravars=extravars)
     assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
@@ -184,7 +185,7 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     assert again.rc == 0, again.failures()
     res = ok_results(again, SEND)["m2"]
     assert res["files"][PAD]["resumed"] >= kept > 0, res["files"]
-    assert res["bytes"] < PAD_BYTES + sum((tiny / f).stat().st_size for f in model_files(tiny))
+    assert res["bytes"] < PAD_BYTES + sum((tiny / f).stat().st_size for f in file_names(tiny))
     assert (part.parent / PAD).read_bytes() == (seeded / PAD).read_bytes()
 
 

@@ -19,7 +19,8 @@ description:
     missing file, wrong size, different sha256 and extra weight file in RV(problems), naming
     this host and the file (the modification time is not compared; M(model_rsync)'s O(wait_for)
     reads it). Finding problems is not a failure of the module; the caller decides.
-  - Read-only; a missing directory is RV(exists=false), not a failure. Runs the same in check mode.
+  - Read-only (but for O(make_parent)); a missing directory is RV(exists=false), not a failure.
+    Runs the same in check mode.
 version_added: "0.1.0"
 extends_documentation_fragment:
   - mlx.cluster.attributes
@@ -66,6 +67,14 @@ options:
     description:
       - Fail unless O(path) is a safe directory to sync into (the rules of M(model_rsync), with this
         user's home), that is not C(/), not the home directory or above it, at least two levels below it.
+    type: bool
+    default: false
+  make_parent:
+    description:
+      - "Create the directory that holds O(path), and its missing parents, when it does not exist (the
+        mode this user's umask gives, with C(u+rwx)), so the copy has somewhere to go; reported as a
+        change. In check mode nothing is made and RV(changed) says it would be. O(path) is checked by
+        the rules of O(safe_dest) first."
     type: bool
     default: false
 author:
@@ -144,9 +153,10 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes, file_sha256, rel_problem, sha256_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, is_weight_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import walk as listing
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -157,34 +167,13 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
 )
 
 def walk(module, root, with_sha, hashes=None):
-    """{rel: {"size", "mtime", "sha256"?}} of every file under root, links followed, loops cut;
-    with `hashes` (mlx_copy.Hashes) every file's sha256, from its record where it matches."""
-    files, seen = {}, set()
-    for top, dirs, names in os.walk(root, followlinks=True):
-        real = os.path.realpath(top)
-        if real in seen:  # a link back up the tree: rsync --copy-links would not end either
-            module.warn(f"{top} is a link loop; not walked again")
-            dirs[:] = []
-            continue
-        seen.add(real)
-        dirs.sort()
-        for name in sorted(names):
-            full = os.path.join(top, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            if rel_problem(rel):  # the copy's own record and files still arriving
-                continue
-            try:
-                st = os.stat(full)
-            except OSError as exc:
-                module.warn(f"{rel}: {exc.strerror} (a link to nothing?); skipped")
-                continue
-            entry = {"size": st.st_size, "mtime": int(st.st_mtime)}
-            if hashes is not None or (with_sha and is_weight_file(rel)):
-                try:
-                    entry["sha256"] = file_sha256(root, rel, hashes) if hashes is not None else sha256_file(full).hexdigest()
-                except OSError as exc:
-                    module.fail_json(msg=f"cannot read {full}: {exc.strerror}")
-            files[rel] = entry
+    """mlx_rsync.walk, its warnings as the module's and a file it cannot read a failure."""
+    try:
+        files, warnings = listing(root, with_sha, hashes)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read {exc.filename or root}: {exc.strerror or exc}")
+    for warning in warnings:
+        module.warn(warning)
     return files
 
 
@@ -222,6 +211,23 @@ def read_dims(module, root, files, label):
         return None
 
 
+def make_parent(module, path, label):
+    """Create the directory holding path unless it is one (the umask's mode, with u+rwx, as
+    ansible.builtin.file `mode: u+rwx` made it); -> whether it was (would be) made."""
+    parent = os.path.dirname(path.rstrip("/")) or "/"
+    if os.path.isdir(parent):
+        return False
+    if module.check_mode:
+        return True
+    try:
+        os.makedirs(parent)
+        os.chmod(parent, os.stat(parent).st_mode | 0o700)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot create {parent} on {label}: {exc.strerror or exc}. "
+                             "Fix: make it writable for this user, or set model_sync_dest elsewhere")
+    return True
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -234,19 +240,21 @@ def main():
             sha256_all=dict(type="bool", default=False),
             record=dict(type="bool", default=False),
             rehash=dict(type="bool", default=False),
+            make_parent=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     path = module.params["path"]
     label = module.params["label"] or socket.gethostname()
     home = os.path.expanduser("~")
-    if module.params["safe_dest"]:
+    if module.params["safe_dest"] or module.params["make_parent"]:
         problem = check_dest(path, home)
         if problem:
             module.fail_json(msg=f"refusing to sync the model into {path} on {label}: {problem}. "
                                  "Fix: set model_sync_dest to a dedicated directory")
     if os.path.exists(path) and not os.path.isdir(path):
         module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
+    made = make_parent(module, path, label) if module.params["make_parent"] else False
     exists = os.path.isdir(path)
     hashes = Hashes(path, fresh=module.params["rehash"]) if exists and module.params["sha256_all"] else None
     files = walk(module, path, module.params["sha256"], hashes) if exists else {}
@@ -258,7 +266,7 @@ def main():
     expected = module.params["expected"]
     problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []
     weights = read_weights(module, path, files, label) if exists and module.params["weights"] else None
-    module.exit_json(changed=False, exists=exists, files=files,
+    module.exit_json(changed=made, exists=exists, files=files,
                      total_bytes=sum(e["size"] for e in files.values()),
                      home=home, problems=problems, weights=weights)
 

@@ -22,7 +22,9 @@ description:
   - "O(state=finished): waits up to O(wait) seconds for this directory's receiver to end, ends
     it (by PID, only while its arguments still name O(run_id)) when it has not, and returns what it
     received. Nothing listens afterwards. Problems (a file that arrived damaged, a full disk, a
-    stalled connection, a stranger refused) are returned, not failed on: the caller words them."
+    stalled connection, a stranger refused) are returned, not failed on: the caller words them.
+    With O(expected), it also lists the directory (sizes, no file read) and compares it with the
+    source the way M(mlx.cluster.model_manifest) does (RV(compare)), so no second module run is needed."
   - M(mlx.cluster.model_send) is the other end.
 version_added: "0.2.0"
 extends_documentation_fragment:
@@ -68,6 +70,12 @@ options:
     description: With O(state=finished), seconds to wait for the receiver to end by itself.
     type: int
     default: 30
+  expected:
+    description:
+      - With O(state=finished), the source's files (the RV(mlx.cluster.model_manifest#module:files) of
+        the source) to compare this directory with, by size (missing files, wrong sizes and extra
+        weight files, in RV(compare)).
+    type: dict
   rehash:
     description:
       - Read every file already in place again to compare its sha256 with the source's, whatever
@@ -148,6 +156,14 @@ problems:
   type: list
   elements: dict
   sample: [{"file": "model.safetensors", "kind": "sha256", "msg": "model.safetensors arrived with sha256 ..."}]
+compare:
+  description:
+    - With O(state=finished) and O(expected), the differences between this directory and the source
+      (M(mlx.cluster.model_manifest)'s RV(mlx.cluster.model_manifest#module:problems), naming O(label));
+      null without O(expected).
+  returned: always
+  type: list
+  elements: dict
 strangers:
   description: Addresses that connected without the token and were refused.
   returned: always
@@ -182,11 +198,11 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     receiver_argv,
     send_order,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, walk
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, alive, first_line
 
 EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], missing=[], problems=[],
-             strangers=[], bytes=0, seconds=0.0)
+             strangers=[], bytes=0, seconds=0.0, compare=None)
 
 
 def settle(module, p, label):
@@ -260,7 +276,7 @@ def end(runner, pid, run_id):
     return signalled
 
 
-def finish(module, p, runner):
+def finish(module, p, runner, label):
     status = read_status(p["path"])
     deadline = time.monotonic() + max(0, p["wait"])
     while status.get("state") == "running" and time.monotonic() < deadline:
@@ -286,7 +302,18 @@ def finish(module, p, runner):
             os.unlink(log)
     except OSError:
         pass
+    if p["expected"] is not None:
+        out["compare"] = compare_with(module, p["path"], p["expected"], label)
     module.exit_json(changed=ended or bool(out["copied"]), **out)
+
+
+def compare_with(module, path, expected, label):
+    """model_manifest's comparison, by size, of what is in path now (its own files left out;
+    a listing by size reads no file, so it cannot fail: what it cannot see is a warning)."""
+    files, warnings = walk(path) if os.path.isdir(path) else (None, [])
+    for warning in warnings:
+        module.warn(warning)
+    return compare_manifests(expected, {label: files})
 
 
 def main():
@@ -302,6 +329,7 @@ def main():
             idle_timeout=dict(type="int", default=300),
             wait=dict(type="int", default=30),
             rehash=dict(type="bool", default=False),
+            expected=dict(type="dict"),
             python=dict(type="path"),
             label=dict(type="str", default=""),
             **COMMAND_TIMEOUT_SPEC,
@@ -320,7 +348,7 @@ def main():
                              "Fix: set model_sync_dest to a dedicated directory", **EMPTY)
     runner = Runner(p["command_timeout"])
     if p["state"] == "finished":
-        finish(module, p, runner)
+        finish(module, p, runner, label)
     bad = [rel for rel, f in p["files"].items() if not isinstance(f, dict) or "sha256" not in f or "size" not in f]
     if bad:
         module.fail_json(msg=f"files without a size and sha256: {', '.join(sorted(bad)[:5])} (measure the source "

@@ -36,10 +36,17 @@ whose time did not; the manifest comparison after the copy still checks every si
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import OWN_PREFIX, PART_SUFFIX
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
+    OWN_PREFIX,
+    PART_SUFFIX,
+    file_sha256,
+    rel_problem,
+    sha256_file,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import to_text
 
@@ -350,6 +357,40 @@ def check_dest(path, home):
     if len(parts) < 2:
         return f"the destination {norm} is a top-level directory: use a dedicated directory below it"
     return None
+
+
+def walk(root, with_sha=False, hashes=None):
+    """({rel: {"size", "mtime", "sha256"?}}, warnings) of every file under root, links followed
+    (as the sync copies them), loops cut, the copy's own files (its record, files still
+    arriving) left out. With `with_sha` the sha256 of the weight files; with `hashes`
+    (mlx_copy.Hashes) every file's, from its record where it matches. A link to nothing is a
+    warning; a file that cannot be read for its hash raises OSError."""
+    files, seen, warnings = {}, set(), []
+    for top, dirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:  # a link back up the tree: rsync --copy-links would not end either
+            warnings.append(f"{top} is a link loop; not walked again")
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(top, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if rel_problem(rel):  # the copy's own record and files still arriving
+                continue
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                warnings.append(f"{rel}: {exc.strerror} (a link to nothing?); skipped")
+                continue
+            entry = {"size": st.st_size, "mtime": int(st.st_mtime)}
+            if hashes is not None:
+                entry["sha256"] = file_sha256(root, rel, hashes)
+            elif with_sha and is_weight_file(rel):
+                entry["sha256"] = sha256_file(full).hexdigest()
+            files[rel] = entry
+    return files, warnings
 
 
 def _size(entry):

@@ -101,6 +101,20 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
     assert again.changed() == 0, again.stats
     assert ok_results(again, SEND) == {}  # every receiver had its model: none started
 
+    # m3 lost a file and holds a stale shard: its receiver brings the file back, and its listing
+    # when collected (not a second module run) names the shard
+    m3 = cluster.home("m3") / "mlx-cluster" / "models" / "tiny"
+    lost = next(f for f in files if f != "config.json")
+    (m3 / lost).unlink()
+    (m3 / "stale.safetensors").write_bytes(b"an older model's shard")
+    stale = run_site(cluster, tags=["models"], extravars=extravars)
+    assert stale.rc != 0
+    assert "m3: stale.safetensors is a weight file the source does not have" in str(stale.failures()), stale.failures()
+    assert sorted(ok_results(stale, SEND)) == ["m3"]
+    assert "m3" not in ok_results(stale, COMPARE)  # compared by its receiver
+    assert (m3 / lost).read_bytes() == (tiny / lost).read_bytes()
+    (m3 / "stale.safetensors").unlink()
+
     config = seeded / "config.json"
     config.write_text(config.read_text() + "\n")  # one byte more, on rank 0 only
     check = run_site(cluster, tags=["models"], extravars=extravars, check=True)

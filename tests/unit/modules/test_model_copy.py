@@ -82,6 +82,26 @@ def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_aft
     assert again.result["changed"] is False and again.result["port"] is None and again.result["todo"] == []
 
 
+def test_collecting_compares_the_directory_with_the_source_when_asked(module_runner, dirs):
+    src, dest = dirs
+    files = random_files(src, {"a.safetensors": 4000, "config.json": 100})
+    r = started(module_runner, dest, files).result
+    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
+                                             "token": TOKEN, "label": "m2"})
+    assert not sent.failed, sent.result
+    (dest / "stale.safetensors").write_bytes(b"old shard")  # left by an older model
+    expected = dict(files, **{"b.safetensors": {"size": 10, "sha256": "0" * 64}})  # one the sender never had
+    args = {"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10, "label": "m2"}
+    done = module_runner("model_receive", args=dict(args, expected=expected),
+                         commands=ps(r["pid"]) if alive(r["pid"]) else {})
+    assert not done.failed, done.result
+    assert done.result["copied"] == sorted(files)
+    assert [(p["host"], p["file"], p["kind"]) for p in done.result["compare"]] == [
+        ("m2", "b.safetensors", "missing"), ("m2", "stale.safetensors", "extra_weight")]
+    # without `expected`: no listing
+    assert module_runner("model_receive", args=args).result["compare"] is None
+
+
 def test_check_mode_lists_what_would_come_and_makes_nothing(module_runner, dirs):
     src, dest = dirs
     files = random_files(src, {"a.safetensors": 1000})

@@ -133,3 +133,38 @@ def test_safe_dest_uses_this_users_home(module_runner, tmp_path, rel, ok):
     assert out.result.get("home", str(home)) == str(home)
     if not ok:
         assert out.result["msg"].startswith(f"refusing to sync the model into {path} on m2")
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+def test_make_parent_makes_the_models_directory_once(module_runner, tmp_path, check_mode):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    path = home / "mlx-cluster" / "models" / "qwen"
+    args = {"path": str(path), "safe_dest": True, "make_parent": True, "label": "m2", "_ansible_check_mode": check_mode}
+    out = module_runner("model_manifest", args=args, env={"HOME": str(home)})
+    assert not out.failed, out.result
+    assert out.result["changed"] is True and out.result["exists"] is False
+    assert path.parent.is_dir() is not check_mode  # a dry run makes nothing
+    if not check_mode:
+        assert path.parent.stat().st_mode & 0o700 == 0o700
+        again = module_runner("model_manifest", args=args, env={"HOME": str(home)})
+        assert again.result["changed"] is False  # idempotent
+
+
+def test_make_parent_checks_the_destination_first(module_runner, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    out = module_runner("model_manifest", args={"path": str(home / "models"),
+                                                "make_parent": True, "label": "m2"}, env={"HOME": str(home)})
+    assert out.failed and out.result["msg"].startswith(f"refusing to sync the model into {home / 'models'} on m2")
+
+
+def test_make_parent_names_the_mac_when_it_cannot(module_runner, tmp_path):
+    home = tmp_path / "home"
+    (home / "ro").mkdir(parents=True)
+    (home / "ro" / "in-the-way").write_text("a file, not a directory")
+    path = home / "ro" / "in-the-way" / "models" / "qwen"
+    out = module_runner("model_manifest", args={"path": str(path), "make_parent": True, "label": "m2"},
+                        env={"HOME": str(home)})
+    assert out.failed and out.result["msg"].startswith(f"cannot create {path.parent} on m2:")
+    assert "Fix:" in out.result["msg"]

@@ -65,6 +65,9 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     again = run_site(cluster, tags=["env"], python_env=None, extravars=lab)
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
+    # every pin read in place: no pip at all
+    assert again.results("Install the pinned mlx and mlx-lm into the venv") == []
+    assert json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text()) == versions
 
 
 def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anything_changes(sim_cluster):
@@ -159,3 +162,5 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
     again = run_site(cluster, tags=["env"], python_env=None, extravars=offline)
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
+    # every Mac holds its pins: neither the wheels nor pip are needed
+    assert again.results(ARCHIVE) == [] and again.results("Install the pinned mlx and mlx-lm into the venv") == []

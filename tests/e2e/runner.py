@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from importlib import metadata
@@ -151,11 +154,64 @@ def env_vars(cluster, python_env):
     raise ValueError(f"python_env is venv, existing or None, not {python_env!r}")
 
 
+# The venvs the env stage made in this worker, by where a Mac sees them: a venv is made once per
+# worker and copied to the Macs of every later cluster with the same home and base Python,
+# before that cluster's first run (a Mac on which an earlier run of the stage made it). The
+# stage's making of a venv is the tests' of test_first_run (python_env=None: never copied to).
+VENV_CACHE = Path(tempfile.gettempdir()) / f"mlxc-venvs-{os.getpid()}"
+VENV = "mlx-cluster/venv"  # below the Mac's home: python_env's default, <cluster dir>/venv
+atexit.register(shutil.rmtree, VENV_CACHE, ignore_errors=True)
+
+
+def _venv_key(cluster, host):
+    return f"srv-{cluster.spec.host(host).home}"
+
+
+def _venv_base(venv):
+    """The base Python a venv was made from (its bin/python link), or None."""
+    try:
+        return os.readlink(venv / "bin" / "python")
+    except OSError:
+        return None
+
+
+def seed_venvs(cluster):
+    """Copy this worker's venv to every Mac of the cluster that has none at the same path and
+    has the venv's base Python (the env stage then finds it in place and leaves it alone)."""
+    for host in cluster.hosts:
+        cached = VENV_CACHE / _venv_key(cluster, host)
+        dest = cluster.home(host) / VENV
+        base = _venv_base(cached)
+        if base is None or dest.exists():
+            continue
+        if cluster.exec(host, ["test", "-x", base]).returncode != 0:
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", str(cached), str(dest)], check=True)
+
+
+def keep_venv(cluster):
+    """After a run that made the venvs: keep one (per home) for the next clusters."""
+    for host in cluster.hosts:
+        cached = VENV_CACHE / _venv_key(cluster, host)
+        made = cluster.home(host) / VENV
+        if cached.exists() or _venv_base(made) is None:
+            continue
+        tmp = cached.with_name(cached.name + ".part")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", str(made), str(tmp)], check=True)
+        tmp.rename(cached)
+
+
 def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600,
              python_env="venv"):
     """Run `playbook` against the cluster's inventory; return a Run. The env stage takes its
     default path (a venv, from the lab's mirror) unless `python_env` says "existing", or None
-    for nothing but the inventory and `extravars` (a new user's defaults)."""
+    for nothing but the inventory and `extravars` (a new user's defaults). With the default
+    path, a Mac without the venv gets the one this worker's env stage made already (seed_venvs)."""
+    if python_env == "venv":
+        seed_venvs(cluster)
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -185,4 +241,6 @@ def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbo
         timeout=timeout,
     )
     stdout = r.stdout.read() if r.stdout else ""
+    if python_env == "venv" and r.rc == 0 and not check and not any(k.startswith("python_env_") for k in extravars or {}):
+        keep_venv(cluster)
     return Run(rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=stdout)

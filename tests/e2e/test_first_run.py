@@ -54,9 +54,13 @@ def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_
 def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     cluster = sim_cluster("pair")
     cluster.reset()
+    for host in cluster.hosts:  # (another test's run may have made it already)
+        cluster.exec(host, ["rm", "-rf", VENV], check=True)
     lab = lab_vars(cluster)
     first = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
     assert first.rc == 0, first.failures()
+    made = {r["host"] for r in first.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")}
+    assert made == set(cluster.hosts), made
     [choice] = [r["res"]["msg"] for r in first.results("Show the base Python of the venv")]
     assert f"Python {cluster.python_minor()} on every Mac" in choice, choice
     versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())

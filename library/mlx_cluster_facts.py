@@ -188,6 +188,14 @@ ansible_facts:
           returned: always
           type: str
           sample: /Users/admin
+        trust_keys:
+          description:
+            - How many cluster keys the marked block of this user's C(~/.ssh/authorized_keys) holds (what
+              ssh_trust wrote; 0 without the file or the block), null when the file cannot be read. The
+              models stage runs ssh_trust only where a copy needs a key or a key must be revoked.
+          returned: always
+          type: int
+          sample: 0
         sudo:
           description:
             - With I(probe_sudo), the remote user, whether C(sudo -n /bin/sh -c true) ran (sudo needs no
@@ -250,6 +258,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import python_facts
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import block_keys
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
@@ -322,6 +331,18 @@ def read_files(paths):
     return out
 
 
+def trust_keys(path):
+    """The cluster keys in the marked block of the authorized_keys file at path (0 without it),
+    None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return block_keys(fh.read())
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return None
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
                                               probe_sudo=dict(type="bool", default=False),
@@ -345,6 +366,7 @@ def main():
         module.fail_json(msg=exc.msg, **exc.result())
     facts["home"] = os.path.expanduser("~")
     facts["pythons"] = python_facts()
+    facts["trust_keys"] = trust_keys(os.path.expanduser("~/.ssh/authorized_keys"))
     if module.params["probe_links"]:
         facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:

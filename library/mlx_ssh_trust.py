@@ -132,6 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import FilesError, current, write
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import (
+    MARKER,
     RECEIVE_ONLY,
     host_key_lines,
     marker_lines,
@@ -180,8 +181,7 @@ def main():
             comment=dict(type="str", default="mlx-cluster"),
             host_key_dir=dict(type="path", default="/etc/ssh"),
             authorized_keys=dict(type="list", elements="str", no_log=False),
-            marker=dict(type="str", default="# {mark} mlx-cluster: keys of the Macs that copy to this one "
-                                            "(ssh_trust_state=absent removes it)"),
+            marker=dict(type="str", default=MARKER),
             known_hosts=dict(type="str"),
             known_hosts_path=dict(type="str", default="~/.ssh/mlx_cluster_known_hosts"),
             command_file=dict(type="str", default="~/.ssh/mlx_cluster_receive_only"),

@@ -6,6 +6,8 @@
   a file written by either is read and rewritten alike, and `blockinfile state=absent` (the role's
   ssh_trust_remove) still removes it.
 - `with_block(text, marker, lines)`: the file's text with the block holding `lines`.
+- `block_keys(text)`: how many keys the block holds (discovery reports it, so the models stage
+  runs ssh_trust only where a key is needed or must be revoked).
 - `host_key_lines(texts)`: `type base64` of each public host key file (comments dropped).
 - `RECEIVE_ONLY` and `authorized_line(...)`: what a cluster key may do on the Mac that trusts
   it (receive the model with rsync, from the sending Mac's own addresses), and its line.
@@ -14,6 +16,9 @@
 from __future__ import annotations
 
 BEGIN, END = "BEGIN", "END"
+# The marker lines of the block of cluster keys in a Mac's authorized_keys (mlx_ssh_trust's
+# default; discovery counts the keys in it; roles/ssh_trust/tasks/absent.yml removes it).
+MARKER = "# {mark} mlx-cluster: keys of the Macs that copy to this one (ssh_trust_state=absent removes it)"
 
 
 def marker_lines(marker):
@@ -37,6 +42,13 @@ def split_block(text, marker):
     except ValueError:
         return lines, None, []
     return lines[:i], lines[i + 1:j], lines[j + 1:]
+
+
+def block_keys(text, marker=MARKER):
+    """How many keys the marked block of `text` holds (0 without a block): its lines that are
+    neither blank nor comments."""
+    block = split_block(text, marker)[1] or []
+    return sum(1 for line in block if line.strip() and not line.lstrip().startswith("#"))
 
 
 def with_block(text, marker, lines):

@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import (
+    MARKER as DEFAULT_MARKER,
+    block_keys,
     host_key_lines,
     marker_lines,
     split_block,
@@ -66,3 +68,14 @@ def test_a_marker_without_its_place_for_begin_and_end_is_refused():
 def test_host_key_lines_drop_the_comment_and_empty_files():
     assert host_key_lines(["ssh-ed25519 AAAAC3Nz root@m1\n", "", "garbage\n",
                            "ecdsa-sha2-nistp256 AAAAE2Vj\n"]) == ["ssh-ed25519 AAAAC3Nz", "ecdsa-sha2-nistp256 AAAAE2Vj"]
+
+
+def test_the_default_marker_is_the_one_written_here():
+    assert DEFAULT_MARKER == MARKER
+
+
+def test_block_keys_counts_the_keys_of_the_block_alone():
+    assert block_keys(WRITTEN_BY_BLOCKINFILE) == 2
+    assert block_keys("ssh-ed25519 AAAAuser laptop\n") == 0  # no block: the user's own keys do not count
+    assert block_keys(f"{BEGIN}\n# a comment\n\n{END}\n") == 0
+    assert block_keys(None) == 0

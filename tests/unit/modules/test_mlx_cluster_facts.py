@@ -27,6 +27,8 @@ from tests.unit.modules.mac_commands import (
 )
 
 SSH = {"SSH_CONNECTION": "10.1.2.99 50522 10.1.2.3 22"}
+# the block ssh_trust writes (its module's default marker), written here as a Mac would hold it
+MARKER = "# {mark} mlx-cluster: keys of the Macs that copy to this one (ssh_trust_state=absent removes it)"
 # bridge0 comes from the plain ifconfig: no `ifconfig bridge0`
 ORDER_RUN = [SYSCTL, WIRED_LIMIT, SP, HWPORTS, ORDER, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, IFCONFIG, SW_VERS, PMSET,
              UPDATES]
@@ -45,7 +47,8 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
     assert all(env == C_LOCALE for env in out.envs)
     facts = out.result["ansible_facts"]["mlx_cluster"]
     assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "home",
-                          "power", "updates", "pythons"}
+                          "power", "updates", "pythons", "trust_keys"}
+    assert facts["trust_keys"] == 0  # no authorized_keys at all
     assert set(facts["pythons"]) == {"found", "module"}  # found by name: no command run for them
     assert facts["power"] == {"AC Power": facts["power"]["AC Power"]} and facts["power"]["AC Power"]["sleep"] == 0
     assert facts["updates"] == {"automatic_check": True, "automatic_download": True, "install_macos_updates": False,
@@ -83,6 +86,28 @@ def test_unreadable_disk_path_is_a_warning(module_runner, read_fixture, tmp_path
     assert not out.failed
     assert out.result["ansible_facts"]["mlx_cluster"]["disk"]["free_bytes"] is None
     assert any("free space" in w for w in out.warnings)
+
+
+@pytest.mark.parametrize("content, keys", [
+    pytest.param("ssh-ed25519 AAAAuser laptop\n", 0, id="no-block"),
+    pytest.param("ssh-ed25519 AAAAuser laptop\n{begin}\nssh-ed25519 AAAAm1 mlx-cluster m1\n\n"
+                 "restrict,from=\"10.0.0.1\" ssh-ed25519 AAAAm2 mlx-cluster m2\n{end}\n", 2, id="two-keys"),
+    pytest.param("{begin}\n{end}\n", 0, id="emptied-block"),
+    pytest.param(None, None, id="unreadable"),
+])
+def test_the_cluster_keys_this_mac_trusts_are_counted(module_runner, read_fixture, monkeypatch, tmp_path,
+                                                      content, keys):
+    begin, end = (MARKER.replace("{mark}", m) for m in ("BEGIN", "END"))
+    ssh = tmp_path / ".ssh"
+    ssh.mkdir()
+    if content is None:
+        (ssh / "authorized_keys").mkdir()  # not a file it can read
+    else:
+        (ssh / "authorized_keys").write_text(content.format(begin=begin, end=end))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    out = module_runner("mlx_cluster_facts", bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+    assert not out.failed, out.result
+    assert out.result["ansible_facts"]["mlx_cluster"]["trust_keys"] == keys
 
 
 def test_disk_path_defaults_to_home(module_runner, read_fixture, monkeypatch, tmp_path):

@@ -2,7 +2,8 @@
 # The test command (README and .ci/run): set-up, then the whole suite.
 #   bash scripts/test.sh            the whole suite, the simulated cluster's tests included
 #   bash scripts/test.sh --quick    the unit tests and linters alone: the tests marked `sim` or
-#                                   `slow` (the simulated cluster, the end-to-end runs) deselected
+#                                   `slow` (the simulated cluster, the end-to-end runs, MLX ranks
+#                                   started for real) deselected
 # Extra arguments go to pytest. pytest's exit code 5 (no test ran) is a failure.
 # Tests run in parallel, one worker per CPU (pytest-xdist; PYTEST_XDIST_AUTO_NUM_WORKERS
 # overrides): the end-to-end tests mostly wait on SSH and on the simulated Macs, so two workers

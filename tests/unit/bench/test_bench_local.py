@@ -25,6 +25,9 @@ import pytest
 from tests.programs import load_program
 from tests.tinymodel import make_tiny_model
 
+# (real MLX ranks (mlx.launch) per test: the full suite runs it, the quick tier does not)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 NETCHECK = ROOT / "roles" / "net_check" / "files" / "mlx_cluster_netcheck.py"

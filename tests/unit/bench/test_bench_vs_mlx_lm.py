@@ -16,6 +16,9 @@ import pytest
 from tests.programs import program_path
 from tests.tinymodel import make_tiny_model
 
+# (the benchmark and mlx_lm.benchmark run for real: the full suite runs it, the quick tier does not)
+pytestmark = pytest.mark.slow
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 for _var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "MLX_WORLD_SIZE"):
     ENV.pop(_var, None)

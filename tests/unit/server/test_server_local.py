@@ -25,6 +25,9 @@ import pytest
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
 from tests.tinymodel import make_tiny_model
 
+# (two real MLX ranks per test: the full suite runs it, the quick tier does not)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "roles" / "mlx_server" / "files"
 SERVER = FILES / "mlx_cluster_server.py"

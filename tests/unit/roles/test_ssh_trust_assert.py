@@ -19,16 +19,15 @@ PLAY = """
     - ansible.builtin.include_role:
         name: ssh_trust
       vars:
-        ssh_trust_sources: {sources}
+        ssh_trust_sources: [localhost]
         ssh_trust_receive_dir: "{receive_dir}"
 """
 
 
-def play(tmp_path, sources, receive_dir):
+def play(tmp_path, receive_dir):
     book = tmp_path / "play.yml"
-    book.write_text(PLAY.format(sources=sources, receive_dir=receive_dir))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1",
+    book.write_text(PLAY.format(receive_dir=receive_dir))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -36,7 +35,7 @@ def play(tmp_path, sources, receive_dir):
 
 @pytest.mark.parametrize("receive_dir", ["", "models/tiny"], ids=["empty", "relative"])
 def test_a_key_with_no_directory_is_refused_naming_the_variable(tmp_path, receive_dir):
-    res = play(tmp_path, ["localhost"], receive_dir)
+    res = play(tmp_path, receive_dir)
     assert res.returncode != 0
     assert "ssh_trust_receive_dir must be the path" in res.stdout, res.stdout[-2000:]
     assert "Make or read the cluster key" not in res.stdout  # refused before the first module

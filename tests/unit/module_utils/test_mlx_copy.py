@@ -138,6 +138,35 @@ def test_a_resumed_file_whose_first_part_is_wrong_fails_its_hash(tmp_path):
     assert not os.path.exists(part_path(str(tmp_path / "dest"), "w.safetensors"))
 
 
+class CutSender(Sender):
+    """Sends the first `cut` bytes of each file, then the connection breaks (a pulled cable)."""
+
+    cut = 150_000
+
+    def push(self, sock, fh, offset, count):
+        fh.seek(offset)
+        sock.sendall(fh.read(min(count, self.cut)))
+        sock.shutdown(socket.SHUT_RDWR)
+        raise OSError(errno.EPIPE, "Broken pipe")
+
+
+def test_the_bytes_before_a_break_are_kept_for_the_resume(tmp_path):
+    files = random_files(tmp_path / "src", {"w.safetensors": 1_000_000})
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=0.5)
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = CutSender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1, stall=5).run()
+    t.join(10)
+    assert sent["errors"] and got["missing"] == ["w.safetensors"]
+    data = (tmp_path / "src" / "w.safetensors").read_bytes()
+    part = part_path(str(tmp_path / "dest"), "w.safetensors")
+    with open(part, "rb") as fh:
+        assert fh.read() == data[:150_000]  # all that arrived before the break
+    sent, got = copy(tmp_path / "src", tmp_path / "dest", files)
+    assert got["files"]["w.safetensors"] == {"bytes": 850_000, "resumed": 150_000}
+    assert (tmp_path / "dest" / "w.safetensors").read_bytes() == data
+
+
 class FlippingSender(Sender):
     """Sends one byte of the model wrong, as a bad cable or memory would."""
 
@@ -252,10 +281,11 @@ def test_a_full_disk_is_named_and_the_file_stays_under_its_temporary_name(tmp_pa
     files = random_files(tmp_path / "src", {"w.safetensors": 300_000})
     real = os.write
 
-    def full(fd, data):
-        if os.fstat(fd).st_size >= 100_000:
+    def full(fd, data):  # as the kernel does: a short write up to the disk's end, then ENOSPC
+        room = 100_000 - os.fstat(fd).st_size
+        if room <= 0:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd, data)
+        return real(fd, data[:room])
 
     monkeypatch.setattr(mlx_copy.os, "write", full)
     sent, got = copy(tmp_path / "src", tmp_path / "dest", files, streams=1)

@@ -207,6 +207,8 @@ EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], miss
 
 def settle(module, p, label):
     """The receiver's view before it starts: what is in place, what is still to come."""
+    if os.path.exists(p["path"]) and not os.path.isdir(p["path"]):
+        module.fail_json(msg=f"{p['path']} on {label} is not a directory: move it away, the model goes there", **EMPTY)
     try:
         # (the detached receiver settles again from the record this writes: no second read)
         rx = Receiver(p["path"], p["files"], p["token"], p["addresses"], rehash=p["rehash"])

@@ -156,6 +156,17 @@ def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runn
     assert "its receiver is not running" in out.result["msg"]
 
 
+def test_a_file_where_the_model_goes_is_named_and_nothing_starts(module_runner, dirs):
+    """The receiver is the only check of the destination on a Mac that gets its copy over a cable."""
+    src, dest = dirs
+    files = random_files(src, {"a.safetensors": 1000})
+    dest.parent.mkdir(parents=True)
+    dest.write_text("in the way")
+    out = started(module_runner, dest, files, label="m2")
+    assert out.failed and out.result["msg"] == f"{dest} on m2 is not a directory: move it away, the model goes there"
+    assert out.result["pid"] is None and dest.read_text() == "in the way"
+
+
 def test_files_without_hashes_are_refused(module_runner, dirs):
     _, dest = dirs
     out = started(module_runner, dest, {"a.safetensors": {"size": 3}})

@@ -1,13 +1,18 @@
-"""The benchmark measures what mlx_lm.benchmark measures: run both in one process on the same
-tiny model with the same lengths and trials, and compare the numbers (same definitions, so the
-same order of magnitude on the same machine; timing noise on a busy machine is why the bound
-is a factor, not a percentage)."""
+"""The benchmark measures what mlx_lm.benchmark measures: run both, one after the other, on the
+same tiny model with the same lengths and trials, and compare the numbers. The definitions are
+proven equal on a fixed clock (test_bench_tps_formula.py); here the live numbers must agree
+within 2x. Timing noise on a busy machine is why the bound is a factor, not a percentage, and
+why the medians of the trials are compared: one trial preempted by another process moves a
+mean, not a median. Measured on a 2-core machine at load 7 (three trials then): medians
+ours/theirs 1.00 for prompt tokens/s, 0.66 for generation tokens/s (single trials of one run
+spread 2.5x, min to max), peak memory 1.35 (ours 1.351 MB, theirs printed as 0.001 GB)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -22,8 +27,15 @@ pytestmark = pytest.mark.slow
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 for _var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "MLX_WORLD_SIZE"):
     ENV.pop(_var, None)
-PROMPT_TOKENS, GENERATION_TOKENS, TRIALS = 64, 48, 3
+PROMPT_TOKENS, GENERATION_TOKENS, TRIALS = 64, 48, 5  # five: mlx_lm.benchmark's default, a median of five
 AVERAGES = re.compile(r"Averages: prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)")
+TRIAL = re.compile(r"^Trial \d+:\s+prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)", re.M)
+# tokens/s: the same definitions on the same machine, apart by the machine's noise alone
+FACTOR = 2
+# mlx_lm.benchmark prints peak memory in GB to 3 decimals: this model's ~1.35 MB reads 0.001,
+# so their side is known to +-0.0005 GB (ours over the printed value measured 1.35).
+# Peak memory does not depend on timing: 2x leaves room for the rounding alone.
+PEAK_FACTOR = 2
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +43,15 @@ def tiny(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("vs") / "tiny", dtype="float32", layers=4)
 
 
-def test_same_definitions_same_order_of_magnitude_as_mlx_lm_benchmark(tiny):
+def test_same_definitions_within_2x_of_mlx_lm_benchmark(tiny):
     theirs = subprocess.run([sys.executable, "-m", "mlx_lm.benchmark", "--model", str(tiny),
                              "-p", str(PROMPT_TOKENS), "-g", str(GENERATION_TOKENS), "-n", str(TRIALS)],
                             capture_output=True, text=True, timeout=300, env=ENV)
     assert theirs.returncode == 0, theirs.stderr[-2000:]
-    (m,) = AVERAGES.findall(theirs.stdout)
-    their_prompt, their_gen, their_peak = map(float, m)
-    assert len(re.findall(r"^Trial \d+:", theirs.stdout, re.M)) == TRIALS
+    assert len(AVERAGES.findall(theirs.stdout)) == 1, theirs.stdout
+    their_trials = [tuple(map(float, t)) for t in TRIAL.findall(theirs.stdout)]
+    assert len(their_trials) == TRIALS, theirs.stdout
+    their_prompt, their_gen, their_peak = (statistics.median(column) for column in zip(*their_trials))
 
     ours = subprocess.run([sys.executable, str(program_path("benchmark", "mlx_cluster_bench.py")),
                            "--model", str(tiny), "--prompt-tokens", str(PROMPT_TOKENS),
@@ -50,8 +63,9 @@ def test_same_definitions_same_order_of_magnitude_as_mlx_lm_benchmark(tiny):
     assert (r["prompt_tokens"], r["generation_tokens"], r["num_trials"], r["warmup"]) == \
         (PROMPT_TOKENS, GENERATION_TOKENS, TRIALS, 1)
     assert r["prompt_source"] == "random"
-    # mlx_lm.benchmark prints means: compare means
-    for name, mine, theirs_v in (("prompt_tps", r["stats"]["prompt_tps"]["mean"], their_prompt),
-                                 ("generation_tps", r["stats"]["generation_tps"]["mean"], their_gen)):
-        assert theirs_v / 10 <= mine <= theirs_v * 10, (name, mine, theirs_v)
-    assert their_peak / 3 <= r["peak_memory_gb"][0] <= their_peak * 3, (r["peak_memory_gb"], their_peak)
+    # medians on both sides (mlx_lm.benchmark prints the means, and each trial: medians taken from those)
+    for name, theirs_v in (("prompt_tps", their_prompt), ("generation_tps", their_gen)):
+        mine = r["stats"][name]["median"]
+        assert theirs_v / FACTOR <= mine <= theirs_v * FACTOR, (name, mine, theirs_v, round(mine / theirs_v, 2))
+    peak = r["peak_memory_gb"][0]
+    assert their_peak / PEAK_FACTOR <= peak <= their_peak * PEAK_FACTOR, (peak, their_peak)

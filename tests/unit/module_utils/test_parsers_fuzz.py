@@ -220,26 +220,66 @@ def test_rdma_facts(devices, devinfo, ctl, cabled):
 
 # ------------------------------------------------- edge cases found by thinking, kept
 
-@pytest.mark.parametrize("name, text", [
-    pytest.param("parse_ifconfig", "en0: flags=8863<UP> mtu " + "9" * 5000 + "\n", id="mtu-5000-digits"),
-    pytest.param("parse_sysctl_hw", "\u00b2\nMac16,9\n16\n", id="superscript-memsize"),
-    pytest.param("parse_sysctl_hw", "9" * 5000 + "\nMac16,9\n16\n", id="memsize-5000-digits"),
-    pytest.param("parse_ibv_devinfo", "hca_id:\trdma_en2\n\t\tport:\t" + "1" * 5000 + "\n", id="port-5000-digits"),
+def _sp_one_bus(receptacle_id):
+    """system_profiler output: one connected bus whose link speed has 400 digits."""
+    return json.dumps({"SPThunderboltDataType": [{
+        "domain_uuid_key": "X", "receptacle_1_tag": {"receptacle_id_key": receptacle_id,
+                                                     "current_speed_key": "1" * 400 + " Gb/s",
+                                                     "receptacle_status_key": "receptacle_connected"}}]})
+
+
+class Refused:
+    """The expected outcome of a parse that must raise ParseError naming `command`."""
+
+    def __init__(self, command):
+        self.command = command
+
+
+_NO_MAC = {"model": None, "model_id": None, "name": None}
+_DEVICE_ONLY = {"name": "rdma_en2", "transport": None, "link_layer": None, "port_state": None,
+                "active_mtu": None, "gids": []}
+
+
+# Each case and what the parser must make of it: a value, or Refused (ParseError naming the command).
+# Numbers beyond small_int's 18 digits are no number: an optional field (mtu, port,
+# active_mtu) becomes None, a required one (memsize) fails the parse.
+@pytest.mark.parametrize("name, text, expected", [
+    pytest.param("parse_ifconfig", "en0: flags=8863<UP> mtu " + "9" * 5000 + "\n",
+                 {"en0": {"flags": ["UP"], "up": True, "mtu": None, "ipv4": [], "members": [],
+                          "status": None}},
+                 id="mtu-5000-digits"),
+    # "²".isdigit() but not isdecimal(): no number
+    pytest.param("parse_sysctl_hw", "\u00b2\nMac16,9\n16\n", Refused(mlx_host.SYSCTL_COMMAND),
+                 id="superscript-memsize"),
+    pytest.param("parse_sysctl_hw", "9" * 5000 + "\nMac16,9\n16\n", Refused(mlx_host.SYSCTL_COMMAND),
+                 id="memsize-5000-digits"),
+    pytest.param("parse_ibv_devinfo", "hca_id:\trdma_en2\n\t\tport:\t" + "1" * 5000 + "\n", [_DEVICE_ONLY],
+                 id="port-5000-digits"),
     pytest.param("parse_ibv_devinfo", "hca_id:\trdma_en2\n\t\t\tactive_mtu:\t" + "4" * 5000 + " (5)\n",
-                 id="mtu-5000-digits-devinfo"),
-    pytest.param("parse_system_profiler", json.dumps({"SPThunderboltDataType": [{
-        "domain_uuid_key": "X", "receptacle_1_tag": {"receptacle_id_key": "\u00b9",
-                                                     "current_speed_key": "1" * 400 + " Gb/s",
-                                                     "receptacle_status_key": "receptacle_connected"}}]}),
-        id="superscript-receptacle-and-infinite-speed"),
-    pytest.param("parse_system_profiler", json.dumps({"SPThunderboltDataType": [{
-        "domain_uuid_key": "X", "receptacle_1_tag": {"receptacle_id_key": "1",
-                                                     "current_speed_key": "1" * 400 + " Gb/s",
-                                                     "receptacle_status_key": "receptacle_connected"}}]}),
-        id="infinite-speed"),
+                 [_DEVICE_ONLY], id="mtu-5000-digits-devinfo"),
+    # a receptacle that is no number: the port is skipped, with a warning
+    pytest.param("parse_system_profiler", _sp_one_bus("\u00b9"),
+                 {"mac": _NO_MAC, "ports": [], "warnings": [
+                     "a Thunderbolt bus (domain X) has no usable receptacle_id_key ('\u00b9'); "
+                     "the port is skipped"]},
+                 id="superscript-receptacle-and-infinite-speed"),
+    # a speed that overflows a float: connected, no link speed, with a warning
+    pytest.param("parse_system_profiler", _sp_one_bus("1"),
+                 {"mac": _NO_MAC, "ports": [{
+                     "receptacle": 1, "bus": None, "domain_uuid": "X", "hardware_port": "Thunderbolt 1",
+                     "status": "connected", "speed_gbps": None, "capability_gbps": None,
+                     "link_class": None, "peer": None, "devices": []}],
+                  "warnings": ["receptacle 1 (a Thunderbolt bus): connected but no link speed in "
+                               "current_speed_key '" + "1" * 56 + "..."]},
+                 id="infinite-speed"),
 ])
-def test_edge_cases(name, text):
-    outcome(PARSERS[name], text)
+def test_edge_cases(name, text, expected):
+    if isinstance(expected, Refused):
+        with pytest.raises(ParseError) as caught:
+            PARSERS[name](text)
+        assert caught.value.command == expected.command
+    else:
+        assert outcome(PARSERS[name], text) == expected
 
 
 def test_natural_sort_with_huge_numbers():

@@ -46,12 +46,24 @@ def pytest_collection_modifyitems(config, items):
     reason = _reason()
     if reason and os.environ.get("MLXSIM_REQUIRED"):
         # CI (.ci/run) must run the simulated tier: a skip there would be a green run of unit tests alone
-        raise pytest.UsageError(f"the simulated Mac cluster cannot run on this machine ({reason}), and "
-                                "MLXSIM_REQUIRED is set: its tests would all be skipped")
+        message = (f"the simulated Mac cluster cannot run on this machine ({reason}), and "
+                   "MLXSIM_REQUIRED is set: its tests would all be skipped")
+        if hasattr(config, "workeroutput"):  # an xdist worker: the controller raises it too
+            config.workeroutput["mlxsim_required"] = message
+        raise pytest.UsageError(message)
     if reason:
         skip = pytest.mark.skip(reason=reason)
         for item in sim_items:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker's usage error shows only as a crashed test (INTERNALERROR,
+    exit 3, the reason lost); raise it here, as a session without xdist does (exit 4)."""
+    message = getattr(node, "workeroutput", {}).get("mlxsim_required")
+    if message:
+        raise pytest.UsageError(message)
 
 
 class _Registry:

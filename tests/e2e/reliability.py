@@ -30,7 +30,12 @@ class Fault:
     def converged(self, ok, why=""):
         """Whether the re-run after the repair converged: recorded for the docs table and
         asserted (a re-run that did not converge fails the test); None where there is nothing
-        to re-run (a refusal)."""
+        to re-run (a refusal). `ok` is a bool (what the test checked of the run that repaired),
+        or the re-run itself (a runner.Run): converged when it succeeded and changed nothing."""
+        if hasattr(ok, "failures"):
+            run = ok
+            ok = run.rc == 0 and run.changed() == 0
+            why = why or (f"rc {run.rc}, {run.changed()} change(s); failures: {run.failures()}"[:2000])
         self.row["converged"] = None if ok is None else bool(ok)
         assert ok is None or ok, f"{self.row['fault']}: the re-run after the repair did not converge" + (
             f" ({why})" if why else "")
@@ -56,7 +61,8 @@ def _row(r):
 
 def _kept_rows(path):
     """{fault cell: table line} of the file as it is: the faults of a module not run this
-    session keep their row (each fault module writes the table at its end)."""
+    session keep their row (the table is written once, at session end, by
+    tests/conftest.py pytest_sessionfinish, from the rows of every worker)."""
     try:
         lines = path.read_text().splitlines()
     except OSError:

@@ -56,16 +56,17 @@ class Run:
 
     def changed(self):
         """Changes the run made, less the report files it writes for people: the findings of
-        preflight (preflight.json) and the cluster report (report.html) follow what the run saw,
-        so a second run after a first that fixed what the first saw rewrites them, honestly
-        `changed`, while the cluster itself is unchanged (report_changes() counts them)."""
+        preflight (preflight.json), the versions the env stage read (versions.json) and the
+        cluster report (report.html) follow what the run saw, so a second run after a first
+        that fixed what the first saw rewrites them, honestly `changed`, while the cluster
+        itself is unchanged (report_changes() counts them)."""
         return sum((self.stats or {}).get("changed", {}).values()) - self.report_changes()
 
     def report_changes(self):
-        """Task results that rewrote the report files (preflight.json, report.html)."""
+        """Task results that rewrote the report files (preflight.json, versions.json, report.html)."""
         # imported here: scripts/demo.sh imports this module without Ansible's collection loader
         from ansible_collections.mlx.cluster.plugins.plugin_utils import report
-        names = {report.REPORT_NAME, report.PREFLIGHT_NAME}
+        names = {report.REPORT_NAME, report.PREFLIGHT_NAME, report.VERSIONS_NAME}
         n = 0
         for e in self.events:
             res = (e.get("event_data") or {}).get("res") or {}

@@ -203,7 +203,7 @@ def test_rdma_faults_are_named_by_rdma_check(sim_cluster, name, host, fault, rep
             assert mutations(cluster) == []
         finally:
             cluster.set_host(host, **repair)
-        f.converged(run_site(cluster, tags=["rdma_check"], extravars=required).rc == 0)
+        f.converged(run_site(cluster, tags=["rdma_check"], extravars=required))
 
 
 # (fault, Mac, what it reports, what the others report, the message, more it must say)
@@ -229,7 +229,7 @@ def test_macos_versions_differ(sim_cluster):
                 assert fix in text
             finally:
                 cluster.set_host(host, **usual)
-            f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+            f.converged(run_site(cluster, tags=["rdma_check"]))
 
 
 def test_mlx_versions_differ(sim_cluster):
@@ -253,7 +253,7 @@ def test_mlx_versions_differ(sim_cluster):
             assert "m1 has" not in text
         finally:
             (host_vars / "m2.yml").unlink()
-        f.converged(run_site(cluster, tags=["env"], python_env="existing").rc == 0)
+        f.converged(run_site(cluster, tags=["env"], python_env="existing"))
 
 
 def test_lan_using_the_pool_pushes_the_plan_around_it(sim_cluster, tmp_path):
@@ -269,7 +269,7 @@ def test_lan_using_the_pool_pushes_the_plan_around_it(sim_cluster, tmp_path):
         lan = __import__("ipaddress").ip_network("10.208.0.0/22")
         nets = [__import__("ipaddress").ip_network(c["network"]) for c in plan_of(cluster)["ip_plan"]["cables"].values()]
         assert nets and not any(n.overlaps(lan) for n in nets), nets
-        f.converged(run_site(cluster).changed() == 0)
+        f.converged(run_site(cluster))
 
 
 def test_reboot_restores_addresses_and_a_rerun_repairs_the_rest(sim_cluster):
@@ -287,7 +287,7 @@ def test_reboot_restores_addresses_and_a_rerun_repairs_the_rest(sim_cluster):
         changed_hosts = {h for h, n in run.stats.get("changed", {}).items() if n}
         f.message(f"re-run reports changes on {sorted(changed_hosts)}")
         assert "m2" in changed_hosts
-        f.converged(run_site(cluster).changed() == 0)
+        f.converged(run_site(cluster))
 
 
 def test_thunderbolt_bridge_loop_is_named_then_fixed(sim_cluster):
@@ -308,7 +308,7 @@ def test_thunderbolt_bridge_loop_is_named_then_fixed(sim_cluster):
             cabled = {link["iface"] for link in planned[h]}
             assert not cabled & {m["ifname"] for m in members}, (h, members)
             assert not cabled & set(cluster.netprefs(h)["bridges"]["bridge0"]["members"]), h
-        f.converged(run_site(cluster).changed() == 0)
+        f.converged(run_site(cluster))
 
 
 def test_management_interface_is_never_touched(sim_cluster):
@@ -364,7 +364,7 @@ def test_sudo_that_asks_for_a_password_is_named_with_the_fix(sim_cluster):
             cluster.set_host("m2", sudo_password="")
         again = run_site(cluster, tags=["rdma_check"])
         assert ran_on(again, BECOME_CHECK) == set()
-        f.converged(again.rc == 0)
+        f.converged(again)
 
 
 def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(sim_cluster):
@@ -389,7 +389,7 @@ def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(
             cluster.set_host("m2", sudo_commands=[])
         again = run_site(cluster, tags=["rdma_check"])
         assert ran_on(again, BECOME_CHECK) == set()
-        f.converged(again.rc == 0)
+        f.converged(again)
 
 
 def test_host_key_checking_stays_on(sim_cluster):
@@ -410,7 +410,7 @@ def test_host_key_checking_stays_on(sim_cluster):
             assert "m1" in text and "Host key verification failed" in text, text
         finally:
             kh.write_text(original)
-        f.converged(run_site(cluster, tags=["rdma_check"]).rc == 0)
+        f.converged(run_site(cluster, tags=["rdma_check"]))
 
 
 def test_hostile_paths_cannot_inject_shell(sim_cluster):

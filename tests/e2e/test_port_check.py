@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import STARTING_PORT
-from tests.e2e.runner import run_site
+from tests.e2e.runner import defaults, run_site
+from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -20,6 +21,9 @@ FAIL = "Fail naming each pair of Macs that cannot reach a port MLX uses"
 REPORT = "Report the ports and the application firewalls"
 SWEEP = "Sweep all_sum sizes across the whole cluster (and check every sum)"  # net_check's first launch
 RING = {"mlx_cluster_backend": "ring"}   # what the simulated Macs launch (no JACCL on Linux)
+MODEL = "/srv/admin/models/tiny"   # the same path inside every simulated Mac
+BENCH = "Run the benchmark in each mode"                                  # the benchmark's launch
+SERVE = "Restart every rank when the server is not running with these settings"  # the server's
 
 
 def listeners(cluster, host):
@@ -35,7 +39,11 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     # its packet filter drops what reaches the ranks' ports (the ring's two first ports)
     app = os.path.realpath(sys.executable)
     cluster.set_host("m1", firewall={"enabled": True, "stealth": True, "apps": {app: "blocked"}})
-    cluster.block_ports("m1", [STARTING_PORT, STARTING_PORT + 1])
+    # (and the server's, which start at a port of their own)
+    server_port = defaults("mlx_server")["mlx_server_ring_port"]
+    cluster.block_ports("m1", [STARTING_PORT, STARTING_PORT + 1, server_port, server_port + 1])
+    for h in cluster.hosts:
+        make_tiny_model(cluster.home(h) / "models" / "tiny")
     try:
         ring = run_site(cluster, tags=TAGS, extravars=RING, python_env="existing")
         # jaccl (the pair's plan, TB5 with RDMA): rank 0's coordinator port, on its LAN address
@@ -43,6 +51,11 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
         # a launch that runs the port check first (the collective check): stopped before it launches
         swept = run_site(cluster, tags=["net_check"], extravars=dict(RING, net_check_max_bytes=1 << 20),
                          python_env="existing")
+        # and so do the benchmark and the server, each with its own port check
+        bench = run_site(cluster, tags=["benchmark"], extravars=dict(RING, benchmark_model=MODEL),
+                         python_env="existing")
+        served = run_site(cluster, tags=["server"], python_env="existing",
+                          extravars=dict(RING, mlx_server_model=MODEL, mlx_server_supervisor="process"))
     finally:
         cluster.unblock_ports("m1")
     assert ring.rc != 0 and jaccl.rc != 0
@@ -61,6 +74,12 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     # the collective check stopped at its port check: the sweep never ran on any Mac
     assert swept.rc != 0 and swept.results(FAIL), swept.failures()
     assert [r for r in swept.results(SWEEP) if not r["res"].get("skipped")] == []
+    for run, launch in ((bench, BENCH), (served, SERVE)):
+        assert run.rc != 0 and run.results(FAIL), run.failures()
+        assert [r for r in run.results(launch) if not r["res"].get("skipped")] == [], launch
+        assert "\n- m2 cannot reach m1 " in run.results(FAIL)[0]["res"]["msg"], run.results(FAIL)
+    ps = {h: cluster.exec(h, ["ps", "-ax", "-o", "args="], check=True).stdout for h in cluster.hosts}
+    assert not any("mlx_cluster_bench.py" in out or "mlx_cluster_server.py" in out for out in ps.values()), ps
     # the socketfilterfw getters ran (read-only), never a setter
     fw = [a for h in cluster.hosts for a in cluster.argv_log(h) if a and a[0].endswith("socketfilterfw")]
     assert fw and all(not any(x.startswith("--set") or x in ("--add", "--unblockapp") for x in a) for a in fw), fw

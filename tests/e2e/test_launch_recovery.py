@@ -29,6 +29,28 @@ def tiny(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny", dtype="float32")
 
 
+def counting_python(cluster):
+    """An interpreter for the ranks that logs each start on its Mac (launches.log in the home),
+    then runs the venv's Python (the env stage's default): how many times a rank was started."""
+    for h in cluster.hosts:
+        home = f"/srv/{cluster.spec.host(h).home}"
+        wrapper = cluster.home(h) / "countpy"
+        wrapper.write_text(f'#!/bin/sh\necho "$*" >> {home}/launches.log\nexec {home}/mlx-cluster/venv/bin/python "$@"\n')
+        wrapper.chmod(0o755)
+        (cluster.home(h) / "launches.log").unlink(missing_ok=True)
+    (home,) = {f"/srv/{cluster.spec.host(h).home}" for h in cluster.hosts}
+    return f"{home}/countpy"
+
+
+def rank_starts(cluster, host):
+    """The benchmark's ranks started on the Mac since counting_python."""
+    try:
+        lines = (cluster.home(host) / "launches.log").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for ln in lines if "mlx_cluster_bench.py" in ln)
+
+
 def _launch_events(run):
     return [e["event_data"] for e in run.events
             if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == LAUNCH]
@@ -43,7 +65,7 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
 
     # No fallback: one launch, failed at once, naming both ends of the cable and the fix.
     tic = time.monotonic()
-    run = run_site(cluster, extravars=auto)
+    run = run_site(cluster, extravars=dict(auto, benchmark_python=counting_python(cluster)))
     assert run.rc != 0
     plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
     assert plan["hostfile"]["backend"] == "jaccl" and plan["fallback"] is None
@@ -55,7 +77,9 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     for words in ("replug", "reboot", "rdma_ctl status", "Not retried", "mlx_cluster_fallback_backend: ring",
                   "Cannot initialize jaccl distributed backend"):
         assert words in msg, words
-    assert res["elapsed"] < 30, res["elapsed"]            # no retry loop: bounded well below the init timeout
+    # no retry: each Mac's rank was started once, and the launch ended well below the init timeout
+    assert {h: rank_starts(cluster, h) for h in cluster.hosts} == {h: 1 for h in cluster.hosts}
+    assert res["elapsed"] < 30, res["elapsed"]
     assert res["fallback"] is None and len(res["cmd"]) > 0
     assert not list(bench.glob("*.json"))
     for h in cluster.hosts:

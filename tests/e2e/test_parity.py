@@ -11,6 +11,7 @@ Documented differences (each intended; see tests/unit/filter/test_planner_mlx_di
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -40,6 +41,20 @@ def ours(cluster):
     return json.loads((art / "hostfile.json").read_text()), json.loads((art / "plan.json").read_text())
 
 
+def cables_by_subnet(cluster):
+    """{frozenset of the two "host:iface" ends} of every /30 on the Macs' Thunderbolt ports, as
+    the Macs hold them (read inside each Mac): the cables an address plan put to use."""
+    ends = {}
+    for h in cluster.hosts:
+        for i in json.loads(cluster.exec(h, ["ip", "-j", "addr"]).stdout):
+            for a in i.get("addr_info", []):
+                if a.get("family") == "inet" and a.get("prefixlen") == 30:
+                    net = ipaddress.ip_interface(f"{a['local']}/30").network
+                    ends.setdefault(net, set()).add(f"{h}:{i['ifname']}")
+    assert all(len(e) == 2 for e in ends.values()), ends
+    return {frozenset(e) for e in ends.values()}
+
+
 def ring_edges(order):
     return {frozenset((order[i], order[(i + 1) % len(order)])) for i in range(len(order))}
 
@@ -48,6 +63,7 @@ def test_mesh4_jaccl_hostfile_equals_mlx(sim_cluster, tmp_path):
     cluster = sim_cluster("mesh4")
     cluster.reset()
     mlx = mlx_config(cluster, tmp_path)
+    mlx_cables = cables_by_subnet(cluster)
     cluster.reset()
     mine, plan = ours(cluster)
     assert mlx["backend"] == mine["backend"] == "jaccl"
@@ -55,8 +71,10 @@ def test_mesh4_jaccl_hostfile_equals_mlx(sim_cluster, tmp_path):
     assert [h["ssh"] for h in mine["hosts"]] == [h["ssh"] for h in mlx["hosts"]]
     assert [h["ips"] for h in mine["hosts"]] == [h["ips"] for h in mlx["hosts"]]
     assert [h["rdma"] for h in mine["hosts"]] == [h["rdma"] for h in mlx["hosts"]]
-    # Same cables: MLX's /30s sit on exactly the interfaces we addressed.
-    assert len(plan["ip_plan"]["cables"]) == 6
+    # Same cables: MLX's /30s sit on exactly the interfaces we addressed, pairing the same ends.
+    planned = {frozenset((f"{c['a']['host']}:{c['a']['iface']}", f"{c['b']['host']}:{c['b']['iface']}"))
+               for c in plan["ip_plan"]["cables"].values()}
+    assert len(planned) == 6 and mlx_cables == planned, (mlx_cables, planned)
 
 
 def test_ring4_ring_uses_the_same_cables_as_mlx(sim_cluster, tmp_path):

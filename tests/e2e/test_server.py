@@ -1,6 +1,8 @@
 """The MLX server stage end to end: real ansible-playbook over real SSH against two simulated
 Macs (spec `pair`, ring backend over the simulated Thunderbolt cable), the tiny generated
-qwen2 model at the same path in both Macs' homes, the `process` supervisor (no launchd here).
+qwen2 model at the same path in both Macs' homes. The `process` supervisor for most tests;
+the default one, launchd (the simulated Macs' launchd runs LaunchDaemons: tests/simcluster/
+README.md), in its own test.
 
 HTTP is queried from inside rank 0's Mac (its loopback: the server listens on 127.0.0.1),
 which is where a client on a real cluster would tunnel to.
@@ -307,6 +309,55 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
         assert calls and all(c[0] == "print" for c in calls), calls  # no bootstrap, no bootout
     assert plists() == {h: False for h in pair.hosts}  # nothing written on any Mac
     assert server_processes(pair) == {h: [] for h in pair.hosts}
+
+
+def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair):
+    """The default supervisor, run: each rank's supervisor is a LaunchDaemon, which the
+    simulated Macs' launchd runs (launchctl bootstrap: at once, and at every boot). The API
+    answers; both Macs restart and launchd brings every rank back with no playbook run, to
+    the same start (a server run changes nothing); the stop boots the jobs out, removes their
+    plists and leaves nothing running."""
+    extra = {"mlx_server_supervisor": "launchd"}
+    label, plist = "org.mlx-cluster.server", "/Library/LaunchDaemons/org.mlx-cluster.server.plist"
+    ask = {"messages": [{"role": "user", "content": "Hello world!"}], "max_tokens": 8, "temperature": 0}
+
+    def jobs():
+        """{host: (launchctl's pid of the job, the rank's supervisor's PID file)} """
+        out = {}
+        keepers = rank_pids(pair, "keeper")
+        for h in pair.hosts:
+            printed = pair.exec(h, ["launchctl", "print", f"system/{label}"])
+            pid = next((int(ln.split("=")[1]) for ln in printed.stdout.splitlines() if ln.strip().startswith("pid =")), None)
+            out[h] = (pid, keepers[h])
+        return out
+
+    def serving():
+        res = request(pair, "/v1/chat/completions", ask, timeout=60)
+        return res.returncode == 0 and json.loads(res.stdout)["status"] == 200
+
+    try:
+        up = server(pair, **extra)
+        assert up.rc == 0, up.failures()
+        first = jobs()
+        assert all(pid and pid == keeper for pid, keeper in first.values()), first  # launchd's child: the supervisor
+        assert serving()
+        status = status_lines(server(pair, "server_status", **extra))
+        assert all("supervisor pid" in line for line in status.values()), status
+
+        for h in pair.hosts:
+            pair.reboot(h)
+        assert wait_until(serving, 120, 1.0), {h: keeper_state(pair, h) for h in pair.hosts}
+        again = jobs()
+        assert all(pid and pid == keeper and pid != first[h][0] for h, (pid, keeper) in again.items()), again
+        same = server(pair, **extra)   # the same start, brought back by launchd: nothing to do
+        assert same.rc == 0 and same.changed() == 0, same.stats
+    finally:
+        stop = server(pair, "server_stop", **extra)
+    assert stop.rc == 0, stop.failures()
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
+    for h in pair.hosts:
+        assert pair.exec(h, ["test", "-e", plist]).returncode != 0, h              # not back at the next boot
+        assert pair.exec(h, ["launchctl", "print", f"system/{label}"]).returncode == 113, h  # not loaded
 
 
 def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):

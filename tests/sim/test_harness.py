@@ -950,6 +950,75 @@ def test_mlx_distributed_config_mesh4(sim_cluster, tmp_path):
 
 
 @pytest.mark.sim
+def test_launchd_runs_a_daemon_keeps_it_alive_and_ends_it_at_bootout(sim_cluster):
+    """A LaunchDaemon whose program is not a simulated command runs as launchd runs a daemon:
+    at bootstrap (RunAtLoad), in the plist's directory and environment, its output in its log;
+    `print` shows its pid; KeepAlive SuccessfulExit false starts it again after a crash, no
+    sooner than ThrottleInterval, not after a clean exit; bootout ends its whole process group
+    and returns once it is gone; at boot it runs again."""
+    import plistlib
+    c = sim_cluster("pair")
+    c.reset()
+    home = c.home("m1")
+    (home / "job.sh").write_text(
+        "#!/bin/sh\necho \"start $$ $GREETING $(pwd)\"\nsleep 1000 &\n"
+        "trap 'echo term; exit 0' TERM\nwhile [ ! -e /srv/admin/job.exit ]; do sleep 0.1; done\n"
+        "code=$(cat /srv/admin/job.exit); rm /srv/admin/job.exit; exit $code\n")
+    (home / "job.sh").chmod(0o755)
+    plist = "/Library/LaunchDaemons/org.example.job.plist"
+    body = plistlib.dumps({"Label": "org.example.job", "RunAtLoad": True, "ProgramArguments": ["/srv/admin/job.sh"],
+                           "EnvironmentVariables": {"GREETING": "hello"}, "WorkingDirectory": "/srv/admin",
+                           "StandardOutPath": "/srv/admin/job.log", "StandardErrorPath": "/srv/admin/job.log",
+                           "KeepAlive": {"SuccessfulExit": False}, "ThrottleInterval": 2, "ExitTimeOut": 5})
+    c.exec("m1", ["tee", plist], input=body.decode(), check=True)
+
+    def job():
+        printed = sh(c, "m1", ["launchctl", "print", "system/org.example.job"], ok=False)
+        fields = dict(ln.strip().split(" = ", 1) for ln in printed.stdout.splitlines() if " = " in ln and ln.startswith("\t") and not ln.startswith("\t\t"))
+        return printed.returncode, fields
+
+    def wait(pred, seconds=15):
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            got = pred()
+            if got:
+                return got
+            time.sleep(0.1)
+        return None
+
+    def starts():
+        try:
+            return [ln.split() for ln in (home / "job.log").read_text().splitlines() if ln.startswith("start ")]
+        except FileNotFoundError:
+            return []
+
+    sh(c, "m1", ["launchctl", "bootstrap", "system", plist], sudo=True)
+    assert wait(lambda: job()[1].get("state") == "running" and starts()), (job(), starts())
+    (_, pid, greeting, cwd), = starts()
+    assert (greeting, cwd) == ("hello", "/srv/admin") and job()[1]["pid"] == pid and job()[1]["runs"] == "1"
+    # a crash (exit 3): started again, ThrottleInterval (2 s) after its last start at the soonest
+    t0 = time.monotonic()
+    (home / "job.exit").write_text("3")
+    assert wait(lambda: len(starts()) == 2), starts()
+    assert time.monotonic() - t0 >= 1.0 and job()[1]["last exit code"] == "3" and job()[1]["runs"] == "2"
+    # a clean exit: not started again, still loaded
+    (home / "job.exit").write_text("0")
+    assert wait(lambda: job()[1].get("state") == "not running"), job()
+    time.sleep(3)
+    assert len(starts()) == 2 and job()[1]["last exit code"] == "0"
+    # at boot it runs again; bootout ends it (its child too) before it returns
+    c.reboot("m1")
+    assert wait(lambda: len(starts()) == 3 and job()[1].get("state") == "running"), (starts(), job())
+    group = int(starts()[-1][1])
+    sh(c, "m1", ["launchctl", "bootout", "system/org.example.job"], sudo=True)
+    assert job()[0] == 113
+    assert "term" in (home / "job.log").read_text()
+    left = c.exec("m1", ["ps", "-eo", "pgid=,args="]).stdout.splitlines()
+    assert not [ln for ln in left if ln.split()[0] == str(group)], left   # the whole group is gone
+    c.reset()
+
+
+@pytest.mark.sim
 def test_mlx_distributed_config_and_launch_ring4(sim_cluster, tmp_path):
     c = sim_cluster("ring4")
     try:

@@ -539,6 +539,18 @@ class SimCluster:
             if home != HOME:
                 (self.host_dir(h) / "passwd").write_text("\n".join([lines[0].replace(HOME, home)] + lines[1:]) + "\n")
                 os.chmod(self.host_dir(h) / "passwd", 0o644)
+        # group seen by the Macs: gid 0 is macOS's `wheel` (there is no group `root` on a Mac:
+        # `chgrp root` fails there, `chgrp wheel` works); the machine's other groups stay
+        groups = []
+        for line in Path("/etc/group").read_text().splitlines():
+            f = line.split(":")
+            if len(f) == 4 and f[0] == "wheel":
+                continue
+            if len(f) == 4 and f[2] == "0":
+                f[0] = "wheel"
+            groups.append(":".join(f))
+        (st / "group").write_text("\n".join(groups) + "\n")
+        os.chmod(st / "group", 0o644)
         # no DNS server on the cluster LAN: lookups fail at once (nothing on 127.0.0.1:53)
         (st / "resolv.conf").write_text("# simulated Mac cluster: no DNS server on this LAN\n"
                                         "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")

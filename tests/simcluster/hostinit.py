@@ -20,6 +20,7 @@ Private view (all mounts live only in this host's mount namespace):
   the Mac must still see (the state dir, the Python environment, the repository) are
   bound back at the same place, the Python environment read-only
 - /run, /dev/shm <- tmpfs (sshd's privilege separation directory is /run/sshd)
+- /etc/group <- a copy where gid 0 is `wheel` (macOS's name for it; no group `root`)
 - /etc/passwd <- a copy with the Mac's `admin` user (uid 0, home /srv/admin) first and
   root's home at /srv/root, so sshd starts sessions in the Mac's home and ~ means the same
   to the shell, ssh and Python
@@ -121,6 +122,8 @@ def setup(state, host, cfg):
         bind(os.path.join(state, "empty.d"), "/etc/xdg/pip", readonly=True)
     own = os.path.join(hostdir, "passwd")  # this Mac's admin user has another home
     bind(own if os.path.exists(own) else os.path.join(state, "passwd"), "/etc/passwd", readonly=True)
+    if os.path.exists(os.path.join(state, "group")):
+        bind(os.path.join(state, "group"), "/etc/group", readonly=True)  # gid 0 is `wheel`, as on a Mac
     etc_ssh = os.path.join(hostdir, "etc_ssh")
     if os.path.isdir(etc_ssh) and os.path.isdir("/etc/ssh"):
         bind(etc_ssh, "/etc/ssh", readonly=True)

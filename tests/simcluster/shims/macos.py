@@ -1716,9 +1716,14 @@ def cmd_sysctl(ctx, args):
 # unloads it, `print system/<label>` shows it. A plist launchd refuses (not root-owned,
 # group or world writable: `man launchctl`; not a property list; no Label or program) is not
 # loaded: `Bootstrap failed: 5: Input/output error` (public captures of launchctl on macOS
-# 13-15). The jobs loaded since boot are <host>/launchd.json. Only programs that are
-# simulated macOS commands (/usr/sbin/sysctl, ...) really run; other jobs are loaded and
-# shown but their program is not started (nothing here needs them).
+# 13-15). The jobs loaded since boot are <host>/launchd.json. A job whose program is a
+# simulated macOS command (/usr/sbin/sysctl, ...) runs once, at load. Any other program runs
+# as launchd runs a daemon (launchd.plist(5)): a process of its own that stands in for launchd
+# for that job (`macos.py launchd-job`, in the Mac's namespaces, so it dies with the Mac)
+# starts the program in a process group of its own, with the plist's environment, working
+# directory, umask and log files; restarts it as KeepAlive says, no sooner than
+# ThrottleInterval after its last start; and at bootout sends it SIGTERM, then SIGKILL after
+# ExitTimeOut, to its whole process group (AbandonProcessGroup unset).
 
 LAUNCHD_STATE = "launchd.json"
 LAUNCH_DAEMONS = "/Library/LaunchDaemons"
@@ -1763,12 +1768,18 @@ def launchd_jobs(ctx):
     return _read_json(ctx.path(LAUNCHD_STATE), {})
 
 
+def _simulated_command(program):
+    return os.path.dirname(program) in SYSTEM_DIRS and os.path.basename(program) in COMMANDS
+
+
 def _run_job(ctx, job):
-    """Run a RunAtLoad job's program as launchd does (as root), if it is a simulated command."""
+    """Run a RunAtLoad job's program as launchd does (as root): a simulated command once, now;
+    any other program by a job runner of its own (launchd_job), detached."""
     program = job["program"]
     name = os.path.basename(program)
-    if os.path.dirname(program) not in SYSTEM_DIRS or name not in COMMANDS:
-        return job
+    if not _simulated_command(program):
+        _spawn_job_runner(ctx, job["label"])
+        return None  # the runner keeps the job's entry from now on
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), "USER": "root", "LOGNAME": "root",
            "HOME": os.path.join(ctx.mountpoint, "root")}
     try:
@@ -1791,6 +1802,8 @@ def launchd_load(ctx, job):
         os.close(fd)
     if job["run_at_load"]:
         job = _run_job(ctx, job)
+        if job is None:
+            return
         fd = ctx.lock()
         try:
             jobs = launchd_jobs(ctx)
@@ -1799,6 +1812,135 @@ def launchd_load(ctx, job):
                 _write_json(ctx.path(LAUNCHD_STATE), jobs)
         finally:
             os.close(fd)
+
+
+def _spawn_job_runner(ctx, label):
+    """Start `macos.py launchd-job STATE HOST LABEL` detached (double fork, a session of its
+    own, no inherited descriptors): it outlives the launchctl (or boot) that started it."""
+    argv = [sys.executable, "-S", os.path.realpath(__file__), "launchd-job", ctx.state, ctx.host, label]
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, 1 << 16)
+        os.execv(argv[0], argv)
+    finally:
+        os._exit(127)
+
+
+def _job_update(ctx, label, **changes):
+    """Change a loaded job's entry in launchd.json; False when it is not loaded (booted out)."""
+    fd = ctx.lock()
+    try:
+        jobs = launchd_jobs(ctx)
+        if label not in jobs:
+            return False
+        jobs[label].update(changes)
+        _write_json(ctx.path(LAUNCHD_STATE), jobs)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def launchd_job(ctx, label):
+    """launchd, for one daemon: run its program, keep it as KeepAlive says, end it at bootout.
+    Runs until the job is booted out (SIGTERM from launchctl) or its program ended for good."""
+    import plistlib
+    import signal
+    import subprocess
+    job = launchd_jobs(ctx).get(label)
+    if job is None:
+        return 0
+    with open(_mac_file(ctx, job["path"]), "rb") as f:
+        plist = plistlib.load(f)
+    env = {"PATH": os.path.join(ctx.hostdir, "bin") + ":/usr/bin:/bin:/usr/sbin:/sbin"}
+    env.update({str(k): str(v) for k, v in (plist.get("EnvironmentVariables") or {}).items()})
+    keep = plist.get("KeepAlive", False)
+    throttle = float(plist.get("ThrottleInterval", 10))
+    exit_timeout = float(plist.get("ExitTimeOut", 20))
+    umask = plist.get("Umask")
+    state = {"stopping": False, "child": None}
+
+    def group_signal(sig):
+        child = state["child"]
+        if child is not None:
+            try:
+                os.killpg(child.pid, sig)
+            except OSError:
+                pass
+
+    def bootout(signum, frame):
+        state["stopping"] = True
+        group_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, bootout)
+    if not _job_update(ctx, label, runner_pid=os.getpid()):
+        return 0
+
+    def log(key):
+        path = plist.get(key)
+        return open(path, "ab") if path else subprocess.DEVNULL
+
+    while not state["stopping"]:
+        started = time.monotonic()
+        out_f, err_f = log("StandardOutPath"), log("StandardErrorPath")
+        try:
+            child = subprocess.Popen(job["arguments"], executable=job["program"], env=env,
+                                     cwd=plist.get("WorkingDirectory") or "/", stdin=subprocess.DEVNULL,
+                                     stdout=out_f, stderr=err_f, start_new_session=True,
+                                     preexec_fn=(lambda: os.umask(int(umask))) if umask is not None else None)
+        except OSError as exc:
+            _job_update(ctx, label, runs=job["runs"] + 1, last_exit_code=f"(could not start: {exc.strerror})")
+            break
+        finally:
+            for f in (out_f, err_f):
+                if f is not subprocess.DEVNULL:
+                    f.close()
+        state["child"] = child
+        job["runs"] += 1
+        _job_update(ctx, label, pid=child.pid, state="running", runs=job["runs"])
+        deadline = None
+        while True:
+            try:
+                rc = child.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if state["stopping"]:
+                deadline = deadline or time.monotonic() + exit_timeout
+                if time.monotonic() > deadline:
+                    group_signal(signal.SIGKILL)
+        # what is left of the job's process group goes with it
+        group_signal(signal.SIGKILL)
+        state["child"] = None
+        _job_update(ctx, label, pid=None, state="not running", last_exit_code=rc)
+        if state["stopping"]:
+            break
+        again = keep is True or (isinstance(keep, dict) and keep.get("SuccessfulExit") is False and rc != 0)
+        if not again:
+            break
+        time.sleep(max(0.0, throttle - (time.monotonic() - started)))
+    _job_update(ctx, label, runner_pid=None)
+    return 0
 
 
 def launchd_boot(ctx):
@@ -1814,9 +1956,12 @@ def launchd_boot(ctx):
 
 def _print_job(job):
     args = "".join(f"\t\t{a}\n" for a in job["arguments"])
-    return (f"system/{job['label']} = {{\n\tactive count = 0\n\tpath = {job['path']}\n\ttype = LaunchDaemon\n"
-            f"\tstate = not running\n\n\tprogram = {job['program']}\n\targuments = {{\n{args}\t}}\n\n"
-            f"\truns = {job['runs']}\n\tlast exit code = {job['last_exit_code']}\n}}")
+    running = job.get("state") == "running" and job.get("pid")
+    return (f"system/{job['label']} = {{\n\tactive count = {1 if running else 0}\n\tpath = {job['path']}\n"
+            f"\ttype = LaunchDaemon\n\tstate = {'running' if running else 'not running'}\n\n"
+            f"\tprogram = {job['program']}\n\targuments = {{\n{args}\t}}\n\n"
+            + (f"\tpid = {job['pid']}\n" if running else "")
+            + f"\truns = {job['runs']}\n\tlast exit code = {job['last_exit_code']}\n}}")
 
 
 def cmd_launchctl(ctx, args):
@@ -1854,10 +1999,21 @@ def cmd_launchctl(ctx, args):
             jobs = launchd_jobs(ctx)
             if label not in jobs:
                 die("Boot-out failed: 3: No such process", 3)
+            runner = jobs[label].get("runner_pid")
             del jobs[label]
             _write_json(ctx.path(LAUNCHD_STATE), jobs)
         finally:
             os.close(fd)
+        if runner:
+            # launchd ends the job (SIGTERM, then SIGKILL after its ExitTimeOut) before bootout returns
+            import signal
+            try:
+                os.kill(runner, signal.SIGTERM)
+            except OSError:
+                pass
+            until = time.monotonic() + 120
+            while _alive(runner) and time.monotonic() < until:
+                time.sleep(0.05)
         return 0
     die(f"launchctl: {' '.join(args) or '(no verb)'}: not emulated by the simulated Mac", 64)
 
@@ -3003,6 +3159,9 @@ def main():
         if len(sys.argv) == 4 and sys.argv[1] == "boot":
             boot(Ctx(os.path.abspath(sys.argv[2]), sys.argv[3]))
             return 0
+        #   macos.py launchd-job STATE HOST LABEL   launchd for one loaded daemon (launchd_job)
+        if len(sys.argv) == 5 and sys.argv[1] == "launchd-job":
+            return launchd_job(Ctx(os.path.abspath(sys.argv[2]), sys.argv[3]), sys.argv[4])
         err("usage: macos.py boot STATE HOST  (the shims are run through their command names)")
         return 64
     if CMD not in COMMANDS:

@@ -4,6 +4,7 @@ plan artifacts, the per-cable checks and the network stage's messages."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from ansible.errors import AnsibleFilterError
@@ -81,7 +82,25 @@ def mlx_plan_artifact(plan):
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
-    return strip(plan)
+    out = strip(plan)
+    ip_plan = out.get("ip_plan")
+    if isinstance(ip_plan, dict) and isinstance(ip_plan.get("excluded"), list) and ip_plan.get("pool"):
+        # A /30 of the pool found on a port no cable uses now is the old end of an unplugged or
+        # moved cable, which this run's network stage clears: what this run saw, not the wiring
+        try:
+            pool = ipaddress.ip_network(ip_plan["pool"], strict=False)
+            ip_plan["excluded"] = [e for e in ip_plan["excluded"] if not _stale_end(e, pool)]
+        except ValueError:
+            pass
+    return out
+
+
+def _stale_end(entry, pool):
+    try:
+        net = ipaddress.ip_network(entry["network"], strict=False)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return entry.get("source") != "exclude" and net.prefixlen == 30 and net.subnet_of(pool)
 
 
 def mlx_cable_hostfiles(plan, envs=None):

@@ -293,3 +293,20 @@ def test_model_split_refuses_malformed_input_naming_itself(checks, args, words):
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match=f"mlx_model_split: .*{words}"):
         checks["mlx_model_split"](*args)
+
+
+def test_the_plan_artifact_keeps_what_follows_from_the_wiring_and_the_settings(checks):
+    """plan.json is rewritten only when the plan changes: the per-run `kept` markers go, and so
+    do the /30s of the pool found on ports no cable uses now (the old end of a moved cable,
+    which the same run clears); the LAN and the settings' exclusions stay."""
+    plan = {"ip_plan": {"pool": "10.208.0.0/16", "cables": {"c": {"network": "10.208.1.0/30", "kept": True}},
+                        "excluded": [{"network": "10.208.94.40/30", "source": "m1:en2"},
+                                     {"network": "10.208.0.0/22", "source": "m1:en0"},
+                                     {"network": "10.208.7.0/30", "source": "exclude"},
+                                     {"network": "192.168.1.0/30", "source": "m2:en5"}]}}
+    out = checks["mlx_plan_artifact"](plan)
+    assert out["ip_plan"]["cables"] == {"c": {"network": "10.208.1.0/30"}}
+    assert out["ip_plan"]["excluded"] == [{"network": "10.208.0.0/22", "source": "m1:en0"},
+                                          {"network": "10.208.7.0/30", "source": "exclude"},
+                                          {"network": "192.168.1.0/30", "source": "m2:en5"}]
+    assert plan["ip_plan"]["cables"]["c"]["kept"] is True and len(plan["ip_plan"]["excluded"]) == 4  # not mutated

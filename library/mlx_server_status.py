@@ -134,6 +134,7 @@ from datetime import datetime, timezone
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    open_nofollow,
     parse_launchctl_print,
     problems,
     process_matches,
@@ -150,8 +151,9 @@ STARTUP_GRACE = 5.0
 
 
 def tail(path, n):
+    """The log's last n lines (of its last 64 KiB); "" when missing or a symbolic link."""
     try:
-        with open(path, "rb") as f:
+        with open_nofollow(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 64 * 1024))
             lines = f.read().decode(errors="replace").splitlines()

@@ -21,6 +21,10 @@ description:
   - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(keeper<N>.json) to
     C(keeper<N>.last.json), C(state.json) to C(state.last.json)) so a new start never reads a
     stale state.
+  - Run as root (the launchd supervisor's bootout needs it), it does only the launchd part as
+    root, then goes on as the user who owns I(run_dir), so the files it reads there (never
+    through a symbolic link) and the processes it signals are that user's. A run id read there
+    is used only in the form the toolkit makes (24 lowercase letters and digits).
 version_added: "0.1.0"
 extends_documentation_fragment:
   - mlx.cluster.command_timeout
@@ -117,6 +121,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    RUN_ID_RE,
+    become_owner,
     parse_launchctl_print,
     process_matches,
     processes_with,
@@ -245,7 +251,10 @@ def main():
     # The run ids of what runs now, before anything moves: leftovers are found by them.
     for rank in ranks:
         rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
-        if rid and rid not in run_ids:
+        if rid and not RUN_ID_RE.match(str(rid)):
+            module.warn(f"{run_dir}/rank{rank}.json names run id {str(rid)[:40]!r}, not one the toolkit makes: "
+                        "its processes are looked for by their recorded PIDs only")
+        elif rid and rid not in run_ids:
             run_ids.append(rid)
 
     if p["supervisor"] == "launchd":
@@ -274,6 +283,15 @@ def main():
                 os.unlink(p["plist"])
                 launchd["plist_removed"] = True
 
+    # Only launchd needed root (above). From here on this runs as the user whose run directory
+    # it is: what it reads there, and every process it signals, are that user's.
+    if os.path.lexists(run_dir):
+        try:
+            become_owner(run_dir)
+        except OSError as exc:
+            module.fail_json(msg=f"refusing to stop the server from {run_dir}: {exc}. Fix: the run directory must be "
+                                 "a directory of the login user's own (set mlx_cluster_remote_dir to one)",
+                             launchd=launchd, stopped=stopped)
     for rank in ranks:
         start = time.monotonic()
         found = find_rank(module, ps, run_dir, rank)

@@ -6,6 +6,10 @@ directories are made, `changed` is measured per file.
 One copy of the logic and of the argument spec for both: on a Mac the module runs it; on the
 controller (delegate_to: localhost) the action plugin runs it in ansible-playbook's own
 process, without starting a module (a Python process) for a few kilobytes.
+
+Run as root for a user (a module with become writing the user's files), nothing the user can
+change leads root elsewhere: a file that is a symbolic link is refused, never followed, and so
+is a directory on the way that another user could swap (untrusted()).
 """
 
 from __future__ import annotations
@@ -55,15 +59,47 @@ def missing_parents(path):
 
 def current(path):
     """(content bytes or None, mode or None) of an existing regular file; (False, None) when
-    `path` is something else."""
+    `path` is something else (a symbolic link included: never followed)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None, None
     if not stat.S_ISREG(st.st_mode):
         return False, None
-    with open(path, "rb") as f:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False, None  # swapped for a link meanwhile
+    with os.fdopen(fd, "rb") as f:
         return f.read(), stat.S_IMODE(st.st_mode)
+
+
+def untrusted(path, uid):
+    """Why root should not write below the directory `path` for the user `uid` ("" when it
+    may): walking from / down, every existing component must be a directory owned by root or
+    by that user, not writable by group or others unless root's and sticky (as /tmp and
+    /Users/Shared are), or a symbolic link owned by root (as /tmp and /var are on a Mac);
+    a link or a directory another user owns could send root's write anywhere."""
+    cur = os.sep
+    for name in [n for n in os.path.normpath(path).split(os.sep) if n]:
+        step = os.path.join(cur, name)
+        try:
+            st = os.lstat(step)
+        except FileNotFoundError:
+            return ""  # made from here on, by root, for the user
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid != 0:
+                return f"{step} is a symbolic link owned by uid {st.st_uid}, not root"
+            step = os.path.realpath(step)
+            st = os.lstat(step)
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{step} is not a directory"
+        if st.st_uid not in (0, uid):
+            return f"{step} belongs to uid {st.st_uid}, not to this user (uid {uid}) or root"
+        if st.st_mode & 0o022 and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
+            return f"{step} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+        cur = step
+    return ""
 
 
 def write(path, data, mode, owner=None):
@@ -99,16 +135,22 @@ def write_files(files, directory_mode="0700", check_mode=False, diff=False, owne
     result: {changed, files, [diff]}; raises FilesError."""
     dir_mode = octal(directory_mode, "directory_mode")
     results, diffs, made = [], [], set()
+    as_root = os.geteuid() == 0
     for spec in files:
         path = spec["path"]
         if not os.path.isabs(path):
             raise FilesError(f"path must be absolute (got '{path}')", path)
+        why = untrusted(os.path.dirname(path), owner[0] if owner else 0) if as_root else ""
+        if why:
+            raise FilesError(f"refusing to write {path} as root: {why}. Fix: make it a directory of its own, "
+                             "owned by the login user and writable by that user alone", path)
         mode = octal(spec.get("mode", "0600"), f"mode of {path}")
         data = spec["content"].encode("utf-8", errors="surrogateescape")
         parents = [d for d in missing_parents(path) if d not in made]
         old, old_mode = current(path)
         if old is False:
-            raise FilesError(f"{path} exists and is not a regular file: move it away", path)
+            raise FilesError(f"{path} exists and is not a regular file: move it away (a symbolic link "
+                             "is never followed)", path)
         res = {"path": path, "created": old is None, "mode": f"{mode:04o}",
                "changed": bool(parents) or old != data or old_mode != mode}
         if res["changed"] and diff:
@@ -126,10 +168,8 @@ def write_files(files, directory_mode="0700", check_mode=False, diff=False, owne
                     pass
                 except OSError as exc:
                     raise FilesError(f"cannot create the directory {d}: {exc.strerror}", path) from None
-            if old != data:
-                write(path, data, mode, owner)
-            elif old_mode != mode:
-                os.chmod(path, mode)
+            # (a new mode alone is written the same way: a rename, never a chmod through a path)
+            write(path, data, mode, owner)
         made.update(parents)
         results.append(res)
     out = {"changed": any(r["changed"] for r in results), "files": results}

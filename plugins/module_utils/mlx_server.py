@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
@@ -273,10 +274,23 @@ def ranks_in(names):
 
 # ---- the run directory's files, as the status and stop modules read them ---------------
 
+# The run id of a start, as the role makes it (restart.yml: 24 lowercase letters and digits).
+# One read from a file of the run directory is used only when it has this form: the stop ends
+# what carries it, and a word the user wrote there (a name every process shares) must not do.
+RUN_ID_RE = re.compile(r"^[a-z0-9]{24}$")
+
+
+def open_nofollow(path, mode="r"):
+    """A file of the run directory opened without following a symbolic link (a module that
+    runs as root reads nothing the user pointed it at)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    return os.fdopen(fd, mode)
+
+
 def read_json(path):
-    """A JSON object file of the run directory; {} when missing or not an object."""
+    """A JSON object file of the run directory; {} when missing, a link, or not an object."""
     try:
-        with open(path) as f:
+        with open_nofollow(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
@@ -284,13 +298,36 @@ def read_json(path):
 
 
 def read_pid(path):
-    """The PID in a pid file; None when missing or not a number."""
+    """The PID in a pid file; None when missing, a link, or not a number."""
     try:
-        with open(path) as f:
+        with open_nofollow(path) as f:
             text = f.read().strip()
         return int(text) if text.isdigit() else None
     except OSError:
         return None
+
+
+def become_owner(path):
+    """Run as root: go on as the user who owns the directory `path` (the login user's run
+    directory) for the rest of this process, so that what is read there and every signal sent
+    is that user's; -> that uid, or None when nothing changed (not root, or the directory is
+    root's own). A link, or a path that is no directory, raises OSError."""
+    if os.geteuid() != 0:
+        return None
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise OSError(f"{path} is not a directory (or is a symbolic link)")
+    if st.st_uid == 0:
+        return None
+    import pwd
+    try:
+        name = pwd.getpwuid(st.st_uid).pw_name
+        os.initgroups(name, st.st_gid)
+    except (KeyError, OSError):
+        os.setgroups([])
+    os.setgid(st.st_gid)
+    os.setuid(st.st_uid)
+    return st.st_uid
 
 
 # ---- the serving loop's heartbeat --------------------------------------------------------

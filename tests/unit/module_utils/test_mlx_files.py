@@ -54,3 +54,60 @@ def test_a_directory_in_the_way_is_named(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(FilesError, match="not a regular file: move it away"):
         write_files([{"path": str(tmp_path / "d"), "content": ""}])
+
+
+# ---- root writing a user's files: nothing the user can change leads root elsewhere ---------
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="root writes for a user only when run as root")
+OTHER = 4242  # a uid that is neither root nor the owner given
+
+
+def test_a_file_that_is_a_link_is_refused_and_its_target_left_alone(tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    target.chmod(0o644)
+    (tmp_path / "hostfile.json").symlink_to(target)
+    with pytest.raises(FilesError, match="not a regular file: move it away"):
+        write_files([{"path": str(tmp_path / "hostfile.json"), "content": "{}"}])
+    assert target.read_text() == "keep me" and stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_new_mode_alone_is_written_by_a_rename_not_a_chmod(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("same")
+    path.chmod(0o644)
+    os.link(path, tmp_path / "other-name")  # the same inode under a name the write is not about
+    out = write_files([{"path": str(path), "content": "same", "mode": "0600"}])
+    assert out["changed"] and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "other-name").stat().st_mode) == 0o644
+
+
+@as_root
+def test_root_does_not_write_through_a_link_another_user_owns(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "cluster").symlink_to(elsewhere)
+    os.lchown(tmp_path / "cluster", OTHER, OTHER)
+    with pytest.raises(FilesError, match=r"cluster is a symbolic link owned by uid 4242, not root"):
+        write_files([{"path": str(tmp_path / "cluster" / "hostfile.json"), "content": "{}"}], owner=(1000, 1000))
+    assert list(elsewhere.iterdir()) == []
+
+
+@as_root
+def test_root_writes_only_in_directories_of_root_or_of_the_user_and_not_shared(tmp_path):
+    os.chmod(tmp_path, 0o755)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER, OTHER)
+    with pytest.raises(FilesError, match=r"theirs belongs to uid 4242, not to this user \(uid 1000\) or root"):
+        write_files([{"path": str(theirs / "f"), "content": "x"}], owner=(1000, 1000))
+    out = write_files([{"path": str(theirs / "f"), "content": "x"}], owner=(OTHER, OTHER))   # the user's own
+    assert out["changed"] and (theirs / "f").stat().st_uid == OTHER
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)   # world-writable, not sticky: anyone could swap what is in it
+    with pytest.raises(FilesError, match=r"shared is writable by group or others \(mode 0777\)"):
+        write_files([{"path": str(shared / "f"), "content": "x"}], owner=(1000, 1000))
+    shared.chmod(0o1777)  # root's and sticky, as /tmp and /Users/Shared: a directory of one's own below it is fine
+    out = write_files([{"path": str(shared / "mine" / "f"), "content": "x"}], owner=(1000, 1000))
+    assert out["changed"] and (shared / "mine").stat().st_uid == 1000

@@ -323,3 +323,48 @@ def test_problems_launchd_needs_a_loaded_job():
     st = {"rank": 0, "running": True, "settings_hash": "h", "phase": "ready", "launchd": {"loaded": False}}
     assert ms.problems(st, "h", "launchd") == ["rank 0 is not a loaded launchd job"]
     assert ms.problems({**st, "launchd": {"loaded": True}}, "h", "launchd") == []
+
+
+def test_the_run_directory_is_read_without_following_links(tmp_path):
+    secret = tmp_path / "not-the-servers"
+    secret.write_text('{"run_id": "' + "s" * 24 + '"}')
+    (tmp_path / "rank0.json").symlink_to(secret)
+    (tmp_path / "rank0.pid").symlink_to(tmp_path / "pid-elsewhere")
+    (tmp_path / "pid-elsewhere").write_text("1\n")
+    assert ms.read_json(str(tmp_path / "rank0.json")) == {}
+    assert ms.read_pid(str(tmp_path / "rank0.pid")) is None
+    (tmp_path / "rank1.json").write_text('{"run_id": "x"}')
+    assert ms.read_json(str(tmp_path / "rank1.json")) == {"run_id": "x"}
+
+
+@pytest.mark.parametrize("run_id, ok", [("a1" * 12, True), ("r" * 24, True), ("bash", False), ("A" * 24, False),
+                                        ("a" * 23, False), ("a" * 25, False), ("--run-dir", False)])
+def test_a_run_id_is_used_only_in_the_form_the_toolkit_makes(run_id, ok):
+    assert bool(ms.RUN_ID_RE.match(run_id)) is ok
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="dropping to another user needs root")
+def test_root_goes_on_as_the_owner_of_the_run_directory(tmp_path):
+    import os
+    run_dir = tmp_path / "server"
+    run_dir.mkdir()
+    os.chown(run_dir, 4242, 4343)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the drop is for good: in a child
+        os.close(r)
+        try:
+            got = ms.become_owner(str(run_dir))
+            os.write(w, json.dumps([got, os.getuid(), os.geteuid(), os.getgid()]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        said = json.loads(f.read() or "null")
+    os.waitpid(pid, 0)
+    assert said == [4242, 4242, 4242, 4343]
+    os.chown(run_dir, 0, 0)
+    assert ms.become_owner(str(run_dir)) is None and os.geteuid() == 0   # root's own: nothing to drop to
+    (tmp_path / "link").symlink_to(run_dir)
+    with pytest.raises(OSError, match="symbolic link"):
+        ms.become_owner(str(tmp_path / "link"))

@@ -285,6 +285,20 @@ def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, 
     assert not again.result["changed"] and again.result["stopped"] == [] and again.calls == []
 
 
+def test_a_run_id_not_of_the_toolkits_form_ends_nothing_by_it(module_runner, tmp_path, sleeper):
+    """A word the user wrote in rank<N>.json as the run id (one every shell carries) is not
+    used to find leftovers: only the recorded PIDs, checked, are stopped."""
+    bystander = sleeper()
+    write_rank(tmp_path, 0, 999999, run_id="bash")
+    commands = {PS_ALL: (0, f"{bystander.pid} bash\n", "")}
+    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
+                        commands=commands)
+    r = run.result
+    assert not run.failed and r["run_ids"] == [] and r["leftovers"] == []
+    assert any("not one the toolkit makes" in w for w in run.warnings), run.warnings
+    assert bystander.poll() is None
+
+
 def test_stop_tells_the_supervisor_first_then_the_rank(module_runner, tmp_path, sleeper):
     """The supervisor gets SIGTERM before its rank (so it restarts nothing); both are ended and
     reported apart; neither counts as left behind; their files are moved aside."""

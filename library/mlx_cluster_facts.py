@@ -58,6 +58,11 @@ options:
         returned in C(updates). Off for a run whose stages do not use them (the preflight does).
     type: bool
     default: true
+  cluster_dir:
+    description:
+      - The toolkit's directory on this Mac (mlx_cluster_remote_dir; C(~) is this user's home). Checked
+        (never made) and returned in C(cluster_dir), for the preflight.
+    type: path
   read_files:
     description:
       - Files (C(~) expanded) whose sha256 and mode are returned in C(files), so the
@@ -100,7 +105,7 @@ EXAMPLES = r"""
 
 - name: Check the free space where models are kept
   mlx_cluster_facts:
-    disk_path: /Users/Shared/models
+    disk_path: /opt/mlx-cluster/models
 """
 
 RETURN = r"""
@@ -188,6 +193,16 @@ ansible_facts:
           returned: always
           type: str
           sample: /Users/admin
+        cluster_dir:
+          description:
+            - With I(cluster_dir), the directory and why it cannot be trusted (C(problem), empty when it can),
+              walking from C(/) down what exists of it; every part must be a directory of root's or of this
+              user's, that no other user can write (a folder of root's that every user can write, and sticky,
+              such as C(/Users/Shared), is fine above it), or a link of root's (C(/tmp), C(/var)). Another user
+              who can change it could change what the toolkit runs from it, as this user and at boot.
+          returned: when cluster_dir is set
+          type: dict
+          sample: {"path": "/Users/admin/mlx-cluster", "problem": ""}
         trust_keys:
           description:
             - How many cluster keys the marked block of this user's C(~/.ssh/authorized_keys) holds (what
@@ -259,6 +274,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_P
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import python_facts
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import block_keys
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import untrusted
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
@@ -349,6 +365,7 @@ def main():
                                               read_power=dict(type="bool", default=True),
                                               read_updates=dict(type="bool", default=True),
                                               read_files=dict(type="list", elements="str", default=[]),
+                                              cluster_dir=dict(type="path"),
                                               **COMMAND_TIMEOUT_SPEC),
                            supports_check_mode=True)
     record = {}
@@ -371,6 +388,9 @@ def main():
         facts["links_state"] = probe_links(module, runner, facts)
     if module.params["read_files"]:
         facts["files"] = read_files(module.params["read_files"])
+    if module.params["cluster_dir"]:
+        path = module.params["cluster_dir"]
+        facts["cluster_dir"] = {"path": path, "problem": untrusted(path, os.getuid())}
     if module.params["probe_sudo"]:
         facts["sudo"] = sudo_facts(sudo, getpass.getuser())
     for warning in warnings:

@@ -90,7 +90,7 @@ EXAMPLES = r"""
     hosts: "{{ ansible_play_hosts }}"
     ssh: "{{ ssh_targets.targets }}"
     backend: auto
-    remote_dir: /Users/Shared/mlx-cluster
+    remote_dir: /opt/mlx-cluster
   run_once: true
 """
 

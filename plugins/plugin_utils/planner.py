@@ -1599,7 +1599,7 @@ def _remote_dir_setting(setting):
     setting = setting.rstrip("/") or "/"
     if not (setting.startswith("/") or setting == "~" or setting.startswith("~/")):
         raise PlanError("mlx_cluster_remote_dir %r is relative: give an absolute path (the same on "
-                        "every Mac, e.g. /Users/Shared/mlx-cluster) or one under ~ (each Mac's home, "
+                        "every Mac, e.g. /opt/mlx-cluster) or one under ~ (each Mac's home, "
                         "when every Mac has the same home directory)" % setting)
     return setting
 
@@ -1607,7 +1607,8 @@ def _remote_dir_setting(setting):
 def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
                       hostfile_name=HOSTFILE_NAME, wired_limit=""):
     """What the discovery module reads besides the facts, for the stages this run runs:
-    ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths]}``. The
+    ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths],
+    cluster_dir: the toolkit's directory, checked on every run}``. The
     hostfile is read where the plan will put it (`~` is the Mac's home, expanded by the module,
     as :func:`remote_dir` expands it); the
     wired limit's LaunchDaemon when the power stage runs and `wired_limit`
@@ -1621,7 +1622,8 @@ def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
     if "read_wired_daemon" in needs and str(wired_limit or "").strip():
         files.append(WIRED_PLIST_PATH)
     return {"probe_links": "probe_links" in needs, "probe_sudo": "probe_sudo" in needs,
-            "read_power": "read_power" in needs, "read_updates": "read_updates" in needs, "read_files": files}
+            "read_power": "read_power" in needs, "read_updates": "read_updates" in needs, "read_files": files,
+            "cluster_dir": base}
 
 
 HOSTFILE_MODE = "0600"
@@ -1654,7 +1656,9 @@ def remote_dir(setting, homes):
     mlx.launch runs one command line on every Mac (interpreter, script and model paths are the
     same words everywhere), so the directory must be the same absolute path on all of them:
     ``~`` is expanded with each Mac's home, and Macs whose homes differ need an absolute
-    mlx_cluster_remote_dir that each of them can write (``/Users/Shared/mlx-cluster``)."""
+    mlx_cluster_remote_dir that is each Mac's user's own (``/opt/mlx-cluster``, made once per
+    Mac; not below a folder every user can write, such as /Users/Shared, where another user
+    could make it first)."""
     setting = _remote_dir_setting(setting)
     if not setting.startswith("~"):
         return setting
@@ -1671,8 +1675,10 @@ def remote_dir(setting, homes):
         raise PlanError(
             "%s is a different directory on each Mac (%s): their home directories differ, and "
             "mlx.launch runs the same interpreter, script and model paths on every Mac. Set "
-            "mlx_cluster_remote_dir to one absolute path every Mac's user can write, e.g. "
-            "/Users/Shared/mlx-cluster" % (setting, _join_limited(
+            "mlx_cluster_remote_dir to one absolute path that is each Mac's user's own, e.g. "
+            "/opt/mlx-cluster, made once on each Mac with `sudo mkdir -p /opt/mlx-cluster && sudo "
+            "chown <the login user> /opt/mlx-cluster` (not below /Users/Shared: every user can write "
+            "there, and another could make the directory first)" % (setting, _join_limited(
                 "%s %s" % (h, p) for h, p in resolved.items())))
     if not paths:
         raise PlanError("no hosts to resolve %s on" % setting)

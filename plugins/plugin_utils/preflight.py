@@ -87,6 +87,7 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
         problems.extend(_bridge_problems(h, f.get("thunderbolt") or {}, cabled.get(h, set())))
         problems.extend(_resource_problems(h, f, s))
         problems.extend(_update_problems(h, f))
+        problems.extend(_cluster_dir_problems(h, f))
 
     problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
     problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
@@ -189,6 +190,20 @@ def _update_problems(host, f):
                f"\"Install macOS updates\" (or `sudo defaults write {SOFTWARE_UPDATE_DOMAIN} {key} -bool false`; "
                f"`sudo softwareupdate --schedule off` stops the automatic checks altogether), then update "
                f"every Mac together, by hand")]
+
+
+def _cluster_dir_problems(host, f):
+    """The toolkit's directory holds the venv, the scripts and the server's files that run as
+    the user, and under launchd at every boot: a directory another user can change (or a link
+    of theirs on the way) hands them what runs there. Checked by discovery (fact cluster_dir)."""
+    d = f.get("cluster_dir") or {}
+    if not d.get("problem"):
+        return []
+    return [_p("error", "cluster_dir", host,
+               f"the toolkit's directory {d.get('path')} on {host} is not this user's alone: {d['problem']}",
+               f"on {host}, make it (and every folder above it) a directory no other user can write "
+               f"(`chmod go-w`, or `sudo chown` it to the login user; a link must be root's), or set "
+               f"mlx_cluster_remote_dir to one that is, e.g. ~/mlx-cluster")]
 
 
 def _link_problems(links, slow_sev):

@@ -393,6 +393,28 @@ def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(
         f.converged(again)
 
 
+def test_a_toolkit_directory_every_user_can_write_is_named_by_rdma_check(sim_cluster):
+    """The venv, the scripts and the server's files run from the toolkit's directory, as the
+    user and at boot: on a Mac where other users can write it, the preflight stops naming it."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    d = cluster.home("m2") / "mlx-cluster"
+    d.mkdir(exist_ok=True)
+    with Fault("the toolkit's directory writable by every user on one Mac") as f:
+        os.chmod(d, 0o777)
+        try:
+            run = run_site(cluster, tags=["rdma_check"])
+            assert run.rc != 0
+            line = next(ln for ln in run.preflight_summary().splitlines() if "toolkit's directory" in ln)
+            f.message(line)
+            assert line.startswith("[ERROR] m2: the toolkit's directory /srv/admin/mlx-cluster on m2 is not this "
+                                   "user's alone: /srv/admin/mlx-cluster is writable by group or others (mode 0777)"), line
+            assert "chmod go-w" in line
+        finally:
+            os.chmod(d, 0o700)
+        f.converged(run_site(cluster, tags=["rdma_check"]))
+
+
 def test_host_key_checking_stays_on(sim_cluster):
     cluster = sim_cluster("pair")
     kh = cluster.known_hosts_path

@@ -206,6 +206,23 @@ def test_read_files_reports_sha256_and_mode_or_none(module_runner, read_fixture,
         str(tmp_path / "absent.json"): None}
 
 
+def test_the_toolkit_directory_is_checked_never_made(module_runner, read_fixture, tmp_path):
+    os.chmod(tmp_path, 0o755)
+    mine = tmp_path / "mlx-cluster"
+    args = {"disk_path": str(tmp_path), "cluster_dir": str(mine)}
+
+    def checked():
+        out = module_runner("mlx_cluster_facts", args=args, bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
+        assert not out.failed, out.result
+        return out.result["ansible_facts"]["mlx_cluster"]["cluster_dir"]
+
+    assert checked() == {"path": str(mine), "problem": ""} and not mine.exists()   # made later, by the stages
+    mine.mkdir(mode=0o700)
+    assert checked()["problem"] == ""
+    mine.chmod(0o770)   # the group may change what the venv, the scripts and the server run
+    assert checked()["problem"] == f"{mine} is writable by group or others (mode 0770)"
+
+
 def test_probe_links_takes_the_services_from_the_preferences_file(module_runner, read_fixture, tmp_path):
     fixtures = Path(__file__).resolve().parents[2] / "fixtures"
     order = read_fixture("networksetup_order_bridge_enabled.txt") + \

@@ -109,10 +109,11 @@ def test_homes_that_differ_need_one_absolute_directory():
         planner.make_plan(facts, settings())
     msg = err.value.message
     assert "m1 /Users/admin/mlx-cluster" in msg and "m2 /Users/alice/mlx-cluster" in msg
-    assert "mlx_cluster_remote_dir" in msg and "/Users/Shared/mlx-cluster" in msg
-    plan = planner.make_plan(facts, settings(remote_dir="/Users/Shared/mlx-cluster/", hostfile_name="h.json"))
-    assert plan["remote_dir"] == "/Users/Shared/mlx-cluster"
-    assert plan["hostfile_path"] == "/Users/Shared/mlx-cluster/h.json"
+    assert "mlx_cluster_remote_dir" in msg and "e.g. /opt/mlx-cluster, made once on each Mac" in msg
+    assert "not below /Users/Shared" in msg
+    plan = planner.make_plan(facts, settings(remote_dir="/opt/mlx-cluster/", hostfile_name="h.json"))
+    assert plan["remote_dir"] == "/opt/mlx-cluster"
+    assert plan["hostfile_path"] == "/opt/mlx-cluster/h.json"
 
 
 @pytest.mark.parametrize("setting", ["mlx-cluster", "./x", "~alice/x"])
@@ -157,7 +158,7 @@ def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, 
     got = planner.discovery_request(run_tags, skip_tags, "", planner.HOSTFILE_NAME)
     power = bool({"all", "tagged", "power"} & set(run_tags)) and "power" not in skip_tags
     assert got == {"probe_links": probe, "probe_sudo": sudo, "read_updates": sudo, "read_power": power,
-                   "read_files": ["~/mlx-cluster/hostfile.json"] if read else []}
+                   "read_files": ["~/mlx-cluster/hostfile.json"] if read else [], "cluster_dir": "~/mlx-cluster"}
 
 
 def test_a_configure_run_reads_no_power_or_update_settings():
@@ -176,7 +177,7 @@ def test_discovery_reads_the_wired_limit_daemon_only_when_the_power_stage_manage
 
 
 def test_discovery_reads_the_hostfile_where_the_plan_puts_it():
-    for setting in ("", "~/x/", "/Users/Shared/mlx-cluster"):
+    for setting in ("", "~/x/", "/opt/mlx-cluster"):
         (path,) = planner.discovery_request(["hostfile"], [], setting, "h.json")["read_files"]
         home = "/Users/admin"
         expanded = home + path[1:] if path.startswith("~") else path

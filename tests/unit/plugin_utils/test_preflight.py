@@ -247,3 +247,17 @@ def test_a_hung_rdma_probe_names_the_mac_the_command_and_the_fix():
         assert line == (f"[{severity.upper()}] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer "
                         f"within 5 s on this Mac (stopped) -> fix: RDMA looks wedged on this Mac: replug its "
                         f"Thunderbolt cables, or reboot the Mac if that does not help, then re-run")
+
+
+def test_a_toolkit_directory_another_user_can_change_is_an_error_naming_the_fix():
+    bad = {"path": "/Users/Shared/mlx-cluster", "problem": "/Users/Shared/mlx-cluster belongs to uid 502, "
+                                                           "not to this user (uid 501) or root"}
+    probs = preflight({"m1": host_facts(), "m2": {**host_facts(), "cluster_dir": bad}}, LINKS, {"backend": "jaccl"})
+    (p,) = only(probs, "cluster_dir")
+    assert (p["severity"], p["host"]) == ("error", "m2")
+    assert p["msg"] == ("the toolkit's directory /Users/Shared/mlx-cluster on m2 is not this user's alone: "
+                        "/Users/Shared/mlx-cluster belongs to uid 502, not to this user (uid 501) or root")
+    assert "chmod go-w" in p["fix"] and "mlx_cluster_remote_dir" in p["fix"]
+    for fine in ({"path": "/Users/admin/mlx-cluster", "problem": ""}, None):
+        assert only(preflight({"m1": {**host_facts(), "cluster_dir": fine}, "m2": host_facts()}, LINKS),
+                    "cluster_dir") == []

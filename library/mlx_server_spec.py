@@ -126,6 +126,14 @@ options:
     type: str
     choices: [launchd, process]
     default: launchd
+  api_key:
+    description:
+      - The key clients must send, as C(Bearer <key>) in an C(Authorization) header; empty asks for none. Written to
+        C(api_key) in I(run_dir) (0600, never shown in a diff) and given to the rank with
+        C(--api-key-file); its sha256 is part of the settings, so a new key restarts the server. A
+        key file left by an earlier start is removed when none is set.
+    type: str
+    default: ""
   label:
     description: launchd label (part of the settings).
     type: str
@@ -266,6 +274,7 @@ def main():
             env=dict(type="list", elements="str", default=[]),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"),
+            api_key=dict(type="str", default="", no_log=True),
         ),
         supports_check_mode=True,
     )
@@ -303,25 +312,38 @@ def main():
         "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"], "env": p["env"],
         "supervisor": p["supervisor"], "label": p["label"],
     }
+    if p["api_key"]:  # a new key restarts the ranks (rank 0 reads it at start); the key itself is not recorded
+        settings["api_key_sha256"] = hashlib.sha256(p["api_key"].encode()).hexdigest()
     digest = settings_hash(settings)
     argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
                        backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
                        model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
                        request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
                        queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest,
-                       allowed_hosts=p["allowed_hosts"])
+                       allowed_hosts=p["allowed_hosts"],
+                       api_key_file=rank_files(run_dir, rank)["api_key"] if p["api_key"] else None)
     keeper = keeper_argv(p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"],
                          max_restarts=p["max_restarts"])
     env_file = rank_files(run_dir, rank)["env"]
+    before, after, written = {}, {}, []
     files = dict(files)
     files[os.path.basename(env_file)] = json.dumps(env, indent=2, sort_keys=True) + "\n"
-    before, after, written = {}, {}, []
+    key_file = rank_files(run_dir, rank)["api_key"]
+    if p["api_key"]:
+        files[os.path.basename(key_file)] = p["api_key"] + "\n"
+    elif os.path.lexists(key_file):   # no key asked for any more: none left behind
+        written.append(key_file)
+        before[key_file], after[key_file] = "(the API key)\n", ""
+        if not module.check_mode:
+            os.unlink(key_file)
     for name, content in sorted(files.items()):
         path = f"{run_dir}/{name}"
         old = read_text(path)
         if old == content:
             continue
-        before[path], after[path] = old or "", content
+        secret = path == key_file  # never shown in a diff
+        before[path] = "(the API key)\n" if secret and old else (old or "")
+        after[path] = "(the API key)\n" if secret else content
         written.append(path)
         if not module.check_mode:
             tmp = f"{path}.tmp{os.getpid()}"

@@ -70,6 +70,10 @@ options:
     description: Lines of the rank's log to return.
     type: int
     default: 20
+  api_key:
+    description: The server's API key (mlx_server_api_key), sent with the probes of I(url); empty sends none.
+    type: str
+    default: ""
 author:
   - mlx-cluster contributors
 """
@@ -238,10 +242,12 @@ def look(module, p, rank):
     return st
 
 
-def http(url, body=None, timeout=10.0):
+def http(url, body=None, timeout=10.0, api_key=""):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data else "GET",
-                                 headers={"Content-Type": "application/json"} if data else {})
+    headers = {"Content-Type": "application/json"} if data else {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET", headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our own URL
         return resp.status, json.loads(resp.read().decode() or "null")
 
@@ -250,7 +256,8 @@ def probe(p, deadline):
     """-> (ok, detail dict or error text)."""
     base = p["url"].rstrip("/")
     try:
-        status, body = http(f"{base}/v1/models", timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+        status, body = http(f"{base}/v1/models", timeout=max(1.0, min(10.0, deadline - time.monotonic())),
+                            api_key=p["api_key"])
         ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
         if status != 200 or (p["model_id"] and p["model_id"] not in ids):
             return False, f"/v1/models answered {status} with {ids}"
@@ -259,7 +266,7 @@ def probe(p, deadline):
             left = max(5.0, deadline - time.monotonic())
             status, body = http(f"{base}/v1/chat/completions",
                                 {"messages": [{"role": "user", "content": "Say hello."}],
-                                 "max_tokens": 1, "temperature": 0}, timeout=left)
+                                 "max_tokens": 1, "temperature": 0}, timeout=left, api_key=p["api_key"])
             choice = ((body or {}).get("choices") or [{}])[0]
             if status != 200 or "message" not in choice:
                 return False, f"/v1/chat/completions answered {status}: {json.dumps(body)[:300]}"
@@ -303,6 +310,7 @@ def main():
             wait=dict(type="int", default=0), url=dict(type="str", default=""),
             model_id=dict(type="str", default=""), chat=dict(type="bool", default=False),
             log_lines=dict(type="int", default=20),
+            api_key=dict(type="str", default="", no_log=True),
             **COMMAND_TIMEOUT_SPEC,
         ),
         supports_check_mode=True,

@@ -139,12 +139,17 @@ def settings_hash(settings):
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+# The API key clients must send (mlx_server_api_key), when one is set: a file of the run
+# directory, the user's alone (0600), read by rank 0 at start (--api-key-file).
+API_KEY_FILE = "api_key"
+
+
 def rank_files(run_dir, rank):
     """{kind: path} of one rank's files in the run directory: what the rank writes (pid, state
     with its heartbeat, log, the stopped start's state), what the spec writes (env), and its
     supervisor's own (keeper_pid, keeper)."""
     d = str(run_dir).rstrip("/") or ""
-    return {"pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json", "log": f"{d}/rank{rank}.log",
+    return {"api_key": f"{d}/{API_KEY_FILE}", "pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json", "log": f"{d}/rank{rank}.log",
             "last": f"{d}/rank{rank}.last.json", "env": f"{d}/rank{rank}.env.json",
             "keeper_pid": f"{d}/keeper{rank}.pid", "keeper": f"{d}/keeper{rank}.json",
             "keeper_last": f"{d}/keeper{rank}.last.json"}
@@ -152,9 +157,10 @@ def rank_files(run_dir, rank):
 
 def server_argv(python, script, *, model, run_dir, mode, world, backend, host, port, model_id,
                 max_tokens, poll_interval, request_timeout, init_timeout, queue_size, stall_timeout,
-                settings_hash_value, allowed_hosts=()):
+                settings_hash_value, allowed_hosts=(), api_key_file=None):
     """The rank's command line (without --run-id, which each start adds)."""
     allowed = [w for name in allowed_hosts for w in ("--allowed-host", name)]
+    allowed += ["--api-key-file", api_key_file] if api_key_file else []
     return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
             "--expect-world", str(world), "--init-timeout", _num(init_timeout),
             "--backend", init_backend(backend), "--host", host, "--port", str(port),

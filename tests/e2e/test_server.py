@@ -43,7 +43,10 @@ EXTRA = {
 HTTP_CLIENT = r"""
 import json, sys, urllib.error, urllib.request
 url, body = sys.argv[1], sys.argv[2]
-req = urllib.request.Request(url, data=body.encode() if body else None, headers={"Content-Type": "application/json"})
+headers = {"Content-Type": "application/json"}
+if len(sys.argv) > 3:
+    headers["Authorization"] = "Bearer " + sys.argv[3]
+req = urllib.request.Request(url, data=body.encode() if body else None, headers=headers)
 try:
     with urllib.request.urlopen(req, timeout=120) as r:
         print(json.dumps({"status": r.status, "body": json.loads(r.read())}))
@@ -91,15 +94,17 @@ def server(cluster, tag="server", check=False, **extra):
     return run
 
 
-def request(cluster, path, body=None, timeout=180):
-    """One HTTP request from rank 0's Mac (the client, HTTP_CLIENT, run there): the finished
-    process, whose stdout is {"status", "body"} when the server answered (exit 0)."""
+def request(cluster, path, body=None, timeout=180, key=None):
+    """One HTTP request from rank 0's Mac (the client, HTTP_CLIENT, run there, sending `key` as
+    its bearer token when given): the finished process, whose stdout is {"status", "body"}
+    when the server answered (exit 0)."""
     return cluster.exec(cluster.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}{path}",
-                                        json.dumps(body) if body is not None else ""], timeout=timeout)
+                                        json.dumps(body) if body is not None else ""] + ([key] if key else []),
+                        timeout=timeout)
 
 
-def http(cluster, path, body=None):
-    res = request(cluster, path, body)
+def http(cluster, path, body=None, key=None):
+    res = request(cluster, path, body, key=key)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -192,14 +197,21 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     assert dry.changed() > 0
     assert rank_pids(pair) == pids
 
-    # other settings: the handler restarts every rank
-    changed = server(pair, mlx_server_max_tokens=64)
-    assert changed.rc == 0, changed.failures()
+    # other settings (a new limit, an API key): the handler restarts every rank
+    key = "k3y-" + "x" * 28
+    keyed = {"mlx_server_max_tokens": 64, "mlx_server_api_key": key}
+    changed = server(pair, **keyed)
+    assert changed.rc == 0, changed.failures()   # its health check sent the key
     assert changed.changed() > 0
     new = rank_pids(pair)
     assert all(new.values()) and all(new[h] != pids[h] for h in pair.hosts)
-    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65})["status"] == 400  # the new limit
-    assert server(pair, mlx_server_max_tokens=64).changed() == 0
+    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65})["status"] == 401   # no key
+    assert http(pair, "/v1/models", key="k3y-wrong")["status"] == 401
+    assert http(pair, "/health")["body"] == {"status": "ok", "message": ""}   # says no more without the key
+    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65}, key=key)["status"] == 400  # the new limit
+    assert key not in json.dumps([e.get("event_data", {}).get("res") for e in changed.events])   # never shown
+    assert server(pair, **keyed).changed() == 0
+    assert all("running since 20" in line for line in status_lines(server(pair, "server_status", **keyed)).values())
 
     stop = server(pair, "server_stop")
     assert stop.rc == 0, stop.failures()

@@ -76,6 +76,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import contextlib  # noqa: E402
+import hmac  # noqa: E402
 import ipaddress  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -247,6 +248,9 @@ def parse_args(argv):
     p.add_argument("--allowed-host", action="append", default=[],
                    help="a name clients may reach rank 0's API by, besides addresses, localhost and "
                         "this Mac's own names (repeatable)")
+    p.add_argument("--api-key-file", default="",
+                   help="a file (the user's alone) holding the key clients send as `Authorization: Bearer KEY`; "
+                        "without it no key is asked for")
     p.add_argument("--settings-hash", default="", help="recorded in the state files")
     p.add_argument("--run-id", default="",
                    help="unique id of this start, so its processes can be found (and only they)")
@@ -261,7 +265,30 @@ def parse_args(argv):
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
     args.model_id = args.model_id or Path(args.model).name
+    args.api_key = None
+    if args.api_key_file:
+        try:
+            args.api_key = Path(args.api_key_file).read_bytes().strip() or None
+        except OSError as exc:
+            p.error(f"--api-key-file {args.api_key_file}: {exc.strerror}")
+        if args.api_key is None:
+            p.error(f"--api-key-file {args.api_key_file} is empty")
     return args
+
+
+def authorized(headers, key):
+    """True when no key is asked for, or the request carries it (`Authorization: Bearer KEY`,
+    compared in constant time)."""
+    if key is None:
+        return True
+    scheme, _, token = (headers.get("Authorization") or "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)
+
+
+def unauthorized():
+    return ApiError(401, "this server asks for its API key: send `Authorization: Bearer <key>` "
+                         "(mlx_server_api_key)", kind="authentication_error",
+                    headers={"WWW-Authenticate": 'Bearer realm="mlx-cluster"'})
 
 
 def min_stall_timeout(poll_interval):
@@ -611,6 +638,7 @@ class Server:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size(args.model, tokenizer)
         self.allowed_hosts = own_names(args.host) | set(getattr(args, "allowed_host", None) or [])
+        self.api_key = getattr(args, "api_key", None)  # bytes, or None: no key asked for
         self.world = world
         self.clock = clock
         self.cond = threading.Condition()
@@ -664,11 +692,15 @@ class Server:
     def model_card(self):
         return {"id": self.args.model_id, "object": "model", "created": self.created, "owned_by": "mlx-cluster"}
 
-    def health(self):
-        """(HTTP status, body): the serving loop's heartbeat; 503 when stalled or stopping."""
+    def health(self, detail=True):
+        """(HTTP status, body): the serving loop's heartbeat; 503 when stalled or stopping.
+        Without `detail` (a client without the API key, when one is asked for) only the status
+        and why: no host, rank or request figures."""
         snap = self.progress.snapshot()
         stalled = stall_verdict(snap, self.clock())
         status = "stopping" if self.stopping else ("stalled" if stalled else "ok")
+        if not detail:
+            return (200 if status == "ok" else 503), {"status": status, "message": stalled}
         return (200 if status == "ok" else 503), {
             "status": status, "message": stalled, "world_size": self.world["size"], "ranks": self.world["ranks"],
             "model": self.args.model_id, "generating": snap["generating"], "tokens": snap["tokens"],
@@ -765,6 +797,14 @@ def make_handler(server):
             if refused is not None:
                 self.send_json(refused.status, refused.body())
                 return
+            allowed = authorized(self.headers, server.api_key)
+            if path == "/health":
+                self.send_json(*server.health(detail=allowed))
+                return
+            if not allowed:
+                err = unauthorized()
+                self.send_json(err.status, err.body(), err.headers)
+                return
             if path == "/v1/models":
                 self.send_json(200, server.models())
             elif path.startswith("/v1/models/"):
@@ -772,8 +812,6 @@ def make_handler(server):
                     self.send_json(200, server.model_card())
                 else:
                     self.send_json(404, ApiError(404, "no such model", code="model_not_found").body())
-            elif path == "/health":
-                self.send_json(*server.health())
             else:
                 self.send_json(404, ApiError(404, f"no route {path}").body())
 
@@ -781,6 +819,8 @@ def make_handler(server):
             path = self.path.split("?", 1)[0].rstrip("/")
             try:
                 refused = check_request_headers(self.headers, server.allowed_hosts)
+                if refused is None and not authorized(self.headers, server.api_key):
+                    refused = unauthorized()
                 if refused is not None:
                     self.close_connection = True  # its body is not read
                     raise refused

@@ -125,9 +125,9 @@ def srv_serve(srv, server, stop):
     return srv.serve(OneRank(), None, None, server, stop, server.args.poll_interval, server.progress)
 
 
-def http(url, body=None, timeout=30):
+def http(url, body=None, timeout=30, headers=None):
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), json.loads(resp.read())
@@ -351,3 +351,21 @@ def test_every_copy_of_the_stall_rule_agrees(stall_rules, progress, idle, stalle
     verdicts = {name: rule({**progress, "progress_mono": 100.0}, 100.0 + idle) for name, rule in stall_rules.items()}
     assert {name: bool(v) for name, v in verdicts.items()} == dict.fromkeys(stall_rules, stalled)
     assert len(set(verdicts.values())) == 1, verdicts  # and they say it in the same words
+
+
+@pytest.mark.parametrize("rig", [{"api_key": b"s3cret-key"}], indirect=True)
+def test_with_an_api_key_only_clients_that_send_it_are_served(rig):
+    """Without the key: 401 on every route but /health, which says only whether it is healthy;
+    with it, the same as a server without a key."""
+    status, headers, body = http(rig.url + "/v1/completions", {"prompt": [1], "max_tokens": 3})
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer") and rig.gen.order == []
+    assert body["error"]["type"] == "authentication_error"
+    assert http(rig.url + "/v1/models")[0] == 401
+    status, _, body = http(rig.url + "/health")
+    assert status == 200 and body == {"status": "ok", "message": ""}   # no hosts, ranks or figures
+    keyed = {"Authorization": "Bearer s3cret-key"}
+    rig.gen.gate.set()
+    status, _, body = http(rig.url + "/v1/completions", {"prompt": [1], "max_tokens": 3}, headers=keyed)
+    assert status == 200 and body["choices"][0]["text"] == "abc"
+    status, _, body = http(rig.url + "/health", headers=keyed)
+    assert status == 200 and body["ranks"] == [{"rank": 0, "host": "m1", "pid": 1}]

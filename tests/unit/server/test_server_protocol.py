@@ -266,3 +266,32 @@ def test_the_http_server_serves_a_bounded_number_of_connections(srv, monkeypatch
         gate.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("Bearer s3cret-key", True), ("bearer s3cret-key", True), ("Bearer  s3cret-key ", True),
+    (None, False), ("", False), ("Bearer", False), ("Bearer s3cret-keyX", False), ("Basic s3cret-key", False),
+    ("s3cret-key", False),
+])
+def test_the_api_key_is_asked_for_only_when_set(srv, value, ok):
+    headers = {} if value is None else {"Authorization": value}
+    assert srv.authorized(headers, b"s3cret-key") is ok
+    assert srv.authorized(headers, None) is True
+    err = srv.unauthorized()
+    assert err.status == 401 and err.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_the_api_key_file_is_read_at_start(srv, tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    base = ["--model", str(model), "--run-dir", str(tmp_path / "run")]
+    key = tmp_path / "api_key"
+    key.write_text("s3cret-key\n")
+    assert srv.parse_args(base + ["--api-key-file", str(key)]).api_key == b"s3cret-key"
+    assert srv.parse_args(base).api_key is None
+    key.write_text("\n")
+    with pytest.raises(SystemExit):
+        srv.parse_args(base + ["--api-key-file", str(key)])
+    with pytest.raises(SystemExit):
+        srv.parse_args(base + ["--api-key-file", str(tmp_path / "none")])

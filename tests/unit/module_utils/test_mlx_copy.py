@@ -138,6 +138,16 @@ def test_a_resumed_file_whose_first_part_is_wrong_fails_its_hash(tmp_path):
     assert not os.path.exists(part_path(str(tmp_path / "dest"), "w.safetensors"))
 
 
+def one_stream(sender_class, tmp_path, files, idle=5):
+    """A receiver into tmp_path/dest and one stream of `sender_class` from tmp_path/src: (sent, got)."""
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=idle)
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = sender_class(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1, stall=5).run()
+    t.join(10)
+    return sent, got
+
+
 class CutSender(Sender):
     """Sends the first `cut` bytes of each file, then the connection breaks (a pulled cable)."""
 
@@ -152,11 +162,7 @@ class CutSender(Sender):
 
 def test_the_bytes_before_a_break_are_kept_for_the_resume(tmp_path):
     files = random_files(tmp_path / "src", {"w.safetensors": 1_000_000})
-    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=0.5)
-    rx.prepare()
-    port, t, got = start(rx)
-    sent = CutSender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1, stall=5).run()
-    t.join(10)
+    sent, got = one_stream(CutSender, tmp_path, files, idle=0.5)
     assert sent["errors"] and got["missing"] == ["w.safetensors"]
     data = (tmp_path / "src" / "w.safetensors").read_bytes()
     part = part_path(str(tmp_path / "dest"), "w.safetensors")
@@ -180,11 +186,7 @@ class FlippingSender(Sender):
 
 def test_a_corrupted_byte_is_caught_by_the_hash_and_nothing_is_left_under_the_name(tmp_path):
     files = random_files(tmp_path / "src", {"w.safetensors": 200_000})
-    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5)
-    rx.prepare()
-    port, t, got = start(rx)
-    sent = FlippingSender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=1, stall=5).run()
-    t.join(10)
+    sent, got = one_stream(FlippingSender, tmp_path, files)
     assert [e["kind"] for e in sent["errors"]] == ["sha256"]
     assert "w.safetensors arrived with sha256" in sent["errors"][0]["msg"]
     assert got["missing"] == ["w.safetensors"] and not (tmp_path / "dest" / "w.safetensors").exists()

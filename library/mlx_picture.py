@@ -10,7 +10,7 @@ module: mlx_picture
 short_description: Render the topology picture (a DOT file) as an SVG with Graphviz
 description:
   - Runs Graphviz C(dot -Tsvg) on O(src) and writes O(dest) when the SVG differs from what is
-    there (a temporary file beside it, then a rename, as M(mlx.cluster.mlx_files)), mode C(0644).
+    there (a temporary file beside it, then a rename, as M(mlx.cluster.mlx_files)), mode C(0600).
   - Without Graphviz on the machine (O(dot) not found), nothing is rendered and the result says
     so in C(msg), the DOT file then being the picture. That is not a failure.
   - For the controller's own files (a task delegated to localhost, without become) its action

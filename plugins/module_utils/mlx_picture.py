@@ -22,7 +22,7 @@ ARGUMENT_SPEC = dict(
     **COMMAND_TIMEOUT_SPEC,
 )
 # The picture is for reading, like the files beside it that a user opens (the report).
-SVG_MODE = "0644"
+SVG_MODE = "0600"  # as every artifact: the user's alone
 NO_GRAPHVIZ = ("no Graphviz `{dot}` on this machine's PATH: the DOT file {src} is the picture "
                "(install Graphviz, e.g. `brew install graphviz`, for an SVG)")
 

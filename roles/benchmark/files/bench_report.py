@@ -74,9 +74,12 @@ def chart(runs, out):
 def main(folder):
     runs = load(folder)
     text = table(runs)
-    Path(folder, "results.md").write_text("# Benchmark results\n\n" + text)
+    md = Path(folder, "results.md")
+    md.write_text("# Benchmark results\n\n" + text)
+    md.chmod(0o600)  # as every artifact: the user's alone
     print(text, end="")
     if len(runs) > 1 and chart(runs, Path(folder, "chart.png")):
+        Path(folder, "chart.png").chmod(0o600)
         print(f"chart: {Path(folder, 'chart.png')}")
 
 

@@ -39,7 +39,7 @@ def test_rendered_then_the_same_plan_is_no_change(tmp_path, dotfile):
     dest = dotfile.with_suffix(".svg")
     first = render(str(dotfile), str(dest), dot, Runner(10))
     assert first == {"changed": True, "rendered": True, "dest": str(dest)}
-    assert dest.read_text() == "<svg>" + DOT.strip() + "</svg>" and (dest.stat().st_mode & 0o777) == 0o644
+    assert dest.read_text() == "<svg>" + DOT.strip() + "</svg>" and (dest.stat().st_mode & 0o777) == 0o600
     assert render(str(dotfile), str(dest), dot, Runner(10))["changed"] is False
     dotfile.write_text("digraph cluster { m1 -> m3 }\n")
     assert render(str(dotfile), str(dest), dot, Runner(10))["changed"] is True

@@ -315,20 +315,21 @@ def main():
     if p["api_key"]:  # a new key restarts the ranks (rank 0 reads it at start); the key itself is not recorded
         settings["api_key_sha256"] = hashlib.sha256(p["api_key"].encode()).hexdigest()
     digest = settings_hash(settings)
+    own = rank_files(run_dir, rank)
     argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
                        backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
                        model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
                        request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
                        queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest,
                        allowed_hosts=p["allowed_hosts"],
-                       api_key_file=rank_files(run_dir, rank)["api_key"] if p["api_key"] else None)
+                       api_key_file=own["api_key"] if p["api_key"] else None)
     keeper = keeper_argv(p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"],
                          max_restarts=p["max_restarts"])
-    env_file = rank_files(run_dir, rank)["env"]
+    env_file = own["env"]
     before, after, written = {}, {}, []
     files = dict(files)
     files[os.path.basename(env_file)] = json.dumps(env, indent=2, sort_keys=True) + "\n"
-    key_file = rank_files(run_dir, rank)["api_key"]
+    key_file = own["api_key"]
     if p["api_key"]:
         files[os.path.basename(key_file)] = p["api_key"] + "\n"
     elif os.path.lexists(key_file):   # no key asked for any more: none left behind

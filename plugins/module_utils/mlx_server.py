@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
 
@@ -149,8 +150,8 @@ def rank_files(run_dir, rank):
     with its heartbeat, log, the stopped start's state), what the spec writes (env), and its
     supervisor's own (keeper_pid, keeper)."""
     d = str(run_dir).rstrip("/") or ""
-    return {"api_key": f"{d}/{API_KEY_FILE}", "pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json", "log": f"{d}/rank{rank}.log",
-            "last": f"{d}/rank{rank}.last.json", "env": f"{d}/rank{rank}.env.json",
+    return {"api_key": f"{d}/{API_KEY_FILE}", "pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json",
+            "log": f"{d}/rank{rank}.log", "last": f"{d}/rank{rank}.last.json", "env": f"{d}/rank{rank}.env.json",
             "keeper_pid": f"{d}/keeper{rank}.pid", "keeper": f"{d}/keeper{rank}.json",
             "keeper_last": f"{d}/keeper{rank}.last.json"}
 
@@ -160,13 +161,13 @@ def server_argv(python, script, *, model, run_dir, mode, world, backend, host, p
                 settings_hash_value, allowed_hosts=(), api_key_file=None):
     """The rank's command line (without --run-id, which each start adds)."""
     allowed = [w for name in allowed_hosts for w in ("--allowed-host", name)]
-    allowed += ["--api-key-file", api_key_file] if api_key_file else []
+    key = ["--api-key-file", api_key_file] if api_key_file else []
     return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
             "--expect-world", str(world), "--init-timeout", _num(init_timeout),
             "--backend", init_backend(backend), "--host", host, "--port", str(port),
             "--model-id", model_id, "--max-tokens", str(max_tokens),
             "--poll-interval", _num(poll_interval), "--request-timeout", _num(request_timeout),
-            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout), *allowed,
+            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout), *allowed, *key,
             "--settings-hash", settings_hash_value]
 
 
@@ -321,7 +322,7 @@ def become_owner(path):
     if os.geteuid() != 0:
         return None
     st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
+    if not stat.S_ISDIR(st.st_mode):  # (lstat: a symbolic link is not a directory here)
         raise OSError(f"{path} is not a directory (or is a symbolic link)")
     if st.st_uid == 0:
         return None

@@ -77,8 +77,12 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     for words in ("replug", "reboot", "rdma_ctl status", "Not retried", "mlx_cluster_fallback_backend: ring",
                   "Cannot initialize jaccl distributed backend"):
         assert words in msg, words
-    # no retry: each Mac's rank was started once, and the launch ended well below the init timeout
-    assert {h: rank_starts(cluster, h) for h in cluster.hosts} == {h: 1 for h in cluster.hosts}
+    # no retry: no Mac's rank was started twice, each rank whose failure is named exactly once (a
+    # rank whose ssh was still connecting when the first one failed may never start), and the
+    # launch ended well below the init timeout
+    starts = {h: rank_starts(cluster, h) for h in cluster.hosts}
+    named = {r["host"] for r in res["failed_ranks"] if not r.get("killed")}  # (not ended by the launcher)
+    assert named and all(starts[h] == 1 for h in named) and all(n <= 1 for n in starts.values()), (starts, named)
     assert res["elapsed"] < 30, res["elapsed"]
     assert res["fallback"] is None and len(res["cmd"]) > 0
     assert not list(bench.glob("*.json"))

@@ -23,6 +23,10 @@ description:
   - The page loads nothing from anywhere (no script, stylesheet, font or image), so it can be opened
     offline or mailed. It holds no clock reading, so the file is rewritten only when something it
     shows changed, and C(changed) says whether it was.
+  - Keeps I(artifacts_dir) private on every run. The directory and those below it are set to 0700,
+    every file in them loses group and other access (a directory that existed before the toolkit,
+    or a file copied in, included); links are neither followed nor changed. C(modes) lists what
+    was set.
   - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once).
 version_added: "0.3.0"
 extends_documentation_fragment:
@@ -58,4 +62,10 @@ path:
   returned: success
   type: str
   sample: /home/me/mlx-cluster/inventory/mac_cluster/artifacts/report.html
+modes:
+  description: What in I(artifacts_dir) was made private (in check mode, what would be), with its mode before.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"path": "/home/me/mlx-cluster/inventory/mac_cluster/artifacts", "mode": "0755", "set": "0700"}]
 """

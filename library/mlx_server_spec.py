@@ -135,7 +135,7 @@ options:
     type: str
     default: ""
   label:
-    description: launchd label (part of the settings).
+    description: launchd label (part of the settings; dot-separated words of letters, digits, C(_) and C(-)).
     type: str
     default: org.mlx-cluster.server
 attributes:
@@ -236,6 +236,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     rank_files,
     rank_of,
     server_argv,
+    setting_problem,
     settings_hash,
 )
 
@@ -280,6 +281,10 @@ def main():
     )
     p = module.params
     run_dir = p["run_dir"].rstrip("/") or "/"
+    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": run_dir,
+                                       "the interpreter (mlx_server_python, python_env_python)": p["python"]})
+    if why:
+        module.fail_json(msg=why)
     try:
         rank = rank_of(p["hostfile"], p["host"])
         env, files = launch_env(p["hostfile"], rank, run_dir, p["ring_port"], p["env"])

@@ -19,7 +19,11 @@ description:
   - Reads the rank's supervisor (C(keeper<N>.pid), C(keeper<N>.json)), that is whether it runs,
     the restarts it made and why, and whether it gave up.
   - With I(supervisor=launchd), also reads C(launchctl print system/<label>) (the job's PID is
-    the supervisor's).
+    the supervisor's). Run as root for that (become), the module reads the files of I(run_dir)
+    as the user who owns it, never through a symbolic link, and root again only for the next
+    C(launchctl print).
+  - Refuses a I(label) that is not dot-separated words and a I(run_dir) a shell would read
+    (whitespace, quotes, C($), C(..)), naming the setting.
   - With I(wait) > 0, polls until the rank is ready (for rank 0 with I(url), C(/v1/models) lists
     the model and, with I(chat), a short chat completion returns) or has died, or the time is
     up. The module itself does not fail on an unhealthy rank, it returns C(healthy) and
@@ -43,7 +47,7 @@ options:
     choices: [launchd, process]
     default: launchd
   label:
-    description: launchd label.
+    description: launchd label (dot-separated words of letters, digits, C(_) and C(-)).
     type: str
     default: org.mlx-cluster.server
   want_hash:
@@ -148,6 +152,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     ranks_in,
     read_json,
     read_pid,
+    reading_as_owner,
+    setting_problem,
 )
 
 # Seconds a rank that is not (yet) running gets before the wait calls it dead.
@@ -207,14 +213,27 @@ def supervisor_of(module, files, run_dir, run_id, job):
 
 
 def look(module, p, rank):
+    """The rank's status. Under launchd the module runs as root for `launchctl print` alone:
+    the run directory's files are read as their owner (reading_as_owner)."""
     run_dir = p["run_dir"].rstrip("/") or "/"
+    job = launchd_job(module, p["label"]) if p["supervisor"] == "launchd" else None
+    try:
+        with reading_as_owner(run_dir):
+            return read_status(module, p, rank, run_dir, job)
+    except FileNotFoundError:
+        return read_status(module, p, rank, run_dir, job)  # (nothing there to read as anyone)
+    except OSError as exc:
+        module.fail_json(msg=f"refusing to read the server's status from {run_dir}: {exc}. Fix: the run directory "
+                             "must be a directory of the login user's own (set mlx_cluster_remote_dir to one)")
+
+
+def read_status(module, p, rank, run_dir, job):
     files = rank_files(run_dir, rank)
     info = read_json(files["state"])
     pid = read_pid(files["pid"])
     # The last stopped start's state, shown only while nothing newer was started (a PID file
     # without a state file is a start that died before it wrote one: its log says why).
     last = read_json(files["last"]) if not info and pid is None else {}
-    job = launchd_job(module, p["label"]) if p["supervisor"] == "launchd" else None
     if info and info.get("pid") not in (None, pid) and not alive(pid or 0):
         pid = info.get("pid")
     running = ours(module, pid, run_dir, info.get("run_id") or None)
@@ -316,6 +335,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": p["run_dir"]})
+    if why:
+        module.fail_json(msg=why)
     rank = p["rank"]
     if rank is None:
         try:

@@ -42,7 +42,7 @@ options:
     choices: [launchd, process]
     default: launchd
   label:
-    description: launchd label.
+    description: launchd label (dot-separated words of letters, digits, C(_) and C(-); it names the plist this removes as root).
     type: str
     default: org.mlx-cluster.server
   plist:
@@ -130,6 +130,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     ranks_in,
     read_json,
     read_pid,
+    setting_problem,
 )
 
 
@@ -237,6 +238,9 @@ def main():
     )
     p = module.params
     run_dir = p["run_dir"].rstrip("/") or "/"
+    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": run_dir})
+    if why:
+        module.fail_json(msg=why)
     ps = module.get_bin_path("ps", required=True)
     if p["rank"] is not None:
         ranks = [p["rank"]]
@@ -251,7 +255,7 @@ def main():
     # The run ids of what runs now, before anything moves: leftovers are found by them.
     for rank in ranks:
         rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
-        if rid and not RUN_ID_RE.match(str(rid)):
+        if rid and not RUN_ID_RE.fullmatch(str(rid)):
             module.warn(f"{run_dir}/rank{rank}.json names run id {str(rid)[:40]!r}, not one the toolkit makes: "
                         "its processes are looked for by their recorded PIDs only")
         elif rid and rid not in run_ids:

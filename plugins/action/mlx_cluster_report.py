@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import loose_modes
 from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 MODE = 0o600
 
@@ -77,5 +78,16 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("mlx_cluster_report: cannot write %s: %s. Check that the user "
                                         "running ansible-playbook may write to %s (mlx_cluster_artifacts_dir)."
                                         % (path, exc.strerror or exc, folder))
-        result.update(changed=not same, path=path)
+        # Every run: the artifacts directory 0700 and what is in it private (a directory that was
+        # there before the toolkit, or a file copied in, keeps no group or other access).
+        loose = loose_modes(folder)
+        if not self._task.check_mode:
+            for where, _now, want in loose:
+                try:
+                    os.chmod(where, want)
+                except OSError as exc:
+                    raise AnsibleActionFail("mlx_cluster_report: cannot make %s private (mode %04o): %s"
+                                            % (where, want, exc.strerror or exc))
+        result.update(changed=not same or bool(loose), path=path,
+                      modes=[{"path": where, "mode": "%04o" % now, "set": "%04o" % want} for where, now, want in loose])
         return result

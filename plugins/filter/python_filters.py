@@ -1,10 +1,13 @@
 # -*- coding: utf-8 -*-
-"""Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv."""
+"""Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv; and the
+toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
+name the venv's interpreter."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_path
 from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
@@ -34,7 +37,13 @@ def mlx_clt_stub(output):
     return pythons.is_stub(output)
 
 
+def mlx_unsafe_path(path, setting, home=False):
+    if not isinstance(setting, str) or not setting:
+        raise AnsibleFilterError("mlx_unsafe_path: name the setting the path comes from")
+    return unsafe_path(path, setting, home=bool(home)) or ""
+
+
 class FilterModule:
     def filters(self):
         return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg,
-                "mlx_clt_stub": mlx_clt_stub}
+                "mlx_clt_stub": mlx_clt_stub, "mlx_unsafe_path": mlx_unsafe_path}

@@ -15,8 +15,17 @@ is a directory on the way that another user could swap (untrusted()).
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
+
+# The characters a path the toolkit hands to a shell, a forced command or a root path may hold:
+# a remote shell reads rsync's destination (openrsync and rsync < 3.2.4 do not protect it),
+# sshd's forced command is a shell line, pip splits virtualenv_command on spaces. Anything a
+# shell could interpret is refused rather than quoted.
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%=,:-]+")  # (fullmatch: "$" would let a last "\n" in)
+# A launchd label: reverse-DNS words (it names /Library/LaunchDaemons/<label>.plist, as root).
+SAFE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 
 ARGUMENT_SPEC = dict(
     files=dict(type="list", elements="dict", required=True, options=dict(
@@ -26,6 +35,32 @@ ARGUMENT_SPEC = dict(
     )),
     directory_mode=dict(type="str", default="0700"),
 )
+
+
+def unsafe_path(path, setting, home=False):
+    """None when `path` is an absolute path of SAFE_PATH's characters with no '.' or '..'
+    component (with `home`, '~' or '~/...' too: each Mac's home), else why not, naming
+    `setting` (the variable to change) and the rule."""
+    if not isinstance(path, str) or not path:
+        return f"{setting} is empty: give an absolute path"
+    rest = path[1:] if home and (path == "~" or path.startswith("~/")) else path
+    if rest and not rest.startswith("/"):
+        return (f"{setting} {path!r} is not an absolute path" + (" (nor one under ~)" if home else "")
+                + ": give one such as /opt/mlx-cluster")
+    if rest and not SAFE_PATH.fullmatch(rest):
+        return (f"{setting} {path!r} holds whitespace or characters a shell reads: use letters, digits, "
+                "/ and . _ - + @ % = , : only")
+    if any(part in (".", "..") for part in rest.split("/")):
+        return f"{setting} {path!r} holds '.' or '..' components: give the path itself"
+    return None
+
+
+def unsafe_label(label, setting):
+    """None when `label` is a launchd label of reverse-DNS words (org.example.name), else why not."""
+    if isinstance(label, str) and SAFE_LABEL.fullmatch(label):
+        return None
+    return (f"{setting} {label!r} is not a launchd label: use dot-separated words of letters, digits, "
+            "_ and - (e.g. org.mlx-cluster.server); it names the LaunchDaemon's plist")
 
 
 class FilesError(Exception):
@@ -100,6 +135,28 @@ def untrusted(path, uid):
             return f"{step} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
         cur = step
     return ""
+
+
+def loose_modes(folder):
+    """What in `folder` (the artifacts directory: plans, findings, hostfiles, results) others
+    could read or change: [(path, mode now, mode it should have)], the folder and every
+    directory below it 0700, every regular file without group or other bits. Links below it are
+    neither followed nor changed; a missing folder gives []."""
+    found = []
+    if not os.path.isdir(folder):  # (the folder itself may be a link the user made)
+        return found
+    for root, _dirs, names in os.walk(folder):  # (a link to a directory below is listed, not walked)
+        for path in [root] + [os.path.join(root, name) for name in names]:
+            try:
+                st = os.stat(path) if path == folder else os.lstat(path)
+            except FileNotFoundError:
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(st.st_mode) and mode != 0o700:
+                found.append((path, mode, 0o700))
+            elif stat.S_ISREG(st.st_mode) and mode & 0o077:
+                found.append((path, mode, mode & ~0o077))
+    return found
 
 
 def write(path, data, mode, owner=None):

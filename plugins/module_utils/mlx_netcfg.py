@@ -260,7 +260,7 @@ def bridge_members_action(bridge, members, take_out):
     members) whose commands go in on standard input. scutil prints nothing when every
     command worked and exits 0 either way: the module reads the file back."""
     for name in [bridge, *members]:
-        if not _BSD_NAME.match(name or ""):
+        if not _BSD_NAME.fullmatch(name or ""):
             raise LinkPlanError(f"refusing to edit the definition of {bridge}: '{name}' is not an interface name")
     path = BRIDGE_PREFS_PATH.format(bridge)
     script = "\n".join(["lock", f"get {path}", "d.add Interfaces * " + " ".join(members), f"set {path}",

@@ -47,6 +47,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     rel_problem,
     sha256_file,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import SAFE_PATH
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import to_text
 
@@ -77,10 +78,7 @@ RATE_WINDOW = 5.0
 
 _ITEM = re.compile(r"^([<>ch.])([fdLDS])([.+?cstTpoguaxnbz]{7,9}) (.*)$")
 _DELETING = re.compile(r"^\*deleting\s+(.*)$")
-# Characters a remote path may hold: the far end's shell reads it (openrsync and rsync < 3.2.4
-# do not protect it), so anything it could interpret is refused rather than quoted.
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9._/+@%=,:-]+$")
-_SAFE_SSH_WORD = re.compile(r"^[^'\"\\\s]+$")
+_SAFE_SSH_WORD = re.compile(r"[^'\"\\\s]+")
 
 
 def is_weight_file(rel):
@@ -245,7 +243,7 @@ def ssh_command(ssh, ssh_args=()):
     `-oHostKeyAlias=m2` or `-o HostKeyAlias=m2` as two words, never a quoted string.
     """
     words = [ssh] + [str(a) for a in ssh_args]
-    bad = [w for w in words if not _SAFE_SSH_WORD.match(w)]
+    bad = [w for w in words if not _SAFE_SSH_WORD.fullmatch(w)]
     if bad:
         raise ValueError(f"ssh argument {bad[0]!r} holds whitespace, a quote or a backslash; "
                          "rsync's -e cannot carry it: pass each option and value as separate plain words")
@@ -330,7 +328,7 @@ def check_dest(path, home):
         return "the destination is empty"
     if not path.startswith("/"):
         return f"the destination {path!r} is not an absolute path"
-    if not _SAFE_PATH.match(path):
+    if not SAFE_PATH.fullmatch(path):
         return (f"the destination {path!r} holds whitespace or shell characters: use letters, digits "
                 "and . _ - + @ % = , : only")
     parts = [p for p in path.split("/") if p]

@@ -15,18 +15,24 @@
 - `problems()`: why a rank does not count as "running with these settings".
 - `stall_verdict()` / `progress_report()`: the serving loop's heartbeat (rank<N>.json
   "progress") read as the status view shows it, "stalled" included.
+- `setting_problem()`: the label and paths the role hands over, against the toolkit's one
+  rule for names that reach root paths or a shell (module_utils/mlx_files.py).
+- `become_owner()` / `reading_as_owner()`: root going on as the run directory's owner, for
+  good (the stop) or for a block of reads (the status).
 - `ranks_in()`: which rank(s) a Mac's run directory holds files of (stop and status find
   them there, so they need neither the hostfile nor the model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import stat
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_label, unsafe_path
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
 
 # mlx.launch's defaults (mlx/_distributed_utils/launch.py): one connection per address.
@@ -37,6 +43,14 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class SpecError(ValueError):
     """The hostfile or the settings cannot give a rank its launch environment."""
+
+
+def setting_problem(label, paths):
+    """None, or why the launchd `label` (mlx_server_label: it names a plist root writes and
+    removes) or one of `paths` ({setting: path}, e.g. the run directory root reads before it
+    drops to the user) cannot be used."""
+    return unsafe_label(label, "mlx_server_label") or next(
+        (why for why in (unsafe_path(path, setting) for setting, path in paths.items()) if why), None)
 
 
 def hostfile_hosts(hostfile):
@@ -64,7 +78,7 @@ def split_env(items, what="environment"):
     out = {}
     for item in items or []:
         key, sep, value = str(item).partition("=")
-        if not sep or not ENV_NAME.match(key):
+        if not sep or not ENV_NAME.fullmatch(key):
             raise SpecError(f"{what} entry {item!r} is not KEY=VALUE with a valid variable name")
         out[key] = value
     return out
@@ -335,6 +349,39 @@ def become_owner(path):
     os.setgid(st.st_gid)
     os.setuid(st.st_uid)
     return st.st_uid
+
+
+@contextlib.contextmanager
+def reading_as_owner(path):
+    """Run as root: within the block, read as the user who owns the directory `path` (effective
+    user, group and groups; root comes back after it), so a module that needs root for one
+    command (`launchctl print`) reads the user's files with the user's rights only. Not root,
+    or root's own directory: nothing changes (yields None). A link, or a path that is no
+    directory, raises OSError before anything changes."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path} is not a directory (or is a symbolic link)")
+    if st.st_uid == 0:
+        yield None
+        return
+    import pwd
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(st.st_uid).pw_name, st.st_gid)
+    except (KeyError, OSError):
+        groups = [st.st_gid]
+    saved = (os.getegid(), os.getgroups())
+    os.setgroups(groups)
+    os.setegid(st.st_gid)
+    os.seteuid(st.st_uid)
+    try:
+        yield st.st_uid
+    finally:
+        os.seteuid(0)
+        os.setegid(saved[0])
+        os.setgroups(saved[1])
 
 
 # ---- the serving loop's heartbeat --------------------------------------------------------

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_path
+
 BEGIN, END = "BEGIN", "END"
 # The marker lines of the block of cluster keys in a Mac's authorized_keys (mlx_ssh_trust's
 # default; discovery counts the keys in it; roles/ssh_trust/tasks/absent.yml removes it).
@@ -157,8 +159,9 @@ def authorized_line(public_key, addresses, command_file, directory, rsync_path="
         raise ValueError(f"the sending Mac's addresses must be IPv4 addresses, got {addrs or 'none'}")
     args = [command_file, directory] + ([rsync_path] if rsync_path else [])
     for arg in args:
-        if not arg or not arg.startswith(("/", "~/")) or any(c in arg for c in ' "\\\'$`;&|<>()*?[]{}\t\n'):
-            raise ValueError(f"{arg!r} cannot be an argument of the forced command (an absolute path, no spaces or quotes)")
+        why = unsafe_path(arg, "an argument of the forced command", home=True)
+        if why or arg == "~":
+            raise ValueError(why or f"{arg!r} cannot be an argument of the forced command (a path below ~)")
     # sh reads the file (its mode does not matter); sshd runs the command with the user's shell
     command = " ".join(["/bin/sh"] + [a.replace("~/", "$HOME/", 1) if a.startswith("~/") else a for a in args])
     return f'restrict,from="{",".join(addrs)}",command="{command}" ' + " ".join(words)

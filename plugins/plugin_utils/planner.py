@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Mapping
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_path
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS, RDMA_BACKENDS
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST_PATH as WIRED_PLIST_PATH
 
@@ -1601,6 +1602,9 @@ def _remote_dir_setting(setting):
         raise PlanError("mlx_cluster_remote_dir %r is relative: give an absolute path (the same on "
                         "every Mac, e.g. /opt/mlx-cluster) or one under ~ (each Mac's home, "
                         "when every Mac has the same home directory)" % setting)
+    why = unsafe_path(setting, "mlx_cluster_remote_dir", home=True)
+    if why:
+        raise PlanError(why)
     return setting
 
 
@@ -1682,6 +1686,9 @@ def remote_dir(setting, homes):
                 "%s %s" % (h, p) for h, p in resolved.items())))
     if not paths:
         raise PlanError("no hosts to resolve %s on" % setting)
+    why = unsafe_path(paths[0], "mlx_cluster_remote_dir (%s in each Mac's home)" % setting)
+    if why:
+        raise PlanError(why)
     return paths[0]
 
 

@@ -184,7 +184,7 @@ def test_remote_spec():
     assert remote_spec("m2", "/a/b") == "m2:/a/b"
 
 
-@pytest.mark.parametrize("word", ["-o Host Key", "'quoted'", 'a"b', "back\\slash", "tab\there", ""])
+@pytest.mark.parametrize("word", ["-o Host Key", "'quoted'", 'a"b', "back\\slash", "tab\there", "last-newline\n", ""])
 def test_ssh_command_refuses_words_rsync_would_split(word):
     with pytest.raises(ValueError, match="separate plain words"):
         ssh_command("/usr/bin/ssh", ["-F", word])
@@ -208,6 +208,7 @@ def test_ssh_command_joins_plain_words():
     pytest.param("relative/models/x", "/Users/admin", "not an absolute", id="relative"),
     pytest.param("/Users/admin/my models/x", "/Users/admin", "shell characters", id="space"),
     pytest.param("/Users/admin/m/$(reboot)", "/Users/admin", "shell characters", id="shell"),
+    pytest.param("/Users/admin/mlx/models/x\n", "/Users/admin", "shell characters", id="last-newline"),
     pytest.param("~/mlx/models/x", "/Users/admin", "not an absolute", id="tilde"),
     pytest.param("/tmp", "/Users/admin", "top-level", id="top-level"),
     pytest.param("/Users/admin/x", None, "fewer than four", id="home-unknown-short"),

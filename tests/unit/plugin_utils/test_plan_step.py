@@ -122,6 +122,28 @@ def test_relative_remote_dir_is_refused(setting):
         planner.make_plan(cluster_facts(), settings(remote_dir=setting))
 
 
+@pytest.mark.parametrize("setting, match", [
+    ("/opt/mlx cluster", "holds whitespace or characters a shell reads"),
+    ("~/mlx-cluster;id", "holds whitespace or characters a shell reads"),
+    ("/opt/$(id)", "holds whitespace or characters a shell reads"),
+    ("~/../shared", "holds '.' or '..' components"),
+])
+def test_a_remote_dir_a_shell_would_read_is_refused(setting, match):
+    """The directory reaches the cluster key's forced command and rsync's remote paths: the
+    toolkit's one rule for such paths (module_utils/mlx_files.py unsafe_path), naming the setting."""
+    with pytest.raises(planner.PlanError, match=match) as err:
+        planner.make_plan(cluster_facts(), settings(remote_dir=setting))
+    assert err.value.message.startswith("mlx_cluster_remote_dir")
+    with pytest.raises(planner.PlanError, match=match):
+        planner.discovery_request(remote_dir_setting=setting)
+
+
+def test_a_home_a_shell_would_read_is_refused_once_resolved():
+    with pytest.raises(planner.PlanError, match=r"mlx_cluster_remote_dir \(~/mlx-cluster in each Mac's home\) "
+                                                 r"'/Users/a b/mlx-cluster' holds whitespace"):
+        planner.make_plan(cluster_facts(homes={h: "/Users/a b" for h in ("m1", "m2", "m3")}), settings())
+
+
 def test_unknown_home_is_named():
     facts = cluster_facts()
     facts["m3"]["home"] = None

@@ -291,3 +291,36 @@ def test_the_action_makes_the_directory_and_names_bad_arguments(tmp_path):
         run_action({})
     with pytest.raises(AnsibleActionFail, match="facts must be a mapping"):
         run_action({"artifacts_dir": str(folder), "facts": ["m1"]})
+
+
+def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path):
+    """A directory the user made before the toolkit (0755), a file copied in (0644) and a
+    subdirectory: made private on every run (check mode: named, not changed); a link's target
+    outside is left alone."""
+    folder = tmp_path / "artifacts"
+    (folder / "bench").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    for path, mode in ((folder, 0o755), (folder / "bench", 0o775), (outside, 0o644)):
+        path.chmod(mode)
+    (folder / "plan.json").write_text("{}")
+    (folder / "plan.json").chmod(0o644)
+    (folder / "bench" / "run.json").write_text("{}")
+    (folder / "bench" / "run.json").chmod(0o740)
+    (folder / "link").symlink_to(outside)
+
+    def modes():
+        return {p: oct(p.stat().st_mode & 0o777) for p in (folder, folder / "bench", folder / "plan.json",
+                                                             folder / "bench" / "run.json", outside)}
+
+    before = modes()
+    res = run_action({"artifacts_dir": str(folder)}, check_mode=True)
+    assert res["changed"] and modes() == before
+    assert {(m["path"], m["mode"], m["set"]) for m in res["modes"]} == {
+        (str(folder), "0755", "0700"), (str(folder / "bench"), "0775", "0700"),
+        (str(folder / "plan.json"), "0644", "0600"), (str(folder / "bench" / "run.json"), "0740", "0700")}
+    assert run_action({"artifacts_dir": str(folder)})["changed"]
+    assert modes() == {folder: "0o700", folder / "bench": "0o700", folder / "plan.json": "0o600",
+                       folder / "bench" / "run.json": "0o700", outside: "0o644"}
+    again = run_action({"artifacts_dir": str(folder)})
+    assert not again["changed"] and again["modes"] == []

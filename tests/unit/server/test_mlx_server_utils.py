@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
@@ -338,9 +339,16 @@ def test_the_run_directory_is_read_without_following_links(tmp_path):
 
 
 @pytest.mark.parametrize("run_id, ok", [("a1" * 12, True), ("r" * 24, True), ("bash", False), ("A" * 24, False),
-                                        ("a" * 23, False), ("a" * 25, False), ("--run-dir", False)])
+                                        ("a" * 23, False), ("a" * 25, False), ("--run-dir", False),
+                                        ("a" * 24 + "\n", False)])
 def test_a_run_id_is_used_only_in_the_form_the_toolkit_makes(run_id, ok):
-    assert bool(ms.RUN_ID_RE.match(run_id)) is ok
+    assert bool(ms.RUN_ID_RE.fullmatch(run_id)) is ok
+
+
+@pytest.mark.parametrize("item", ["A\n=1", "1A=2", "A B=3", "=4", "NOVALUE"])
+def test_an_environment_entry_needs_a_variable_name(item):
+    with pytest.raises(ms.SpecError, match="not KEY=VALUE"):
+        ms.split_env(["OK=1", item])
 
 
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="dropping to another user needs root")
@@ -368,3 +376,43 @@ def test_root_goes_on_as_the_owner_of_the_run_directory(tmp_path):
     (tmp_path / "link").symlink_to(run_dir)
     with pytest.raises(OSError, match="symbolic link"):
         ms.become_owner(str(tmp_path / "link"))
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="reading as another user needs root")
+def test_root_reads_the_run_directory_as_its_owner_and_is_root_again_after(tmp_path, request):
+    """The status runs `launchctl print` as root and reads the user's files as the user: inside
+    the block the effective ids (and groups) are the owner's, so a file only root may read is
+    refused; after it, root's own ids and groups are back."""
+    import os
+    import shutil
+    import tempfile
+    # (pytest's own tmp_path sits below a 0700 directory of root's: the owner could not reach it)
+    top = Path(tempfile.mkdtemp(prefix="mlx-owner-"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    os.chmod(top, 0o711)
+    run_dir = top / "server"
+    run_dir.mkdir()
+    (run_dir / "rank0.json").write_text("{}")
+    (run_dir / "secret").write_text("root's")
+    os.chown(run_dir, 4242, 4343)
+    os.chown(run_dir / "rank0.json", 4242, 4343)
+    os.chmod(run_dir / "rank0.json", 0o600)
+    os.chmod(run_dir / "secret", 0o600)
+    before = (os.geteuid(), os.getegid(), sorted(os.getgroups()))
+    with ms.reading_as_owner(str(run_dir)) as uid:
+        inside = (uid, os.geteuid(), os.getegid(), os.getuid())
+        assert (run_dir / "rank0.json").read_text() == "{}"
+        with pytest.raises(PermissionError):
+            (run_dir / "secret").read_text()
+    assert inside == (4242, 4242, 4343, 0)
+    assert (os.geteuid(), os.getegid(), sorted(os.getgroups())) == before
+    # root comes back after an error in the block too
+    with pytest.raises(ValueError), ms.reading_as_owner(str(run_dir)):
+        raise ValueError("boom")
+    assert os.geteuid() == 0
+    os.chown(run_dir, 0, 0)
+    with ms.reading_as_owner(str(run_dir)) as uid:
+        assert uid is None and os.geteuid() == 0  # root's own: nothing to drop to
+    (tmp_path / "link").symlink_to(run_dir)
+    with pytest.raises(OSError, match="symbolic link"), ms.reading_as_owner(str(tmp_path / "link")):
+        pass

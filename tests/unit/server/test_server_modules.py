@@ -393,3 +393,29 @@ def test_the_settings_have_one_default_everywhere(tmp_path):
         role = defaults[f"mlx_server_{setting}"]
         assert module_opts[setting]["default"] == role, setting
         assert where[setting] == role, setting
+
+
+@pytest.mark.parametrize("module", ["mlx_server_spec", "mlx_server_status", "mlx_server_stop"])
+@pytest.mark.parametrize("change, match", [
+    ({"label": "../../../tmp/evil"}, "mlx_server_label '../../../tmp/evil' is not a launchd label"),
+    ({"label": "org.mlx-cluster.server/x"}, "is not a launchd label"),
+    ({"run_dir": "/tmp/mlx server"}, "mlx_server_run_dir) '/tmp/mlx server' holds whitespace"),
+])
+def test_a_label_or_path_unfit_for_root_is_refused_before_anything_runs(module_runner, tmp_path, module, change,
+                                                                         match):
+    """The label names the plist root writes and removes; the run directory is read as root before
+    the modules drop to its owner: each module refuses them, naming the setting, and runs nothing
+    (an unexpected command would fail the run)."""
+    args = spec_args(tmp_path) if module == "mlx_server_spec" else {
+        "run_dir": str(tmp_path), "rank": 1, "supervisor": "launchd", "plist": str(tmp_path / "x.plist")}
+    if module == "mlx_server_status":
+        args.pop("plist")
+    run = module_runner(module, args={**args, **change})
+    assert run.failed and match in run.result["msg"] and run.calls == []
+
+
+def test_spec_refuses_an_interpreter_a_shell_would_read(module_runner, tmp_path):
+    run = module_runner("mlx_server_spec", args=spec_args(tmp_path, python="/venv/bin/python;id"))
+    assert run.failed and "the interpreter (mlx_server_python, python_env_python) '/venv/bin/python;id'" \
+        in run.result["msg"]
+    assert not (tmp_path / "rank1.env.json").exists()

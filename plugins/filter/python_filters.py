@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv; and the
+"""Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv and its
+lock (python_env_require_hashes); and the
 toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
 name the venv's interpreter."""
 
@@ -37,6 +38,12 @@ def mlx_clt_stub(output):
     return pythons.is_stub(output)
 
 
+def mlx_lock_problem(text, requirements, path):
+    if not isinstance(requirements, (list, tuple)):
+        raise AnsibleFilterError("mlx_lock_problem: requirements must be a list, e.g. ['mlx==0.32.4']")
+    return pythons.lock_problem(str(text or ""), [str(r) for r in requirements], str(path))
+
+
 def mlx_unsafe_path(path, setting, home=False):
     if not isinstance(setting, str) or not setting:
         raise AnsibleFilterError("mlx_unsafe_path: name the setting the path comes from")
@@ -46,4 +53,5 @@ def mlx_unsafe_path(path, setting, home=False):
 class FilterModule:
     def filters(self):
         return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg,
-                "mlx_clt_stub": mlx_clt_stub, "mlx_unsafe_path": mlx_unsafe_path}
+                "mlx_clt_stub": mlx_clt_stub, "mlx_unsafe_path": mlx_unsafe_path,
+                "mlx_lock_problem": mlx_lock_problem}

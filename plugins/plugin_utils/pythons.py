@@ -4,11 +4,13 @@
 `base_python(pythons_by_host, settings)` takes each Mac's discovered `pythons` fact
 (plugins/module_utils/mlx_python.py) and returns the choice, a line saying it, and preflight
 problems (the same shape as plugins/plugin_utils/preflight.py's) for the Macs that have no
-Python the pinned mlx can use. Pure: no I/O.
+Python the pinned mlx can use. `lock_problem()` checks that the lock (python_env_require_hashes)
+pins what the venv must hold. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import PYTHON_HOMES
@@ -92,6 +94,52 @@ def base_python(pythons_by_host, settings):
         problems.append(_p(h, msg, fix))
     return {"minor": minor, "paths": {}, "problems": problems,
             "message": f"no Python version usable by mlx is on every Mac (wanted one of {wanted})"}
+
+
+# ---- the lock (python_env_require_hashes) ------------------------------------------------------
+
+_LOCK_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.M)
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)\s*")
+
+
+def _normal(name):
+    """PEP 503's normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_pins(text):
+    """{normalized name: {versions}} a lock (a pip requirements file with hashes) pins."""
+    pins = {}
+    for name, version in _LOCK_PIN.findall(text or ""):
+        pins.setdefault(_normal(name), set()).add(version)
+    return pins
+
+
+def lock_problem(text, requirements, path):
+    """'' when the lock's `text` pins every one of `requirements` (["mlx==0.32.4", ...]) at the
+    version asked for, with hashes; else what is wrong, naming the lock's `path` and the fix."""
+    stop = ("set python_env_require_hashes: false to install them by name and version alone, "
+            "without hashes")
+    if not (text or "").strip():
+        return (f"the lock {path} (python_env_lock_file) cannot be read or is empty: name an existing lock, "
+                f"made with scripts/lock_requirements.py; or {stop}")
+    if "--hash=sha256:" not in text:
+        return (f"the lock {path} holds no --hash=sha256: lines, so pip cannot check a file: make it with "
+                f"scripts/lock_requirements.py; or {stop}")
+    pins = lock_pins(text)
+    parsed = [(str(r), _REQUIREMENT.fullmatch(str(r))) for r in requirements]
+    missing = [r for r, m in parsed if not m or m.group(2) not in pins.get(_normal(m.group(1)), ())]
+    if not missing:
+        return ""
+    asked = {_normal(m.group(1)): m.group(2) for _, m in parsed if m}
+    extras = [r for r, m in parsed if not m or _normal(m.group(1)) not in ("mlx", "mlx-lm")]
+    command = " ".join(["scripts/lock_requirements.py", "--mlx", asked.get("mlx", "?"), "--mlx-lm",
+                        asked.get("mlx-lm", "?")] + [f"--extra {r}" for r in extras] + ["-o", "my.lock"])
+    unpinned = [r for r, m in parsed if not m]
+    what = (f"{', '.join(unpinned)} {'is' if len(unpinned) == 1 else 'are'} not name==version, which a lock needs; "
+            if unpinned else "")
+    return (f"the lock {path} does not pin {', '.join(missing)}: {what}make a lock for these pins on the "
+            f"controller (`{command}`, from the repository) and set python_env_lock_file to it; or {stop}")
 
 
 # What the Command Line Tools' stub prints when they are missing (over ssh: "xcode-select:

@@ -122,15 +122,38 @@ def existing_vars():
     }
 
 
+def lab_requirements():
+    """The simulated Macs' pins: the role's, and, because they run Linux, mlx's CPU back end,
+    which Linux's mlx wheel leaves to a package of its own (mlx[cpu]; on macOS the mlx wheel has
+    Metal)."""
+    pins = defaults("python_env")
+    mlx = pins["python_env_mlx_version"]
+    return [f"mlx=={mlx}", f"mlx-lm=={pins['python_env_mlx_lm_version']}", f"mlx-cpu=={mlx}"]
+
+
+def lab_lock(cluster):
+    """The lock for the simulated Macs' wheels, made as a lab makes one for its mirror:
+    scripts/lock_requirements.py --wheels over the wheels the mirror serves (the role's own
+    lock is for macOS's wheels). Its path, for python_env_lock_file."""
+    reqs = lab_requirements()
+    house = cluster.wheelhouse(reqs)
+    lock = house / "requirements.lock"
+    if not lock.exists():
+        tmp = house / "requirements.lock.tmp"
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "lock_requirements.py"), "--wheels", str(house),
+                        "--extra", reqs[2], "-o", str(tmp)], check=True, capture_output=True, text=True, timeout=120)
+        os.replace(tmp, lock)
+    return str(lock)
+
+
 def lab_vars(cluster):
     """What a lab whose Macs reach no package index but its own mirror sets, for the env
     stage's default path (venv): the mirror (the simulation's, serving the pinned wheels on the
-    LAN) and, because the simulated Macs run Linux, mlx's CPU back end, which Linux's mlx wheel
-    leaves to a package of its own (mlx[cpu]; on macOS the mlx wheel has Metal)."""
-    pins = defaults("python_env")
-    mlx = pins["python_env_mlx_version"]
-    url = cluster.serve_packages([f"mlx=={mlx}", f"mlx-cpu=={mlx}", f"mlx-lm=={pins['python_env_mlx_lm_version']}"])
-    return {"python_env_pip_index_url": url, "python_env_extra_packages": [f"mlx-cpu=={mlx}"]}
+    LAN), its lock (lab_lock) and mlx's CPU back end (lab_requirements)."""
+    reqs = lab_requirements()
+    url = cluster.serve_packages(reqs)
+    return {"python_env_pip_index_url": url, "python_env_extra_packages": reqs[2:],
+            "python_env_lock_file": lab_lock(cluster)}
 
 
 def defaults(role):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.e2e.runner import defaults, is_mutating, lab_vars, run_site
+from tests.e2e.runner import defaults, is_mutating, lab_lock, lab_vars, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_
     minor = cluster.python_minor()
     for host, msg in said.items():
         assert f"would make the venv {VENV} from /opt/homebrew/bin/python{minor}" in msg, msg
-        assert "mlx==0.32.4, mlx-lm==0.32.2" in msg, msg
+        assert "mlx==0.32.4, mlx-lm==0.32.2 by hash (the lock " in msg, msg
     assert mutations(cluster) == {"m1": [], "m2": []}
     for host in cluster.hosts:
         assert cluster.exec(host, ["test", "-e", VENV]).returncode == 1  # nothing made
@@ -57,6 +57,20 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     for host in cluster.hosts:  # (another test's run may have made it already)
         cluster.exec(host, ["rm", "-rf", VENV], check=True)
     lab = lab_vars(cluster)
+    # A wheel on the mirror that differs from the one the lock was made from: refused, on every Mac
+    [served] = (cluster.state_dir / "pypi" / "simple" / "mdurl").glob("*.whl")
+    original = served.resolve()
+    served.unlink()
+    served.write_bytes(original.read_bytes() + b"\0")
+    try:
+        tampered = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
+    finally:
+        served.unlink()
+        served.symlink_to(original)
+    assert tampered.rc != 0
+    refused = {h: msg for h, task, msg in tampered.failures() if task == "Install the pinned mlx and mlx-lm into the venv"}
+    assert set(refused) == set(cluster.hosts), tampered.failures()
+    assert all("DO NOT MATCH THE HASHES" in msg and "mdurl" in msg for msg in refused.values()), refused
     first = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
     assert first.rc == 0, first.failures()
     made = {r["host"] for r in first.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")}
@@ -140,9 +154,10 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
         cluster.exec(host, ["rm", "-rf", VENV, "/srv/admin/mlx-cluster/wheels"], check=True)
     mlx = defaults("python_env")["python_env_mlx_version"]
     offline = {"python_env_wheelhouse": True,
-               # the simulated Macs run Linux: their platform's tags, and mlx's CPU back end
+               # the simulated Macs run Linux: their platform's tags, mlx's CPU back end, and a
+               # lock for those wheels (the download is checked against it)
                "python_env_wheel_platforms": sorted({t.platform for t in sys_tags()}),
-               "python_env_extra_packages": [f"mlx-cpu=={mlx}"]}
+               "python_env_extra_packages": [f"mlx-cpu=={mlx}"], "python_env_lock_file": lab_lock(cluster)}
     dry = run_site(cluster, tags=["env"], check=True, python_env=None, extravars=offline)
     assert dry.rc == 0, dry.failures()
     said = [r["res"]["msg"] for r in dry.results(WOULD)]

@@ -4,7 +4,7 @@
 """The Pythons a Mac has for MLX's environment, found without running any of them.
 
 A Mac fresh out of the box has only ``/usr/bin/python3``: a stub until the Command Line Tools
-are installed, then Apple's Python 3.9, too old for mlx (wheels for 3.10 and later). Users get
+are installed, then Apple's Python 3.9, too old for mlx (mlx-lm 0.32 needs 3.11 or later). Users get
 a newer one from Homebrew (``brew install python@3.13``: ``/opt/homebrew/bin/python3.13``) or
 from python.org's installer (``/Library/Frameworks/Python.framework/Versions/3.13/bin``, linked
 from ``/usr/local/bin``). Only versioned names are taken (``python3.13``, not ``python3``), so

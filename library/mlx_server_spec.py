@@ -117,7 +117,10 @@ options:
     type: int
     default: 3
   env:
-    description: Extra KEY=VALUE environment for every rank.
+    description:
+      - Extra KEY=VALUE environment for every rank (a token may be among them). Written only to the
+        rank's 0600 env file, which its supervisor reads; results and diffs show the names, with
+        C((set; in the 0600 env file)) for the values.
     type: list
     elements: str
     default: []
@@ -202,12 +205,12 @@ keeper_argv:
   elements: str
   sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_server_daemon.py, --pidfile, "..."]
 env:
-  description: The rank's environment (what mlx.launch would set, plus the extras).
+  description: The rank's environment (what mlx.launch would set, plus the extras, whose values are not shown).
   returned: always
   type: dict
   sample: {"MLX_RANK": "1", "MLX_HOSTFILE": "/Users/admin/mlx-cluster/server/ring_hosts.json"}
 env_file:
-  description: Where the environment is written (JSON object), for the process supervisor.
+  description: Where the environment is written (JSON object, 0600), for the rank's supervisor (launchd or process).
   returned: always
   type: str
   sample: /Users/admin/mlx-cluster/server/rank1.env.json
@@ -238,6 +241,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     server_argv,
     setting_problem,
     settings_hash,
+    shown_env,
+    split_env,
 )
 
 
@@ -272,7 +277,7 @@ def main():
             request_timeout=dict(type="int", default=600), queue_size=dict(type="int", default=8),
             allowed_hosts=dict(type="list", elements="str", default=[]),
             stall_timeout=dict(type="int", default=120), max_restarts=dict(type="int", default=3),
-            env=dict(type="list", elements="str", default=[]),
+            env=dict(type="list", elements="str", default=[], no_log=True),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"),
             api_key=dict(type="str", default="", no_log=True),
@@ -314,12 +319,14 @@ def main():
         "run_dir": run_dir,
         "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
         "request_timeout": p["request_timeout"], "queue_size": p["queue_size"], "allowed_hosts": p["allowed_hosts"],
-        "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"], "env": p["env"],
+        "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"],
+        "env": sorted(shown_env(split_env(p["env"]), p["env"])),  # (names: the values are in the hash)
         "supervisor": p["supervisor"], "label": p["label"],
     }
     if p["api_key"]:  # a new key restarts the ranks (rank 0 reads it at start); the key itself is not recorded
         settings["api_key_sha256"] = hashlib.sha256(p["api_key"].encode()).hexdigest()
-    digest = settings_hash(settings)
+    # a changed value restarts the ranks too; the values themselves are not shown (shown_env)
+    digest = settings_hash({**settings, "env_values": p["env"]})
     own = rank_files(run_dir, rank)
     argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
                        backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
@@ -348,8 +355,9 @@ def main():
         if old == content:
             continue
         secret = path == key_file  # never shown in a diff
-        before[path] = "(the API key)\n" if secret and old else (old or "")
-        after[path] = "(the API key)\n" if secret else content
+        shown = {env_file: lambda text: shown_json(text, p["env"])}.get(path, lambda text: text)
+        before[path] = "(the API key)\n" if secret and old else shown(old or "")
+        after[path] = "(the API key)\n" if secret else shown(content)
         written.append(path)
         if not module.check_mode:
             tmp = f"{path}.tmp{os.getpid()}"
@@ -361,9 +369,21 @@ def main():
             "after": "".join(f"# {k}\n{v}" for k, v in after.items())}
     me = pwd.getpwuid(os.getuid())
     module.exit_json(changed=bool(written), rank=rank, world_size=world, backend=p["hostfile"].get("backend"),
-                     settings_hash=digest, settings=settings, argv=argv, keeper_argv=keeper, env=env,
+                     settings_hash=digest, settings=settings, argv=argv, keeper_argv=keeper,
+                     env=shown_env(env, p["env"]),
                      env_file=env_file,
                      files=written, user=me.pw_name, home=me.pw_dir, diff=diff)
+
+
+def shown_json(text, extra_env):
+    """An env file's text as a diff shows it (shown_env); text that is no JSON object: as it is."""
+    try:
+        env = json.loads(text) if text else None
+    except ValueError:
+        return text
+    if not isinstance(env, dict):
+        return text
+    return json.dumps(shown_env(env, extra_env), indent=2, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

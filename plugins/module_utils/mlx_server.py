@@ -84,6 +84,17 @@ def split_env(items, what="environment"):
     return out
 
 
+HIDDEN = "(set; in the 0600 env file)"
+
+
+def shown_env(env, extra_env=()):
+    """`env` as results and diffs show it: the values of the variables given in `extra_env`
+    (mlx_server_env: a token may be among them) replaced by HIDDEN. They live only in the
+    rank's 0600 env file, which the supervisor reads; the toolkit's own MLX_* values show."""
+    given = set(split_env(extra_env))
+    return {k: (HIDDEN if k in given else v) for k, v in env.items()}
+
+
 def launch_env(hostfile, rank, run_dir, port, extra_env=()):
     """-> (env {name: value}, files {file name in run_dir: content}) for one rank.
 

@@ -1,5 +1,6 @@
 """roles/mlx_server/templates/mlx_server.plist.j2, rendered by Ansible's own templating and
-read back with plistlib: a valid launchd job with the rank's argv and environment, escaped.
+read back with plistlib: a valid launchd job with the rank's argv, escaped, and none of its
+environment but HOME (the supervisor reads the rest from the 0600 env file).
 
 launchd itself cannot run here: `launchctl bootstrap` of this plist is not exercised."""
 
@@ -43,7 +44,9 @@ def test_plist_is_a_valid_launch_daemon_for_the_rank():
     assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>')
     assert plist["Label"] == "org.mlx-cluster.server"
     assert plist["ProgramArguments"] == ARGV  # escaped in XML, exact once parsed
-    assert plist["EnvironmentVariables"] == {**ENV, "HOME": "/Users/admin"}
+    # the rank's environment stays in its 0600 env file, out of a plist every user may read
+    assert plist["EnvironmentVariables"] == {"HOME": "/Users/admin"}
+    assert "a<b>&c" not in text and "a&lt;b&gt;" not in text and "MLX_HOSTFILE" not in text
     assert plist["UserName"] == "admin"
     assert plist["WorkingDirectory"] == "/Users/admin/mlx-cluster/server"
     assert plist["StandardOutPath"] == plist["StandardErrorPath"] == "/Users/admin/mlx-cluster/server/rank1.log"

@@ -419,3 +419,26 @@ def test_spec_refuses_an_interpreter_a_shell_would_read(module_runner, tmp_path)
     assert run.failed and "the interpreter (mlx_server_python, python_env_python) '/venv/bin/python;id'" \
         in run.result["msg"]
     assert not (tmp_path / "rank1.env.json").exists()
+
+
+def test_the_ranks_environment_values_stay_in_its_0600_file_never_in_results_or_diffs(module_runner, tmp_path):
+    """mlx_server_env may carry a token: the env file has it (0600, the supervisor reads it); the
+    result, the settings and a check-mode diff show its name only; a new value still restarts."""
+    env = ["HF_TOKEN=hf_s3cret_value", "OMP_NUM_THREADS=4"]
+    dry = module_runner("mlx_server_spec", args={**spec_args(tmp_path, env=env), "_ansible_check_mode": True,
+                                                 "_ansible_diff": True})
+    assert dry.result["changed"] and "HF_TOKEN" in dry.result["diff"]["after"]
+    run = module_runner("mlx_server_spec", args=spec_args(tmp_path, env=env))
+    for result in (dry.result, run.result):
+        assert "hf_s3cret_value" not in json.dumps(result)
+    r = run.result
+    assert r["env"]["HF_TOKEN"] == r["env"]["OMP_NUM_THREADS"] == "(set; in the 0600 env file)"
+    assert r["env"]["MLX_RANK"] == "1"  # the toolkit's own values show
+    assert r["settings"]["env"] == ["HF_TOKEN", "OMP_NUM_THREADS"]
+    on_disk = tmp_path / "rank1.env.json"
+    assert json.loads(on_disk.read_text())["HF_TOKEN"] == "hf_s3cret_value"
+    assert oct(on_disk.stat().st_mode & 0o777) == "0o600"
+    changed = module_runner("mlx_server_spec", args={**spec_args(tmp_path, env=["HF_TOKEN=hf_other", "OMP_NUM_THREADS=4"]),
+                                                     "_ansible_check_mode": True, "_ansible_diff": True})
+    assert changed.result["settings_hash"] != r["settings_hash"]
+    assert "hf_other" not in json.dumps(changed.result) and "hf_s3cret_value" not in json.dumps(changed.result)

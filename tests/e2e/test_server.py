@@ -297,6 +297,8 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
     hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
     ranks = {x["ssh"]: i for i, x in enumerate(hostfile["hosts"])}
     rendered = run.results("Write the rank's launchd job on every Mac (LaunchDaemon, runs as the SSH user)")
+    specs = {r["host"]: r["res"]["env"] for r in run.results(
+        "Work out each Mac's rank, its environment (as mlx.launch would set it) and the settings hash")}
     assert {r["host"] for r in rendered} == set(pair.hosts)
     run_ids = set()
     for r in rendered:
@@ -305,10 +307,14 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
         plist = plistlib.loads(diff["after"].encode())
         assert plist["Label"] == "org.mlx-cluster.server"
         assert plist["UserName"] == "admin"
-        assert plist["EnvironmentVariables"]["MLX_RANK"] == str(ranks[r["host"]])
-        assert plist["EnvironmentVariables"]["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
-        assert plist["EnvironmentVariables"]["HF_HUB_OFFLINE"] == "1"
+        # the rank's environment is not in the plist (every user may read it): the supervisor
+        # reads it from the rank's 0600 env file, whose names the spec's result shows
+        assert set(plist["EnvironmentVariables"]) == {"HOME"}
         argv = plist["ProgramArguments"]
+        assert argv[argv.index("--env-file") + 1] == f"{RUN_DIR}/rank{ranks[r['host']]}.env.json"
+        env = specs[r["host"]]
+        assert env["MLX_RANK"] == str(ranks[r["host"]]) and env["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
+        assert env["HF_HUB_OFFLINE"] == "(set; in the 0600 env file)"
         assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"   # the supervisor, kept by launchd
         assert "--detach" not in argv                          # in the foreground: launchd's child
         assert argv[argv.index("--") + 2] == f"{RUN_DIR}/mlx_cluster_server.py"

@@ -38,9 +38,14 @@ def machine(dists=("ansible-core", "mlx")):
                 break
     except OSError:
         pass
-    info = {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-            "loadavg_start": round(os.getloadavg()[0], 2)}
+    info = {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "loadavg_start": round(os.getloadavg()[0], 2),
+    }
     for dist in dists:
         try:
             info[dist.replace("-", "_")] = metadata.version(dist)
@@ -53,10 +58,12 @@ def machine_lines(info, dists=("ansible-core", "mlx")):
     """The Markdown lines (without the command) that say what machine() found, `dists` as
     machine() was asked for them."""
     versions = ", ".join(f"{d} {info[d.replace('-', '_')]}" for d in dists)
-    return [f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
-            f"- Python {info['python']}, {versions}",
-            f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
-            f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)"]
+    return [
+        f"- CPUs: {info['cpus']} ({info['cpu_model']}), kernel {info['kernel']}",
+        f"- Python {info['python']}, {versions}",
+        f"- date: {info['date']}; load average (1 min) at start {info['loadavg_start']}, "
+        f"at end {info['loadavg_end']} (the benchmark's own simulated Macs count in it)",
+    ]
 
 
 def read_section(path, heading):
@@ -86,8 +93,9 @@ def write_section(path, heading, section):
 def close_masters(cp_dir):
     """End the SSH master connections a run left (ControlPersist) without waiting for them."""
     for sock in Path(cp_dir).glob("*"):
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                       capture_output=True, timeout=10, check=False)
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"], capture_output=True, timeout=10, check=False
+        )
 
 
 def playbook_env(cluster, base, bin_dir):
@@ -95,14 +103,16 @@ def playbook_env(cluster, base, bin_dir):
     ansible.cfg, a fresh Ansible home, temp and SSH control directory under `base` (no master
     connection from an earlier run), the venv's `bin_dir` first on PATH."""
     env = cluster.env()
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_HOME": str(base / "home"),
-        "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": os.pathsep.join([str(bin_dir), env["PATH"]]),
-    })
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_HOME": str(base / "home"),
+            "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(base / "cp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": os.pathsep.join([str(bin_dir), env["PATH"]]),
+        }
+    )
     return env
 
 

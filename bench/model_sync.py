@@ -71,13 +71,30 @@ TREE_TASK = "Copy the model along the cables, every copy at once"
 SEND_TASK = "Send along the cables, every copy at once, each file verified as it arrives: the model"
 # How the tree copies, recorded in each journal (journals without it measured the tree by rounds).
 TREE_KIND = "pipelined"
-METHODS = ("one_copy", "parallel", "tree", "tree_rsync", "share", "share_fixed", "serial", "controller", "controller_tree")
+METHODS = (
+    "one_copy",
+    "parallel",
+    "tree",
+    "tree_rsync",
+    "share",
+    "share_fixed",
+    "serial",
+    "controller",
+    "controller_tree",
+)
 # the LAN-bound methods (minutes each): measured in the first --baseline-runs runs only
 BASELINES = ("serial", "controller", "controller_tree")
-LABELS = {"one_copy": "one copy", "parallel": "parallel copies from rank 0", "tree": "tree (ours)",
-          "tree_rsync": "tree over rsync and ssh", "share": "mlx_lm.share",
-          "share_fixed": "mlx_lm.share of config.json alone", "serial": "serial loop",
-          "controller": "controller fan-out", "controller_tree": "tree from the controller"}
+LABELS = {
+    "one_copy": "one copy",
+    "parallel": "parallel copies from rank 0",
+    "tree": "tree (ours)",
+    "tree_rsync": "tree over rsync and ssh",
+    "share": "mlx_lm.share",
+    "share_fixed": "mlx_lm.share of config.json alone",
+    "serial": "serial loop",
+    "controller": "controller fan-out",
+    "controller_tree": "tree from the controller",
+}
 DISTS = ("ansible-core", "mlx", "mlx-lm")
 MODEL = "bench"
 FIXED = "bench-fixed"  # share_fixed's model: the config.json alone
@@ -95,8 +112,9 @@ def make_model(path, size_mb, shards=SHARDS):
     layer's tensor of random bytes (rsync does not compress, so random bytes cost what weights
     cost) behind a real safetensors header, as the model stage reads the headers (memory fit)."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "bench", "size_mb": size_mb,
-                                                  "num_hidden_layers": shards}) + "\n")
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "bench", "size_mb": size_mb, "num_hidden_layers": shards}) + "\n"
+    )
     per = size_mb * 1024 * 1024 // shards
     weight_map = {}
     for k in range(1, shards + 1):
@@ -115,15 +133,31 @@ def make_model(path, size_mb, shards=SHARDS):
                 f.write(chunk)
                 left -= len(chunk)
     (path / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": per * shards}, "weight_map": weight_map}) + "\n")
+        json.dumps({"metadata": {"total_size": per * shards}, "weight_map": weight_map}) + "\n"
+    )
     return sorted((p.name, p.stat().st_size) for p in path.iterdir())
 
 
 def tc(netns, dev, mbit):
     """tbf on dev's egress in netns: mbit Mbit/s, bursts of 1/100 s (at least 32 KB)."""
     burst = max(32 * 1024, int(mbit * 1e6 / 8 / 100))
-    argv = ["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
-            "burst", str(burst), "latency", "100ms"]
+    argv = [
+        "tc",
+        "-n",
+        netns,
+        "qdisc",
+        "replace",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        f"{mbit}mbit",
+        "burst",
+        str(burst),
+        "latency",
+        "100ms",
+    ]
     res = subprocess.run(argv, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise BenchError(f"{' '.join(argv)}: {res.stderr.strip()}")
@@ -163,8 +197,11 @@ def check_everywhere(cluster, files, who, hosts=None):
     for h in hosts or cluster.hosts:
         dest = dest_of(cluster, h)
         # (the record of verified files the copies without ssh keep beside the model is not the model's)
-        got = sorted((p.name, p.stat().st_size) for p in dest.iterdir()
-                     if not p.name.startswith(OWN_PREFIX)) if dest.is_dir() else []
+        got = (
+            sorted((p.name, p.stat().st_size) for p in dest.iterdir() if not p.name.startswith(OWN_PREFIX))
+            if dest.is_dir()
+            else []
+        )
         if got != files:
             raise BenchError(f"{who}: {h} has {got}, expected {files}")
 
@@ -189,8 +226,12 @@ def run_playbook(cluster, model, method, timeout, progress_interval=None):
     from tests.e2e.runner import run_site
 
     on_controller = method in ("controller", "controller_tree")
-    extra = {"model_sync_name": MODEL, "model_sync_source": "controller" if method == "controller" else "tree",
-             "mlx_cluster_backend": "ring", "model_sync_source_path": str(model) if on_controller else ""}
+    extra = {
+        "model_sync_name": MODEL,
+        "model_sync_source": "controller" if method == "controller" else "tree",
+        "mlx_cluster_backend": "ring",
+        "model_sync_source_path": str(model) if on_controller else "",
+    }
     if method == "tree_rsync":
         extra["model_sync_transport"] = "rsync"
     if method != "controller":
@@ -214,11 +255,27 @@ def rank0_rsync(cluster, host, address, archive=False):
     `rsync -a`, else the options model_rsync uses."""
     rank0 = cluster.hosts[0]
     src = str(Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / MODEL)
-    rsh = ssh_command("ssh", ["-i", KEY, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={KNOWN}",
-                              "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-l", cluster.user])
+    rsh = ssh_command(
+        "ssh",
+        [
+            "-i",
+            KEY,
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={KNOWN}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-l",
+            cluster.user,
+        ],
+    )
     dest = f"{address}:{Path(cluster.session_home(host)) / 'mlx-cluster' / 'models' / MODEL}/"
-    argv = (["rsync", "-a", "--rsh", rsh, src + "/", dest] if archive
-            else rsync_argv("rsync", src, dest, ssh_command=rsh))
+    argv = (
+        ["rsync", "-a", "--rsh", rsh, src + "/", dest] if archive else rsync_argv("rsync", src, dest, ssh_command=rsh)
+    )
     t = time.perf_counter()
     res = cluster.exec(rank0, argv, timeout=7200)
     if res.returncode != 0:
@@ -283,13 +340,13 @@ def serial(cluster, plan):
 def share(cluster, hostfile, timeout, name=MODEL):
     rank0 = cluster.hosts[0]
     path = Path(cluster.session_home(rank0)) / "mlx-cluster" / "models" / name
-    argv = [str(BIN / "mlx_lm.share"), "--path", str(path), "--hostfile", str(hostfile),
-            "--tmpdir", str(path.parent)]
+    argv = [str(BIN / "mlx_lm.share"), "--path", str(path), "--hostfile", str(hostfile), "--tmpdir", str(path.parent)]
     env = dict(cluster.harness_env(), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PATH"] = os.pathsep.join([str(BIN), env["PATH"]])
     t = time.perf_counter()
-    res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                         stdin=subprocess.DEVNULL, check=False)
+    res = subprocess.run(
+        argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+    )
     seconds = time.perf_counter() - t
     if res.returncode != 0:
         raise BenchError(f"mlx_lm.share exited with {res.returncode}: {(res.stdout + res.stderr)[-2000:]}")
@@ -328,8 +385,14 @@ class Journal:
                 f.write(json.dumps(record) + "\n")
 
     def get(self, topology, method, run, part=None):
-        return next((r for r in self.records if (r.get("topology"), r.get("method"), r.get("run"), r.get("part"))
-                     == (topology, method, run, part)), None)
+        return next(
+            (
+                r
+                for r in self.records
+                if (r.get("topology"), r.get("method"), r.get("run"), r.get("part")) == (topology, method, run, part)
+            ),
+            None,
+        )
 
     def meta(self, topology):
         return next((r["meta"] for r in self.records if r.get("topology") == topology and "meta" in r), None)
@@ -407,21 +470,33 @@ def bench_topology(spec, args, runs, baseline_runs, state_root, model, files, jo
         rounds = sync_plan.plan_rounds(plan, source=cluster.hosts[0])
         rates = shape(cluster, plan, args.tb_mbit, args.lan_mbit)
         if journal.meta(spec) is None:
-            journal.add(topology=spec, meta={"hosts": len(cluster.hosts), "cables": len(plan["links"]["cables"]),
-                                             "depth": rounds["depth"], "rates_mbit": rates})
-        log(f"{spec}: {len(cluster.hosts)} Macs, {len(plan['links']['cables'])} cables, tree depth "
+            journal.add(
+                topology=spec,
+                meta={
+                    "hosts": len(cluster.hosts),
+                    "cables": len(plan["links"]["cables"]),
+                    "depth": rounds["depth"],
+                    "rates_mbit": rates,
+                },
+            )
+        log(
+            f"{spec}: {len(cluster.hosts)} Macs, {len(plan['links']['cables'])} cables, tree depth "
             f"{rounds['depth']}, up and configured in {time.monotonic() - t0:.1f} s; links shaped "
             f"(Thunderbolt {sorted(set(rates.values()))} Mbit/s, LAN {args.lan_mbit} Mbit/s); "
-            f"{len(todo)} measurement(s) to make")
+            f"{len(todo)} measurement(s) to make"
+        )
         harness_trust(cluster, plan)
         for method in ("tree_rsync", "tree"):  # warm-up (not timed)
             fresh(cluster, model, seed=True)
             run_playbook(cluster, model, method, args.timeout, args.progress_interval)
         for r, method in todo:
-            rec = measure_one(cluster, spec, plan, method, r, journal, model, files, args.timeout,
-                              args.progress_interval)
-            log(f"{spec} run {r + 1}/{runs}: {LABELS[method]} {rec['seconds']:.1f} s"
-                + (f" (copies {rec['copy']:.1f} s)" if "copy" in rec else ""))
+            rec = measure_one(
+                cluster, spec, plan, method, r, journal, model, files, args.timeout, args.progress_interval
+            )
+            log(
+                f"{spec} run {r + 1}/{runs}: {LABELS[method]} {rec['seconds']:.1f} s"
+                + (f" (copies {rec['copy']:.1f} s)" if "copy" in rec else "")
+            )
     finally:
         cluster.down()
     return journal.result(spec)
@@ -451,12 +526,33 @@ def summarize(result):
     return out
 
 
-HEADER = ("topology", "Macs", "depth", "runs", "one copy (s)", "parallel from rank 0 (s)", "tree: run (s)",
-          "tree: copies (s)", "copies / one copy", "copies / (one copy x depth)", "run / one copy",
-          "mlx_lm.share (s)", "share / one copy", "share of config.json alone (s)", "serial loop (s)", "controller fan-out: run (s)",
-          "controller: copies (s)", "serial / tree run", "controller / tree run",
-          "tree over rsync and ssh: copies (s)", "its copies / one copy", "ours / over rsync (copies)",
-          "tree from the controller: run (s)", "its copies (s)", "controller fan-out / tree from the controller")
+HEADER = (
+    "topology",
+    "Macs",
+    "depth",
+    "runs",
+    "one copy (s)",
+    "parallel from rank 0 (s)",
+    "tree: run (s)",
+    "tree: copies (s)",
+    "copies / one copy",
+    "copies / (one copy x depth)",
+    "run / one copy",
+    "mlx_lm.share (s)",
+    "share / one copy",
+    "share of config.json alone (s)",
+    "serial loop (s)",
+    "controller fan-out: run (s)",
+    "controller: copies (s)",
+    "serial / tree run",
+    "controller / tree run",
+    "tree over rsync and ssh: copies (s)",
+    "its copies / one copy",
+    "ours / over rsync (copies)",
+    "tree from the controller: run (s)",
+    "its copies (s)",
+    "controller fan-out / tree from the controller",
+)
 
 
 def _runs(counts):
@@ -472,27 +568,52 @@ def table_rows(results):
     rows = []
     for r in results:
         x = summarize(r)
-        cell = lambda key, digits=1: fmt(x[key], digits) if key in x else "-"  # noqa: E731
-        ratio = lambda key, digits=2, unit="": f"{x[key]:.{digits}f}{unit}" if key in x else "-"  # noqa: E731
-        rows.append((r["topology"], str(r["hosts"]), str(r["depth"]), _runs(x["runs"]), cell("one_copy"),
-                     cell("parallel") + (f" ({x['parallel_vs_one']:.2f}x)" if "parallel_vs_one" in x else ""),
-                     cell("tree"), cell("tree_copies"), ratio("tree_vs_one"), ratio("tree_vs_depth"),
-                     ratio("tree_run_vs_one"), cell("share"), ratio("share_vs_one"),
-                     cell("share_fixed"), cell("serial", 0),
-                     cell("controller", 0), cell("controller_copies", 0), ratio("serial_vs_tree", 1, "x"),
-                     ratio("controller_vs_tree", 1, "x"), cell("tree_rsync_copies"), ratio("tree_rsync_vs_one"),
-                     ratio("tree_vs_tree_rsync"), cell("controller_tree", 0),
-                     cell("controller_tree_copies", 0), ratio("controller_vs_controller_tree", 1, "x")))
+        cell = lambda key, digits=1: fmt(x[key], digits) if key in x else "-"  # noqa: E731, B023 - used at once, in this iteration
+        ratio = lambda key, digits=2, unit="": f"{x[key]:.{digits}f}{unit}" if key in x else "-"  # noqa: E731, B023 - used at once, in this iteration
+        rows.append(
+            (
+                r["topology"],
+                str(r["hosts"]),
+                str(r["depth"]),
+                _runs(x["runs"]),
+                cell("one_copy"),
+                cell("parallel") + (f" ({x['parallel_vs_one']:.2f}x)" if "parallel_vs_one" in x else ""),
+                cell("tree"),
+                cell("tree_copies"),
+                ratio("tree_vs_one"),
+                ratio("tree_vs_depth"),
+                ratio("tree_run_vs_one"),
+                cell("share"),
+                ratio("share_vs_one"),
+                cell("share_fixed"),
+                cell("serial", 0),
+                cell("controller", 0),
+                cell("controller_copies", 0),
+                ratio("serial_vs_tree", 1, "x"),
+                ratio("controller_vs_tree", 1, "x"),
+                cell("tree_rsync_copies"),
+                ratio("tree_rsync_vs_one"),
+                ratio("tree_vs_tree_rsync"),
+                cell("controller_tree", 0),
+                cell("controller_tree_copies", 0),
+                ratio("controller_vs_controller_tree", 1, "x"),
+            )
+        )
     return rows
 
 
 def describe(setting, tree=None):
-    text = (f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
-            f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)")
+    text = (
+        f"{setting['size_mb']} MB model; Thunderbolt {setting['tb_mbit']} Mbit/s per 80 Gb/s cable, "
+        f"LAN {setting['lan_mbit']} Mbit/s (Thunderbolt {setting['tb_mbit'] / setting['lan_mbit']:.0f}x the LAN)"
+    )
     if "progress_interval" in setting:
         text += f"; mlx_cluster_progress_interval {setting['progress_interval']}"
-    return text + {None: "", "rounds": "; the tree by rounds (before pipelining)",
-                   "pipelined": "; the pipelined tree"}.get(tree, f"; tree: {tree}")
+    return text + {
+        None: "",
+        "rounds": "; the tree by rounds (before pipelining)",
+        "pipelined": "; the pipelined tree",
+    }.get(tree, f"; tree: {tree}")
 
 
 def text_table(tables):
@@ -501,9 +622,12 @@ def text_table(tables):
     for setting, info, results, *_ in tables:
         rows = table_rows(results)
         widths = [max(len(row[i]) for row in rows + [HEADER]) for i in range(len(HEADER))]
-        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-        out += [f"median (min–max); {describe(setting, info.get('tree'))}", line(HEADER),
-                "  ".join("-" * w for w in widths)]
+        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731, B023 - used at once, in this iteration
+        out += [
+            f"median (min–max); {describe(setting, info.get('tree'))}",
+            line(HEADER),
+            "  ".join("-" * w for w in widths),
+        ]
         out += [line(row) for row in rows] + [""]
     return "\n".join(out).rstrip("\n")
 
@@ -514,40 +638,51 @@ SECTION = "## Model on every Mac (bench/model_sync.py)"
 def markdown_section(tables, command):
     """This benchmark's section: what is measured, then per setting (tables: [(setting, info,
     results, commands)]) its table, the machine and the commands that measured it."""
-    out = [SECTION, "",
-           "Generated by `bench/model_sync.py` (re-run it with `--report --journal FILE... --markdown",
-           "docs/benchmarks.md`: it replaces this section only).", "",
-           f"A model (random bytes behind real safetensors headers, in {SHARDS} `.safetensors` shards, an index",
-           "and a config.json) from rank 0 to every Mac of a simulated cluster whose links are shaped with",
-           "`tc` (tbf) in the namespaces: each Thunderbolt port at the given rate for an 80 Gb/s cable (a",
-           "40 Gb/s leg at half), each Mac's management port both ways and the controller's own uplink at",
-           "the LAN rate.", "",
-           "- one copy: rsync from rank 0 to one peer over their cable (model_rsync's options): the time",
-           "  any broadcast is bounded by (a pipelined one comes close to it);",
-           "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
-           "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
-           "- tree (ours): `site.yml --tags models`, `model_sync_source: tree` (Thunderbolt hops without ssh,",
-           "  model_sync_transport auto, since issue #27; `tree over rsync and ssh`: model_sync_transport",
-           "  rsync, what the tree was before); run = the whole playbook",
-           "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
-           "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
-           "  the pipelined tree: the first round's start to the last round's end);",
-           "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
-           "  share of config.json alone: the same with no weights, what share costs whatever the size",
-           "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",
-           "- serial loop (the seed guide's): `rsync -a` from rank 0 to one Mac after another by the",
-           "  name the user reaches it at, over the management network;",
-           "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN (run: the",
-           "  whole playbook; copies: its copy task).", "",
-           "Median (min–max) of interleaved runs (the runs column: how many; a method named there ran fewer",
-           "times). Every run starts with the model on rank 0 only (the controller fan-out: on the controller",
-           "only) and ends checked on every Mac. Targets (issue #15): a mesh's copies within 1.5x of one copy;",
-           "ring8 within 1.5x of one copy x the tree's depth and at least 10x faster than the serial loop."]
+    out = [
+        SECTION,
+        "",
+        "Generated by `bench/model_sync.py` (re-run it with `--report --journal FILE... --markdown",
+        "docs/benchmarks.md`: it replaces this section only).",
+        "",
+        f"A model (random bytes behind real safetensors headers, in {SHARDS} `.safetensors` shards, an index",
+        "and a config.json) from rank 0 to every Mac of a simulated cluster whose links are shaped with",
+        "`tc` (tbf) in the namespaces: each Thunderbolt port at the given rate for an 80 Gb/s cable (a",
+        "40 Gb/s leg at half), each Mac's management port both ways and the controller's own uplink at",
+        "the LAN rate.",
+        "",
+        "- one copy: rsync from rank 0 to one peer over their cable (model_rsync's options): the time",
+        "  any broadcast is bounded by (a pipelined one comes close to it);",
+        "- parallel from rank 0: the same to every cabled peer of rank 0 at once, the slowest copy (and",
+        "  its ratio to one copy): does a Mac sending over several cables slow each copy down?",
+        "- tree (ours): `site.yml --tags models`, `model_sync_source: tree` (Thunderbolt hops without ssh,",
+        "  model_sync_transport auto, since issue #27; `tree over rsync and ssh`: model_sync_transport",
+        "  rsync, what the tree was before); run = the whole playbook",
+        "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
+        "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
+        "  the pipelined tree: the first round's start to the last round's end);",
+        "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
+        "  share of config.json alone: the same with no weights, what share costs whatever the size",
+        "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",
+        "- serial loop (the seed guide's): `rsync -a` from rank 0 to one Mac after another by the",
+        "  name the user reaches it at, over the management network;",
+        "- controller fan-out: `model_sync_source: controller`, every Mac at once over the LAN (run: the",
+        "  whole playbook; copies: its copy task).",
+        "",
+        "Median (min–max) of interleaved runs (the runs column: how many; a method named there ran fewer",
+        "times). Every run starts with the model on rank 0 only (the controller fan-out: on the controller",
+        "only) and ends checked on every Mac. Targets (issue #15): a mesh's copies within 1.5x of one copy;",
+        "ring8 within 1.5x of one copy x the tree's depth and at least 10x faster than the serial loop.",
+    ]
     for setting, info, results, commands in tables:
         rows = table_rows(results)
-        out += ["", f"### {describe(setting, info.get('tree'))}", "",
-                *([f"({info['label']})", ""] if info.get("label") else []),
-                "| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+        out += [
+            "",
+            f"### {describe(setting, info.get('tree'))}",
+            "",
+            *([f"({info['label']})", ""] if info.get("label") else []),
+            "| " + " | ".join(HEADER) + " |",
+            "|" + "|".join("---" for _ in HEADER) + "|",
+        ]
         out += ["| " + " | ".join(row) + " |" for row in rows]
         out += ["", *machine_lines(info, DISTS)]
         out += [f"- measured with: `{c}`" for c in commands]
@@ -560,8 +695,11 @@ def journal_table(journal, topologies):
     journal: the machine as first recorded, with the dates it spans and the highest end load."""
     setting = next(r["setting"] for r in journal.records if "setting" in r)
     machines = [r["machine"] for r in journal.records if "machine" in r]
-    info = dict(machines[0], loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
-                date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])))
+    info = dict(
+        machines[0],
+        loadavg_end=max(m.get("loadavg_end", 0) for m in machines),
+        date=" to ".join(dict.fromkeys([machines[0]["date"], machines[-1]["date"]])),
+    )
     commands = list(dict.fromkeys(r["command"] for r in journal.records if r.get("command")))
     info["tree"] = next((r["tree"] for r in journal.records if "tree" in r), "rounds")
     # a note added to a journal by hand (e.g. which commit measured it), shown with its table
@@ -577,25 +715,38 @@ def write_section(path, section):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--topologies", default=None,
-                        help=f"comma-separated specs (default {','.join(TOPOLOGIES)}; --quick: mesh4)")
+    parser.add_argument(
+        "--topologies", default=None, help=f"comma-separated specs (default {','.join(TOPOLOGIES)}; --quick: mesh4)"
+    )
     parser.add_argument("--runs", type=int, default=None, help="timed rounds (default 3; --quick: 1)")
     parser.add_argument("--baseline-runs", type=int, default=1, help="rounds that also time serial and controller")
     parser.add_argument("--size-mb", type=int, default=None, help="model size (default 200; --quick: 20)")
     parser.add_argument("--tb-mbit", type=int, default=400, help="Thunderbolt rate of an 80 Gb/s cable")
     parser.add_argument("--lan-mbit", type=int, default=8, help="management network rate")
     parser.add_argument("--timeout", type=int, default=7200, help="bound of each run (s)")
-    parser.add_argument("--progress-interval", type=int, default=None,
-                        help="mlx_cluster_progress_interval of the playbook runs (default: the role's, 10 s; "
-                             "0 = no progress reads); recorded in the setting")
+    parser.add_argument(
+        "--progress-interval",
+        type=int,
+        default=None,
+        help="mlx_cluster_progress_interval of the playbook runs (default: the role's, 10 s; "
+        "0 = no progress reads); recorded in the setting",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke: mesh4, 20 MB, one round")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
-                             "first, the LAN-bound baselines in later runs with the same --journal")
-    parser.add_argument("--journal", metavar="FILE", action="append", default=[],
-                        help="keep every measurement in FILE (JSON lines) and measure only what it lacks: "
-                             "an interrupted run is resumed by running the same command again; with "
-                             "--report, several FILEs (one setting each): one table per FILE")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated, of {','.join(METHODS)} (default all): e.g. the quick ones "
+        "first, the LAN-bound baselines in later runs with the same --journal",
+    )
+    parser.add_argument(
+        "--journal",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="keep every measurement in FILE (JSON lines) and measure only what it lacks: "
+        "an interrupted run is resumed by running the same command again; with "
+        "--report, several FILEs (one setting each): one table per FILE",
+    )
     parser.add_argument("--report", action="store_true", help="measure nothing: the tables from --journal")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE")
     parser.add_argument("--markdown", metavar="FILE", help="replace (or add) this benchmark's section of FILE")
@@ -627,14 +778,19 @@ def main(argv=None):
         if any(e != setting for e in earlier):
             parser.error(f"--journal {args.journal[0]} holds measurements made with {earlier[0]}, not {setting}")
         info = machine(DISTS)
-        journal.add(setting=setting, machine=dict(info, loadavg_end=info["loadavg_start"]),
-                    command=shlex.join(["python", "bench/model_sync.py", *argv]), tree=TREE_KIND)
+        journal.add(
+            setting=setting,
+            machine=dict(info, loadavg_end=info["loadavg_start"]),
+            command=shlex.join(["python", "bench/model_sync.py", *argv]),
+            tree=TREE_KIND,
+        )
 
         def work(root):
             model = root / "model" / MODEL
             files = make_model(model, args.size_mb)
-            return [bench_topology(spec, args, runs, args.baseline_runs, root, model, files, journal)
-                    for spec in topologies]
+            return [
+                bench_topology(spec, args, runs, args.baseline_runs, root, model, files, journal) for spec in topologies
+            ]
 
         _results, status = measure(work, info, "mlxc-bench-sync-", args.state_root)
         if status is not None:
@@ -642,13 +798,34 @@ def main(argv=None):
         journal.add(setting=setting, machine=info)
     tables = [journal_table(j, topologies) for j in journals]
     if args.markdown:
-        command = shlex.join(["python", "bench/model_sync.py", "--report", *(f"--journal={j}" for j in args.journal),
-                              "--topologies", ",".join(topologies), "--markdown", args.markdown])
+        command = shlex.join(
+            [
+                "python",
+                "bench/model_sync.py",
+                "--report",
+                *(f"--journal={j}" for j in args.journal),
+                "--topologies",
+                ",".join(topologies),
+                "--markdown",
+                args.markdown,
+            ]
+        )
         write_section(Path(args.markdown), markdown_section(tables, command))
-    emit({"tables": [{"setting": setting, "machine": info, "commands": commands,
-                      "results": [{**r, "summary": summarize(r)} for r in results]}
-                     for setting, info, results, commands in tables]},
-         args.json, text_table(tables))
+    emit(
+        {
+            "tables": [
+                {
+                    "setting": setting,
+                    "machine": info,
+                    "commands": commands,
+                    "results": [{**r, "summary": summarize(r)} for r in results],
+                }
+                for setting, info, results, commands in tables
+            ]
+        },
+        args.json,
+        text_table(tables),
+    )
     return 0
 
 

@@ -18,7 +18,8 @@ the spot (tests/tinymodel.py, float32; nothing is downloaded):
   `mlx_launch` task used (launch_argv() of plugins/module_utils/mlx_launch.py: same launcher,
   interpreter, script, arguments, `--env HF_HUB_OFFLINE=1 --env TRANSFORMERS_OFFLINE=1`; only
   the run id differs), the Macs reached by name through the harness's ssh configuration (as a
-  user's own ~/.ssh/config would), from the directory the role's launcher ran in (seen in /proc: the playbook's directory;
+  user's own ~/.ssh/config would), from the directory the role's launcher ran in (seen in /proc: the playbook's
+  directory;
   mlx.launch's ranks `cd` to the launcher's directory when the Mac has it); tokens/s from the
   JSON line rank 0 prints.
 
@@ -66,9 +67,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
-
 from bench.common import (  # noqa: E402
-    BenchError, close_masters, emit, fmt, log, machine, machine_lines, measure, playbook_env, stats,
+    BenchError,
+    close_masters,
+    emit,
+    fmt,
+    log,
+    machine,
+    machine_lines,
+    measure,
+    playbook_env,
+    stats,
 )
 from tests.e2e.runner import existing_vars  # noqa: E402
 from tests.simcluster import SimCluster  # noqa: E402
@@ -81,9 +90,14 @@ BIN = Path(sys.executable).parent
 PROMPT_TOKENS = 512
 # About 210 tokens with the tiny model's tokenizer and chat template, so the prompt phase
 # lasts long enough to time (a one-line prompt is processed in a few ms).
-PROMPT = " ".join(["Write a short story about a cluster of Macs joined by Thunderbolt cables: how each node "
-                   "takes one rank, how the ring passes the arrays around, and how rank zero prints the "
-                   "tokens per second."] * 2)
+PROMPT = " ".join(
+    [
+        "Write a short story about a cluster of Macs joined by Thunderbolt cables: how each node "
+        "takes one rank, how the ring passes the arrays around, and how rank zero prints the "
+        "tokens per second."
+    ]
+    * 2
+)
 # 512 greedy tokens of the tiny model over the 2 simulated ranks: >= 2.1 s of generation on the
 # 2-CPU reference machine at its fastest (~245 tok/s seen), 5-15 s under load: long enough to time.
 MAX_TOKENS = 512
@@ -104,7 +118,7 @@ ENV = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]  # the role's, MLX_METAL_FA
 LAUNCH_TASK = "TASK [benchmark : Run the benchmark with mlx.launch (bounded in time)]"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUN_ID_CHARS = string.ascii_lowercase + string.digits
-DISTS = ("ansible-core", "mlx", "mlx-lm")   # versions in the Machine section
+DISTS = ("ansible-core", "mlx", "mlx-lm")  # versions in the Machine section
 
 
 def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
@@ -113,11 +127,20 @@ def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
     base = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=work))
     env = playbook_env(cluster, base, BIN)
     (base / "extravars.json").write_text(json.dumps(extravars))
-    argv = [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), str(ROOT / "site.yml"),
-            "--tags", tags, "-e", f"@{base / 'extravars.json'}"] + (["-v"] if verbose else [])
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(cluster.inventory_path),
+        str(ROOT / "site.yml"),
+        "--tags",
+        tags,
+        "-e",
+        f"@{base / 'extravars.json'}",
+    ] + (["-v"] if verbose else [])
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
     beside = CpuBeside(proc.pid)
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT + 300)
@@ -131,8 +154,10 @@ def run_playbook(cluster, work, tag, tags, extravars, verbose=False):
     (base / "stdout.txt").write_text(stdout + stderr)
     recap = RECAP.findall(stdout)
     if proc.returncode != 0 or not recap or any(int(r[3]) or int(r[4]) for r in recap):
-        raise BenchError(f"ansible-playbook --tags {tags} exited with {proc.returncode} (output in "
-                         f"{base / 'stdout.txt'}):\n" + (stdout + stderr)[-3000:])
+        raise BenchError(
+            f"ansible-playbook --tags {tags} exited with {proc.returncode} (output in "
+            f"{base / 'stdout.txt'}):\n" + (stdout + stderr)[-3000:]
+        )
     return seconds, stdout, beside
 
 
@@ -147,7 +172,7 @@ def proc_table():
             argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        f = stat[stat.rindex(")") + 2:].split()
+        f = stat[stat.rindex(")") + 2 :].split()
         out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]), [a.decode(errors="replace") for a in argv if a])
     return out
 
@@ -242,6 +267,7 @@ def launch_results(stdout):
                 out[mode] = result
     return out
 
+
 def mask_run_id(argv):
     argv = list(argv)
     for n, a in enumerate(argv[:-1]):
@@ -252,9 +278,26 @@ def mask_run_id(argv):
 
 def bench_args(model_dir, mode, max_tokens, world, run_id):
     """The script's arguments, in the order roles/benchmark/tasks/main.yml gives them."""
-    return ["--model", model_dir, "--prompt-tokens", str(PROMPT_TOKENS), "--generation-tokens", str(max_tokens),
-            "--num-trials", "1", "--prompt", PROMPT, "--mode", mode,
-            "--expect-world", str(world), "--init-timeout", str(INIT_TIMEOUT), "--run-id", run_id]
+    return [
+        "--model",
+        model_dir,
+        "--prompt-tokens",
+        str(PROMPT_TOKENS),
+        "--generation-tokens",
+        str(max_tokens),
+        "--num-trials",
+        "1",
+        "--prompt",
+        PROMPT,
+        "--mode",
+        mode,
+        "--expect-world",
+        str(world),
+        "--init-timeout",
+        str(INIT_TIMEOUT),
+        "--run-id",
+        run_id,
+    ]
 
 
 def run_by_hand(cluster, argv, hosts, run_id, cwd, sleeper=False):
@@ -266,8 +309,16 @@ def run_by_hand(cluster, argv, hosts, run_id, cwd, sleeper=False):
     env["PATH"] = os.pathsep.join([str(cluster.bin_dir), str(BIN), env["PATH"]])
     nap = subprocess.Popen([sys.executable, "-c", SLEEPER], stdin=subprocess.DEVNULL) if sleeper else None
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     beside = CpuBeside(proc.pid)  # finds nothing beside mlx.launch here; sampling costs the same both ways
     try:
         out, err = proc.communicate(timeout=TIMEOUT)
@@ -287,18 +338,26 @@ def run_by_hand(cluster, argv, hosts, run_id, cwd, sleeper=False):
         for p in procs:  # ours, found by the run id of this run alone
             cluster.exec(h, ["kill", str(p["pid"])])
     if proc.returncode != 0 or parsed["result"] is None:
-        raise BenchError(f"by hand: mlx.launch exited with {proc.returncode}, failed ranks {parsed['failed']}:\n"
-                         + (out + err)[-3000:])
+        raise BenchError(
+            f"by hand: mlx.launch exited with {proc.returncode}, failed ranks {parsed['failed']}:\n"
+            + (out + err)[-3000:]
+        )
     if any(left.values()):
         raise BenchError(f"by hand: processes of the run were left behind (ended): {left}")
     return seconds, parsed["result"]
 
 
 def check_result(r, who, mode, max_tokens, world):
-    if (r.get("mode"), r.get("world_size"), r.get("generation_tokens"), r.get("backend")) != \
-            (mode, world, max_tokens, "ring"):
-        raise BenchError(f"{who}: not the run asked for: mode {r.get('mode')}, world {r.get('world_size')}, "
-                         f"{r.get('generation_tokens')} tokens, backend {r.get('backend')}")
+    if (r.get("mode"), r.get("world_size"), r.get("generation_tokens"), r.get("backend")) != (
+        mode,
+        world,
+        max_tokens,
+        "ring",
+    ):
+        raise BenchError(
+            f"{who}: not the run asked for: mode {r.get('mode')}, world {r.get('world_size')}, "
+            f"{r.get('generation_tokens')} tokens, backend {r.get('backend')}"
+        )
     if not (r.get("generation_tps", 0) > 0 and r.get("prompt_tps", 0) > 0):
         raise BenchError(f"{who}: no tokens/s in {r}")
 
@@ -316,19 +375,32 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
     out = {"converge_s": None, "modes": {}}
     try:
         log(f"{SPEC}: {len(cluster.hosts)} Macs up in {time.monotonic() - t0:.1f} s")
-        settings = {**existing_vars(), "mlx_cluster_backend": "ring", "model_sync_name": "tiny",
-                    "model_sync_source": "controller", "model_sync_source_path": str(model),
-                    "benchmark_prompt": PROMPT, "benchmark_prompt_tokens": PROMPT_TOKENS,
-                    "benchmark_generation_tokens": max_tokens, "benchmark_trials": 1,
-                    "benchmark_init_timeout": INIT_TIMEOUT, "benchmark_timeout": TIMEOUT,
-                    # no progress reads: a second SSH session every few seconds beside the
-                    # launch would be counted in the overhead measured here
-                    "mlx_cluster_progress_interval": 0}
+        settings = {
+            **existing_vars(),
+            "mlx_cluster_backend": "ring",
+            "model_sync_name": "tiny",
+            "model_sync_source": "controller",
+            "model_sync_source_path": str(model),
+            "benchmark_prompt": PROMPT,
+            "benchmark_prompt_tokens": PROMPT_TOKENS,
+            "benchmark_generation_tokens": max_tokens,
+            "benchmark_trials": 1,
+            "benchmark_init_timeout": INIT_TIMEOUT,
+            "benchmark_timeout": TIMEOUT,
+            # no progress reads: a second SSH session every few seconds beside the
+            # launch would be counted in the overhead measured here
+            "mlx_cluster_progress_interval": 0,
+        }
         # The benchmark stage in the converge deploys the script and, with a short run, fills
         # each Mac's MLX CPU kernel cache (<tmp>/mlx/<version>/cpu: kernels are compiled by the
         # first run on a machine, seconds of C++ compiling): no timed run starts cold.
-        seconds, _, beside = run_playbook(cluster, work, "converge", CONVERGE_TAGS,
-                                          {**settings, "benchmark_modes": modes, "benchmark_generation_tokens": WARM_TOKENS})
+        seconds, _, beside = run_playbook(
+            cluster,
+            work,
+            "converge",
+            CONVERGE_TAGS,
+            {**settings, "benchmark_modes": modes, "benchmark_generation_tokens": WARM_TOKENS},
+        )
         # The role's launcher runs in the playbook's directory (Ansible's choice for a local
         # module): by hand starts from there too (the ranks `cd` to it when the Mac has it).
         launch_cwd = beside.launch_cwd
@@ -350,17 +422,34 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
 
         for mode in modes:
             extravars = {**settings, "benchmark_modes": [mode]}
-            s = {k: [] for k in ("pb_gen", "hand_gen", "pb_prompt", "hand_prompt", "gen_ratio", "prompt_ratio",
-                                 "pb_wall", "pb_launch", "pb_ansible", "hand_wall", "pb_gen_s", "hand_gen_s",
-                                 "beside_cpu", "load1") + (("ctl_gen", "ctl_prompt", "ctl_ratio", "ctl_hand_ratio")
-                                                           if control else ())}
+            s = {
+                k: []
+                for k in (
+                    "pb_gen",
+                    "hand_gen",
+                    "pb_prompt",
+                    "hand_prompt",
+                    "gen_ratio",
+                    "prompt_ratio",
+                    "pb_wall",
+                    "pb_launch",
+                    "pb_ansible",
+                    "hand_wall",
+                    "pb_gen_s",
+                    "hand_gen_s",
+                    "beside_cpu",
+                    "load1",
+                )
+                + (("ctl_gen", "ctl_prompt", "ctl_ratio", "ctl_hand_ratio") if control else ())
+            }
             hashes = {"playbook": set(), "by_hand": set(), **({"control": set()} if control else {})}
             rounds = []
 
-            def playbook(i):
+            def playbook(i, extravars=extravars, mode=mode):  # (this mode's)
                 before = set(p.name for p in (artifacts / "bench").glob("*.json"))
-                wall, stdout, beside = run_playbook(cluster, work, f"r{i}-playbook", "benchmark", extravars,
-                                                    verbose=True)
+                wall, stdout, beside = run_playbook(
+                    cluster, work, f"r{i}-playbook", "benchmark", extravars, verbose=True
+                )
                 new = [p for p in (artifacts / "bench").glob("*.json") if p.name not in before]
                 if len(new) != 1:
                     raise BenchError(f"playbook: {len(new)} new result file(s) in {artifacts / 'bench'}, expected 1")
@@ -376,10 +465,17 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
                     raise BenchError(f"playbook: mlx.launch ran in {beside.launch_cwd}, not {launch_cwd} as before")
                 return wall, launched["elapsed"], launched["cmd"], saved, beside.result()
 
-            def by_hand(i, sleeper=False):
+            def by_hand(i, sleeper=False, mode=mode):
                 run_id = "".join(secrets.choice(RUN_ID_CHARS) for _ in range(24))
-                argv = launch_argv(str(BIN / "mlx.launch"), str(hostfile), None, existing_vars()["python_env_interpreter"],
-                                   script, bench_args(model_dir, mode, max_tokens, world, run_id), ENV)
+                argv = launch_argv(
+                    str(BIN / "mlx.launch"),
+                    str(hostfile),
+                    None,
+                    existing_vars()["python_env_interpreter"],
+                    script,
+                    bench_args(model_dir, mode, max_tokens, world, run_id),
+                    ENV,
+                )
                 wall, result = run_by_hand(cluster, argv, hosts, run_id, launch_cwd, sleeper)
                 check_result(result, "by hand + sleeper" if sleeper else "by hand", mode, max_tokens, world)
                 return wall, argv, result
@@ -394,14 +490,18 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
                 hand_wall, hand_argv, hr = got["by hand"]
                 cr = got["control"][2] if control else None
                 if mask_run_id(pb_argv) != mask_run_id(hand_argv):
-                    raise BenchError("the argv started by hand is not the role's:\n"
-                                     f"role:    {mask_run_id(pb_argv)}\nby hand: {mask_run_id(hand_argv)}")
+                    raise BenchError(
+                        "the argv started by hand is not the role's:\n"
+                        f"role:    {mask_run_id(pb_argv)}\nby hand: {mask_run_id(hand_argv)}"
+                    )
                 ctl = f" / control {cr['generation_tps']:.1f}" if cr else ""
-                log(f"{mode} {'warm-up' if i < 0 else f'run {i + 1}/{runs}'} ({', '.join(order)}): generation tok/s "
+                log(
+                    f"{mode} {'warm-up' if i < 0 else f'run {i + 1}/{runs}'} ({', '.join(order)}): generation tok/s "
                     f"playbook {pr['generation_tps']:.1f} / by hand {hr['generation_tps']:.1f}{ctl}, prompt tok/s "
                     f"{pr['prompt_tps']:.1f} / {hr['prompt_tps']:.1f}; wall playbook {pb_wall:.1f} s "
                     f"(launch {pb_launch:.1f} s; Ansible beside it {beside_cpu:.2f} CPU s), by hand {hand_wall:.1f} s; "
-                    f"load {load:.1f}")
+                    f"load {load:.1f}"
+                )
                 if i < 0:
                     continue
                 hashes["playbook"].add(pr["tokens_sha256"])
@@ -424,20 +524,32 @@ def bench(runs, warmup, modes, max_tokens, state_root, log, control=False):
                 s["hand_wall"].append(hand_wall)
                 s["beside_cpu"].append(beside_cpu / beside_s * 100 if beside_s else 0.0)
                 s["load1"].append(load)
-                rounds.append({"round": i + 1, "order": list(order),
-                               "pb_gen": pr["generation_tps"], "hand_gen": hr["generation_tps"],
-                               "gen_ratio": pr["generation_tps"] / hr["generation_tps"],
-                               "ctl_gen": cr["generation_tps"] if cr else None,
-                               "pb_prompt": pr["prompt_tps"], "hand_prompt": hr["prompt_tps"], "load1": load})
+                rounds.append(
+                    {
+                        "round": i + 1,
+                        "order": list(order),
+                        "pb_gen": pr["generation_tps"],
+                        "hand_gen": hr["generation_tps"],
+                        "gen_ratio": pr["generation_tps"] / hr["generation_tps"],
+                        "ctl_gen": cr["generation_tps"] if cr else None,
+                        "pb_prompt": pr["prompt_tps"],
+                        "hand_prompt": hr["prompt_tps"],
+                        "load1": load,
+                    }
+                )
                 s["pb_gen_s"].append(pr["generation_tokens"] / pr["generation_tps"])
                 s["hand_gen_s"].append(hr["generation_tokens"] / hr["generation_tps"])
             every = set().union(*hashes.values())
             out["modes"][mode] = {
-                "samples": s, "world_size": world, "prompt_tokens": pr["prompt_tokens"],
+                "samples": s,
+                "world_size": world,
+                "prompt_tokens": pr["prompt_tokens"],
                 "generation_tokens": pr["generation_tokens"],
                 "tokens_sha256": {k: sorted(v) for k, v in hashes.items()},
                 "tokens_equal": len(every) == 1,
-                "argv": mask_run_id(hand_argv), "launch_cwd": launch_cwd, "rounds": rounds,
+                "argv": mask_run_id(hand_argv),
+                "launch_cwd": launch_cwd,
+                "rounds": rounds,
             }
     finally:
         cluster.down()
@@ -448,25 +560,75 @@ def summarize(mode_result):
     return {k: stats(v) for k, v in mode_result["samples"].items()}
 
 
-TPS_HEADER = ("mode", "gen tok/s playbook", "gen tok/s by hand", "gen playbook/by hand",
-              "prompt tok/s playbook", "prompt tok/s by hand", "prompt playbook/by hand", "tokens sha256 equal")
-CTL_HEADER = ("mode", "gen tok/s playbook", "gen tok/s by hand", "gen tok/s control (by hand + 1 ms sleeper)",
-              "control/by hand", "playbook/control")
-WALL_HEADER = ("mode", "playbook wall (s)", "of which mlx.launch (s)", "Ansible's own (s)", "by hand wall (s)",
-               "generation (s) playbook", "generation (s) by hand", "Ansible CPU beside mlx.launch (% of a CPU)")
+TPS_HEADER = (
+    "mode",
+    "gen tok/s playbook",
+    "gen tok/s by hand",
+    "gen playbook/by hand",
+    "prompt tok/s playbook",
+    "prompt tok/s by hand",
+    "prompt playbook/by hand",
+    "tokens sha256 equal",
+)
+CTL_HEADER = (
+    "mode",
+    "gen tok/s playbook",
+    "gen tok/s by hand",
+    "gen tok/s control (by hand + 1 ms sleeper)",
+    "control/by hand",
+    "playbook/control",
+)
+WALL_HEADER = (
+    "mode",
+    "playbook wall (s)",
+    "of which mlx.launch (s)",
+    "Ansible's own (s)",
+    "by hand wall (s)",
+    "generation (s) playbook",
+    "generation (s) by hand",
+    "Ansible CPU beside mlx.launch (% of a CPU)",
+)
 
 
 def table_rows(result):
     tps, wall, ctl = [], [], []
     for mode, r in result["modes"].items():
         x = summarize(r)
-        tps.append((mode, fmt(x["pb_gen"], 1), fmt(x["hand_gen"], 1), fmt(x["gen_ratio"], 3), fmt(x["pb_prompt"], 1),
-                    fmt(x["hand_prompt"], 1), fmt(x["prompt_ratio"], 3), "yes" if r["tokens_equal"] else "NO"))
-        wall.append((mode, fmt(x["pb_wall"], 1), fmt(x["pb_launch"], 1), fmt(x["pb_ansible"], 1), fmt(x["hand_wall"], 1),
-                     fmt(x["pb_gen_s"]), fmt(x["hand_gen_s"]), fmt(x["beside_cpu"], 1)))
+        tps.append(
+            (
+                mode,
+                fmt(x["pb_gen"], 1),
+                fmt(x["hand_gen"], 1),
+                fmt(x["gen_ratio"], 3),
+                fmt(x["pb_prompt"], 1),
+                fmt(x["hand_prompt"], 1),
+                fmt(x["prompt_ratio"], 3),
+                "yes" if r["tokens_equal"] else "NO",
+            )
+        )
+        wall.append(
+            (
+                mode,
+                fmt(x["pb_wall"], 1),
+                fmt(x["pb_launch"], 1),
+                fmt(x["pb_ansible"], 1),
+                fmt(x["hand_wall"], 1),
+                fmt(x["pb_gen_s"]),
+                fmt(x["hand_gen_s"]),
+                fmt(x["beside_cpu"], 1),
+            )
+        )
         if "ctl_gen" in x:
-            ctl.append((mode, fmt(x["pb_gen"], 1), fmt(x["hand_gen"], 1), fmt(x["ctl_gen"], 1), fmt(x["ctl_hand_ratio"], 3),
-                        fmt(x["ctl_ratio"], 3)))
+            ctl.append(
+                (
+                    mode,
+                    fmt(x["pb_gen"], 1),
+                    fmt(x["hand_gen"], 1),
+                    fmt(x["ctl_gen"], 1),
+                    fmt(x["ctl_hand_ratio"], 3),
+                    fmt(x["ctl_ratio"], 3),
+                )
+            )
     return tps, wall, ctl
 
 
@@ -483,48 +645,69 @@ def verdicts(result):
         elif lo > 1.05 or hi < 0.95:
             verdict = f"NOT within 5 %: every round {'faster' if lo > 1.05 else 'slower'} through the playbook"
         else:
-            verdict = (f"not decidable here: the rounds' ratios span {lo:.2f}–{hi:.2f} (by hand alone, "
-                       f"{x['hand_gen']['min']:.0f}–{x['hand_gen']['max']:.0f} tok/s), far wider than ±5 %: "
-                       "this machine's noise hides a 5 % difference")
-        out.append(f"{mode}: generation tok/s playbook/by hand, median of the rounds {med:.3f} "
-                   f"({(med - 1) * 100:+.1f} %); {verdict}")
-        out.append(f"{mode}: " + (f"generated tokens identical in every run, every way (sha256 "
-                                  f"{r['tokens_sha256']['playbook'][0][:12]}…)" if r["tokens_equal"] else
-                                  f"generated tokens DIFFERENT: sha256 {r['tokens_sha256']}"))
+            verdict = (
+                f"not decidable here: the rounds' ratios span {lo:.2f}–{hi:.2f} (by hand alone, "
+                f"{x['hand_gen']['min']:.0f}–{x['hand_gen']['max']:.0f} tok/s), far wider than ±5 %: "
+                "this machine's noise hides a 5 % difference"
+            )
+        out.append(
+            f"{mode}: generation tok/s playbook/by hand, median of the rounds {med:.3f} "
+            f"({(med - 1) * 100:+.1f} %); {verdict}"
+        )
+        out.append(
+            f"{mode}: "
+            + (
+                f"generated tokens identical in every run, every way (sha256 {r['tokens_sha256']['playbook'][0][:12]}…)"
+                if r["tokens_equal"]
+                else f"generated tokens DIFFERENT: sha256 {r['tokens_sha256']}"
+            )
+        )
         faster = sum(v > 1 for v in r["samples"]["gen_ratio"])
         out.append(f"{mode}: playbook faster than by hand in {faster} of {len(r['samples']['gen_ratio'])} rounds")
         if "ctl_gen" in x:
             c, pc = x["ctl_hand_ratio"], x["ctl_ratio"]
-            out.append(f"{mode}: control (by hand + a 1 ms sleeper beside mlx.launch) / by hand: median {c['median']:.3f} "
-                       f"({c['min']:.2f}–{c['max']:.2f}), faster in {sum(v > 1 for v in r['samples']['ctl_hand_ratio'])} "
-                       f"of {len(r['samples']['ctl_hand_ratio'])} rounds; playbook / control: median {pc['median']:.3f} "
-                       f"({pc['min']:.2f}–{pc['max']:.2f})")
+            out.append(
+                f"{mode}: control (by hand + a 1 ms sleeper beside mlx.launch) / by hand: median {c['median']:.3f} "
+                f"({c['min']:.2f}–{c['max']:.2f}), faster in {sum(v > 1 for v in r['samples']['ctl_hand_ratio'])} "
+                f"of {len(r['samples']['ctl_hand_ratio'])} rounds; playbook / control: median {pc['median']:.3f} "
+                f"({pc['min']:.2f}–{pc['max']:.2f})"
+            )
         short = min(x["pb_gen_s"]["min"], x["hand_gen_s"]["min"])
         if short < MIN_GENERATION_S:
-            out.append(f"{mode}: the shortest generation took {short:.2f} s (< {MIN_GENERATION_S:g} s): "
-                       "raise --max-tokens for steadier tokens/s")
+            out.append(
+                f"{mode}: the shortest generation took {short:.2f} s (< {MIN_GENERATION_S:g} s): "
+                "raise --max-tokens for steadier tokens/s"
+            )
     return out
 
 
 def notes(info):
-    return [f"load average (1 min) at start {info['loadavg_start']}, at end {info['loadavg_end']} on "
-            f"{info['cpus']} CPU(s) (the benchmark's own simulated Macs and ranks count in it)",
-            "the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own "
-            "CPU work during a run competes with the ranks here, not on real Macs (the controller is "
-            "another machine)"]
+    return [
+        f"load average (1 min) at start {info['loadavg_start']}, at end {info['loadavg_end']} on "
+        f"{info['cpus']} CPU(s) (the benchmark's own simulated Macs and ranks count in it)",
+        "the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own "
+        "CPU work during a run competes with the ranks here, not on real Macs (the controller is "
+        "another machine)",
+    ]
 
 
 def text_table(result, runs, info):
     out = []
     tps, wall, ctl = table_rows(result)
-    for header, rows, title in ((TPS_HEADER, tps, "tokens/s"), (WALL_HEADER, wall, "wall time"),
-                                (CTL_HEADER, ctl, "control")):
+    for header, rows, title in (
+        (TPS_HEADER, tps, "tokens/s"),
+        (WALL_HEADER, wall, "wall time"),
+        (CTL_HEADER, ctl, "control"),
+    ):
         if not rows:
             continue
         widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
-        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-        out += [f"{title}: median (min–max) of {runs} interleaved round(s); ratios per round", line(header),
-                "  ".join("-" * w for w in widths)]
+        line = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731, B023 - used at once, in this iteration
+        out += [
+            f"{title}: median (min–max) of {runs} interleaved round(s); ratios per round",
+            line(header),
+            "  ".join("-" * w for w in widths),
+        ]
         out += [line(row) for row in rows] + [""]
     out += verdicts(result) + ["notes: " + "; ".join(notes(info))]
     if runs < 3:
@@ -533,79 +716,106 @@ def text_table(result, runs, info):
 
 
 def md_table(header, rows):
-    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-            + ["| " + " | ".join(row) + " |" for row in rows])
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + [
+        "| " + " | ".join(row) + " |" for row in rows
+    ]
 
 
 def markdown(result, runs, info, command, max_tokens, warmup):
     tps, wall, ctl = table_rows(result)
     r0 = next(iter(result["modes"].values()))
     ways = "three" if ctl else "two"
-    out = ["# Benchmark overhead", "",
-           "Generated by `bench/overhead.py` (do not edit by hand; re-run it with "
-           "`--markdown docs/benchmark_overhead.md`).", "",
-           "Does the benchmark lose tokens/s by running through the playbook? On the simulated `pair`",
-           "cluster (tests/simcluster: two \"Macs\" as network namespaces with a real sshd, one cable, the",
-           "`ring` backend), with the tiny model made on the spot (tests/tinymodel.py, float32), after one",
-           f"`ansible-playbook site.yml --tags {CONVERGE_TAGS}` (model synced, script",
-           f"deployed, and a short run, {WARM_TOKENS} tokens, that fills each Mac's MLX CPU kernel cache: the first",
-           "MLX run on a machine compiles kernels for seconds, which would slow whichever way ran first):", "",
-           "- **playbook**: `ansible-playbook site.yml --tags benchmark -v` (discovery, env check, deploy and",
-           "  check the script, `mlx_launch`, clean-up by run id, results saved and tabulated); tokens/s read",
-           "  from the JSON the role saved in `artifacts/bench/`;",
-           "- **by hand**: the script the role deployed, started from the controller with `mlx.launch",
-           "  --hostfile artifacts/hostfile.json` and the argv the role's task ran (same interpreter, script,",
-           "  arguments and `--env HF_HUB_OFFLINE=1 --env TRANSFORMERS_OFFLINE=1`; only the run id differs;",
-           "  checked every round against the `cmd` the task reported), PATH starting with the cluster's ssh",
-           f"  wrappers, from the directory the role's launcher ran in (`{r0['launch_cwd']}`: `mlx.launch`'s",
-           "  ranks `cd` to it when the Mac has it); tokens/s from the JSON line rank 0 prints."]
+    out = [
+        "# Benchmark overhead",
+        "",
+        "Generated by `bench/overhead.py` (do not edit by hand; re-run it with "
+        "`--markdown docs/benchmark_overhead.md`).",
+        "",
+        "Does the benchmark lose tokens/s by running through the playbook? On the simulated `pair`",
+        'cluster (tests/simcluster: two "Macs" as network namespaces with a real sshd, one cable, the',
+        "`ring` backend), with the tiny model made on the spot (tests/tinymodel.py, float32), after one",
+        f"`ansible-playbook site.yml --tags {CONVERGE_TAGS}` (model synced, script",
+        f"deployed, and a short run, {WARM_TOKENS} tokens, that fills each Mac's MLX CPU kernel cache: the first",
+        "MLX run on a machine compiles kernels for seconds, which would slow whichever way ran first):",
+        "",
+        "- **playbook**: `ansible-playbook site.yml --tags benchmark -v` (discovery, env check, deploy and",
+        "  check the script, `mlx_launch`, clean-up by run id, results saved and tabulated); tokens/s read",
+        "  from the JSON the role saved in `artifacts/bench/`;",
+        "- **by hand**: the script the role deployed, started from the controller with `mlx.launch",
+        "  --hostfile artifacts/hostfile.json` and the argv the role's task ran (same interpreter, script,",
+        "  arguments and `--env HF_HUB_OFFLINE=1 --env TRANSFORMERS_OFFLINE=1`; only the run id differs;",
+        "  checked every round against the `cmd` the task reported), PATH starting with the cluster's ssh",
+        f"  wrappers, from the directory the role's launcher ran in (`{r0['launch_cwd']}`: `mlx.launch`'s",
+        "  ranks `cd` to it when the Mac has it); tokens/s from the JSON line rank 0 prints.",
+    ]
     if ctl:
-        out += ["- **control**: by hand again, with one process beside `mlx.launch` that only sleeps 1 ms in a",
-                "  loop, as `ansible-playbook`'s main process does while a task runs (it polls its workers'",
-                "  results every `internal_poll_interval`, 0.001 s by default). It does no work; if it alone",
-                "  makes the ranks faster, a playbook/by-hand ratio above 1 is this machine's response to a",
-                "  process waking beside the ranks (here a VM whose idle vCPUs halt), not the playbook's work."]
-    out += ["",
-            "The role passes no `--backend`: `mlx.launch` takes `ring` from the hostfile (checked). Every way",
-            f"generates exactly {max_tokens} greedy tokens from the same {r0['prompt_tokens']}-token prompt over "
-            f"{r0['world_size']} ranks; the",
-            f"tokens' sha256 is compared across every run. The {ways} ways run back to back, order reversed",
-            f"every other round{', after one warm-up round not counted' if warmup else ''}. Ratios are taken per "
-            "round, then min/median/max.",
-            "Tokens/s are timed inside the script (prompt: prompt tokens over the time to the first token;",
-            "generation: tokens over the time from the first token to the last), so the launch path adds to",
-            "them only through what runs beside the ranks. What the ranks get is the same every way: the",
-            "argv (checked), the environment (`mlx.launch` passes only its `--env` values and `MLX_*` to the",
-            "ranks; the cluster's ssh wrapper uses its own `-F` config, so no `SendEnv` from the controller),",
-            "no `MLX_METAL_FAST_SYNCH` (the role's default), the same warm kernel cache on each Mac.", "",
-            f"Median (min–max) of {runs} interleaved round(s).", ""]
+        out += [
+            "- **control**: by hand again, with one process beside `mlx.launch` that only sleeps 1 ms in a",
+            "  loop, as `ansible-playbook`'s main process does while a task runs (it polls its workers'",
+            "  results every `internal_poll_interval`, 0.001 s by default). It does no work; if it alone",
+            "  makes the ranks faster, a playbook/by-hand ratio above 1 is this machine's response to a",
+            "  process waking beside the ranks (here a VM whose idle vCPUs halt), not the playbook's work.",
+        ]
+    out += [
+        "",
+        "The role passes no `--backend`: `mlx.launch` takes `ring` from the hostfile (checked). Every way",
+        f"generates exactly {max_tokens} greedy tokens from the same {r0['prompt_tokens']}-token prompt over "
+        f"{r0['world_size']} ranks; the",
+        f"tokens' sha256 is compared across every run. The {ways} ways run back to back, order reversed",
+        f"every other round{', after one warm-up round not counted' if warmup else ''}. Ratios are taken per "
+        "round, then min/median/max.",
+        "Tokens/s are timed inside the script (prompt: prompt tokens over the time to the first token;",
+        "generation: tokens over the time from the first token to the last), so the launch path adds to",
+        "them only through what runs beside the ranks. What the ranks get is the same every way: the",
+        "argv (checked), the environment (`mlx.launch` passes only its `--env` values and `MLX_*` to the",
+        "ranks; the cluster's ssh wrapper uses its own `-F` config, so no `SendEnv` from the controller),",
+        "no `MLX_METAL_FAST_SYNCH` (the role's default), the same warm kernel cache on each Mac.",
+        "",
+        f"Median (min–max) of {runs} interleaved round(s).",
+        "",
+    ]
     out += md_table(TPS_HEADER, tps)
-    out += ["", "Wall time: the playbook's includes Ansible's own work (not a tokens/s overhead); \"of which",
-            "mlx.launch\" is the `elapsed` the role's `mlx_launch` task reported; generation is",
-            "tokens / generation tok/s. \"Ansible CPU beside mlx.launch\" is the CPU the playbook's own",
-            "processes (ansible-playbook, its workers, the `mlx_launch` module, SSH masters) used while",
-            "mlx.launch ran under them, mlx.launch and its ssh sessions left out (sampled from /proc every",
-            f"{SAMPLE_S:g} s, the same sampler running during the by-hand runs): on this machine the controller",
-            "and both simulated Macs share the CPUs, so this is what the playbook can take from the ranks;",
-            "on real Macs the controller is another machine.", ""]
+    out += [
+        "",
+        "Wall time: the playbook's includes Ansible's own work (not a tokens/s overhead); \"of which",
+        "mlx.launch\" is the `elapsed` the role's `mlx_launch` task reported; generation is",
+        'tokens / generation tok/s. "Ansible CPU beside mlx.launch" is the CPU the playbook\'s own',
+        "processes (ansible-playbook, its workers, the `mlx_launch` module, SSH masters) used while",
+        "mlx.launch ran under them, mlx.launch and its ssh sessions left out (sampled from /proc every",
+        f"{SAMPLE_S:g} s, the same sampler running during the by-hand runs): on this machine the controller",
+        "and both simulated Macs share the CPUs, so this is what the playbook can take from the ranks;",
+        "on real Macs the controller is another machine.",
+        "",
+    ]
     out += md_table(WALL_HEADER, wall)
     if ctl:
         out += ["", "Control (generation tok/s):", ""] + md_table(CTL_HEADER, ctl)
     out += [""] + [f"- {v}" for v in verdicts(result)]
     for mode, r in result["modes"].items():
-        header = ["round", "order", "gen tok/s playbook", "gen tok/s by hand"] + (["gen tok/s control"] if ctl else []) \
+        header = (
+            ["round", "order", "gen tok/s playbook", "gen tok/s by hand"]
+            + (["gen tok/s control"] if ctl else [])
             + ["playbook/by hand", "prompt tok/s playbook", "prompt tok/s by hand", "load"]
-        rows = [[str(x["round"]), ", ".join(x["order"]), f"{x['pb_gen']:.1f}", f"{x['hand_gen']:.1f}"]
-                + ([f"{x['ctl_gen']:.1f}"] if ctl else [])
-                + [f"{x['gen_ratio']:.3f}", f"{x['pb_prompt']:.1f}", f"{x['hand_prompt']:.1f}", f"{x['load1']:.2f}"]
-                for x in r["rounds"]]
+        )
+        rows = [
+            [str(x["round"]), ", ".join(x["order"]), f"{x['pb_gen']:.1f}", f"{x['hand_gen']:.1f}"]
+            + ([f"{x['ctl_gen']:.1f}"] if ctl else [])
+            + [f"{x['gen_ratio']:.3f}", f"{x['pb_prompt']:.1f}", f"{x['hand_prompt']:.1f}", f"{x['load1']:.2f}"]
+            for x in r["rounds"]
+        ]
         out += ["", f"Every round ({mode}; load: the 1-minute load average when the round began):", ""]
         out += md_table(header, rows)
-    out += ["", "## Machine", "", *machine_lines(info, DISTS),
-            "- the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own",
-            "  CPU work during a run competes with the ranks here, not on real Macs",
-            f"- converge (`--tags {CONVERGE_TAGS}`, {WARM_TOKENS}-token benchmark) took {result['converge_s']:.1f} s",
-            f"- command: `{command}`", ""]
+    out += [
+        "",
+        "## Machine",
+        "",
+        *machine_lines(info, DISTS),
+        "- the controller (Ansible, mlx.launch) and both simulated Macs share these CPUs: Ansible's own",
+        "  CPU work during a run competes with the ranks here, not on real Macs",
+        f"- converge (`--tags {CONVERGE_TAGS}`, {WARM_TOKENS}-token benchmark) took {result['converge_s']:.1f} s",
+        f"- command: `{command}`",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -614,21 +824,41 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=None, help="timed rounds per mode (default 5; --quick: 2)")
     parser.add_argument("--quick", action="store_true", help="CI smoke: 2 rounds (or --runs), no warm-up round")
-    parser.add_argument("--modes", default="tensor", help="comma-separated benchmark modes (tensor, pipeline; "
-                                                          "default tensor)")
-    parser.add_argument("--max-tokens", type=int, default=None,
-                        help=f"tokens generated per run, both ways (default {MAX_TOKENS}; --quick: {QUICK_TOKENS})")
-    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                        help="JSON (machine, samples, summary): alone, printed instead of the table; "
-                             "with FILE, written there and the table printed as well")
-    parser.add_argument("--markdown", metavar="FILE",
-                        help="also write the tables and the machine as Markdown to FILE (docs/benchmark_overhead.md)")
-    parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=None,
-                        help="also run the control each round: by hand with a process beside mlx.launch that "
-                             "sleeps 1 ms in a loop, as ansible-playbook's main process does (default on; "
-                             "--quick: off)")
-    parser.add_argument("--state-root", metavar="DIR",
-                        help="where the cluster's state goes (default: a new directory under /tmp, removed at the end)")
+    parser.add_argument(
+        "--modes", default="tensor", help="comma-separated benchmark modes (tensor, pipeline; default tensor)"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help=f"tokens generated per run, both ways (default {MAX_TOKENS}; --quick: {QUICK_TOKENS})",
+    )
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="JSON (machine, samples, summary): alone, printed instead of the table; "
+        "with FILE, written there and the table printed as well",
+    )
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the tables and the machine as Markdown to FILE (docs/benchmark_overhead.md)",
+    )
+    parser.add_argument(
+        "--control",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run the control each round: by hand with a process beside mlx.launch that "
+        "sleeps 1 ms in a loop, as ansible-playbook's main process does (default on; "
+        "--quick: off)",
+    )
+    parser.add_argument(
+        "--state-root",
+        metavar="DIR",
+        help="where the cluster's state goes (default: a new directory under /tmp, removed at the end)",
+    )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
@@ -642,20 +872,44 @@ def main(argv=None):
     control = (not args.quick) if args.control is None else args.control
 
     info = machine(DISTS)
-    result, status = measure(lambda root: bench(runs, warmup, modes, args.max_tokens, root, log, control),
-                             info, "mlxc-overhead-", args.state_root)
+    result, status = measure(
+        lambda root: bench(runs, warmup, modes, args.max_tokens, root, log, control),
+        info,
+        "mlxc-overhead-",
+        args.state_root,
+    )
     if status is not None:
         return status
     if args.markdown:
-        command = " ".join(["python bench/overhead.py", "--modes", ",".join(modes), "--runs", str(runs),
-                            "--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
-                           + (["--control" if control else "--no-control"] if control == args.quick else [])
-                           + ["--markdown", args.markdown])
+        command = " ".join(
+            [
+                "python bench/overhead.py",
+                "--modes",
+                ",".join(modes),
+                "--runs",
+                str(runs),
+                "--max-tokens",
+                str(args.max_tokens),
+            ]
+            + (["--quick"] if args.quick else [])
+            + (["--control" if control else "--no-control"] if control == args.quick else [])
+            + ["--markdown", args.markdown]
+        )
         Path(args.markdown).write_text(markdown(result, runs, info, command, args.max_tokens, warmup))
-    emit({"machine": info, "runs": runs, "warmup": warmup, "control": control, "max_tokens": args.max_tokens,
-          "prompt": PROMPT, "converge_s": result["converge_s"],
-          "results": [{"mode": m, **r, "summary": summarize(r)} for m, r in result["modes"].items()]},
-         args.json, text_table(result, runs, info))
+    emit(
+        {
+            "machine": info,
+            "runs": runs,
+            "warmup": warmup,
+            "control": control,
+            "max_tokens": args.max_tokens,
+            "prompt": PROMPT,
+            "converge_s": result["converge_s"],
+            "results": [{"mode": m, **r, "summary": summarize(r)} for m, r in result["modes"].items()],
+        },
+        args.json,
+        text_table(result, runs, info),
+    )
     return 0
 
 

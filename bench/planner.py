@@ -100,15 +100,18 @@ def main(argv=None):
         else:
             mlx_time = "%.2f" % mlx_ms
             mlx_ring = "yes (width %d)" % mlx_width if mlx_width else "no"
-        rows.append((name, str(len(hosts)), str(len(links["cables"])), "%.2f" % our_ms, mlx_time,
-                     our_ring, mlx_ring))
+        rows.append((name, str(len(hosts)), str(len(links["cables"])), "%.2f" % our_ms, mlx_time, our_ring, mlx_ring))
         print("  done: %s" % name, file=sys.stderr, flush=True)
 
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "  ".join(c.rjust(w) if 0 < i < 5 else c.ljust(w)  # noqa: E731
-                               for i, (c, w) in enumerate(zip(r, widths)))
-    print("ours: mlx_planner.topology(), median of %d runs; MLX: extract_rings in a child process "
-          "killed after %g s" % (args.runs, args.cap))
+
+    def line(r):
+        return "  ".join(c.rjust(w) if 0 < i < 5 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    print(
+        "ours: mlx_planner.topology(), median of %d runs; MLX: extract_rings in a child process "
+        "killed after %g s" % (args.runs, args.cap)
+    )
     print(line(header))
     print("  ".join("-" * w for w in widths))
     for r in rows:

@@ -61,8 +61,15 @@ def main():
             for h in cluster.hosts:
                 shutil.rmtree(Path(cluster.home(h)) / "mlx-cluster" / "models", ignore_errors=True)
             t0 = time.perf_counter()
-            run = run_site(cluster, tags=["models"], extravars={
-                "model_sync_name": MODEL, "model_sync_source_path": str(model), "mlx_cluster_backend": "ring"})
+            run = run_site(
+                cluster,
+                tags=["models"],
+                extravars={
+                    "model_sync_name": MODEL,
+                    "model_sync_source_path": str(model),
+                    "mlx_cluster_backend": "ring",
+                },
+            )
             total = time.perf_counter() - t0
             if run.rc != 0:
                 raise SystemExit(f"the models stage failed: {run.failures()}")

@@ -94,6 +94,7 @@ cmd:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     AC,
@@ -105,7 +106,12 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     pmset_set_argv,
     settings_text,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, command_text, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    Runner,
+    command_text,
+    module_run,
+)
 
 FIX_ROOT = "run the task with become: true (passwordless sudo on the Mac)"
 
@@ -121,8 +127,12 @@ def _first_line(*texts):
 def read_plan(module, runner, pmset, settings):
     rc, out, err = module_run(module, runner, [pmset] + PMSET_CUSTOM_ARGV[1:])
     if rc != 0:
-        module.fail_json(msg=f"`{PMSET_CUSTOM_COMMAND}` exited with {rc} on this Mac: {_first_line(out, err)}",
-                         rc=rc, stdout=out, stderr=err)
+        module.fail_json(
+            msg=f"`{PMSET_CUSTOM_COMMAND}` exited with {rc} on this Mac: {_first_line(out, err)}",
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
     try:
         return plan_power(parse_pmset_custom(out), settings)
     except ParseError as exc:
@@ -146,8 +156,12 @@ def main():
         module.warn(f"pmset on this Mac has no `{name}` setting on AC power (a laptop has no autorestart): left alone")
     result = dict(changed=bool(changes), before=before, after=after, changes=changes, unsupported=unsupported, cmd=None)
     if changes and module._diff:
-        result["diff"] = {"before": settings_text(before), "after": settings_text(after),
-                          "before_header": f"{PMSET_CUSTOM_COMMAND} ({AC})", "after_header": f"{PMSET_CUSTOM_COMMAND} ({AC})"}
+        result["diff"] = {
+            "before": settings_text(before),
+            "after": settings_text(after),
+            "before_header": f"{PMSET_CUSTOM_COMMAND} ({AC})",
+            "after_header": f"{PMSET_CUSTOM_COMMAND} ({AC})",
+        }
     if not changes or module.check_mode:
         module.exit_json(**result)
 
@@ -156,8 +170,14 @@ def main():
     if rc != 0:
         said = _first_line(out, err)
         fix = FIX_ROOT if "must be run as root" in f"{out}{err}" else "run it by hand on the Mac to see why"
-        module.fail_json(msg=f"`{command_text(argv)}` exited with {rc} on this Mac: {said}. Fix: {fix}",
-                         rc=rc, stdout=out, stderr=err, cmd=argv, changes=changes)
+        module.fail_json(
+            msg=f"`{command_text(argv)}` exited with {rc} on this Mac: {said}. Fix: {fix}",
+            rc=rc,
+            stdout=out,
+            stderr=err,
+            cmd=argv,
+            changes=changes,
+        )
     for line in (err or "").splitlines():
         if line.strip():
             module.warn(f"pmset: {line.strip()}")
@@ -165,10 +185,13 @@ def main():
     again = read_plan(module, runner, pmset, module.params["settings"])
     if again["changes"]:
         left = ", ".join(f"{name} is {c['before']} (wanted {c['after']})" for name, c in again["changes"].items())
-        module.fail_json(msg=f"`{command_text(argv)}` succeeded but {PMSET_CUSTOM_COMMAND} still reads: {left}. "
-                             f"Fix: a configuration profile may enforce these settings (System Settings > "
-                             f"General > Device Management); change them there",
-                         cmd=argv, changes=changes)
+        module.fail_json(
+            msg=f"`{command_text(argv)}` succeeded but {PMSET_CUSTOM_COMMAND} still reads: {left}. "
+            f"Fix: a configuration profile may enforce these settings (System Settings > "
+            f"General > Device Management); change them there",
+            cmd=argv,
+            changes=changes,
+        )
     result.update(after=dict(again["current"]), cmd=argv)
     module.exit_json(**result)
 

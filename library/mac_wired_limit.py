@@ -130,9 +130,15 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import WIRED_LIMIT_OID, parse_wired_limit
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import small_int
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, command_text, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    Runner,
+    command_text,
+    module_run,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
     LABEL,
     PLIST_PATH,
@@ -187,8 +193,12 @@ class WiredLimit:
         rc, out, err = self.run(argv)
         value = small_int((out or "").strip()) if rc == 0 else None
         if not value:
-            self.fail(f"`{command_text(argv)}` gave no memory size on this Mac (exit {rc}): {_said(out, err)}",
-                      rc=rc, stdout=out, stderr=err)
+            self.fail(
+                f"`{command_text(argv)}` gave no memory size on this Mac (exit {rc}): {_said(out, err)}",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
         return value
 
     def live(self):
@@ -196,9 +206,14 @@ class WiredLimit:
         rc, out, err = self.run(argv)
         value = parse_wired_limit(rc, out)
         if value is None:
-            self.fail(f"this Mac has no {WIRED_LIMIT_OID} (`{command_text(argv)}` exited {rc}: {_said(err, out)}). "
-                      f"Fix: the GPU wired limit needs Apple silicon and macOS 14 or later; leave "
-                      f"mlx_cluster_wired_limit empty for this Mac", rc=rc, stdout=out, stderr=err)
+            self.fail(
+                f"this Mac has no {WIRED_LIMIT_OID} (`{command_text(argv)}` exited {rc}: {_said(err, out)}). "
+                f"Fix: the GPU wired limit needs Apple silicon and macOS 14 or later; leave "
+                f"mlx_cluster_wired_limit empty for this Mac",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
         return value
 
     def plist(self):
@@ -219,21 +234,27 @@ class WiredLimit:
             return True
         if rc == NOT_LOADED_RC or "Could not find service" in f"{out}{err}":
             return False
-        self.fail(f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}",
-                  rc=rc, stdout=out, stderr=err)
+        self.fail(f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}", rc=rc, stdout=out, stderr=err)
 
     def state(self):
         content, problem = self.plist()
-        return {"live_mb": self.live(), "daemon_mb": None if problem else daemon_limit(content),
-                "loaded": self.loaded()}, content, problem
+        return (
+            {"live_mb": self.live(), "daemon_mb": None if problem else daemon_limit(content), "loaded": self.loaded()},
+            content,
+            problem,
+        )
 
     # ---- changes ----
     def bootout(self):
         argv = [self.launchctl, "bootout", SERVICE]
         rc, out, err = self.run(argv, change=True)
         if rc != 0 and self.loaded():
-            self.fail(f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: {FIX_ROOT}",
-                      rc=rc, stdout=out, stderr=err)
+            self.fail(
+                f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: {FIX_ROOT}",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
 
     def bootstrap(self, after_bootout):
         argv = [self.launchctl, "bootstrap", "system", PLIST]
@@ -244,10 +265,14 @@ class WiredLimit:
             if not (after_bootout and rc == 5 and attempt < BOOTSTRAP_TRIES):
                 break
             time.sleep(1)
-        self.fail(f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: launchd refused "
-                  f"{PLIST}: it must be root:wheel, mode 0644, a valid plist (`plutil -lint {PLIST}`); "
-                  f"{FIX_ROOT}; launchd's reason is in `log show --last 5m --predicate 'process == \"launchd\"'`",
-                  rc=rc, stdout=out, stderr=err)
+        self.fail(
+            f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: launchd refused "
+            f"{PLIST}: it must be root:wheel, mode 0644, a valid plist (`plutil -lint {PLIST}`); "
+            f"{FIX_ROOT}; launchd's reason is in `log show --last 5m --predicate 'process == \"launchd\"'`",
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
 
     def write(self, content):
         directory = os.path.dirname(PLIST)
@@ -282,14 +307,21 @@ class WiredLimit:
         rc, out, err = self.run(argv, change=True)
         if rc != 0:
             fix = FIX_ROOT if "not permitted" in f"{out}{err}" else "run it by hand on the Mac to see why"
-            self.fail(f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: {fix}",
-                      rc=rc, stdout=out, stderr=err)
+            self.fail(
+                f"`{command_text(argv)}` exited {rc} on this Mac: {_said(err, out)}. Fix: {fix}",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(state=dict(type="str", choices=["present", "absent"], default="present"),
-                           limit_mb=dict(type="str", default="auto"), **COMMAND_TIMEOUT_SPEC),
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            limit_mb=dict(type="str", default="auto"),
+            **COMMAND_TIMEOUT_SPEC,
+        ),
         supports_check_mode=True,
     )
     mac = WiredLimit(module)
@@ -303,15 +335,26 @@ def main():
     plan = plan_wired(target, before["live_mb"], content, problem, before["loaded"])
     want = daemon_bytes(target) if present else None
     after = {"live_mb": target or 0, "daemon_mb": target, "loaded": present}
-    result = dict(changed=bool(plan["changes"]), limit_mb=target or 0, safe_max_mb=safe_wired_limit_mb(memsize),
-                  memsize=memsize, before=before, after=after if plan["changes"] else dict(before),
-                  changes=plan["changes"], plist=PLIST, cmds=[])
+    result = dict(
+        changed=bool(plan["changes"]),
+        limit_mb=target or 0,
+        safe_max_mb=safe_wired_limit_mb(memsize),
+        memsize=memsize,
+        before=before,
+        after=after if plan["changes"] else dict(before),
+        changes=plan["changes"],
+        plist=PLIST,
+        cmds=[],
+    )
     if problem and present:
         module.warn(f"{PLIST} is {problem}: launchd would not load it; written again")
     if plan["changes"] and module._diff:
-        result["diff"] = {"before": state_text(before["live_mb"], content),
-                          "after": state_text(target or 0, want),
-                          "before_header": f"{LABEL} (before)", "after_header": f"{LABEL} (after)"}
+        result["diff"] = {
+            "before": state_text(before["live_mb"], content),
+            "after": state_text(target or 0, want),
+            "before_header": f"{LABEL} (before)",
+            "after_header": f"{LABEL} (after)",
+        }
     if not plan["changes"] or module.check_mode:
         module.exit_json(**result)
 
@@ -328,8 +371,11 @@ def main():
     # measured, not assumed: read everything back
     again, _content, _problem = mac.state()
     if again != after:
-        mac.fail(f"after {', '.join(plan['changes'])}, this Mac reads {again} (wanted {after}). Fix: run "
-                 f"`sysctl {WIRED_LIMIT_OID}` and `launchctl print {SERVICE}` on the Mac to see why", before=before)
+        mac.fail(
+            f"after {', '.join(plan['changes'])}, this Mac reads {again} (wanted {after}). Fix: run "
+            f"`sysctl {WIRED_LIMIT_OID}` and `launchctl print {SERVICE}` on the Mac to see why",
+            before=before,
+        )
     result.update(after=again, cmds=mac.cmds)
     module.exit_json(**result)
 

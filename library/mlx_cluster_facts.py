@@ -81,7 +81,8 @@ attributes:
     support: full
     description: Returns C(ansible_facts.mlx_cluster).
 notes:
-  - "A hung C(ibv_devices), C(ibv_devinfo) or C(rdma_ctl) (see I(command_timeout)) does not fail the module: RDMA is then unusable on this Mac and C(rdma.problems) names the command and the fix."
+  - "A hung C(ibv_devices), C(ibv_devinfo) or C(rdma_ctl) (see I(command_timeout)) does not fail the module:
+    RDMA is then unusable on this Mac and C(rdma.problems) names the command and the fix."
   - macOS only. Commands run, four at a time (they only read), C(sysctl -n hw.memsize hw.model hw.ncpu),
     C(sysctl -n iogpu.wired_limit_mb),
     C(system_profiler SPThunderboltDataType -json), C(networksetup -listallhardwareports),
@@ -189,7 +190,9 @@ ansible_facts:
           sample: {"automatic_check": true, "automatic_download": true, "install_macos_updates": false,
                    "critical_update_install": true}
         home:
-          description: The remote user's home directory (what C(~) means on this Mac); the plan resolves C(mlx_cluster_remote_dir) with it.
+          description: >-
+            The remote user's home directory (what C(~) means on this Mac); the plan resolves
+            C(mlx_cluster_remote_dir) with it.
           returned: always
           type: str
           sample: /Users/admin
@@ -219,7 +222,8 @@ ansible_facts:
           type: dict
           sample: {"user": "admin", "passwordless": false, "message": "sudo: a password is required"}
         files:
-          description: With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
+          description: >-
+            With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
           returned: when read_files is set
           type: dict
           sample: {"/Users/admin/mlx-cluster/hostfile.json": {"sha256": "9f86d0...", "mode": "0600"}}
@@ -256,6 +260,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     IBV_DEVICES_ARGV,
     IBV_DEVINFO_ARGV,
@@ -269,12 +274,16 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     side_by_side,
     sudo_facts,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences, services_from_preferences_file
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import untrusted
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
+    SC_PREFERENCES,
+    read_preferences,
+    services_from_preferences_file,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_python import python_facts
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import block_keys
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import untrusted
 
 # Commands run side by side at most (system_profiler beside the quick ones).
 PREFETCH_WORKERS = 4
@@ -301,8 +310,11 @@ def prefetch(module, runner, argvs, probe_sudo=False):
     results = dict(zip(cmds, ran))
     # Each of these commands prints something. Nothing at all with status 0 is not an
     # answer (ansible-core's run_command lost such output under load): runner() runs it again.
-    done = {key: (cmds[key], res) for key, res in results.items()
-            if isinstance(res, CommandTimeout) or (res is not None and (res[0] != 0 or res[1] or res[2]))}
+    done = {
+        key: (cmds[key], res)
+        for key, res in results.items()
+        if isinstance(res, CommandTimeout) or (res is not None and (res[0] != 0 or res[1] or res[2]))
+    }
     return done, (ran[-1] if extra else None)
 
 
@@ -360,23 +372,32 @@ def trust_keys(path):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(disk_path=dict(type="path"), probe_links=dict(type="bool", default=False),
-                                              probe_sudo=dict(type="bool", default=False),
-                                              read_power=dict(type="bool", default=True),
-                                              read_updates=dict(type="bool", default=True),
-                                              read_files=dict(type="list", elements="str", default=[]),
-                                              cluster_dir=dict(type="path"),
-                                              **COMMAND_TIMEOUT_SPEC),
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(
+            disk_path=dict(type="path"),
+            probe_links=dict(type="bool", default=False),
+            probe_sudo=dict(type="bool", default=False),
+            read_power=dict(type="bool", default=True),
+            read_updates=dict(type="bool", default=True),
+            read_files=dict(type="list", elements="str", default=[]),
+            cluster_dir=dict(type="path"),
+            **COMMAND_TIMEOUT_SPEC,
+        ),
+        supports_check_mode=True,
+    )
     record = {}
     runner = Runner(module.params["command_timeout"])
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
     reads = {"power": module.params["read_power"], "updates": module.params["read_updates"]}
     done, sudo = prefetch(module, runner, cluster_argvs(**reads), module.params["probe_sudo"])
     try:
-        facts, warnings = collect_cluster(module_runner(module, runner, record, done),
-                                          os.environ.get("SSH_CONNECTION"), disk,
-                                          preferences=read_preferences(SC_PREFERENCES), **reads)
+        facts, warnings = collect_cluster(
+            module_runner(module, runner, record, done),
+            os.environ.get("SSH_CONNECTION"),
+            disk,
+            preferences=read_preferences(SC_PREFERENCES),
+            **reads,
+        )
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:

@@ -40,7 +40,8 @@ options:
     description: This run's plan (the fact C(mlx_cluster_plan)); without it, C(plan.json) of an earlier run.
     type: dict
   facts:
-    description: This run's discovery facts, C(mlx_cluster) per inventory name (macOS version and build, model, memory, RDMA).
+    description: >-
+      This run's discovery facts, C(mlx_cluster) per inventory name (macOS version and build, model, memory, RDMA).
     type: dict
 author:
   - mlx-cluster contributors

@@ -60,14 +60,16 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import ARGUMENT_SPEC, FilesError, write_files
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        result = write_files(module.params["files"], module.params["directory_mode"],
-                             check_mode=module.check_mode, diff=module._diff)
+        result = write_files(
+            module.params["files"], module.params["directory_mode"], check_mode=module.check_mode, diff=module._diff
+        )
     except FilesError as exc:
         module.fail_json(msg=exc.msg, **({"path": exc.path} if exc.path else {}))
     module.exit_json(**result)

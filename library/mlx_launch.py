@@ -131,7 +131,8 @@ rdma_failure:
   description: When RDMA could not be brought up, the ranks, Macs and cables concerned and the message.
   returned: when RDMA could not be brought up
   type: dict
-  sample: {"backend": "jaccl", "hosts": ["m2"], "cables": ["m2:en2 <-> m1:en2"], "msg": "RDMA could not be brought up ..."}
+  sample: {"backend": "jaccl", "hosts": ["m2"], "cables": ["m2:en2 <-> m1:en2"],
+           "msg": "RDMA could not be brought up ..."}
 fallback:
   description: The fallback made, or null.
   returned: always
@@ -171,6 +172,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
     DEFAULT_SSH_CHECK_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -209,14 +211,21 @@ def write_wrapper(module, targets):
 
 def ssh_check(env, hosts, timeout):
     """[(host, rc, stderr)] of the hosts whose `ssh <host> true` failed."""
+
     def one(host):
         try:
-            p = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", host, "true"],
-                               env=env, capture_output=True, text=True, timeout=timeout + 5,
-                               stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", host, "true"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout + 5,
+                stdin=subprocess.DEVNULL,
+            )
             return host, p.returncode, p.stderr.strip()
         except subprocess.TimeoutExpired:
             return host, 255, f"ssh: connect to host {host}: timed out (no answer within {timeout + 5}s)"
+
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         return [r for r in pool.map(one, hosts) if r[1] != 0]
 
@@ -241,6 +250,7 @@ def watch_progress(path):
         def seen(text):
             if progress.feed(text, stream):
                 writer.update(progress.state(), time.monotonic())
+
         return seen
 
     def finish():
@@ -254,8 +264,9 @@ def run_job(argv, env, timeout, on_output=None):
     """Run the launcher in its own process group; on timeout terminate the whole group.
     `on_output(name)` gives the callable that sees the pipe `name` ("stdout", "stderr") as it
     arrives (the ranks' progress)."""
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         if on_output is None:
             out, err = proc.communicate(timeout=timeout)
@@ -286,12 +297,17 @@ def _text(data):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            hostfile=dict(type="path", required=True), backend=dict(type="str"),
-            python=dict(type="str", required=True), script=dict(type="str", required=True),
-            args=dict(type="list", elements="str", default=[]), env=dict(type="list", elements="str", default=[]),
-            timeout=dict(type="int", default=DEFAULT_TIMEOUT), launcher=dict(type="str"),
+            hostfile=dict(type="path", required=True),
+            backend=dict(type="str"),
+            python=dict(type="str", required=True),
+            script=dict(type="str", required=True),
+            args=dict(type="list", elements="str", default=[]),
+            env=dict(type="list", elements="str", default=[]),
+            timeout=dict(type="int", default=DEFAULT_TIMEOUT),
+            launcher=dict(type="str"),
             ssh_check_timeout=dict(type="int", default=DEFAULT_SSH_CHECK_TIMEOUT),
-            ssh_targets=dict(type="dict", default={}), fallback_hostfile=dict(type="dict"),
+            ssh_targets=dict(type="dict", default={}),
+            fallback_hostfile=dict(type="dict"),
             fallback_reason=dict(type="str"),
             progress_interval=dict(type="int", default=0),
             progress_file=dict(type="path"),
@@ -306,17 +322,31 @@ def main():
             ring_hosts = hostfile_hosts(p["fallback_hostfile"])
         except ValueError as exc:
             ring_hosts = exc
-        if p["fallback_hostfile"].get("backend") != "ring" or not isinstance(ring_hosts, list) \
-                or sorted(ring_hosts) != sorted(hosts):
-            module.fail_json(msg=f"fallback_hostfile is not a ring hostfile of the same Macs as {p['hostfile']} "
-                                 f"({ring_hosts}): run the discover and hostfile stages again")
+        if (
+            p["fallback_hostfile"].get("backend") != "ring"
+            or not isinstance(ring_hosts, list)
+            or sorted(ring_hosts) != sorted(hosts)
+        ):
+            module.fail_json(
+                msg=f"fallback_hostfile is not a ring hostfile of the same Macs as {p['hostfile']} "
+                f"({ring_hosts}): run the discover and hostfile stages again"
+            )
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
-                         failed_ranks=[], elapsed=0.0, stdout_tail="", stderr_tail="")
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
+            failed_ranks=[],
+            elapsed=0.0,
+            stdout_tail="",
+            stderr_tail="",
+        )
     unknown = [h for h in hosts if p["ssh_targets"] and h not in p["ssh_targets"]]
     if unknown:
-        module.fail_json(msg=f"the hostfile {p['hostfile']} names {', '.join(unknown)}, which the inventory's "
-                             "cluster does not hold: run the hostfile stage again with this inventory")
+        module.fail_json(
+            msg=f"the hostfile {p['hostfile']} names {', '.join(unknown)}, which the inventory's "
+            "cluster does not hold: run the hostfile stage again with this inventory"
+        )
     try:
         wrapper = write_wrapper(module, p["ssh_targets"]) if p["ssh_targets"] else None
     except (OSError, ValueError) as exc:
@@ -338,13 +368,21 @@ def run(module, p, hostfile, hosts, wrapper):
             words = []
             for h, rc, err in down:
                 t = p["ssh_targets"].get(h) or {}
-                words.append(f"rank {hosts.index(h)}: " + (
-                    explain_ssh_failure(err, rc, "the controller", h, t.get("host", h), t.get("user"))
-                    or f"ssh to {h} failed (exit {rc}): {err or 'no message'}"))
+                words.append(
+                    f"rank {hosts.index(h)}: "
+                    + (
+                        explain_ssh_failure(err, rc, "the controller", h, t.get("host", h), t.get("user"))
+                        or f"ssh to {h} failed (exit {rc}): {err or 'no message'}"
+                    )
+                )
             module.fail_json(
                 msg="not started: " + " ".join(words),
                 failed_ranks=[{"rank": hosts.index(h), "host": h, "code": None, "killed": False} for h, _, _ in down],
-                elapsed=0.0, stdout_tail="", stderr_tail="", fallback=None)
+                elapsed=0.0,
+                stdout_tail="",
+                stderr_tail="",
+                fallback=None,
+            )
     launcher = p["launcher"] or os.path.join(os.path.dirname(sys.executable), "mlx.launch")
     if not os.path.exists(launcher):
         launcher = module.get_bin_path("mlx.launch", required=True)
@@ -354,8 +392,10 @@ def run(module, p, hostfile, hosts, wrapper):
         # RDMA failed earlier in this run: not tried again
         job = dict(why="", failed_ranks=[], stdout="")
         rdma = {"backend": hostfile.get("backend"), "msg": p["fallback_reason"], "earlier": True}
-        module.warn(f"{name}: RDMA could not be brought up earlier in this run: running on the ring backend "
-                    "over the same Thunderbolt cables at once (RDMA is not tried again)")
+        module.warn(
+            f"{name}: RDMA could not be brought up earlier in this run: running on the ring backend "
+            "over the same Thunderbolt cables at once (RDMA is not tried again)"
+        )
     else:
         job = launch(module, launcher, p, p["hostfile"], hosts, env, p["timeout"])
         rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
@@ -363,8 +403,10 @@ def run(module, p, hostfile, hosts, wrapper):
         # The RDMA launch itself is never retried: the job runs once more, on the TCP ring.
         ring_hosts = hostfile_hosts(p["fallback_hostfile"])
         if not rdma.get("earlier"):
-            module.warn(f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
-                        f"cables (mlx_cluster_fallback_backend: ring), ranks {', '.join(ring_hosts)}")
+            module.warn(
+                f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
+                f"cables (mlx_cluster_fallback_backend: ring), ranks {', '.join(ring_hosts)}"
+            )
         fallback = {"from": rdma["backend"], "to": "ring", "hosts": ring_hosts, "reason": rdma["msg"]}
         left = max(1, int(p["timeout"] - (time.monotonic() - start)))
         first = job
@@ -378,15 +420,24 @@ def run(module, p, hostfile, hosts, wrapper):
         job.pop("stdout")
         job["elapsed"] = round(time.monotonic() - start, 3)
         if job["why"]:
-            module.fail_json(msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
-                                 f"{job['why']}: {job['who']}.{job['detail']}",
-                             rdma_failure=rdma, fallback=fallback, first_run=strip(first) or None, **strip(job))
+            module.fail_json(
+                msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
+                f"{job['why']}: {job['who']}.{job['detail']}",
+                rdma_failure=rdma,
+                fallback=fallback,
+                first_run=strip(first) or None,
+                **strip(job),
+            )
         job["result"].update(fallback_from=rdma["backend"], fallback_reason=rdma["msg"])
         module.exit_json(changed=False, result=job["result"], rdma_failure=rdma, fallback=fallback, **strip(job))
     if rdma:
-        module.fail_json(msg=f"{name}: {rdma['msg']}, or set mlx_cluster_fallback_backend: ring to run on the "
-                             f"ring backend over the same cables when this happens.{job['detail']}",
-                         rdma_failure=rdma, fallback=None, **strip(job))
+        module.fail_json(
+            msg=f"{name}: {rdma['msg']}, or set mlx_cluster_fallback_backend: ring to run on the "
+            f"ring backend over the same cables when this happens.{job['detail']}",
+            rdma_failure=rdma,
+            fallback=None,
+            **strip(job),
+        )
     if job["why"]:
         module.fail_json(msg=f"{name} {job['why']}: {job['who']}.{job['detail']}", fallback=None, **strip(job))
     module.exit_json(changed=False, result=job["result"], fallback=None, **strip(job))
@@ -409,16 +460,34 @@ def launch(module, launcher, p, hostfile, hosts, env, timeout, backend=None):
     if problem:
         module.warn(problem)
     parsed = read_result(out, err, hosts)
-    job = dict(result=parsed["result"], failed_ranks=parsed["failed"], elapsed=elapsed, stdout_tail=tail(out),
-               stderr_tail=tail(err), cmd=argv, stdout=out, why="", who="", detail="")
+    job = dict(
+        result=parsed["result"],
+        failed_ranks=parsed["failed"],
+        elapsed=elapsed,
+        stdout_tail=tail(out),
+        stderr_tail=tail(err),
+        cmd=argv,
+        stdout=out,
+        why="",
+        who="",
+        detail="",
+    )
     if timed_out or rc != 0 or parsed["result"] is None:
         # mlx.launch may exit 0 after ending the other ranks of a job one rank broke
-        job["why"] = (f"timed out after {timeout}s" if timed_out else f"failed (launcher exit {rc})" if rc
-                      else "failed (mlx.launch exited 0, but without the job's result)")
+        job["why"] = (
+            f"timed out after {timeout}s"
+            if timed_out
+            else f"failed (launcher exit {rc})"
+            if rc
+            else "failed (mlx.launch exited 0, but without the job's result)"
+        )
         job["who"] = describe_failed(parsed["failed"]) or "no rank reported"
         ranks, launcher_lines = failure_lines(out, err)
-        job["detail"] = "".join(f"\n{title}:\n" + "\n".join(lines) for title, lines in
-                                (("Last lines of the ranks", ranks), ("mlx.launch said", launcher_lines)) if lines)
+        job["detail"] = "".join(
+            f"\n{title}:\n" + "\n".join(lines)
+            for title, lines in (("Last lines of the ranks", ranks), ("mlx.launch said", launcher_lines))
+            if lines
+        )
     return job
 
 

@@ -69,6 +69,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_picture import ARGUMENT_SPEC, PictureError, render
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import Runner
 
@@ -77,8 +78,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
-        result = render(p["src"], p["dest"], p["dot"], Runner(p["command_timeout"]),
-                        check_mode=module.check_mode)
+        result = render(p["src"], p["dest"], p["dot"], Runner(p["command_timeout"]), check_mode=module.check_mode)
     except PictureError as exc:
         module.fail_json(msg=exc.msg)
     module.exit_json(**result)

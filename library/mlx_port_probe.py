@@ -113,9 +113,24 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import (
-    ALF_DIR, ALF_GETTERS, LISTENER, alf_summary, app_bundle, connect_probe, listener_argv, parse_alf, parse_app_blocked)
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, first_line
+    ALF_DIR,
+    ALF_GETTERS,
+    LISTENER,
+    alf_summary,
+    app_bundle,
+    connect_probe,
+    listener_argv,
+    parse_alf,
+    parse_app_blocked,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    CommandTimeout,
+    Runner,
+    first_line,
+)
 
 
 def start_listener(python, run_id, deadline, pairs, wait):
@@ -124,8 +139,15 @@ def start_listener(python, run_id, deadline, pairs, wait):
         return {"error": f"the interpreter {python} does not exist on this Mac", "bound": [], "errors": []}
     argv = listener_argv(python, run_id, deadline, pairs)
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                close_fds=True, start_new_session=True, cwd="/")
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+            cwd="/",
+        )
         proc.stdin.write(LISTENER.encode())
         proc.stdin.close()
     except OSError as exc:
@@ -140,8 +162,11 @@ def start_listener(python, run_id, deadline, pairs, wait):
         else:
             proc.kill()
         proc.stderr.close()
-        return {"error": f"the listener ({python}) did not start within {wait} s" + (f": {stderr}" if stderr else ""),
-                "bound": [], "errors": []}
+        return {
+            "error": f"the listener ({python}) did not start within {wait} s" + (f": {stderr}" if stderr else ""),
+            "bound": [],
+            "errors": [],
+        }
     proc.stderr.close()
     said["error"] = None
     return said
@@ -188,12 +213,16 @@ def main():
     p = module.params
     if p["state"] == "listen":
         if len(p["run_id"]) < 16:
-            module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects the listener to end)")
+            module.fail_json(
+                msg="run_id must be a unique id of at least 16 characters (it selects the listener to end)"
+            )
         pairs = [(str(e["address"]), int(e["port"])) for e in p["listen"]]
         listener = {"error": None, "bound": [], "errors": [], "executable": None, "pid": None}
         if pairs:
             listener = start_listener(p["python"], p["run_id"], p["deadline"], pairs, p["command_timeout"])
-        executable = listener.get("executable") or (os.path.realpath(p["python"]) if os.path.exists(p["python"]) else None)
+        executable = listener.get("executable") or (
+            os.path.realpath(p["python"]) if os.path.exists(p["python"]) else None
+        )
         alf = read_alf(module, Runner(p["command_timeout"]), executable)
         module.exit_json(changed=False, listener=listener, alf=alf)
 

@@ -51,14 +51,18 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import run_processes
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(run_id=dict(type="str", required=True), grace=dict(type="int", default=3),
-                                              **COMMAND_TIMEOUT_SPEC),
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_id=dict(type="str", required=True), grace=dict(type="int", default=3), **COMMAND_TIMEOUT_SPEC
+        ),
+        supports_check_mode=True,
+    )
     run_id = module.params["run_id"]
     if len(run_id) < 16:
         module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")

@@ -195,7 +195,8 @@ argv:
   returned: always
   type: list
   elements: str
-  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_cluster_server.py, --model, "..."]
+  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_cluster_server.py,
+           --model, "..."]
 keeper_argv:
   description: >-
     The rank's supervisor's command line, up to the C(--) after which the rank's own follows
@@ -203,7 +204,8 @@ keeper_argv:
   returned: always
   type: list
   elements: str
-  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_server_daemon.py, --pidfile, "..."]
+  sample: [/Users/admin/mlx-cluster/venv/bin/python, /Users/admin/mlx-cluster/server/mlx_server_daemon.py,
+           --pidfile, "..."]
 env:
   description: The rank's environment (what mlx.launch would set, plus the extras, whose values are not shown).
   returned: always
@@ -232,6 +234,7 @@ import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     SpecError,
     keeper_argv,
@@ -265,18 +268,27 @@ def read_text(path):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            hostfile=dict(type="dict", required=True), host=dict(type="str", required=True),
-            run_dir=dict(type="path", required=True), python=dict(type="str", required=True),
-            script=dict(type="path", required=True), keeper=dict(type="path", required=True),
-            model=dict(type="str", required=True), imports=dict(type="list", elements="path", default=[]),
+            hostfile=dict(type="dict", required=True),
+            host=dict(type="str", required=True),
+            run_dir=dict(type="path", required=True),
+            python=dict(type="str", required=True),
+            script=dict(type="path", required=True),
+            keeper=dict(type="path", required=True),
+            model=dict(type="str", required=True),
+            imports=dict(type="list", elements="path", default=[]),
             model_id=dict(type="str", default=""),
             mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
-            address=dict(type="str", default="127.0.0.1"), port=dict(type="int", default=8080),
-            ring_port=dict(type="int", default=42323), init_timeout=dict(type="int", default=120),
-            max_tokens=dict(type="int", default=2048), poll_interval=dict(type="float", default=0.5),
-            request_timeout=dict(type="int", default=600), queue_size=dict(type="int", default=8),
+            address=dict(type="str", default="127.0.0.1"),
+            port=dict(type="int", default=8080),
+            ring_port=dict(type="int", default=42323),
+            init_timeout=dict(type="int", default=120),
+            max_tokens=dict(type="int", default=2048),
+            poll_interval=dict(type="float", default=0.5),
+            request_timeout=dict(type="int", default=600),
+            queue_size=dict(type="int", default=8),
             allowed_hosts=dict(type="list", elements="str", default=[]),
-            stall_timeout=dict(type="int", default=120), max_restarts=dict(type="int", default=3),
+            stall_timeout=dict(type="int", default=120),
+            max_restarts=dict(type="int", default=3),
             env=dict(type="list", elements="str", default=[], no_log=True),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
             label=dict(type="str", default="org.mlx-cluster.server"),
@@ -286,8 +298,13 @@ def main():
     )
     p = module.params
     run_dir = p["run_dir"].rstrip("/") or "/"
-    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": run_dir,
-                                       "the interpreter (mlx_server_python, python_env_python)": p["python"]})
+    why = setting_problem(
+        p["label"],
+        {
+            "the run directory (mlx_server_run_dir)": run_dir,
+            "the interpreter (mlx_server_python, python_env_python)": p["python"],
+        },
+    )
     if why:
         module.fail_json(msg=why)
     try:
@@ -298,8 +315,10 @@ def main():
     if not os.path.isdir(run_dir) and not module.check_mode:
         module.fail_json(msg=f"{run_dir} does not exist: create the server directory first")
     if p["queue_size"] < 0 or p["max_restarts"] < 0 or p["stall_timeout"] < 0:
-        module.fail_json(msg=f"queue_size ({p['queue_size']}), max_restarts ({p['max_restarts']}) and "
-                             f"stall_timeout ({p['stall_timeout']}) cannot be negative")
+        module.fail_json(
+            msg=f"queue_size ({p['queue_size']}), max_restarts ({p['max_restarts']}) and "
+            f"stall_timeout ({p['stall_timeout']}) cannot be negative"
+        )
     sums = {}
     for what, path in (("server program", p["script"]), ("server's supervisor", p["keeper"])):
         sums[what] = sha256_of(path) if os.path.isfile(path) else None
@@ -312,31 +331,62 @@ def main():
     model_id = p["model_id"] or os.path.basename(p["model"].rstrip("/"))
     world = len(p["hostfile"]["hosts"])
     settings = {
-        "model": p["model"], "model_id": model_id, "mode": p["mode"], "backend": p["hostfile"].get("backend"),
-        "hostfile": p["hostfile"], "address": p["address"], "port": p["port"], "ring_port": p["ring_port"],
-        "python": p["python"], "script": p["script"], "script_sha256": sums["server program"],
-        "imports_sha256": import_sums, "keeper": p["keeper"], "keeper_sha256": sums["server's supervisor"],
+        "model": p["model"],
+        "model_id": model_id,
+        "mode": p["mode"],
+        "backend": p["hostfile"].get("backend"),
+        "hostfile": p["hostfile"],
+        "address": p["address"],
+        "port": p["port"],
+        "ring_port": p["ring_port"],
+        "python": p["python"],
+        "script": p["script"],
+        "script_sha256": sums["server program"],
+        "imports_sha256": import_sums,
+        "keeper": p["keeper"],
+        "keeper_sha256": sums["server's supervisor"],
         "run_dir": run_dir,
-        "init_timeout": p["init_timeout"], "max_tokens": p["max_tokens"], "poll_interval": p["poll_interval"],
-        "request_timeout": p["request_timeout"], "queue_size": p["queue_size"], "allowed_hosts": p["allowed_hosts"],
-        "stall_timeout": p["stall_timeout"], "max_restarts": p["max_restarts"],
+        "init_timeout": p["init_timeout"],
+        "max_tokens": p["max_tokens"],
+        "poll_interval": p["poll_interval"],
+        "request_timeout": p["request_timeout"],
+        "queue_size": p["queue_size"],
+        "allowed_hosts": p["allowed_hosts"],
+        "stall_timeout": p["stall_timeout"],
+        "max_restarts": p["max_restarts"],
         "env": sorted(shown_env(split_env(p["env"]), p["env"])),  # (names: the values are in the hash)
-        "supervisor": p["supervisor"], "label": p["label"],
+        "supervisor": p["supervisor"],
+        "label": p["label"],
     }
     if p["api_key"]:  # a new key restarts the ranks (rank 0 reads it at start); the key itself is not recorded
         settings["api_key_sha256"] = hashlib.sha256(p["api_key"].encode()).hexdigest()
     # a changed value restarts the ranks too; the values themselves are not shown (shown_env)
     digest = settings_hash({**settings, "env_values": p["env"]})
     own = rank_files(run_dir, rank)
-    argv = server_argv(p["python"], p["script"], model=p["model"], run_dir=run_dir, mode=p["mode"], world=world,
-                       backend=p["hostfile"].get("backend"), host=p["address"], port=p["port"],
-                       model_id=model_id, max_tokens=p["max_tokens"], poll_interval=p["poll_interval"],
-                       request_timeout=p["request_timeout"], init_timeout=p["init_timeout"],
-                       queue_size=p["queue_size"], stall_timeout=p["stall_timeout"], settings_hash_value=digest,
-                       allowed_hosts=p["allowed_hosts"],
-                       api_key_file=own["api_key"] if p["api_key"] else None)
-    keeper = keeper_argv(p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"],
-                         max_restarts=p["max_restarts"])
+    argv = server_argv(
+        p["python"],
+        p["script"],
+        model=p["model"],
+        run_dir=run_dir,
+        mode=p["mode"],
+        world=world,
+        backend=p["hostfile"].get("backend"),
+        host=p["address"],
+        port=p["port"],
+        model_id=model_id,
+        max_tokens=p["max_tokens"],
+        poll_interval=p["poll_interval"],
+        request_timeout=p["request_timeout"],
+        init_timeout=p["init_timeout"],
+        queue_size=p["queue_size"],
+        stall_timeout=p["stall_timeout"],
+        settings_hash_value=digest,
+        allowed_hosts=p["allowed_hosts"],
+        api_key_file=own["api_key"] if p["api_key"] else None,
+    )
+    keeper = keeper_argv(
+        p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"], max_restarts=p["max_restarts"]
+    )
     env_file = own["env"]
     before, after, written = {}, {}, []
     files = dict(files)
@@ -344,7 +394,7 @@ def main():
     key_file = own["api_key"]
     if p["api_key"]:
         files[os.path.basename(key_file)] = p["api_key"] + "\n"
-    elif os.path.lexists(key_file):   # no key asked for any more: none left behind
+    elif os.path.lexists(key_file):  # no key asked for any more: none left behind
         written.append(key_file)
         before[key_file], after[key_file] = "(the API key)\n", ""
         if not module.check_mode:
@@ -365,14 +415,27 @@ def main():
             with os.fdopen(fd, "w") as f:
                 f.write(content)
             os.replace(tmp, path)
-    diff = {"before": "".join(f"# {k}\n{v}" for k, v in before.items()),
-            "after": "".join(f"# {k}\n{v}" for k, v in after.items())}
+    diff = {
+        "before": "".join(f"# {k}\n{v}" for k, v in before.items()),
+        "after": "".join(f"# {k}\n{v}" for k, v in after.items()),
+    }
     me = pwd.getpwuid(os.getuid())
-    module.exit_json(changed=bool(written), rank=rank, world_size=world, backend=p["hostfile"].get("backend"),
-                     settings_hash=digest, settings=settings, argv=argv, keeper_argv=keeper,
-                     env=shown_env(env, p["env"]),
-                     env_file=env_file,
-                     files=written, user=me.pw_name, home=me.pw_dir, diff=diff)
+    module.exit_json(
+        changed=bool(written),
+        rank=rank,
+        world_size=world,
+        backend=p["hostfile"].get("backend"),
+        settings_hash=digest,
+        settings=settings,
+        argv=argv,
+        keeper_argv=keeper,
+        env=shown_env(env, p["env"]),
+        env_file=env_file,
+        files=written,
+        user=me.pw_name,
+        home=me.pw_dir,
+        diff=diff,
+    )
 
 
 def shown_json(text, extra_env):

@@ -140,6 +140,7 @@ import urllib.request
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     open_nofollow,
@@ -190,8 +191,14 @@ def launchd_job(module, label):
     launchctl = module.get_bin_path("launchctl")
     if launchctl is None:
         module.warn("launchctl is not on this host: the launchd job cannot be read (not macOS?)")
-        return {"loaded": False, "state": None, "pid": None, "last_exit_code": None, "path": None,
-                "error": "no launchctl"}
+        return {
+            "loaded": False,
+            "state": None,
+            "pid": None,
+            "last_exit_code": None,
+            "path": None,
+            "error": "no launchctl",
+        }
     rc, out, err = run(module, [launchctl, "print", f"system/{label}"])
     # exit 113: "Could not find service ... in domain for system" = not loaded
     job = parse_launchctl_print(out if rc == 0 else "")
@@ -207,9 +214,15 @@ def supervisor_of(module, files, run_dir, run_id, job):
     pid = (job or {}).get("pid") or read_pid(files["keeper_pid"]) or state.get("pid")
     running = ours(module, pid, run_dir, run_id)
     restarts = state.get("restarts") if isinstance(state.get("restarts"), list) else []
-    return {"pid": pid if running else None, "running": running, "state": state.get("state"),
-            "message": state.get("message", ""), "restarts": len(restarts),
-            "last_restart": restarts[-1] if restarts else None, "max_restarts": state.get("max_restarts")}
+    return {
+        "pid": pid if running else None,
+        "running": running,
+        "state": state.get("state"),
+        "message": state.get("message", ""),
+        "restarts": len(restarts),
+        "last_restart": restarts[-1] if restarts else None,
+        "max_restarts": state.get("max_restarts"),
+    }
 
 
 def look(module, p, rank):
@@ -223,8 +236,10 @@ def look(module, p, rank):
     except FileNotFoundError:
         return read_status(module, p, rank, run_dir, job)  # (nothing there to read as anyone)
     except OSError as exc:
-        module.fail_json(msg=f"refusing to read the server's status from {run_dir}: {exc}. Fix: the run directory "
-                             "must be a directory of the login user's own (set mlx_cluster_remote_dir to one)")
+        module.fail_json(
+            msg=f"refusing to read the server's status from {run_dir}: {exc}. Fix: the run directory "
+            "must be a directory of the login user's own (set mlx_cluster_remote_dir to one)"
+        )
 
 
 def read_status(module, p, rank, run_dir, job):
@@ -240,16 +255,23 @@ def read_status(module, p, rank, run_dir, job):
     shown = info or last
     started = shown.get("started")
     st = {
-        "rank": rank, "running": running, "pid": pid if running else None,
-        "phase": shown.get("phase") if shown else None, "message": shown.get("message", "") if shown else "",
+        "rank": rank,
+        "running": running,
+        "pid": pid if running else None,
+        "phase": shown.get("phase") if shown else None,
+        "message": shown.get("message", "") if shown else "",
         "started": started,
         "since": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds") if started else None,
         "updated": shown.get("updated"),
-        "until": None if running or not shown.get("updated") else
-        datetime.fromtimestamp(shown["updated"], timezone.utc).isoformat(timespec="seconds"),
+        "until": None
+        if running or not shown.get("updated")
+        else datetime.fromtimestamp(shown["updated"], timezone.utc).isoformat(timespec="seconds"),
         "settings_hash": shown.get("settings_hash"),
-        "run_id": shown.get("run_id"), "host": shown.get("host"), "world_size": shown.get("world_size"),
-        "launchd": job, "log": files["log"],
+        "run_id": shown.get("run_id"),
+        "host": shown.get("host"),
+        "world_size": shown.get("world_size"),
+        "launchd": job,
+        "log": files["log"],
         "log_tail": tail(files["log"], p["log_lines"]),
         "supervisor": supervisor_of(module, files, run_dir, info.get("run_id") or None, job) if info else None,
         "progress": progress_report(info, time.monotonic(), time.time()) if running else None,
@@ -275,17 +297,21 @@ def probe(p, deadline):
     """-> (ok, detail dict or error text)."""
     base = p["url"].rstrip("/")
     try:
-        status, body = http(f"{base}/v1/models", timeout=max(1.0, min(10.0, deadline - time.monotonic())),
-                            api_key=p["api_key"])
+        status, body = http(
+            f"{base}/v1/models", timeout=max(1.0, min(10.0, deadline - time.monotonic())), api_key=p["api_key"]
+        )
         ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)]
         if status != 200 or (p["model_id"] and p["model_id"] not in ids):
             return False, f"/v1/models answered {status} with {ids}"
         detail = {"models": ids}
         if p["chat"]:
             left = max(5.0, deadline - time.monotonic())
-            status, body = http(f"{base}/v1/chat/completions",
-                                {"messages": [{"role": "user", "content": "Say hello."}],
-                                 "max_tokens": 1, "temperature": 0}, timeout=left, api_key=p["api_key"])
+            status, body = http(
+                f"{base}/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 1, "temperature": 0},
+                timeout=left,
+                api_key=p["api_key"],
+            )
             choice = ((body or {}).get("choices") or [{}])[0]
             if status != 200 or "message" not in choice:
                 return False, f"/v1/chat/completions answered {status}: {json.dumps(body)[:300]}"
@@ -312,8 +338,9 @@ def pending(st):
     """A rank without a word yet whose supervisor is about to start it: worth waiting for."""
     job = st.get("launchd") or {}
     keeper = st.get("supervisor") or {}
-    return (bool(job.get("loaded")) and job.get("state") in ("running", "spawn scheduled", "spawning", "xpcproxy")) \
-        or (keeper.get("running") and keeper.get("state") in ("starting", "running", "waiting"))
+    return (bool(job.get("loaded")) and job.get("state") in ("running", "spawn scheduled", "spawning", "xpcproxy")) or (
+        keeper.get("running") and keeper.get("state") in ("starting", "running", "waiting")
+    )
 
 
 def stalled(st):
@@ -323,11 +350,15 @@ def stalled(st):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            run_dir=dict(type="path", required=True), rank=dict(type="int"),
+            run_dir=dict(type="path", required=True),
+            rank=dict(type="int"),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-            label=dict(type="str", default="org.mlx-cluster.server"), want_hash=dict(type="str", default=""),
-            wait=dict(type="int", default=0), url=dict(type="str", default=""),
-            model_id=dict(type="str", default=""), chat=dict(type="bool", default=False),
+            label=dict(type="str", default="org.mlx-cluster.server"),
+            want_hash=dict(type="str", default=""),
+            wait=dict(type="int", default=0),
+            url=dict(type="str", default=""),
+            model_id=dict(type="str", default=""),
+            chat=dict(type="bool", default=False),
             log_lines=dict(type="int", default=20),
             api_key=dict(type="str", default="", no_log=True),
             **COMMAND_TIMEOUT_SPEC,
@@ -345,12 +376,28 @@ def main():
         except OSError:
             found = []
         if not found:
-            module.exit_json(changed=False, status={"rank": None, "running": False, "phase": None, "message": "",
-                                                    "pid": None, "since": None, "started": None,
-                                                    "settings_hash": None, "run_id": None, "launchd": None,
-                                                    "supervisor": None, "progress": None, "progress_line": "",
-                                                    "log_tail": "", "problems": ["no rank of the server on this host"]},
-                             healthy=False, reason="no rank of the server on this host")
+            module.exit_json(
+                changed=False,
+                status={
+                    "rank": None,
+                    "running": False,
+                    "phase": None,
+                    "message": "",
+                    "pid": None,
+                    "since": None,
+                    "started": None,
+                    "settings_hash": None,
+                    "run_id": None,
+                    "launchd": None,
+                    "supervisor": None,
+                    "progress": None,
+                    "progress_line": "",
+                    "log_tail": "",
+                    "problems": ["no rank of the server on this host"],
+                },
+                healthy=False,
+                reason="no rank of the server on this host",
+            )
         rank = found[0]
     if rank != 0:
         p["url"] = ""  # only rank 0 serves HTTP
@@ -378,8 +425,7 @@ def main():
             # A rank that said it failed or stopped is done (this is a start: its supervisor
             # may try again, but the failure is the news); one without a word may not have
             # written its files yet (just started), or its supervisor is about to start it.
-            if st["phase"] in ("failed", "stopped") or \
-                    time.monotonic() - began >= STARTUP_GRACE and not pending(st):
+            if st["phase"] in ("failed", "stopped") or time.monotonic() - began >= STARTUP_GRACE and not pending(st):
                 reason = f"rank {rank} is not running ({describe(st)})"
                 break
         elif st["phase"] in ("stopped", "failed"):

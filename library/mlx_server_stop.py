@@ -42,7 +42,8 @@ options:
     choices: [launchd, process]
     default: launchd
   label:
-    description: launchd label (dot-separated words of letters, digits, C(_) and C(-); it names the plist this removes as root).
+    description: >-
+      launchd label (dot-separated words of letters, digits, C(_) and C(-); it names the plist this removes as root).
     type: str
     default: org.mlx-cluster.server
   plist:
@@ -119,6 +120,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     RUN_ID_RE,
@@ -227,9 +229,11 @@ def stop_rank(module, rank, found, grace, stopped, remaining):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            run_dir=dict(type="path", required=True), rank=dict(type="int"),
+            run_dir=dict(type="path", required=True),
+            rank=dict(type="int"),
             supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-            label=dict(type="str", default="org.mlx-cluster.server"), plist=dict(type="path"),
+            label=dict(type="str", default="org.mlx-cluster.server"),
+            plist=dict(type="path"),
             grace=dict(type="int", default=30),
             **COMMAND_TIMEOUT_SPEC,
         ),
@@ -256,8 +260,10 @@ def main():
     for rank in ranks:
         rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
         if rid and not RUN_ID_RE.fullmatch(str(rid)):
-            module.warn(f"{run_dir}/rank{rank}.json names run id {str(rid)[:40]!r}, not one the toolkit makes: "
-                        "its processes are looked for by their recorded PIDs only")
+            module.warn(
+                f"{run_dir}/rank{rank}.json names run id {str(rid)[:40]!r}, not one the toolkit makes: "
+                "its processes are looked for by their recorded PIDs only"
+            )
         elif rid and rid not in run_ids:
             run_ids.append(rid)
 
@@ -275,12 +281,23 @@ def main():
                 rc, out, err = run(module, cmd, timeout=p["grace"] + 30)
                 # 3 / 113: the job went away meanwhile (not loaded)
                 if rc not in (0, 3, 113):
-                    module.fail_json(msg=f"launchctl bootout {target} failed: {(err or out).strip()}; "
-                                         "run the stop with become (sudo)", rc=rc, cmd=cmd, stderr=err)
+                    module.fail_json(
+                        msg=f"launchctl bootout {target} failed: {(err or out).strip()}; "
+                        "run the stop with become (sudo)",
+                        rc=rc,
+                        cmd=cmd,
+                        stderr=err,
+                    )
                 launchd["booted_out"] = True
                 if job["pid"]:
-                    stopped.append({"pid": job["pid"], "rank": None, "how": "launchctl bootout",
-                                    "seconds": round(time.monotonic() - start, 2)})
+                    stopped.append(
+                        {
+                            "pid": job["pid"],
+                            "rank": None,
+                            "how": "launchctl bootout",
+                            "seconds": round(time.monotonic() - start, 2),
+                        }
+                    )
         if p["plist"] and os.path.exists(p["plist"]):
             changed = True
             if not module.check_mode:
@@ -293,9 +310,12 @@ def main():
         try:
             become_owner(run_dir)
         except OSError as exc:
-            module.fail_json(msg=f"refusing to stop the server from {run_dir}: {exc}. Fix: the run directory must be "
-                                 "a directory of the login user's own (set mlx_cluster_remote_dir to one)",
-                             launchd=launchd, stopped=stopped)
+            module.fail_json(
+                msg=f"refusing to stop the server from {run_dir}: {exc}. Fix: the run directory must be "
+                "a directory of the login user's own (set mlx_cluster_remote_dir to one)",
+                launchd=launchd,
+                stopped=stopped,
+            )
     for rank in ranks:
         start = time.monotonic()
         found = find_rank(module, ps, run_dir, rank)
@@ -312,8 +332,12 @@ def main():
         if rc != 0:
             module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
         done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
-        found = [f for rid in run_ids for f in processes_with(out, rid, own_pid=os.getpid())
-                 if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)]
+        found = [
+            f
+            for rid in run_ids
+            for f in processes_with(out, rid, own_pid=os.getpid())
+            if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)
+        ]
         if found:
             changed = True
             leftovers = found
@@ -329,9 +353,12 @@ def main():
     tidy = []
     for rank in ranks:
         f = rank_files(run_dir, rank)
-        for path, aside in ((f["state"], f["last"]), (f["pid"], None), (f["keeper"], f["keeper_last"]),
-                            (f["keeper_pid"], None)) \
-                + (((f"{run_dir}/state.json", f"{run_dir}/state.last.json"),) if rank == 0 else ()):
+        for path, aside in (
+            (f["state"], f["last"]),
+            (f["pid"], None),
+            (f["keeper"], f["keeper_last"]),
+            (f["keeper_pid"], None),
+        ) + (((f"{run_dir}/state.json", f"{run_dir}/state.last.json"),) if rank == 0 else ()):
             if os.path.exists(path):
                 tidy.append((path, aside))
     changed = changed or bool(tidy)
@@ -341,11 +368,22 @@ def main():
                 os.replace(path, aside)
             else:
                 os.unlink(path)
-    result = dict(changed=changed, stopped=stopped, supervisors=supervisors, leftovers=leftovers, remaining=remaining,
-                  launchd=launchd, run_ids=run_ids, ranks=ranks)
+    result = dict(
+        changed=changed,
+        stopped=stopped,
+        supervisors=supervisors,
+        leftovers=leftovers,
+        remaining=remaining,
+        launchd=launchd,
+        run_ids=run_ids,
+        ranks=ranks,
+    )
     if remaining:
-        module.fail_json(msg=f"processes {[r['pid'] for r in remaining]} did not end even after SIGKILL; "
-                             "look at them with `ps -p PID` on this Mac", **result)
+        module.fail_json(
+            msg=f"processes {[r['pid'] for r in remaining]} did not end even after SIGKILL; "
+            "look at them with `ps -p PID` on this Mac",
+            **result,
+        )
     module.exit_json(**result)
 
 

@@ -92,7 +92,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 public_key:
-  description: The cluster key's public half (C(type base64 comment)), or null when there is none (or, in check mode, not yet).
+  description: >-
+    The cluster key's public half (C(type base64 comment)), or null when there is none (or, in check mode, not yet).
   returned: always
   type: str
   sample: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE... mlx-cluster m1"
@@ -114,12 +115,14 @@ authorized_keys:
   elements: str
   sample: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE... mlx-cluster m1"]
 known_hosts:
-  description: The toolkit's known_hosts file's content after this run (in check mode, would be); null when it does not exist.
+  description: >-
+    The toolkit's known_hosts file's content after this run (in check mode, would be); null when it does not exist.
   returned: always
   type: str
   sample: "m2,10.208.0.2 ssh-ed25519 AAAAC3Nza...\n"
 command_file_ok:
-  description: Whether O(command_file) holds the forced command as this version of the toolkit writes it (after this run).
+  description: >-
+    Whether O(command_file) holds the forced command as this version of the toolkit writes it (after this run).
   returned: always
   type: bool
   sample: true
@@ -129,6 +132,7 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import FilesError, current, write
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import (
@@ -209,21 +213,37 @@ def main():
             module.fail_json(msg=f"cannot read the host key {path}: {exc.strerror}")
     host_keys = host_key_lines(texts)
     if not host_keys:
-        module.fail_json(msg=f"no ssh host key (ssh_host_*_key.pub) in {p['host_key_dir']}: the other Macs could not "
-                             "check whom they reach. Fix: turn Remote Login on (System Settings > General > Sharing), "
-                             "which makes the host keys, or set ssh_trust_host_key_dir to where they are.")
+        module.fail_json(
+            msg=f"no ssh host key (ssh_host_*_key.pub) in {p['host_key_dir']}: the other Macs could not "
+            "check whom they reach. Fix: turn Remote Login on (System Settings > General > Sharing), "
+            "which makes the host keys, or set ssh_trust_host_key_dir to where they are."
+        )
 
     changed, key_created, diffs = False, False, []
     if p["make_key"] and not os.path.exists(key):
         key_created = changed = True
         if not module.check_mode:
             make_dir(module, os.path.dirname(key))
-            argv = [module.get_bin_path("ssh-keygen", required=True), "-q", "-t", "ed25519", "-N", "",
-                    "-C", p["comment"], "-f", key]
+            argv = [
+                module.get_bin_path("ssh-keygen", required=True),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                p["comment"],
+                "-f",
+                key,
+            ]
             rc, out, err = module_run(module, Runner(p["command_timeout"]), argv)
             if rc != 0:
-                module.fail_json(msg=f"ssh-keygen could not make the cluster key {key}: {(err or out).strip()}",
-                                 rc=rc, cmd=argv, stderr=err)
+                module.fail_json(
+                    msg=f"ssh-keygen could not make the cluster key {key}: {(err or out).strip()}",
+                    rc=rc,
+                    cmd=argv,
+                    stderr=err,
+                )
     public = read_text(module, key + ".pub")
     public_key = public.strip() if public and public.strip() else None
 
@@ -240,8 +260,9 @@ def main():
         command_file_ok = True
     elif p["authorized_keys"] is not None and not block and os.path.lexists(command_file):
         changed = True  # no key runs it any more
-        diffs.append({"before_header": command_file, "after_header": command_file, "before": "(the forced command)",
-                      "after": ""})
+        diffs.append(
+            {"before_header": command_file, "after_header": command_file, "before": "(the forced command)", "after": ""}
+        )
         if not module.check_mode:
             try:
                 os.unlink(command_file)
@@ -253,8 +274,15 @@ def main():
         changed |= put(module, known_hosts_path, p["known_hosts"], 0o600, diffs)
         known_hosts = p["known_hosts"]
 
-    result = dict(changed=changed, key_created=key_created, public_key=public_key, host_keys=host_keys,
-                  authorized_keys=block, known_hosts=known_hosts, command_file_ok=command_file_ok)
+    result = dict(
+        changed=changed,
+        key_created=key_created,
+        public_key=public_key,
+        host_keys=host_keys,
+        authorized_keys=block,
+        known_hosts=known_hosts,
+        command_file_ok=command_file_ok,
+    )
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -10,7 +10,8 @@ module: model_manifest
 short_description: List a model directory (sizes, sha256 of the weight files) and compare it with the source
 description:
   - Walks O(path) and returns every file with its size and modification time (whole seconds),
-    relative to O(path); with O(sha256=true) also the sha256 of the weight files (C(*.safetensors), C(*.gguf), C(*.npz), C(*.bin)).
+    relative to O(path); with O(sha256=true) also the sha256 of the weight files (C(*.safetensors), C(*.gguf),
+    C(*.npz), C(*.bin)).
   - The files the copy keeps for itself (the record C(.mlx-cluster-sha256.json), files still
     arriving as C(.<name>.mlxpart)) are not listed.
   - Symbolic links are followed, as the sync copies them (a Hugging Face cache snapshot is links
@@ -153,6 +154,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Hashes
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests
@@ -165,6 +167,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_weights import (
     layout,
     tensor_bytes,
 )
+
 
 def walk(module, root, with_sha, hashes=None):
     """mlx_rsync.walk, its warnings as the module's and a file it cannot read a failure."""
@@ -191,8 +194,10 @@ def read_weights(module, root, files, label):
         except OSError as exc:
             module.fail_json(msg=f"cannot read {full} on {label}: {exc.strerror}")
         except ParseError as exc:
-            module.fail_json(msg=f"{full} on {label}: {exc.message}. Fix: copy the model again "
-                                 "(the file is damaged or not a safetensors file)")
+            module.fail_json(
+                msg=f"{full} on {label}: {exc.message}. Fix: copy the model again "
+                "(the file is damaged or not a safetensors file)"
+            )
         count += 1
     return dict(layout(tensors), files=count, index=INDEX_FILE in files, dims=read_dims(module, root, files, label))
 
@@ -206,8 +211,10 @@ def read_dims(module, root, files, label):
         with open(os.path.join(root, CONFIG_FILE), encoding="utf-8") as fh:
             return config_dims(json.load(fh))
     except (OSError, ValueError) as exc:
-        module.warn(f"{os.path.join(root, CONFIG_FILE)} on {label} cannot be read as JSON ({exc}): "
-                    "how the model splits is not checked")
+        module.warn(
+            f"{os.path.join(root, CONFIG_FILE)} on {label} cannot be read as JSON ({exc}): "
+            "how the model splits is not checked"
+        )
         return None
 
 
@@ -223,8 +230,10 @@ def make_parent(module, path, label):
         os.makedirs(parent)
         os.chmod(parent, os.stat(parent).st_mode | 0o700)
     except OSError as exc:
-        module.fail_json(msg=f"cannot create {parent} on {label}: {exc.strerror or exc}. "
-                             "Fix: make it writable for this user, or set model_sync_dest elsewhere")
+        module.fail_json(
+            msg=f"cannot create {parent} on {label}: {exc.strerror or exc}. "
+            "Fix: make it writable for this user, or set model_sync_dest elsewhere"
+        )
     return True
 
 
@@ -250,8 +259,10 @@ def main():
     if module.params["safe_dest"] or module.params["make_parent"]:
         problem = check_dest(path, home)
         if problem:
-            module.fail_json(msg=f"refusing to sync the model into {path} on {label}: {problem}. "
-                                 "Fix: set model_sync_dest to a dedicated directory")
+            module.fail_json(
+                msg=f"refusing to sync the model into {path} on {label}: {problem}. "
+                "Fix: set model_sync_dest to a dedicated directory"
+            )
     if os.path.exists(path) and not os.path.isdir(path):
         module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
     made = make_parent(module, path, label) if module.params["make_parent"] else False
@@ -262,13 +273,21 @@ def main():
         try:
             hashes.save()
         except OSError as exc:  # a source the user cannot write to (a shared cache): read again next time
-            module.warn(f"the hashes of {path} cannot be recorded there ({exc.strerror}): the next run reads its files again")
+            module.warn(
+                f"the hashes of {path} cannot be recorded there ({exc.strerror}): the next run reads its files again"
+            )
     expected = module.params["expected"]
     problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []
     weights = read_weights(module, path, files, label) if exists and module.params["weights"] else None
-    module.exit_json(changed=made, exists=exists, files=files,
-                     total_bytes=sum(e["size"] for e in files.values()),
-                     home=home, problems=problems, weights=weights)
+    module.exit_json(
+        changed=made,
+        exists=exists,
+        files=files,
+        total_bytes=sum(e["size"] for e in files.values()),
+        home=home,
+        problems=problems,
+        weights=weights,
+    )
 
 
 if __name__ == "__main__":

@@ -189,6 +189,7 @@ import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     LOG,
     STATUS,
@@ -199,10 +200,28 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     send_order,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import check_dest, compare_manifests, walk
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, alive, first_line
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    CommandTimeout,
+    Runner,
+    alive,
+    first_line,
+)
 
-EMPTY = dict(port=None, pid=None, todo=[], todo_bytes=0, had=[], copied=[], missing=[], problems=[],
-             strangers=[], bytes=0, seconds=0.0, compare=None)
+EMPTY = dict(
+    port=None,
+    pid=None,
+    todo=[],
+    todo_bytes=0,
+    had=[],
+    copied=[],
+    missing=[],
+    problems=[],
+    strangers=[],
+    bytes=0,
+    seconds=0.0,
+    compare=None,
+)
 
 
 def settle(module, p, label):
@@ -226,8 +245,15 @@ def spawn(python, run_id, settings, wait):
     payload = own_source().encode("utf-8") + b"\0" + json.dumps(settings).encode("utf-8")
     log = os.open(os.path.join(settings["root"], LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        proc = subprocess.Popen(receiver_argv(python, run_id), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=log, close_fds=True, start_new_session=True, cwd="/")
+        proc = subprocess.Popen(
+            receiver_argv(python, run_id),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            close_fds=True,
+            start_new_session=True,
+            cwd="/",
+        )
     finally:
         os.close(log)
     proc.stdin.write(payload)
@@ -291,10 +317,18 @@ def finish(module, p, runner, label):
     out = dict(EMPTY)
     out.update({k: status[k] for k in EMPTY if k in status})
     if status.get("state") == "running":
-        out["problems"] = list(out["problems"]) + [{
-            "file": None, "kind": "stopped",
-            "msg": f"the receiver was still running after {p['wait']} s and " + (
-                "was ended" if ended else f"was left alone: PID {status.get('pid')} does not name this copy any more")}]
+        out["problems"] = list(out["problems"]) + [
+            {
+                "file": None,
+                "kind": "stopped",
+                "msg": f"the receiver was still running after {p['wait']} s and "
+                + (
+                    "was ended"
+                    if ended
+                    else f"was left alone: PID {status.get('pid')} does not name this copy any more"
+                ),
+            }
+        ]
     elif not status:
         out["problems"] = [{"file": None, "kind": "none", "msg": "no receiver ran in this directory"}]
     try:
@@ -346,26 +380,45 @@ def main():
     home = os.path.expanduser("~")
     problem = check_dest(p["path"], home)
     if problem:
-        module.fail_json(msg=f"refusing to receive the model into {p['path']} on {label}: {problem}. "
-                             "Fix: set model_sync_dest to a dedicated directory", **EMPTY)
+        module.fail_json(
+            msg=f"refusing to receive the model into {p['path']} on {label}: {problem}. "
+            "Fix: set model_sync_dest to a dedicated directory",
+            **EMPTY,
+        )
     runner = Runner(p["command_timeout"])
     if p["state"] == "finished":
         finish(module, p, runner, label)
     bad = [rel for rel, f in p["files"].items() if not isinstance(f, dict) or "sha256" not in f or "size" not in f]
     if bad:
-        module.fail_json(msg=f"files without a size and sha256: {', '.join(sorted(bad)[:5])} (measure the source "
-                             "with model_manifest sha256_all: true)", **EMPTY)
+        module.fail_json(
+            msg=f"files without a size and sha256: {', '.join(sorted(bad)[:5])} (measure the source "
+            "with model_manifest sha256_all: true)",
+            **EMPTY,
+        )
     todo, had, left = settle(module, p, label)
     out = dict(EMPTY, todo=todo, had=had, todo_bytes=left)
     if not todo or module.check_mode:
         module.exit_json(changed=bool(todo), **out)
     free = shutil.disk_usage(p["path"]).free
     if left > free:
-        module.fail_json(msg=f"{label}: the model needs {left} more bytes in {p['path']} and the disk has {free} free. "
-                             "Fix: free space on that disk, or set model_sync_dest to a disk with room", **out)
-    said = spawn(p["python"] or sys.executable, p["run_id"],
-                 dict(root=p["path"], files=p["files"], token=p["token"], addresses=p["addresses"],
-                      stall=p["stall_timeout"], idle=p["idle_timeout"]), p["command_timeout"])
+        module.fail_json(
+            msg=f"{label}: the model needs {left} more bytes in {p['path']} and the disk has {free} free. "
+            "Fix: free space on that disk, or set model_sync_dest to a disk with room",
+            **out,
+        )
+    said = spawn(
+        p["python"] or sys.executable,
+        p["run_id"],
+        dict(
+            root=p["path"],
+            files=p["files"],
+            token=p["token"],
+            addresses=p["addresses"],
+            stall=p["stall_timeout"],
+            idle=p["idle_timeout"],
+        ),
+        p["command_timeout"],
+    )
     if said.get("error"):
         module.fail_json(msg=f"{label}: the model's receiver did not start: {said['error']}", **out)
     out.update(port=said["port"], pid=said["pid"])

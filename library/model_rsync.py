@@ -32,7 +32,8 @@ options:
     type: path
     required: true
   dest:
-    description: Absolute path of the model directory on O(host). Its parent must exist (rsync creates only the last level).
+    description: >-
+      Absolute path of the model directory on O(host). Its parent must exist (rsync creates only the last level).
     type: str
     required: true
   host:
@@ -164,7 +165,8 @@ attributes:
 notes:
   - "With or without O(progress_interval) the copy has no time limit of its own, since its length
     depends on the model's size; a copy that stops moving data is ended by O(stall_timeout)."
-  - "I(command_timeout) bounds C(rsync --version); the transfer is bounded by O(stall_timeout) (no data moved), not by its total length."
+  - "I(command_timeout) bounds C(rsync --version); the transfer is bounded by O(stall_timeout) (no data moved),
+    not by its total length."
   - Key-based ssh from the machine running the task to O(host) is required (C(BatchMode=yes) is advised).
 author:
   - mlx-cluster contributors
@@ -197,7 +199,8 @@ EXAMPLES = r"""
     src: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
     dest: /Users/admin/mlx-cluster/models/Qwen3-4B-4bit
     host: 10.208.0.2
-    ssh_args: [-i, ~/.ssh/mlx_cluster_ed25519, -o, UserKnownHostsFile=~/.ssh/mlx_cluster_known_hosts, -o, BatchMode=yes, -l, admin]
+    ssh_args: [-i, ~/.ssh/mlx_cluster_ed25519, -o, UserKnownHostsFile=~/.ssh/mlx_cluster_known_hosts,
+               -o, BatchMode=yes, -l, admin]
     ssh_trust: toolkit
     host_label: studio-2
     dest_home: /Users/admin
@@ -272,30 +275,32 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     LOG_FILE_PROBE,
-    CopyProgress,
     OFFLINE_ENV,
     RELAY_WAIT_DEFAULT,
+    CopyProgress,
     UpstreamStalled,
     check_dest,
-    merge_itemized,
-    relay_master_args,
-    relay_master_exit_argv,
-    relay_excludes,
-    relay_passes,
-    ssh_login,
-    stall_message,
     explain_failure,
+    merge_itemized,
     parse_itemized,
     parse_rsync_version,
+    relay_excludes,
+    relay_master_args,
+    relay_master_exit_argv,
+    relay_passes,
     remote_spec,
     rsync_argv,
     ssh_command,
+    ssh_login,
+    stall_message,
     without_progress,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
+
 
 def tree_size(path, skip=()):
     """Bytes of the files below `path` but `skip` (paths relative to it), symlinks followed (what
@@ -369,9 +374,11 @@ def usable_log_file(module, runner, rsync, log_file, source):
     except CommandTimeout as exc:
         module.fail_json(msg=exc.msg, **exc.result())
     if not accepted:
-        module.warn(f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
-                    + f", which cannot write a progress file (no --log-file): copying without {log_file} "
-                    "(progress_interval still shows the copy as it runs)")
+        module.warn(
+            f"{rsync} on {source} is {info['flavour']} {info['version'] or ''}".rstrip()
+            + f", which cannot write a progress file (no --log-file): copying without {log_file} "
+            "(progress_interval still shows the copy as it runs)"
+        )
         return None
     parent = os.path.dirname(log_file)
     if parent:
@@ -417,8 +424,10 @@ def main():
     skip_words, skipped = relay_excludes(p["skip"]), set(p["skip"])
     wait_for = {rel: e for rel, e in (p["wait_for"] or {}).items() if rel not in skipped}
     if not relay and not os.path.isdir(p["src"]):
-        module.fail_json(msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
-                             "downloaded by this stage; put the model there first")
+        module.fail_json(
+            msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
+            "downloaded by this stage; put the model there first"
+        )
     rsync = module.get_bin_path("rsync", required=True)
     rsh = ssh = control = None
     if host:
@@ -448,18 +457,32 @@ def main():
         except (CommandTimeout, OSError):
             pass  # it ends by itself after RELAY_MASTER_IDLE seconds idle
         shutil.rmtree(os.path.dirname(control), ignore_errors=True)
+
     log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
     # a dry run sends nothing, so prints no progress
     progress_file = p["progress_file"] if not module.check_mode else None
-    total = (sum(int(e.get("size") or 0) for e in wait_for.values() if isinstance(e, dict))
-             if relay else tree_size(p["src"], p["skip"]))
+    total = (
+        sum(int(e.get("size") or 0) for e in wait_for.values() if isinstance(e, dict))
+        if relay
+        else tree_size(p["src"], p["skip"])
+    )
     on_output, finish = watch_progress(progress_file, total)
 
     def run_pass(excludes=()):
-        argv = rsync_argv(rsync, p["src"], remote_spec(host, dest), ssh_command=rsh, dry_run=module.check_mode,
-                          delete=p["delete"], checksum=p["checksum"], log_file=log_file,
-                          rsync_path=p["rsync_path"] if host else None, progress=bool(progress_file),
-                          stall_timeout=p["stall_timeout"], excludes=list(excludes) + skip_words)
+        argv = rsync_argv(
+            rsync,
+            p["src"],
+            remote_spec(host, dest),
+            ssh_command=rsh,
+            dry_run=module.check_mode,
+            delete=p["delete"],
+            checksum=p["checksum"],
+            log_file=log_file,
+            rsync_path=p["rsync_path"] if host else None,
+            progress=bool(progress_file),
+            stall_timeout=p["stall_timeout"],
+            excludes=list(excludes) + skip_words,
+        )
         started = time.monotonic()
         rc, out, err = runner.run(argv, env_update=OFFLINE_ENV, timeout=None, on_output=on_output)
         passes.append({"excluded": len(excludes) // 2, "seconds": round(time.monotonic() - started, 3), "rc": rc})
@@ -468,14 +491,30 @@ def main():
     passes = []
     if relay:
         try:
-            results = relay_passes(wait_for, lambda: look(p["src"]), run_pass, time.monotonic, time.sleep,
-                                   p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT)
+            results = relay_passes(
+                wait_for,
+                lambda: look(p["src"]),
+                run_pass,
+                time.monotonic,
+                time.sleep,
+                p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT,
+            )
         except UpstreamStalled as exc:
             if finish:
                 finish()
-            module.fail_json(msg=stall_message(source, p["host_label"] or host, p["upstream_name"] or "its sender",
-                                               exc.complete, exc.pending, exc.waited),
-                             complete=exc.complete, pending=exc.pending, passes=passes)
+            module.fail_json(
+                msg=stall_message(
+                    source,
+                    p["host_label"] or host,
+                    p["upstream_name"] or "its sender",
+                    exc.complete,
+                    exc.pending,
+                    exc.waited,
+                ),
+                complete=exc.complete,
+                pending=exc.pending,
+                passes=passes,
+            )
         finally:
             end_master()
     else:
@@ -486,10 +525,24 @@ def main():
             module.warn(f"{problem} (the copy itself went on)")
     rc, out, err, argv = results[-1]
     if rc != 0:
-        module.fail_json(msg=explain_failure(rc, err, host, dest, source, name=p["host_label"] or host,
-                                             user=ssh_login(p["ssh_args"]), trust=p["ssh_trust"],
-                                             stall_timeout=p["stall_timeout"]),
-                         rc=rc, cmd=argv, stderr=err, stdout=out, passes=passes if relay else [])
+        module.fail_json(
+            msg=explain_failure(
+                rc,
+                err,
+                host,
+                dest,
+                source,
+                name=p["host_label"] or host,
+                user=ssh_login(p["ssh_args"]),
+                trust=p["ssh_trust"],
+                stall_timeout=p["stall_timeout"],
+            ),
+            rc=rc,
+            cmd=argv,
+            stderr=err,
+            stdout=out,
+            passes=passes if relay else [],
+        )
     items = merge_itemized([parse_itemized(r[1]) for r in results])
     result = dict(items, rc=rc, cmd=argv, log_file=log_file, passes=passes if relay else [])
     if module._diff and items["changed"]:

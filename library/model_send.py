@@ -49,7 +49,8 @@ options:
     type: int
     default: 4
   stall_timeout:
-    description: Seconds without progress (the receiver's answer, or with O(follow) this Mac's own copy) before giving up.
+    description: >-
+      Seconds without progress (the receiver's answer, or with O(follow) this Mac's own copy) before giving up.
     type: int
     default: 120
   follow:
@@ -126,6 +127,7 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import Sender
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import CopyProgress
@@ -136,15 +138,20 @@ PROGRESS_TICK = 0.5
 
 FIXES = {
     "refused": "its receiver is not running (the task that starts the receivers says why); run the stage again",
-    "timeout": ("check the cable ({cable}: `thunderbolt_ping`, or the network stage), and the firewall of {dest} "
-                "(System Settings > Network > Firewall: allow incoming connections for the Python that Ansible "
-                "runs there), or set model_sync_transport: rsync"),
+    "timeout": (
+        "check the cable ({cable}: `thunderbolt_ping`, or the network stage), and the firewall of {dest} "
+        "(System Settings > Network > Firewall: allow incoming connections for the Python that Ansible "
+        "runs there), or set model_sync_transport: rsync"
+    ),
     "connect": "check the cable ({cable}) and that the network stage addressed it; run the stage again",
     "refused_token": "another copy's receiver answered: run the stage again",
     "sha256": "run the stage again (it resumes); if the same cable damages files again, replace the cable ({cable})",
     "stalled": "check the cable ({cable}) and that {dest} is up; run the stage again (it resumes where it stopped)",
     "connection": "check the cable ({cable}) and that {dest} is up; run the stage again (it resumes where it stopped)",
-    "upstream": "the copy of {src} itself stopped arriving from {upstream}: fix what its failure names, then run the stage again",
+    "upstream": (
+        "the copy of {src} itself stopped arriving from {upstream}: fix what its failure names, "
+        "then run the stage again"
+    ),
     "short": "the file changed on {src} while it was being sent: run the stage again",
     "receiver": "see {dest}'s receiver (the task that collects the receivers names the cause)",
 }
@@ -204,8 +211,16 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={})
     src = p["source_name"] or socket.gethostname()
-    sender = Sender(p["path"], p["files"], p["token"], p["address"], p["port"], streams=p["streams"],
-                    stall=p["stall_timeout"], follow=p["follow"])
+    sender = Sender(
+        p["path"],
+        p["files"],
+        p["token"],
+        p["address"],
+        p["port"],
+        streams=p["streams"],
+        stall=p["stall_timeout"],
+        follow=p["follow"],
+    )
     result = run_with_progress(sender, p["progress_file"], p["what"])
     rate = round(result["bytes"] / result["seconds"] / 1e6, 1) if result["seconds"] else 0.0
     out = dict(bytes=result["bytes"], seconds=result["seconds"], mb_per_s=rate, files=result["files"])
@@ -213,10 +228,15 @@ def main():
         first = result["errors"][0]
         cable = p["cable"] or f"{src} -> {p['address']}"
         fix = FIXES.get(first["kind"], "run the stage again").format(
-            cable=cable, dest=p["label"], src=src, upstream=p["upstream_name"] or "its sender")
+            cable=cable, dest=p["label"], src=src, upstream=p["upstream_name"] or "its sender"
+        )
         more = f" (and {len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
-        module.fail_json(msg=f"copy {src} -> {p['label']} over {cable} ({p['address']}:{p['port']}): "
-                             f"{first['msg']}{more}. Fix: {fix}", errors=result["errors"], **out)
+        module.fail_json(
+            msg=f"copy {src} -> {p['label']} over {cable} ({p['address']}:{p['port']}): "
+            f"{first['msg']}{more}. Fix: {fix}",
+            errors=result["errors"],
+            **out,
+        )
     module.exit_json(changed=result["bytes"] > 0 or any(not f.get("had") for f in result["files"].values()), **out)
 
 

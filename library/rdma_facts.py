@@ -40,7 +40,8 @@ attributes:
     support: full
     description: Returns C(ansible_facts.mlx_rdma).
 notes:
-  - "A command that outlives I(command_timeout) does not fail the module: RDMA is then unusable on this Mac and C(problems) names the command and the fix."
+  - "A command that outlives I(command_timeout) does not fail the module: RDMA is then unusable on this Mac and
+    C(problems) names the command and the fix."
   - macOS 26.2 or later on Thunderbolt 5 hardware. RDMA is enabled from Recovery with
     C(rdma_ctl enable).
 seealso:
@@ -109,21 +110,22 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_rdma, module_runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(cabled_ifaces=dict(type="list", elements="str", default=[]),
-                           **COMMAND_TIMEOUT_SPEC),
+        argument_spec=dict(cabled_ifaces=dict(type="list", elements="str", default=[]), **COMMAND_TIMEOUT_SPEC),
         supports_check_mode=True,
     )
     record = {}
     try:
-        facts, warnings = collect_rdma(module_runner(module, Runner(module.params["command_timeout"]), record),
-                                         module.params["cabled_ifaces"])
+        facts, warnings = collect_rdma(
+            module_runner(module, Runner(module.params["command_timeout"]), record), module.params["cabled_ifaces"]
+        )
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     for warning in warnings:

@@ -112,19 +112,21 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_thunderbolt, module_runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(**COMMAND_TIMEOUT_SPEC),
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(**COMMAND_TIMEOUT_SPEC), supports_check_mode=True)
     record = {}
     try:
-        facts, warnings = collect_thunderbolt(module_runner(module, Runner(module.params["command_timeout"]), record),
-                                              preferences=read_preferences(SC_PREFERENCES))
+        facts, warnings = collect_thunderbolt(
+            module_runner(module, Runner(module.params["command_timeout"]), record),
+            preferences=read_preferences(SC_PREFERENCES),
+        )
     except ParseError as exc:
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:

@@ -230,15 +230,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import (
-    ARGUMENT_SPEC as FILES_SPEC, FilesError, sudo_owner, write_files,
-)
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import side_by_side
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import (
+    ARGUMENT_SPEC as FILES_SPEC,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import (
+    FilesError,
+    sudo_owner,
+    write_files,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
     SC_PREFERENCES,
     LinkPlanError,
+    bridges_from_preferences,
+    no_answer_msg,
     parse_getinfo,
     parse_netstat_routes,
     parse_route_get,
@@ -246,16 +253,24 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     ping_result,
     pinged_from_the_other_end,
     plan_links,
+    read_preferences,
     route_of,
     runtime_done,
-    bridges_from_preferences,
-    read_preferences,
     services_from_preferences,
     stale_ports,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_hardware_ports, parse_ifconfig, parse_service_order
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    CommandTimeout,
+    Runner,
+    module_run,
+)
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
+    parse_hardware_ports,
+    parse_ifconfig,
+    parse_service_order,
+)
 
 # Read-only commands run side by side at most.
 READ_WORKERS = 4
@@ -286,8 +301,10 @@ def run_all(module, argvs, check_rc=True, may_fail=()):
     # Every one of these commands prints something: nothing at all with status 0 is not an
     # answer (ansible-core's run_command lost such output under load). Run it again, alone
     # (so is one that could not be started: the failure is reported there).
-    results = [module_run(module, runner_of(module), c) if r is None or (r[0] == 0 and not r[1] and not r[2])
-               else r for c, r in zip(cmds, results)]
+    results = [
+        module_run(module, runner_of(module), c) if r is None or (r[0] == 0 and not r[1] and not r[2]) else r
+        for c, r in zip(cmds, results)
+    ]
     for argv, cmd, (rc, out, err) in zip(argvs, cmds, results):
         if check_rc and rc != 0 and argv not in may_fail:
             module.fail_json(msg=f"{' '.join(cmd[:3])} failed: {(err or out).strip()}", rc=rc, cmd=cmd, stderr=err)
@@ -306,18 +323,25 @@ def persist_bridge(module, action):
     if rc != 0 or (out or "").strip() or now != want["members"]:
         module.fail_json(
             msg=f"could not remove {', '.join(want['removed'])} from the definition of {want['bridge']} in "
-                f"{SC_PREFERENCES} (scutil --prefs: {(out or err).strip() or 'no output'}; the file lists "
-                f"{now if now is not None else 'nothing readable'}). Remove them by hand: System Settings > "
-                f"Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge",
-            rc=rc, cmd=argv, stdout=out, stderr=err)
+            f"{SC_PREFERENCES} (scutil --prefs: {(out or err).strip() or 'no output'}; the file lists "
+            f"{now if now is not None else 'nothing readable'}). Remove them by hand: System Settings > "
+            f"Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge",
+            rc=rc,
+            cmd=argv,
+            stdout=out,
+            stderr=err,
+        )
 
 
 def read_state(module, links):
     routes_wanted = [link["peer_address"] for link in links] if module.params["host_routes"] else []
     known = module.params["state"] or {}
     reuse = all(known.get(k) is not None for k in ("hardware_ports", "services", "interfaces"))
-    lists = [] if reuse else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"],
-                              ["ifconfig"]]
+    lists = (
+        []
+        if reuse
+        else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"], ["ifconfig"]]
+    )
     # the host routes: every one from one `netstat -rn -f inet` (read with the lists above)
     first = run_all(module, lists + ([NETSTAT_ROUTES_ARGV] if routes_wanted else []), may_fail=[NETSTAT_ROUTES_ARGV])
     table = None
@@ -333,8 +357,7 @@ def read_state(module, links):
         hwports = parse_hardware_ports(first[0][1])
         services = parse_service_order(first[1][1])
         interfaces = parse_ifconfig(first[2][1])
-    stale = stale_ports(links, hwports, interfaces, module.params["pool"],
-                        protected=module.params["protected_ifaces"])
+    stale = stale_ports(links, hwports, interfaces, module.params["pool"], protected=module.params["protected_ifaces"])
     wanted = {link["iface"] for link in links} | set(stale)
     listed = [svc for svc in services if svc.get("device") in wanted and svc.get("name")]
     names = [svc["name"] for svc in listed]
@@ -343,8 +366,12 @@ def read_state(module, links):
     prefs = read_preferences(SC_PREFERENCES)
     info = services_from_preferences(prefs, listed) if listed and prefs is not None else {}
     ask = [n for n in names if n not in info]
-    info.update({name: parse_getinfo(res[1])
-                 for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))})
+    info.update(
+        {
+            name: parse_getinfo(res[1])
+            for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))
+        }
+    )
     if table is not None:
         routes = {peer: route_of(table, peer) for peer in routes_wanted}
     else:  # a routing table that cannot be read: ask the kernel address by address
@@ -411,8 +438,9 @@ def write_some_files(module, files):
     if not files:
         return {}
     try:
-        return write_files(files, check_mode=module.check_mode, diff=module._diff,
-                           owner=sudo_owner(os.environ, os.geteuid()))
+        return write_files(
+            files, check_mode=module.check_mode, diff=module._diff, owner=sudo_owner(os.environ, os.geteuid())
+        )
     except FilesError as exc:
         module.fail_json(msg=exc.msg, **({"path": exc.path} if exc.path else {}))
 
@@ -429,25 +457,35 @@ def with_file_diffs(links_diff, files):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            links=dict(type="list", elements="dict", required=True, options=dict(
-                iface=dict(type="str", required=True),
-                address=dict(type="str", required=True),
-                prefix=dict(type="int", default=30),
-                peer_address=dict(type="str", required=True),
-                # carried along from the plan, for messages only
-                netmask=dict(type="str"), cable=dict(type="str"),
-                peer_host=dict(type="str"), peer_iface=dict(type="str"),
-            )),
+            links=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(
+                    iface=dict(type="str", required=True),
+                    address=dict(type="str", required=True),
+                    prefix=dict(type="int", default=30),
+                    peer_address=dict(type="str", required=True),
+                    # carried along from the plan, for messages only
+                    netmask=dict(type="str"),
+                    cable=dict(type="str"),
+                    peer_host=dict(type="str"),
+                    peer_iface=dict(type="str"),
+                ),
+            ),
             protected_ifaces=dict(type="list", elements="str", default=[]),
             pool=dict(type="str"),
             bridge=dict(type="str", default="bridge0"),
             bridge_service=dict(type="str", default="Thunderbolt Bridge"),
             host_routes=dict(type="bool", default=True),
-            state=dict(type="dict", options=dict(
-                hardware_ports=dict(type="dict"),
-                services=dict(type="list", elements="dict"),
-                interfaces=dict(type="dict"),
-            )),
+            state=dict(
+                type="dict",
+                options=dict(
+                    hardware_ports=dict(type="dict"),
+                    services=dict(type="list", elements="dict"),
+                    interfaces=dict(type="dict"),
+                ),
+            ),
             verify=dict(type="bool", default=False),
             verify_count=dict(type="int", default=2),
             verify_timeout=dict(type="int", default=3),
@@ -462,20 +500,33 @@ def main():
     try:
         state = read_state(module, p["links"])
         actions, warnings, before, after = plan_links(
-            p["links"], *state[:5], protected=p["protected_ifaces"], bridge=p["bridge"],
-            bridge_service=p["bridge_service"], host_routes=p["host_routes"], stale=state[5],
-            persistent=state[6])
+            p["links"],
+            *state[:5],
+            protected=p["protected_ifaces"],
+            bridge=p["bridge"],
+            bridge_service=p["bridge_service"],
+            host_routes=p["host_routes"],
+            stale=state[5],
+            persistent=state[6],
+        )
     except (LinkPlanError, ParseError) as exc:
         module.fail_json(msg=str(exc), links=p["links"])
     if state[6] is None and p["links"]:
-        warnings.append(f"cannot read the network preferences ({SC_PREFERENCES}): whether {p['bridge']} takes "
-                        f"the planned ports back at the next boot is not checked")
+        warnings.append(
+            f"cannot read the network preferences ({SC_PREFERENCES}): whether {p['bridge']} takes "
+            f"the planned ports back at the next boot is not checked"
+        )
     for w in warnings:
         module.warn(w)
     if module.check_mode:
         files = write_some_files(module, p["files"])
-        module.exit_json(changed=bool(actions) or files.get("changed", False), actions=actions, links=p["links"],
-                         diff=with_file_diffs({"before": before, "after": after}, files), **files_out(files))
+        module.exit_json(
+            changed=bool(actions) or files.get("changed", False),
+            actions=actions,
+            links=p["links"],
+            diff=with_file_diffs({"before": before, "after": after}, files),
+            **files_out(files),
+        )
     ran, already, now = [], [], None
     for action in actions:
         if action.get("runtime") and any(a["argv"][0] == "networksetup" for a in ran):
@@ -491,14 +542,20 @@ def main():
             run(module, action["argv"])
         ran.append(action)
     files = write_some_files(module, p["files"])
-    out = dict(changed=bool(actions) or files.get("changed", False), actions=ran, links=p["links"],
-               diff=with_file_diffs({"before": before, "after": after}, files), **files_out(files))
+    out = dict(
+        changed=bool(actions) or files.get("changed", False),
+        actions=ran,
+        links=p["links"],
+        diff=with_file_diffs({"before": before, "after": after}, files),
+        **files_out(files),
+    )
     if already:
         out["applied_by_networksetup"] = already
     if p["verify"]:
         out["verified"] = verify(module, p["links"], state[2])
-        out["no_answer"] = [{"peer_host": r["peer_host"], "problem": r["problem"]}
-                            for r in out["verified"] if not r["ok"]]
+        out["no_answer"] = [
+            {"peer_host": r["peer_host"], "problem": r["problem"]} for r in out["verified"] if not r["ok"]
+        ]
         if out["no_answer"] and p["fail_on_no_answer"]:
             module.fail_json(msg=no_answer_msg(out["no_answer"]), **out)
     module.exit_json(**out)

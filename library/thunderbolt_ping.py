@@ -81,9 +81,14 @@ no_answer:
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import no_answer_msg
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
+    no_answer_msg,
+    ping_argv,
+    ping_result,
+    pinged_from_the_other_end,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import ping_argv, ping_result, pinged_from_the_other_end
 
 
 def main():
@@ -102,8 +107,12 @@ def main():
     if module.params["first_end_only"]:
         links = [x for x in links if not pinged_from_the_other_end(x)]
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, results=[],
-                         msg="check mode: the cables are not pinged (planned addresses may not exist yet)")
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            results=[],
+            msg="check mode: the cables are not pinged (planned addresses may not exist yet)",
+        )
     ping = module.get_bin_path("ping", required=True)
     # ping ends by itself after `timeout` (-t); the bound is for a ping that does not
     runner = Runner(max(module.params["command_timeout"], module.params["timeout"] + 10))

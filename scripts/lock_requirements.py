@@ -49,6 +49,7 @@ def normal(name):
 
 def defaults():
     import yaml
+
     return yaml.safe_load(DEFAULTS.read_text())
 
 
@@ -57,15 +58,39 @@ def resolve(requirements, minor, platform, python=sys.executable):
     `platform` (binary wheels only, as the Macs install them)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        r = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                            "--disable-pip-version-check", "--report", str(report), "--only-binary=:all:",
-                            "--platform", platform, "--python-version", minor, "--implementation", "cp",
-                            "--target", str(Path(tmp) / "t"), *requirements],
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--report",
+                str(report),
+                "--only-binary=:all:",
+                "--platform",
+                platform,
+                "--python-version",
+                minor,
+                "--implementation",
+                "cp",
+                "--target",
+                str(Path(tmp) / "t"),
+                *requirements,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if r.returncode != 0:
             errors = [line for line in r.stderr.splitlines() if line.startswith("ERROR")]
-            raise SystemExit(f"lock_requirements: pip cannot resolve {' '.join(requirements)} for Python {minor} "
-                             f"on {platform}: {' '.join(errors)[-1200:] or r.stderr[-1200:]}")
+            raise SystemExit(
+                f"lock_requirements: pip cannot resolve {' '.join(requirements)} for Python {minor} "
+                f"on {platform}: {' '.join(errors)[-1200:] or r.stderr[-1200:]}"
+            )
         installs = json.loads(report.read_text())["install"]
     return {normal(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
 
@@ -77,23 +102,31 @@ def mac_file(filename):
     if not filename.endswith(".whl"):
         return False
     platform_tag = filename[:-4].split("-")[-1]
-    return platform_tag == "any" or any(t.startswith("macosx_") and t.endswith(("_arm64", "_universal2"))
-                                        for t in platform_tag.split("."))
+    return platform_tag == "any" or any(
+        t.startswith("macosx_") and t.endswith(("_arm64", "_universal2")) for t in platform_tag.split(".")
+    )
 
 
 def index_hashes(name, version, index=INDEX):
     """sha256 of every file of `name` `version` a Mac may install, from the index's JSON API."""
-    req = urllib.request.Request(f"{index.rstrip('/')}/{normal(name)}/",
-                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    req = urllib.request.Request(
+        f"{index.rstrip('/')}/{normal(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - the index's own URL
         files = json.load(resp)["files"]
     wanted = []
     for f in files:
         fname = f["filename"]
-        stem = fname[:-len(".tar.gz")] if fname.endswith(".tar.gz") else fname.rsplit(".", 1)[0]
+        stem = fname[: -len(".tar.gz")] if fname.endswith(".tar.gz") else fname.rsplit(".", 1)[0]
         parts = stem.split("-")
-        if len(parts) > 1 and normal(parts[0]) == normal(name) and parts[1] == version and mac_file(fname) \
-                and f.get("hashes", {}).get("sha256") and not f.get("yanked"):
+        if (
+            len(parts) > 1
+            and normal(parts[0]) == normal(name)
+            and parts[1] == version
+            and mac_file(fname)
+            and f.get("hashes", {}).get("sha256")
+            and not f.get("yanked")
+        ):
             wanted.append(f["hashes"]["sha256"])
     if not wanted:
         raise SystemExit(f"lock_requirements: the index has no file of {name} {version} for a Mac")
@@ -117,7 +150,9 @@ def marker(minors, all_minors):
     """'' when a version holds for every Python, else a marker naming the Pythons it is for."""
     if sorted(minors) == sorted(all_minors):
         return ""
-    return " ; " + " or ".join(f'python_version == "{m}"' for m in sorted(minors, key=lambda v: tuple(map(int, v.split(".")))))
+    return " ; " + " or ".join(
+        f'python_version == "{m}"' for m in sorted(minors, key=lambda v: tuple(map(int, v.split("."))))
+    )
 
 
 def render(pins, entries, note):
@@ -135,8 +170,10 @@ def lock(pins, minors, platform=PLATFORM, index=INDEX):
     for minor in minors:
         for name, version in resolve(pins, minor, platform).items():
             by_version.setdefault((name, version), []).append(minor)
-    entries = [(name, version, marker(ms, minors), index_hashes(name, version, index))
-               for (name, version), ms in by_version.items()]
+    entries = [
+        (name, version, marker(ms, minors), index_hashes(name, version, index))
+        for (name, version), ms in by_version.items()
+    ]
     return render(pins, entries, f"{platform}, Python {' '.join(minors)}")
 
 

@@ -60,5 +60,6 @@ def pytest_sessionfinish(session, exitstatus):
     if reliability is None and not _WORKER_ROWS:
         return
     from tests.e2e import reliability as rel
+
     rel.ROWS.extend(_WORKER_ROWS)
     rel.write()

@@ -87,20 +87,22 @@ def _weight_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (vocab, h)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q_out, h),
-            p + "self_attn.q_proj.bias": (q_out,),
-            p + "self_attn.k_proj.weight": (kv_out, h),
-            p + "self_attn.k_proj.bias": (kv_out,),
-            p + "self_attn.v_proj.weight": (kv_out, h),
-            p + "self_attn.v_proj.bias": (kv_out,),
-            p + "self_attn.o_proj.weight": (h, q_out),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (inter, h),
-            p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (q_out, h),
+                p + "self_attn.q_proj.bias": (q_out,),
+                p + "self_attn.k_proj.weight": (kv_out, h),
+                p + "self_attn.k_proj.bias": (kv_out,),
+                p + "self_attn.v_proj.weight": (kv_out, h),
+                p + "self_attn.v_proj.bias": (kv_out,),
+                p + "self_attn.o_proj.weight": (h, q_out),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "mlp.gate_proj.weight": (inter, h),
+                p + "mlp.up_proj.weight": (inter, h),
+                p + "mlp.down_proj.weight": (h, inter),
+            }
+        )
     shapes["model.norm.weight"] = (h,)
     shapes["lm_head.weight"] = (vocab, h)
     return shapes
@@ -131,14 +133,23 @@ def _shard_of(name: str, layers: int, shards: int) -> int:
     return 0 if name.startswith("model.embed_tokens") else shards - 1
 
 
-def tiny_config(vocab: int, eos_id: int, dtype: str = "float32", hidden_size: int = 64, layers: int = 2,
-                heads: int = 4, kv_heads: int = 2, intermediate_size: int = 128) -> dict:
+def tiny_config(
+    vocab: int,
+    eos_id: int,
+    dtype: str = "float32",
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate_size: int = 128,
+) -> dict:
     """config.json of the tiny qwen2 model (what mlx-lm's qwen2.ModelArgs reads), checked."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
     if hidden_size % heads or heads % kv_heads or (hidden_size // heads) % 2:
-        raise ValueError("hidden_size must divide by heads into an even head width (RoPE turns pairs), "
-                         "and heads by kv_heads")
+        raise ValueError(
+            "hidden_size must divide by heads into an even head width (RoPE turns pairs), and heads by kv_heads"
+        )
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
@@ -186,19 +197,26 @@ def make_tiny_model(
 
     tok = build_tokenizer(vocab_size)
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": EOS_TOKEN,
-        "pad_token": PAD_TOKEN,
-        "unk_token": None,
-        "model_max_length": 512,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
-    }, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": None,
+                "eos_token": EOS_TOKEN,
+                "pad_token": PAD_TOKEN,
+                "unk_token": None,
+                "model_max_length": 512,
+                "clean_up_tokenization_spaces": False,
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
-    cfg = tiny_config(tok.get_vocab_size(), tok.token_to_id(EOS_TOKEN), dtype, hidden_size, layers, heads,
-                      kv_heads, intermediate_size)
+    cfg = tiny_config(
+        tok.get_vocab_size(), tok.token_to_id(EOS_TOKEN), dtype, hidden_size, layers, heads, kv_heads, intermediate_size
+    )
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
     for stale in out.glob("model*.safetensors"):  # from an earlier call with other shards
@@ -215,9 +233,9 @@ def make_tiny_model(
     for fname, tensors in zip(names, per_file):
         mx.save_safetensors(str(out / fname), tensors, metadata={"format": "mlx"})
         total += sum(t.nbytes for t in tensors.values())
-    (out / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))},
-        indent=2) + "\n")
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n"
+    )
     return out
 
 
@@ -237,8 +255,13 @@ def demo_plan(macs: int) -> dict:
     kv_heads = macs
     heads = 2 * kv_heads
     hidden = heads * DEMO_HEAD_DIM
-    dims = {"layers": max(2, macs), "heads": heads, "kv_heads": kv_heads, "hidden_size": hidden,
-            "intermediate_size": 2 * hidden}
+    dims = {
+        "layers": max(2, macs),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+    }
     return {"dims": dims, "modes": ["tensor", "pipeline"], "left_out": {}}
 
 
@@ -251,13 +274,21 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=4, help="attention heads (tensor ranks split them evenly)")
     parser.add_argument("--kv-heads", type=int, default=2, help="key/value heads (tensor ranks split them evenly)")
     parser.add_argument("--hidden-size", type=int, default=64, help="model width (heads x head width)")
-    parser.add_argument("--intermediate-size", type=int, default=128,
-                        help="MLP width (tensor ranks split it evenly)")
-    parser.add_argument("--for-macs", type=int, metavar="N",
-                        help="the dimensions demo_plan picks for a demo over N Macs (instead of the four above)")
+    parser.add_argument("--intermediate-size", type=int, default=128, help="MLP width (tensor ranks split it evenly)")
+    parser.add_argument(
+        "--for-macs",
+        type=int,
+        metavar="N",
+        help="the dimensions demo_plan picks for a demo over N Macs (instead of the four above)",
+    )
     args = parser.parse_args(argv)
-    dims = {"layers": args.layers, "heads": args.heads, "kv_heads": args.kv_heads,
-            "hidden_size": args.hidden_size, "intermediate_size": args.intermediate_size}
+    dims = {
+        "layers": args.layers,
+        "heads": args.heads,
+        "kv_heads": args.kv_heads,
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.intermediate_size,
+    }
     if args.for_macs is not None:
         dims = demo_plan(args.for_macs)["dims"]
     print(make_tiny_model(args.out_dir, dtype=args.dtype, seed=args.seed, **dims))

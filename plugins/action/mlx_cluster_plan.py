@@ -20,8 +20,19 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
-_SETTINGS = ("ssh", "backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
-             "exclude_networks", "envs", "remote_dir", "hostfile_name", "fallback_backend")
+_SETTINGS = (
+    "ssh",
+    "backend",
+    "rdma_wanted",
+    "rdma_required",
+    "rdma_through_docks",
+    "ip_pool",
+    "exclude_networks",
+    "envs",
+    "remote_dir",
+    "hostfile_name",
+    "fallback_backend",
+)
 
 
 class ActionModule(ActionBase):
@@ -43,9 +54,14 @@ class ActionModule(ActionBase):
                 continue
             hv = hostvars[name]
             facts[name] = self._templar.template(hv.get("mlx_cluster"))
-            coordinators[name] = self._templar.template(planner.coordinator(
-                {"mlx_cluster_coordinator_address": hv.get("mlx_cluster_coordinator_address"),
-                 "mlx_cluster": facts[name]}))
+            coordinators[name] = self._templar.template(
+                planner.coordinator(
+                    {
+                        "mlx_cluster_coordinator_address": hv.get("mlx_cluster_coordinator_address"),
+                        "mlx_cluster": facts[name],
+                    }
+                )
+            )
         if unknown:
             raise AnsibleActionFail("mlx_cluster_plan: %s not in the inventory" % ", ".join(unknown))
         settings = {k: args[k] for k in _SETTINGS if k in args}
@@ -58,9 +74,10 @@ class ActionModule(ActionBase):
         try:
             plan = planner.make_plan(plain(facts), plain(settings))
         except planner.PlanError as exc:
-            raise AnsibleActionFail("mlx_cluster_plan: %s" % exc.message)
+            raise AnsibleActionFail("mlx_cluster_plan: %s" % exc.message) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise AnsibleActionFail("mlx_cluster_plan: malformed discovery facts (%s): re-run the "
-                                    "discover stage" % exc)
+            raise AnsibleActionFail(
+                "mlx_cluster_plan: malformed discovery facts (%s): re-run the discover stage" % exc
+            ) from None
         result.update(changed=False, ansible_facts={"mlx_cluster_plan": plan})
         return result

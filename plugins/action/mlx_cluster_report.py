@@ -49,10 +49,13 @@ class ActionModule(ActionBase):
         args = self._task.args
         folder = args.get("artifacts_dir")
         if not isinstance(folder, str) or not folder:
-            raise AnsibleActionFail("mlx_cluster_report: artifacts_dir must be the artifacts directory "
-                                    "(mlx_cluster_artifacts_dir)")
-        for key, kind, what in (("plan", Mapping, "the mlx_cluster_plan fact"),
-                                ("facts", Mapping, "a mapping host -> mlx_cluster facts")):
+            raise AnsibleActionFail(
+                "mlx_cluster_report: artifacts_dir must be the artifacts directory (mlx_cluster_artifacts_dir)"
+            )
+        for key, kind, what in (
+            ("plan", Mapping, "the mlx_cluster_plan fact"),
+            ("facts", Mapping, "a mapping host -> mlx_cluster facts"),
+        ):
             if args.get(key) is not None and not isinstance(args[key], kind):
                 raise AnsibleActionFail("mlx_cluster_report: %s must be %s" % (key, what))
         folder = os.path.expanduser(str(folder))
@@ -75,9 +78,11 @@ class ActionModule(ActionBase):
                 os.makedirs(folder, mode=0o700, exist_ok=True)
                 _write(path, page)
             except OSError as exc:
-                raise AnsibleActionFail("mlx_cluster_report: cannot write %s: %s. Check that the user "
-                                        "running ansible-playbook may write to %s (mlx_cluster_artifacts_dir)."
-                                        % (path, exc.strerror or exc, folder))
+                raise AnsibleActionFail(
+                    "mlx_cluster_report: cannot write %s: %s. Check that the user "
+                    "running ansible-playbook may write to %s (mlx_cluster_artifacts_dir)."
+                    % (path, exc.strerror or exc, folder)
+                ) from None
         # Every run: the artifacts directory 0700 and what is in it private (a directory that was
         # there before the toolkit, or a file copied in, keeps no group or other access).
         loose = loose_modes(folder)
@@ -86,8 +91,13 @@ class ActionModule(ActionBase):
                 try:
                     os.chmod(where, want)
                 except OSError as exc:
-                    raise AnsibleActionFail("mlx_cluster_report: cannot make %s private (mode %04o): %s"
-                                            % (where, want, exc.strerror or exc))
-        result.update(changed=not same or bool(loose), path=path,
-                      modes=[{"path": where, "mode": "%04o" % now, "set": "%04o" % want} for where, now, want in loose])
+                    raise AnsibleActionFail(
+                        "mlx_cluster_report: cannot make %s private (mode %04o): %s"
+                        % (where, want, exc.strerror or exc)
+                    ) from None
+        result.update(
+            changed=not same or bool(loose),
+            path=path,
+            modes=[{"path": where, "mode": "%04o" % now, "set": "%04o" % want} for where, now, want in loose],
+        )
         return result

@@ -19,7 +19,11 @@ class ActionModule(InProcessOnController):
 
     def run_in_process(self, params):
         try:
-            return write_files(params["files"], params["directory_mode"],
-                               check_mode=bool(self._task.check_mode), diff=bool(self._task.diff))
+            return write_files(
+                params["files"],
+                params["directory_mode"],
+                check_mode=bool(self._task.check_mode),
+                diff=bool(self._task.diff),
+            )
         except FilesError as exc:
             return dict(failed=True, msg=exc.msg, **({"path": exc.path} if exc.path else {}))

@@ -20,7 +20,12 @@ class ActionModule(InProcessOnController):
 
     def run_in_process(self, params):
         try:
-            return render(params["src"], params["dest"], params["dot"], Runner(params["command_timeout"]),
-                          check_mode=bool(self._task.check_mode))
+            return render(
+                params["src"],
+                params["dest"],
+                params["dot"],
+                Runner(params["command_timeout"]),
+                check_mode=bool(self._task.check_mode),
+            )
         except PictureError as exc:
             return dict(failed=True, msg=exc.msg)

@@ -62,12 +62,16 @@ def ssh_target(name, options):
     option, so what the inventory says wins over our defaults."""
     connection = options.get("connection") or "ssh"
     if connection not in CONNECTIONS:
-        raise TargetError(f"{name}: ansible_connection is {connection!r}; mlx.launch and rsync reach the "
-                          f"Macs over ssh. Use the ssh connection for the cluster's Macs.")
+        raise TargetError(
+            f"{name}: ansible_connection is {connection!r}; mlx.launch and rsync reach the "
+            f"Macs over ssh. Use the ssh connection for the cluster's Macs."
+        )
     key_file = options.get("private_key_file")
     if options.get("private_key") and not key_file:
-        raise TargetError(f"{name}: the key is given as text (ansible_private_key); mlx.launch and rsync "
-                          f"need it in a file: set ansible_ssh_private_key_file.")
+        raise TargetError(
+            f"{name}: the key is given as text (ansible_private_key); mlx.launch and rsync "
+            f"need it in a file: set ansible_ssh_private_key_file."
+        )
     host = options.get("host") or name
     argv = ["-o", "BatchMode=yes"] + _without_ansible_only(_split(options.get("ssh_args")))
     port = options.get("port")
@@ -82,13 +86,27 @@ def ssh_target(name, options):
     if user:
         argv += ["-o", f"User={user}"]
     argv += _split(options.get("ssh_common_args")) + _split(options.get("ssh_extra_args")) + list(DEFAULT_OPTIONS)
-    return {"name": name, "host": str(host), "user": str(user) if user else None,
-            "port": int(port) if port not in (None, "") else None,
-            "ssh": options.get("ssh_executable") or "ssh", "options": argv}
+    return {
+        "name": name,
+        "host": str(host),
+        "user": str(user) if user else None,
+        "port": int(port) if port not in (None, "") else None,
+        "ssh": options.get("ssh_executable") or "ssh",
+        "options": argv,
+    }
 
 
-OPTION_NAMES = ("host", "remote_user", "port", "private_key_file", "private_key", "ssh_args", "ssh_common_args",
-                "ssh_extra_args", "ssh_executable")
+OPTION_NAMES = (
+    "host",
+    "remote_user",
+    "port",
+    "private_key_file",
+    "private_key",
+    "ssh_args",
+    "ssh_common_args",
+    "ssh_extra_args",
+    "ssh_executable",
+)
 
 
 class ActionModule(ActionBase):
@@ -113,8 +131,10 @@ class ActionModule(ActionBase):
             for var in C.config.get_plugin_vars("connection", "ssh"):
                 if var in hv:
                     variables[var] = self._templar.template(hv[var])
-            options = {o: C.config.get_config_value(o, plugin_type="connection", plugin_name="ssh",
-                                                    variables=variables) for o in OPTION_NAMES}
+            options = {
+                o: C.config.get_config_value(o, plugin_type="connection", plugin_name="ssh", variables=variables)
+                for o in OPTION_NAMES
+            }
             options["connection"] = self._templar.template(hv.get("ansible_connection", "ssh"))
             try:
                 targets[name] = ssh_target(name, options)

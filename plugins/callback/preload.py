@@ -73,7 +73,9 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_start(self, playbook):
         _, failed = preload()
         for name, exc in failed:
-            self._display.vvv(f"mlx.cluster.preload: {name} not imported ahead ({type(exc).__name__}: {exc}); "
-                              "its first use reports it")
+            self._display.vvv(
+                f"mlx.cluster.preload: {name} not imported ahead ({type(exc).__name__}: {exc}); "
+                "its first use reports it"
+            )
         # after the imports: the playbook is parsed and the plugins loaded, all of it kept to the end
         gc.freeze()

@@ -11,9 +11,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power, mlx_wired
 from ansible_collections.mlx.cluster.plugins.plugin_utils import model_split, planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 from ansible_collections.mlx.cluster.plugins.plugin_utils import ports as port_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 # Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
 # `ansible-doc -t filter mlx.cluster.<name>`.
@@ -36,8 +36,9 @@ def mlx_preflight_report(problems):
 
 def mlx_memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
     if not isinstance(weights, dict) or "layer_bytes" not in weights:
-        raise AnsibleFilterError("mlx_memory_fit: expects the weights returned by mlx.cluster.model_manifest "
-                                 "with weights: true")
+        raise AnsibleFilterError(
+            "mlx_memory_fit: expects the weights returned by mlx.cluster.model_manifest with weights: true"
+        )
     if not isinstance(hw_by_host, dict) or not isinstance(modes, (list, tuple)):
         raise AnsibleFilterError("mlx_memory_fit: hw_by_host must be a dict host -> mlx_cluster.hw, modes a list")
     try:
@@ -48,8 +49,10 @@ def mlx_memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model
 
 def mlx_model_split(dims, ranks, modes, model="the model", index=True):
     if dims is not None and not isinstance(dims, dict):
-        raise AnsibleFilterError("mlx_model_split: expects weights.dims as returned by mlx.cluster.model_manifest "
-                                 "with weights: true (or null)")
+        raise AnsibleFilterError(
+            "mlx_model_split: expects weights.dims as returned by mlx.cluster.model_manifest "
+            "with weights: true (or null)"
+        )
     if not isinstance(modes, (list, tuple)) or not set(modes) <= set(model_split.MODES):
         raise AnsibleFilterError(f"mlx_model_split: modes must be a list of {', '.join(model_split.MODES)}")
     try:
@@ -82,6 +85,7 @@ def mlx_plan_artifact(plan):
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
+
     out = strip(plan)
     ip_plan = out.get("ip_plan")
     if isinstance(ip_plan, dict) and isinstance(ip_plan.get("excluded"), list) and ip_plan.get("pool"):
@@ -122,16 +126,32 @@ def mlx_cable_hostfiles(plan, envs=None):
         for cid, c in sorted((plan.get("ip_plan") or {}).get("cables", {}).items()):
             a, b = c["a"], c["b"]
             base = cid.replace(":", "_").replace("~", "__")
-            ring = {"backend": "ring", "envs": list(envs or []),
-                    "hosts": [{"ssh": a["host"], "ips": [a["address"]], "rdma": []},
-                              {"ssh": b["host"], "ips": [b["address"]], "rdma": []}]}
-            item = {"cable": cid, "name": f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}",
-                    "file": base + ".json", "hostfile": ring, "ring_file": None, "ring_hostfile": None}
+            ring = {
+                "backend": "ring",
+                "envs": list(envs or []),
+                "hosts": [
+                    {"ssh": a["host"], "ips": [a["address"]], "rdma": []},
+                    {"ssh": b["host"], "ips": [b["address"]], "rdma": []},
+                ],
+            }
+            item = {
+                "cable": cid,
+                "name": f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}",
+                "file": base + ".json",
+                "hostfile": ring,
+                "ring_file": None,
+                "ring_hostfile": None,
+            }
             if backend in ("jaccl", "jaccl-ring") and (rdma_ids is None or cid in rdma_ids):
-                hosts = [{"ssh": a["host"], "ips": [coords.get(a["host"])], "rdma": [None, f"rdma_{a['iface']}"]},
-                         {"ssh": b["host"], "ips": [coords.get(b["host"])], "rdma": [f"rdma_{b['iface']}", None]}]
-                item.update(hostfile={"backend": "jaccl", "envs": list(envs or []), "hosts": hosts},
-                            ring_file=base + "-ring.json", ring_hostfile=ring)
+                hosts = [
+                    {"ssh": a["host"], "ips": [coords.get(a["host"])], "rdma": [None, f"rdma_{a['iface']}"]},
+                    {"ssh": b["host"], "ips": [coords.get(b["host"])], "rdma": [f"rdma_{b['iface']}", None]},
+                ]
+                item.update(
+                    hostfile={"backend": "jaccl", "envs": list(envs or []), "hosts": hosts},
+                    ring_file=base + "-ring.json",
+                    ring_hostfile=ring,
+                )
             out.append(item)
         return out
     except (AttributeError, KeyError, TypeError) as exc:
@@ -148,7 +168,7 @@ def mlx_cable_results(loop_results):
     for r in loop_results or []:
         if not isinstance(r, dict) or r.get("skipped"):
             continue
-        sizes = ((r.get("result") or {}).get("results") or [])
+        sizes = (r.get("result") or {}).get("results") or []
         item = r.get("item") or {}
         gbps = sizes[-1].get("bus_bandwidth_gbps") if sizes else None
         key = (item.get("cable"), item.get("name"))
@@ -189,7 +209,8 @@ def mlx_dropped_out(ip_plan, hosts):
 def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, verify=True, peers=None):
     """True when a Mac's discovery (mlx_cluster_facts with probe_links) shows its planned links
     exactly in place (thunderbolt_links would run nothing: same bridge, now and in its
-    definition, services, addresses, routes; no stale cluster address) and, with `verify`, every planned link answered a ping
+    definition, services, addresses, routes; no stale cluster address) and, with `verify`, every planned link
+    answered a ping
     between its planned addresses. Discovery pings each cable once, from the end holding the
     /30's first address: `peers` ({host: mlx_cluster facts}, e.g. hostvars) gives the other
     end's ping for cables this Mac did not ping. False on any doubt (no links_state, a refusal
@@ -210,9 +231,17 @@ def mlx_links_in_place(facts, links, protected=(), pool=None, host_routes=True, 
             return False
         stale = netcfg.stale_ports(links, hwports, interfaces, pool, protected=protected)
         actions, _warnings, _before, _after = netcfg.plan_links(
-            links, hwports, facts["services"], interfaces, state.get("service_info") or {},
-            state.get("routes") or {}, protected=protected, host_routes=host_routes, stale=stale,
-            persistent={"members": persistent})
+            links,
+            hwports,
+            facts["services"],
+            interfaces,
+            state.get("service_info") or {},
+            state.get("routes") or {},
+            protected=protected,
+            host_routes=host_routes,
+            stale=stale,
+            persistent={"members": persistent},
+        )
     except (netcfg.LinkPlanError, KeyError, TypeError, ValueError, AttributeError):
         return False
     if actions:
@@ -233,7 +262,7 @@ def _answered(link, state, peers, netcfg):
         return bool(seen.get("ok")) and seen.get("address") == mine and seen.get("peer_address") == theirs
     try:
         seen = (peers[link.get("peer_host")].get("links_state") or {}).get("pings") or {}
-    except (KeyError, TypeError, AttributeError):   # no peers, no such peer, a peer without facts
+    except (KeyError, TypeError, AttributeError):  # no peers, no such peer, a peer without facts
         return False
     seen = seen.get(link.get("peer_iface")) or {}
     return bool(seen.get("ok")) and seen.get("address") == theirs and seen.get("peer_address") == mine
@@ -312,8 +341,10 @@ def mlx_port_endpoints(hostfile, starting_port=None):
 
 def mlx_port_problems(endpoints, listened, connected, timeout=5):
     if not isinstance(endpoints, list) or not isinstance(listened, dict) or not isinstance(connected, dict):
-        raise AnsibleFilterError("mlx_port_problems: expects the endpoints (mlx_port_endpoints), then dicts host -> "
-                                 "the listen result and host -> the connect results of mlx.cluster.mlx_port_probe")
+        raise AnsibleFilterError(
+            "mlx_port_problems: expects the endpoints (mlx_port_endpoints), then dicts host -> "
+            "the listen result and host -> the connect results of mlx.cluster.mlx_port_probe"
+        )
     try:
         return port_rules.port_problems(plain(endpoints), plain(listened), plain(connected), int(timeout))
     except (KeyError, TypeError, ValueError) as exc:

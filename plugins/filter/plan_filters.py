@@ -20,17 +20,16 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 def _check(filter_name, arg, value, types, what):
     if not isinstance(value, types):
-        raise AnsibleFilterError("%s: %s must be %s, got %s"
-                                 % (filter_name, arg, what, type(value).__name__))
+        raise AnsibleFilterError("%s: %s must be %s, got %s" % (filter_name, arg, what, type(value).__name__))
 
 
 def _call(filter_name, function, *args, **kwargs):
     try:
         return function(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
     except planner.PlanError as exc:
-        raise AnsibleFilterError("%s: %s" % (filter_name, exc.message))
+        raise AnsibleFilterError("%s: %s" % (filter_name, exc.message)) from None
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("%s: %s" % (filter_name, exc))
+        raise AnsibleFilterError("%s: %s" % (filter_name, exc)) from None
 
 
 def mlx_links(facts_by_host):
@@ -39,19 +38,25 @@ def mlx_links(facts_by_host):
     return _call("mlx_links", planner.links, facts_by_host)
 
 
-def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
-                 rdma_required=False):
+def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False, rdma_required=False):
     """links -> {hosts, mesh, ring, ring_width, backend, backend_reason, missing, message, ...}."""
     _check("mlx_topology", "input", links, Mapping, "the result of mlx_links")
     _check("mlx_topology", "hosts", hosts, (list, tuple), "a list of inventory hostnames")
-    _check("mlx_topology", "rdma", rdma, (bool, Mapping),
-           "a boolean, a mapping host -> bool or host -> mlx_rdma facts")
+    _check("mlx_topology", "rdma", rdma, (bool, Mapping), "a boolean, a mapping host -> bool or host -> mlx_rdma facts")
     if backend is not None:
         _check("mlx_topology", "backend", backend, str, "auto, jaccl, jaccl-ring or ring")
     _check("mlx_topology", "rdma_through_docks", rdma_through_docks, bool, "true or false")
     _check("mlx_topology", "rdma_required", rdma_required, bool, "true or false")
-    return _call("mlx_topology", planner.topology, links, hosts, rdma=rdma, backend=backend,
-                 rdma_through_docks=rdma_through_docks, rdma_required=rdma_required)
+    return _call(
+        "mlx_topology",
+        planner.topology,
+        links,
+        hosts,
+        rdma=rdma,
+        backend=backend,
+        rdma_through_docks=rdma_through_docks,
+        rdma_required=rdma_required,
+    )
 
 
 def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
@@ -67,8 +72,9 @@ def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
     _check("mlx_ip_plan", "exclude", exclude, (list, tuple), "a list of CIDR strings")
     if current is not None:
         _check("mlx_ip_plan", "current", current, Mapping, "a mapping host -> {iface: addresses}")
-    return _call("mlx_ip_plan", planner.ip_plan, links, pool=pool, interfaces=interfaces,
-                 exclude=exclude, current=current)
+    return _call(
+        "mlx_ip_plan", planner.ip_plan, links, pool=pool, interfaces=interfaces, exclude=exclude, current=current
+    )
 
 
 def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coordinator=None):
@@ -84,19 +90,30 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
     _check("mlx_hostfile", "envs", envs, (list, tuple), "a list of NAME=value strings")
     if backend is not None:
         _check("mlx_hostfile", "backend", backend, str, "jaccl, jaccl-ring or ring")
-    return _call("mlx_hostfile", planner.hostfile, topology, plan, coordinators=coordinators,
-                 envs=envs, backend=backend)
+    return _call(
+        "mlx_hostfile", planner.hostfile, topology, plan, coordinators=coordinators, envs=envs, backend=backend
+    )
 
 
 def mlx_discovery_request(run_tags, skip_tags=(), remote_dir="", hostfile_name="", wired_limit=""):
-    """ansible_run_tags -> {probe_links, probe_sudo, read_power, read_updates, read_files}: what discovery reads for the later stages."""
+    """ansible_run_tags -> {probe_links, probe_sudo, read_power, read_updates, read_files}: what discovery reads
+    for the later stages."""
     _check("mlx_discovery_request", "input", run_tags, (list, tuple), "ansible_run_tags")
     _check("mlx_discovery_request", "skip_tags", skip_tags, (list, tuple), "ansible_skip_tags")
     _check("mlx_discovery_request", "remote_dir", remote_dir, str, "mlx_cluster_remote_dir (a path or '')")
     _check("mlx_discovery_request", "hostfile_name", hostfile_name, str, "a file name or ''")
-    _check("mlx_discovery_request", "wired_limit", wired_limit, (str, int), "mlx_cluster_wired_limit ('', auto, off, MB)")
-    return _call("mlx_discovery_request", planner.discovery_request, run_tags, skip_tags,
-                 remote_dir, hostfile_name or planner.HOSTFILE_NAME, str(wired_limit))
+    _check(
+        "mlx_discovery_request", "wired_limit", wired_limit, (str, int), "mlx_cluster_wired_limit ('', auto, off, MB)"
+    )
+    return _call(
+        "mlx_discovery_request",
+        planner.discovery_request,
+        run_tags,
+        skip_tags,
+        remote_dir,
+        hostfile_name or planner.HOSTFILE_NAME,
+        str(wired_limit),
+    )
 
 
 def mlx_dot(links, topology=None, plan=None):
@@ -129,11 +146,10 @@ def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = no limit)")
     if files is not None:
         _check("mlx_sync_rounds", "files", files, Mapping, "the model's files {relpath: {size, mtime}}")
-    return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts,
-                 fanout=fanout, files=files)
+    return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts, fanout=fanout, files=files)
 
 
-class FilterModule(object):
+class FilterModule:
     """mlx-cluster planner filters."""
 
     def filters(self):

@@ -22,8 +22,10 @@ def mlx_base_python(pythons_by_host, versions, mlx_version="", base=""):
     if not isinstance(versions, (list, tuple)):
         raise AnsibleFilterError("mlx_base_python: versions must be a list of minor versions, e.g. ['3.13', '3.12']")
     try:
-        return pythons.base_python(plain(pythons_by_host), {"versions": list(versions), "mlx_version": str(mlx_version),
-                                                             "base": str(base or "")})
+        return pythons.base_python(
+            plain(pythons_by_host),
+            {"versions": list(versions), "mlx_version": str(mlx_version), "base": str(base or "")},
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AnsibleFilterError(f"mlx_base_python: malformed facts ({exc})") from exc
 
@@ -52,6 +54,10 @@ def mlx_unsafe_path(path, setting, home=False):
 
 class FilterModule:
     def filters(self):
-        return {"mlx_base_python": mlx_base_python, "mlx_python_probe_msg": mlx_python_probe_msg,
-                "mlx_clt_stub": mlx_clt_stub, "mlx_unsafe_path": mlx_unsafe_path,
-                "mlx_lock_problem": mlx_lock_problem}
+        return {
+            "mlx_base_python": mlx_base_python,
+            "mlx_python_probe_msg": mlx_python_probe_msg,
+            "mlx_clt_stub": mlx_clt_stub,
+            "mlx_unsafe_path": mlx_unsafe_path,
+            "mlx_lock_problem": mlx_lock_problem,
+        }

@@ -25,8 +25,9 @@ def sender_addresses(facts, cables):
 
 def mlx_cluster_key_line(public_key, sender, facts, cables, command_file, directory, rsync_path=""):
     try:
-        return authorized_line(public_key, sender_addresses(plain(facts), plain(cables)), command_file, directory,
-                               rsync_path or "")
+        return authorized_line(
+            public_key, sender_addresses(plain(facts), plain(cables)), command_file, directory, rsync_path or ""
+        )
     except (ValueError, AttributeError, TypeError) as exc:
         raise AnsibleFilterError(f"mlx_cluster_key_line: the cluster key of {sender}: {exc}") from exc
 

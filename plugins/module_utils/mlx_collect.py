@@ -43,6 +43,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     route_of,
     slash30_partner,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     PMSET_CUSTOM_ARGV,
     UPDATES_ARGV,
@@ -51,8 +52,11 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_facts
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import BRIDGE_PORT, parse_service_order, thunderbolt_facts
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
+    BRIDGE_PORT,
+    parse_service_order,
+    thunderbolt_facts,
+)
 
 SP_ARGV = ["system_profiler", "SPThunderboltDataType", "-json"]
 HWPORTS_ARGV = ["networksetup", "-listallhardwareports"]
@@ -81,8 +85,20 @@ SUDO_PROBE_ARGV = ["sudo", "-n", "/bin/sh", "-c", "true"]
 # All read-only and independent: a module may start them at once and answer `run` from
 # their results, in any order.
 # bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
-CLUSTER_ARGVS = (SYSCTL_ARGV, WIRED_LIMIT_ARGV, SP_ARGV, HWPORTS_ARGV, SERVICE_ORDER_ARGV, IBV_DEVICES_ARGV,
-                 IBV_DEVINFO_ARGV, RDMA_CTL_ARGV, IFCONFIG_ARGV, SW_VERS_ARGV, PMSET_ARGV, UPDATES_ARGV)
+CLUSTER_ARGVS = (
+    SYSCTL_ARGV,
+    WIRED_LIMIT_ARGV,
+    SP_ARGV,
+    HWPORTS_ARGV,
+    SERVICE_ORDER_ARGV,
+    IBV_DEVICES_ARGV,
+    IBV_DEVINFO_ARGV,
+    RDMA_CTL_ARGV,
+    IFCONFIG_ARGV,
+    SW_VERS_ARGV,
+    PMSET_ARGV,
+    UPDATES_ARGV,
+)
 
 
 def label(argv):
@@ -95,6 +111,7 @@ def side_by_side(runner, cmds, workers):
     mlx_run.Runner `runner`; the (rc, out, err) of each, in order, the CommandTimeout of one
     that did not answer, or None for one that could not be started (the caller decides: run
     it again where a failure is reported properly, or count it as failed)."""
+
     def one(cmd):
         try:
             return runner.run(cmd)
@@ -139,6 +156,7 @@ def module_runner(module, runner, record, done=None):
         rc, out, err = result
         record[key] = {"rc": rc, "cmd": cmd, "stderr": err}
         return rc, out, err
+
     return run
 
 
@@ -211,8 +229,9 @@ def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, prefer
     facts["warnings"] = warnings + facts["warnings"]
     defined = bridges_from_preferences(preferences) if preferences is not None else None
     device = facts["hardware_ports"].get(BRIDGE_PORT) or BRIDGE_ARGV[1]
-    facts["bridge"]["persistent_members"] = None if defined is None else \
-        list((defined.get(device) or {}).get("members") or [])
+    facts["bridge"]["persistent_members"] = (
+        None if defined is None else list((defined.get(device) or {}).get("members") or [])
+    )
     return facts, facts["warnings"]
 
 
@@ -238,8 +257,9 @@ def collect_rdma(run, cabled=None):
                 rc, out, err = info
                 devinfo_text = out if rc == 0 else ""
                 if rc != 0 and devices_text.strip() and "rdma_" in devices_text:
-                    warnings.append(f"`ibv_devinfo -v` exited with {rc} ({_first_line(err or out)}); "
-                                    f"port states are unknown")
+                    warnings.append(
+                        f"`ibv_devinfo -v` exited with {rc} ({_first_line(err or out)}); port states are unknown"
+                    )
         ctl_text = optional(run, RDMA_CTL_ARGV, warnings)
     except CommandTimeout as exc:
         warnings.append(exc.msg)
@@ -279,12 +299,19 @@ def sudo_facts(result, user):
     if isinstance(result, CommandTimeout):
         return {"user": user, "passwordless": False, "message": result.reason}
     if result is None:
-        return {"user": user, "passwordless": False, "message": "`sudo` could not be run (not on PATH, or it could not start)"}
+        return {
+            "user": user,
+            "passwordless": False,
+            "message": "`sudo` could not be run (not on PATH, or it could not start)",
+        }
     rc, out, err = result
     if rc == 0:
         return {"user": user, "passwordless": True, "message": None}
-    return {"user": user, "passwordless": False,
-            "message": _first_line(err or out) or f"`{label(SUDO_PROBE_ARGV)}` exited with {rc}"}
+    return {
+        "user": user,
+        "passwordless": False,
+        "message": _first_line(err or out) or f"`{label(SUDO_PROBE_ARGV)}` exited with {rc}",
+    }
 
 
 def _mgmt(run, interfaces, ssh_connection, warnings):
@@ -293,8 +320,10 @@ def _mgmt(run, interfaces, ssh_connection, warnings):
         rc, out, _ = run(ROUTE_ARGV)  # rc 1 "not in table": no default route
         mgmt = mgmt_by_iface(interfaces, parse_route_default(out) if rc == 0 else None)
     if mgmt is None:
-        warnings.append("the management interface is unknown: SSH_CONNECTION names no local "
-                        "IPv4 address and there is no default route")
+        warnings.append(
+            "the management interface is unknown: SSH_CONNECTION names no local "
+            "IPv4 address and there is no default route"
+        )
         mgmt = {"iface": None, "address": None}
     return mgmt
 
@@ -316,8 +345,9 @@ def collect_cluster(run, ssh_connection, disk, preferences=None, power=True, upd
     hw["wired_limit_mb"] = parse_wired_limit(*wired[:2]) if wired else None
     ifconfig_text = required(run, IFCONFIG_ARGV)
     raw = {}
-    thunderbolt, warnings = collect_thunderbolt(run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text,
-                                                preferences=preferences)
+    thunderbolt, warnings = collect_thunderbolt(
+        run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text, preferences=preferences
+    )
     rdma, rdma_warnings = collect_rdma(run, cabled_ifaces(thunderbolt))
     warnings = list(warnings) + rdma_warnings
     interfaces = interfaces_facts(ifconfig_text)
@@ -341,6 +371,7 @@ def collect_cluster(run, ssh_connection, disk, preferences=None, power=True, upd
 
 # ---- the links as they are: what the network stage would read, read once at discovery ----
 
+
 def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     """The read-only commands that tell whether a Mac's Thunderbolt links are in place and
     working, from its discovery facts: `networksetup -getinfo` of every service on a
@@ -352,8 +383,11 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     nothing more.
     Returns [(kind, key, argv)]: kind "info" (key: service), "routes" (key: the other ends'
     addresses, a tuple), "ping" (key: iface)."""
-    tb = {dev for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
-          if dev and TB_PORT.match(port or "")}
+    tb = {
+        dev
+        for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
+        if dev and TB_PORT.match(port or "")
+    }
     out, peers, pings = [], [], []
     for svc in facts.get("services") or []:
         if svc.get("device") in tb and svc.get("name") and svc["name"] not in (known or {}):

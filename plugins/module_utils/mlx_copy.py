@@ -223,8 +223,7 @@ class Receiver:
     connection stalls for `stall` seconds; it returns what happened (see RETURN of model_receive).
     """
 
-    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic,
-                 rehash=False):
+    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic, rehash=False):
         bad = sorted(filter(None, (rel_problem(rel) for rel in files)))
         if bad:
             raise CopyError("refusing to receive " + "; ".join(bad), "path")
@@ -311,8 +310,14 @@ class Receiver:
                     sock.close()
                 if exc.errno == errno.EADDRINUSE and len(socks) > 1 and not self.port:
                     continue
-                why = (": that address is not on this Mac (its cable is not addressed: run the network stage, "
-                       "--tags network)") if exc.errno == errno.EADDRNOTAVAIL else ""
+                why = (
+                    (
+                        ": that address is not on this Mac (its cable is not addressed: run the network stage, "
+                        "--tags network)"
+                    )
+                    if exc.errno == errno.EADDRNOTAVAIL
+                    else ""
+                )
                 raise CopyError(f"cannot listen on {address}: {exc.strerror}{why}", "bind") from None
             self.socks = socks
             self.port = socks[0].getsockname()[1]
@@ -349,11 +354,17 @@ class Receiver:
         for t in threads:
             t.join(self.stall + 5)
         failed = sorted(rel for rel in self.files if self.status.get(rel) != "had" and self.status.get(rel) != "copied")
-        return {"port": self.port, "seconds": round(self.clock() - start, 3),
-                "copied": sorted(rel for rel, s in self.status.items() if s == "copied"),
-                "had": sorted(rel for rel, s in self.status.items() if s == "had"),
-                "missing": failed, "files": self.results, "problems": self.problems, "strangers": self.strangers,
-                "bytes": sum(r["bytes"] for r in self.results.values())}
+        return {
+            "port": self.port,
+            "seconds": round(self.clock() - start, 3),
+            "copied": sorted(rel for rel, s in self.status.items() if s == "copied"),
+            "had": sorted(rel for rel, s in self.status.items() if s == "had"),
+            "missing": failed,
+            "files": self.results,
+            "problems": self.problems,
+            "strangers": self.strangers,
+            "bytes": sum(r["bytes"] for r in self.results.values()),
+        }
 
     def problem(self, rel, kind, msg):
         with self.lock:
@@ -368,8 +379,11 @@ class Receiver:
             conn.settimeout(HELLO_TIMEOUT)
             hello = chan.line()
             token = hello.get("token")
-            if hello.get("magic") != MAGIC or not isinstance(token, str) or \
-                    not hmac.compare_digest(token.encode("utf-8"), self.token.encode("utf-8")):
+            if (
+                hello.get("magic") != MAGIC
+                or not isinstance(token, str)
+                or not hmac.compare_digest(token.encode("utf-8"), self.token.encode("utf-8"))
+            ):
                 with self.lock:
                     self.strangers.append(peer[0])
                 chan.send({"ok": False, "error": "not this copy's token"})
@@ -439,7 +453,9 @@ class Receiver:
                         n = os.write(fd, view)
                     except OSError as exc:
                         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                            raise CopyError(f"the disk is full writing {rel} ({want['size']} bytes)", "disk_full") from None
+                            raise CopyError(
+                                f"the disk is full writing {rel} ({want['size']} bytes)", "disk_full"
+                            ) from None
                         raise
                     view = view[n:]
                 digest.update(block)
@@ -484,8 +500,20 @@ class Sender:
     seconds fails as stalled upstream.
     """
 
-    def __init__(self, root, files, token, address, port, streams=4, stall=120, follow=False,
-                 connect_timeout=10, clock=time.monotonic, sleep=time.sleep):
+    def __init__(
+        self,
+        root,
+        files,
+        token,
+        address,
+        port,
+        streams=4,
+        stall=120,
+        follow=False,
+        connect_timeout=10,
+        clock=time.monotonic,
+        sleep=time.sleep,
+    ):
         self.root, self.files, self.token, self.address, self.port = root, files, token, address, port
         self.streams, self.stall, self.follow, self.connect_timeout = max(1, streams), stall, follow, connect_timeout
         self.clock, self.sleep = clock, sleep
@@ -500,13 +528,19 @@ class Sender:
 
     def run(self):
         start = self.clock()
-        threads = [threading.Thread(target=self.stream, daemon=True) for _ in range(min(self.streams, len(self.files)) or 1)]
+        threads = [
+            threading.Thread(target=self.stream, daemon=True) for _ in range(min(self.streams, len(self.files)) or 1)
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return {"seconds": round(self.clock() - start, 3), "bytes": self.sent, "files": self.results,
-                "errors": self.errors}
+        return {
+            "seconds": round(self.clock() - start, 3),
+            "bytes": self.sent,
+            "files": self.results,
+            "errors": self.errors,
+        }
 
     def fail(self, exc):
         with self.lock:
@@ -516,7 +550,9 @@ class Sender:
         try:
             sock = socket.create_connection((self.address, self.port), timeout=self.connect_timeout)
         except socket.timeout:
-            raise CopyError(f"no answer from {self.address}:{self.port} within {self.connect_timeout} s", "timeout") from None
+            raise CopyError(
+                f"no answer from {self.address}:{self.port} within {self.connect_timeout} s", "timeout"
+            ) from None
         except ConnectionRefusedError:
             raise CopyError(f"nothing listens on {self.address}:{self.port}", "refused") from None
         except OSError as exc:
@@ -545,9 +581,13 @@ class Sender:
         except CopyError as exc:
             self.fail(exc)
         except socket.timeout:
-            self.fail(CopyError(f"the receiver at {self.address}:{self.port} did not answer for {self.stall} s", "stalled"))
+            self.fail(
+                CopyError(f"the receiver at {self.address}:{self.port} did not answer for {self.stall} s", "stalled")
+            )
         except OSError as exc:
-            self.fail(CopyError(f"the connection to {self.address}:{self.port} broke: {exc.strerror or exc}", "connection"))
+            self.fail(
+                CopyError(f"the connection to {self.address}:{self.port} broke: {exc.strerror or exc}", "connection")
+            )
         finally:
             if chan is not None:
                 chan.sock.close()
@@ -605,7 +645,9 @@ class Sender:
         since = self.clock()
         while have <= pos:
             if self.clock() - since > self.stall:
-                raise CopyError(f"{rel} stopped growing on this Mac at {pos} of {size} bytes for {self.stall} s", "upstream")
+                raise CopyError(
+                    f"{rel} stopped growing on this Mac at {pos} of {size} bytes for {self.stall} s", "upstream"
+                )
             self.sleep(FOLLOW_POLL)
             have = min(os.fstat(fh.fileno()).st_size, size)
         return have
@@ -615,9 +657,11 @@ class Sender:
 # model_receive starts the receiver detached (it outlives the module, which returns its port):
 # `python -c BOOT <run_id>`, this file's source and the settings on stdin, so the run_id is in
 # its arguments (model_receive ends it by PID only when they still name it).
-BOOT = ("import sys, types; d = sys.stdin.buffer.read(); s, c = d.split(b'\\0', 1); "
-        "m = types.ModuleType('mlx_copy'); exec(compile(s, 'mlx_copy', 'exec'), m.__dict__); "
-        "m.receiver_main(c)")
+BOOT = (
+    "import sys, types; d = sys.stdin.buffer.read(); s, c = d.split(b'\\0', 1); "
+    "m = types.ModuleType('mlx_copy'); exec(compile(s, 'mlx_copy', 'exec'), m.__dict__); "
+    "m.receiver_main(c)"
+)
 
 
 def receiver_argv(python, run_id):

@@ -28,11 +28,16 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%=,:-]+")  # (fullmatch: "$" would let a
 SAFE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 
 ARGUMENT_SPEC = dict(
-    files=dict(type="list", elements="dict", required=True, options=dict(
-        path=dict(type="path", required=True),
-        content=dict(type="str", required=True),
-        mode=dict(type="str", default="0600"),
-    )),
+    files=dict(
+        type="list",
+        elements="dict",
+        required=True,
+        options=dict(
+            path=dict(type="path", required=True),
+            content=dict(type="str", required=True),
+            mode=dict(type="str", default="0600"),
+        ),
+    ),
     directory_mode=dict(type="str", default="0700"),
 )
 
@@ -45,11 +50,16 @@ def unsafe_path(path, setting, home=False):
         return f"{setting} is empty: give an absolute path"
     rest = path[1:] if home and (path == "~" or path.startswith("~/")) else path
     if rest and not rest.startswith("/"):
-        return (f"{setting} {path!r} is not an absolute path" + (" (nor one under ~)" if home else "")
-                + ": give one such as /opt/mlx-cluster")
+        return (
+            f"{setting} {path!r} is not an absolute path"
+            + (" (nor one under ~)" if home else "")
+            + ": give one such as /opt/mlx-cluster"
+        )
     if rest and not SAFE_PATH.fullmatch(rest):
-        return (f"{setting} {path!r} holds whitespace or characters a shell reads: use letters, digits, "
-                "/ and . _ - + @ % = , : only")
+        return (
+            f"{setting} {path!r} holds whitespace or characters a shell reads: use letters, digits, "
+            "/ and . _ - + @ % = , : only"
+        )
     if any(part in (".", "..") for part in rest.split("/")):
         return f"{setting} {path!r} holds '.' or '..' components: give the path itself"
     return None
@@ -59,8 +69,10 @@ def unsafe_label(label, setting):
     """None when `label` is a launchd label of reverse-DNS words (org.example.name), else why not."""
     if isinstance(label, str) and SAFE_LABEL.fullmatch(label):
         return None
-    return (f"{setting} {label!r} is not a launchd label: use dot-separated words of letters, digits, "
-            "_ and - (e.g. org.mlx-cluster.server); it names the LaunchDaemon's plist")
+    return (
+        f"{setting} {label!r} is not a launchd label: use dot-separated words of letters, digits, "
+        "_ and - (e.g. org.mlx-cluster.server); it names the LaunchDaemon's plist"
+    )
 
 
 class FilesError(Exception):
@@ -172,8 +184,11 @@ def write(path, data, mode, owner=None):
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise FilesError(f"cannot write {path}: {exc.strerror}. Check that the connecting user may write "
-                         f"to {os.path.dirname(path)}.", path) from None
+        raise FilesError(
+            f"cannot write {path}: {exc.strerror}. Check that the connecting user may write "
+            f"to {os.path.dirname(path)}.",
+            path,
+        ) from None
 
 
 def sudo_owner(environ, euid):
@@ -199,21 +214,34 @@ def write_files(files, directory_mode="0700", check_mode=False, diff=False, owne
             raise FilesError(f"path must be absolute (got '{path}')", path)
         why = untrusted(os.path.dirname(path), owner[0] if owner else 0) if as_root else ""
         if why:
-            raise FilesError(f"refusing to write {path} as root: {why}. Fix: make it a directory of its own, "
-                             "owned by the login user and writable by that user alone", path)
+            raise FilesError(
+                f"refusing to write {path} as root: {why}. Fix: make it a directory of its own, "
+                "owned by the login user and writable by that user alone",
+                path,
+            )
         mode = octal(spec.get("mode", "0600"), f"mode of {path}")
         data = spec["content"].encode("utf-8", errors="surrogateescape")
         parents = [d for d in missing_parents(path) if d not in made]
         old, old_mode = current(path)
         if old is False:
-            raise FilesError(f"{path} exists and is not a regular file: move it away (a symbolic link "
-                             "is never followed)", path)
-        res = {"path": path, "created": old is None, "mode": f"{mode:04o}",
-               "changed": bool(parents) or old != data or old_mode != mode}
+            raise FilesError(
+                f"{path} exists and is not a regular file: move it away (a symbolic link is never followed)", path
+            )
+        res = {
+            "path": path,
+            "created": old is None,
+            "mode": f"{mode:04o}",
+            "changed": bool(parents) or old != data or old_mode != mode,
+        }
         if res["changed"] and diff:
-            diffs.append({"before_header": path, "after_header": path,
-                          "before": "" if old is None else old.decode("utf-8", errors="surrogateescape"),
-                          "after": spec["content"]})
+            diffs.append(
+                {
+                    "before_header": path,
+                    "after_header": path,
+                    "before": "" if old is None else old.decode("utf-8", errors="surrogateescape"),
+                    "after": spec["content"],
+                }
+            )
         if res["changed"] and not check_mode:
             for d in parents:
                 try:

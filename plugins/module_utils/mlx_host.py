@@ -103,13 +103,17 @@ def mgmt_by_iface(interfaces, iface):
 def interfaces_facts(ifconfig_text):
     """`interfaces` of mlx_cluster from plain `ifconfig` (macOS lists every interface)."""
     return {
-        name: {"ipv4": entry["ipv4"], "up": entry["up"], "mtu": entry["mtu"],
-               "status": entry["status"], "members": entry["members"]}
+        name: {
+            "ipv4": entry["ipv4"],
+            "up": entry["up"],
+            "mtu": entry["mtu"],
+            "status": entry["status"],
+            "members": entry["members"],
+        }
         for name, entry in parse_ifconfig(ifconfig_text).items()
     }
 
 
 def cabled_ifaces(thunderbolt):
     """Interfaces whose Thunderbolt port has a Mac on the other end (RDMA should be up there)."""
-    return sorted(p["iface"] for p in thunderbolt["ports"]
-                  if p["status"] == "connected" and p["peer"] and p["iface"])
+    return sorted(p["iface"] for p in thunderbolt["ports"] if p["status"] == "connected" and p["peer"] and p["iface"])

@@ -5,7 +5,8 @@
 and maps `mlx.launch`'s "Node with rank N ..." lines to inventory hosts, so a failure names
 the Mac, not a rank number; `describe_failed()` and `failure_lines()` word the failure
 message; `rdma_failure()` recognises a launch whose RDMA could not be brought up (a rank exited
-with RDMA_EXIT) and names the Macs and cables to replug; `run_processes()` finds leftover processes of one run by its unique run id in `ps`
+with RDMA_EXIT) and names the Macs and cables to replug; `run_processes()` finds leftover processes of one run
+by its unique run id in `ps`
 output (never by a process name).
 """
 
@@ -34,8 +35,10 @@ LAUNCHER_LOG = re.compile(r"\[(INFO|WARN|ERROR)\] ")
 # tests/unit/module_utils/test_init_recovery.py holds the two equal).
 RDMA_EXIT = 8
 RDMA_BACKENDS = ("jaccl", "jaccl-ring")
-RDMA_FIX = ("replug the Thunderbolt cables named (both ends); if that does not help, reboot the "
-            "Mac(s) named; check `rdma_ctl status` (enabled) and `ibv_devinfo` (PORT_ACTIVE) on them")
+RDMA_FIX = (
+    "replug the Thunderbolt cables named (both ends); if that does not help, reboot the "
+    "Mac(s) named; check `rdma_ctl status` (enabled) and `ibv_devinfo` (PORT_ACTIVE) on them"
+)
 _RDMA_NAME = re.compile(r"\brdma_[A-Za-z0-9]+")
 
 # A progress line of a job the roles launch: `[rank R/N host] warm-up i/N: ...` or
@@ -88,9 +91,14 @@ def read_result(stdout, stderr, hosts):
     failed = []
     for m in RANK_LINE.finditer((stderr or "") + "\n" + (stdout or "")):
         rank = int(m.group(1))
-        failed.append({"rank": rank, "host": hosts[rank] if rank < len(hosts) else None,
-                       "code": int(m.group(3)) if m.group(3) is not None else None,
-                       "killed": m.group(3) is None})
+        failed.append(
+            {
+                "rank": rank,
+                "host": hosts[rank] if rank < len(hosts) else None,
+                "code": int(m.group(3)) if m.group(3) is not None else None,
+                "killed": m.group(3) is None,
+            }
+        )
     return {"result": result, "failed": failed}
 
 
@@ -101,8 +109,9 @@ def describe_failed(failed):
         if f["killed"]:
             how = "was killed"
         elif f["code"] == SSH_DIED:
-            how = (f"exited with {SSH_DIED} (its process was killed on the Mac, or the SSH "
-                   "connection to the Mac was lost)")
+            how = (
+                f"exited with {SSH_DIED} (its process was killed on the Mac, or the SSH connection to the Mac was lost)"
+            )
         else:
             how = f"exited with {f['code']}"
         words.append(f"rank {f['rank']} ({f['host']}) {how}")
@@ -167,7 +176,7 @@ def _device_list(entry):
 
 
 def _port(device):
-    return device[len("rdma_"):] if device and device.startswith("rdma_") else device
+    return device[len("rdma_") :] if device and device.startswith("rdma_") else device
 
 
 def rank_cables(hostfile, rank):
@@ -180,8 +189,15 @@ def rank_cables(hostfile, rank):
         theirs = (hosts[peer].get("rdma") or []) if peer < len(hosts) else []
         back = _device_list(theirs[rank]) if rank < len(theirs) else []
         for i, device in enumerate(_device_list(entry)):
-            out.append({"device": device, "host": me["ssh"], "port": _port(device),
-                        "peer": hosts[peer]["ssh"], "peer_port": _port(back[i]) if i < len(back) else None})
+            out.append(
+                {
+                    "device": device,
+                    "host": me["ssh"],
+                    "port": _port(device),
+                    "peer": hosts[peer]["ssh"],
+                    "peer_port": _port(back[i]) if i < len(back) else None,
+                }
+            )
     return out
 
 
@@ -223,9 +239,11 @@ def rdma_failure(failed, hostfile, stdout=""):
         names.append(hosts[r]["ssh"])
         cables += [t for t in texts if t not in cables]
         words.append(f"{hosts[r]['ssh']} (rank {r}): cable(s) {', '.join(texts) or 'none listed'}")
-    msg = (f"RDMA could not be brought up (backend {backend}) on {'; '.join(words)}. Not retried: "
-           "a failed RDMA link is not a race, and repeated attempts can wedge it further. "
-           f"Fix: {RDMA_FIX}")
+    msg = (
+        f"RDMA could not be brought up (backend {backend}) on {'; '.join(words)}. Not retried: "
+        "a failed RDMA link is not a race, and repeated attempts can wedge it further. "
+        f"Fix: {RDMA_FIX}"
+    )
     return {"backend": backend, "ranks": out, "cables": cables, "hosts": names, "msg": msg}
 
 
@@ -253,8 +271,14 @@ class LaunchProgress:
             if not m:
                 continue
             rank, size, host, line, kind, step, of = m.groups()
-            self.ranks[rank] = {"size": int(size), "host": host, "kind": kind, "step": int(step),
-                                "of": int(of), "line": line}
+            self.ranks[rank] = {
+                "size": int(size),
+                "host": host,
+                "kind": kind,
+                "step": int(step),
+                "of": int(of),
+                "line": line,
+            }
             self.seq += 1
             moved = True
         return moved

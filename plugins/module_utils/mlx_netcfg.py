@@ -88,10 +88,29 @@ def parse_route_get(text):
 
 # `netstat -rn` flag letters, named as `route -n get` prints them.
 NETSTAT_FLAGS = {
-    "1": "PROTO1", "2": "PROTO2", "3": "PROTO3", "B": "BLACKHOLE", "b": "BROADCAST", "C": "CLONING",
-    "c": "PRCLONING", "D": "DYNAMIC", "G": "GATEWAY", "g": "GLOBAL", "H": "HOST", "I": "IFSCOPE",
-    "i": "IFREF", "L": "LLINFO", "M": "MODIFIED", "m": "MULTICAST", "R": "REJECT", "r": "ROUTER",
-    "S": "STATIC", "U": "UP", "W": "WASCLONED", "X": "XRESOLVE", "Y": "PROXY",
+    "1": "PROTO1",
+    "2": "PROTO2",
+    "3": "PROTO3",
+    "B": "BLACKHOLE",
+    "b": "BROADCAST",
+    "C": "CLONING",
+    "c": "PRCLONING",
+    "D": "DYNAMIC",
+    "G": "GATEWAY",
+    "g": "GLOBAL",
+    "H": "HOST",
+    "I": "IFSCOPE",
+    "i": "IFREF",
+    "L": "LLINFO",
+    "M": "MODIFIED",
+    "m": "MULTICAST",
+    "R": "REJECT",
+    "r": "ROUTER",
+    "S": "STATIC",
+    "U": "UP",
+    "W": "WASCLONED",
+    "X": "XRESOLVE",
+    "Y": "PROXY",
 }
 NETSTAT_ROUTES_ARGV = ["netstat", "-rn", "-f", "inet"]
 
@@ -116,7 +135,7 @@ def parse_netstat_routes(text):
             netif, header = words.index("Netif"), True
             continue
         if line.startswith("Internet6"):
-            netif = None   # IPv6 routes follow (without -f inet): not ours
+            netif = None  # IPv6 routes follow (without -f inet): not ours
             continue
         if netif is None or len(words) <= netif:
             continue
@@ -127,8 +146,12 @@ def parse_netstat_routes(text):
             ipaddress.IPv4Address(dest)
         except ValueError:
             continue
-        routes[dest] = {"destination": dest, "interface": words[netif], "gateway": gateway,
-                        "flags": [NETSTAT_FLAGS.get(f, f) for f in flags]}
+        routes[dest] = {
+            "destination": dest,
+            "interface": words[netif],
+            "gateway": gateway,
+            "flags": [NETSTAT_FLAGS.get(f, f) for f in flags],
+        }
     if not header:
         raise ParseError("netstat -rn -f inet", "no 'Destination Gateway Flags ... Netif' header: not a routing table")
     return routes
@@ -186,9 +209,13 @@ def services_from_preferences(data, services):
         if not isinstance(v4, dict) or not isinstance(v4.get("ConfigMethod"), str):
             continue
         method = v4["ConfigMethod"]
-        first = lambda key: (v4.get(key) or [None])[0] if isinstance(v4.get(key), list) else None  # noqa: E731
-        info = {"method": _SC_METHODS.get(method, method.lower()), "address": None, "subnet": None,
-                "router": v4.get("Router") if isinstance(v4.get("Router"), str) else None}
+        first = lambda key: (v4.get(key) or [None])[0] if isinstance(v4.get(key), list) else None  # noqa: E731, B023 - used at once, in this iteration
+        info = {
+            "method": _SC_METHODS.get(method, method.lower()),
+            "address": None,
+            "subnet": None,
+            "router": v4.get("Router") if isinstance(v4.get("Router"), str) else None,
+        }
         if method == "Manual":
             info.update(address=first("Addresses"), subnet=first("SubnetMasks"))
         out[listed["name"]] = info
@@ -236,7 +263,7 @@ def bridges_from_preferences(data):
         return None
     if not isinstance(prefs, dict):
         return None
-    defined = (prefs.get("VirtualNetworkInterfaces") or {})
+    defined = prefs.get("VirtualNetworkInterfaces") or {}
     if not isinstance(defined, dict):
         return None
     bridges = defined.get("Bridge") or {}
@@ -246,8 +273,11 @@ def bridges_from_preferences(data):
     for name, entry in bridges.items():
         members = entry.get("Interfaces", []) if isinstance(entry, dict) else None
         options = (entry.get("Options") or {}) if isinstance(entry, dict) else None
-        if not isinstance(members, list) or not all(isinstance(m, str) for m in members) \
-                or not isinstance(options, dict):
+        if (
+            not isinstance(members, list)
+            or not all(isinstance(m, str) for m in members)
+            or not isinstance(options, dict)
+        ):
             return None
         out[name] = {"members": list(members), "allow_configured": options.get("AllowConfiguredMembers") is True}
     return out
@@ -263,12 +293,28 @@ def bridge_members_action(bridge, members, take_out):
         if not _BSD_NAME.fullmatch(name or ""):
             raise LinkPlanError(f"refusing to edit the definition of {bridge}: '{name}' is not an interface name")
     path = BRIDGE_PREFS_PATH.format(bridge)
-    script = "\n".join(["lock", f"get {path}", "d.add Interfaces * " + " ".join(members), f"set {path}",
-                        "commit", "apply", "unlock", "quit"]) + "\n"
-    return {"argv": ["scutil", "--prefs"], "stdin": script,
-            "why": f"remove {', '.join(take_out)} from the definition of {bridge} in the network preferences "
-                   f"(macOS rebuilds {bridge} from it at every boot, with its members, even when its service is off)",
-            "persistent": {"bridge": bridge, "members": list(members), "removed": list(take_out)}}
+    script = (
+        "\n".join(
+            [
+                "lock",
+                f"get {path}",
+                "d.add Interfaces * " + " ".join(members),
+                f"set {path}",
+                "commit",
+                "apply",
+                "unlock",
+                "quit",
+            ]
+        )
+        + "\n"
+    )
+    return {
+        "argv": ["scutil", "--prefs"],
+        "stdin": script,
+        "why": f"remove {', '.join(take_out)} from the definition of {bridge} in the network preferences "
+        f"(macOS rebuilds {bridge} from it at every boot, with its members, even when its service is off)",
+        "persistent": {"bridge": bridge, "members": list(members), "removed": list(take_out)},
+    }
 
 
 def netmask(prefix):
@@ -308,9 +354,20 @@ def stale_ports(links, hwports, interfaces, pool, protected=()):
     return out
 
 
-def plan_links(links, hwports, services, interfaces, service_info, routes,
-               protected=(), bridge="bridge0", bridge_service="Thunderbolt Bridge",
-               host_routes=True, stale=None, persistent=None):
+def plan_links(
+    links,
+    hwports,
+    services,
+    interfaces,
+    service_info,
+    routes,
+    protected=(),
+    bridge="bridge0",
+    bridge_service="Thunderbolt Bridge",
+    host_routes=True,
+    stale=None,
+    persistent=None,
+):
     """Return (actions, warnings, before, after) to converge a Mac on `links`.
 
     links: [{iface, address, prefix, peer_address}]
@@ -340,14 +397,16 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
             raise LinkPlanError(
                 f"refusing to configure {iface}: it is the management interface (the one "
                 f"Ansible connects over). Re-cable so the cluster uses other Thunderbolt "
-                f"ports, or connect Ansible over another interface.")
+                f"ports, or connect Ansible over another interface."
+            )
         if iface not in tb_ifaces:
             kind = port_of_iface.get(iface)
             what = f"hardware port '{kind}'" if kind else "no hardware port"
             raise LinkPlanError(
                 f"refusing to configure {iface}: it is not a Thunderbolt port ({what}). "
                 f"The plan only touches the Thunderbolt cables it discovered; re-run "
-                f"discovery if the wiring changed.")
+                f"discovery if the wiring changed."
+            )
         if iface in planned:
             raise LinkPlanError(f"two planned links on {iface}: the plan is inconsistent")
         planned[iface] = link
@@ -362,8 +421,11 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
     bridge_svc = next((s for s in services if s.get("name") == bridge_service), None)
     foreign = [m for m in members if m not in tb_ifaces]
     persisted_foreign = [m for m in persisted or [] if m not in tb_ifaces]
-    before["bridge"] = {"members": members, "persistent_members": persisted,
-                        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled"))}
+    before["bridge"] = {
+        "members": members,
+        "persistent_members": persisted,
+        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")),
+    }
     take_out = [m for m in members if m in planned]
     forget = [m for m in persisted or [] if m in planned]
     if (take_out or forget) and (bridge in protected or protected & set(members + (persisted or []))):
@@ -371,32 +433,46 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         raise LinkPlanError(
             f"refusing to take {', '.join(sorted(set(take_out + forget)))} out of {bridge}: it carries the "
             f"management interface ({via}), the one Ansible connects over. Connect Ansible over "
-            f"another interface, or take the ports out of the Thunderbolt Bridge by hand.")
+            f"another interface, or take the ports out of the Thunderbolt Bridge by hand."
+        )
     if take_out:
         # One ifconfig for all of them (`ifconfig bridge0 deletem en2 deletem en3`, as BSD
         # ifconfig takes any number of operations): one command instead of one per port.
-        actions.append({"argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
-                        "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)"})
+        actions.append(
+            {
+                "argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
+                "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)",
+            }
+        )
     if forget and persisted_foreign:
         warnings.append(
             f"the definition of {bridge} also lists {', '.join(persisted_foreign)}; leaving it alone, so after a "
             f"reboot {', '.join(forget)} are bridged again (System Settings > Network > ... > Manage Virtual "
-            f"Interfaces: remove them from the bridge)")
+            f"Interfaces: remove them from the bridge)"
+        )
     elif forget:
         actions.append(bridge_members_action(bridge, [m for m in persisted if m not in planned], forget))
     if planned and bridge_svc and bridge_svc.get("enabled"):
         if foreign:
             warnings.append(
                 f"{bridge} also carries {', '.join(foreign)}; leaving the '{bridge_service}' "
-                f"service enabled and only removing the planned Thunderbolt ports from it")
+                f"service enabled and only removing the planned Thunderbolt ports from it"
+            )
         else:
-            actions.append({"argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
-                            "why": f"disable the '{bridge_service}' service: {bridge} gets no address of its own "
-                                   f"(DHCP or link-local) on the remaining ports"})
+            actions.append(
+                {
+                    "argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
+                    "why": f"disable the '{bridge_service}' service: {bridge} gets no address of its own "
+                    f"(DHCP or link-local) on the remaining ports",
+                }
+            )
     after["bridge"] = {
         "members": [m for m in members if m not in planned],
-        "persistent_members": None if persisted is None else
-        persisted if persisted_foreign else [m for m in persisted if m not in planned],
+        "persistent_members": None
+        if persisted is None
+        else persisted
+        if persisted_foreign
+        else [m for m in persisted if m not in planned],
         "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")) and bool(foreign or not planned),
         # disabled only when every member is a Thunderbolt port (see above)
     }
@@ -415,40 +491,77 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         svc = by_device.get(iface)
         name = svc["name"] if svc else port
         if svc is None:
-            actions.append({"argv": ["networksetup", "-createnetworkservice", name, port],
-                            "why": f"create a network service for {port} ({iface})"})
+            actions.append(
+                {
+                    "argv": ["networksetup", "-createnetworkservice", name, port],
+                    "why": f"create a network service for {port} ({iface})",
+                }
+            )
         elif not svc.get("enabled"):
-            actions.append({"argv": ["networksetup", "-setnetworkserviceenabled", name, "on"],
-                            "why": f"enable the '{name}' service"})
+            actions.append(
+                {
+                    "argv": ["networksetup", "-setnetworkserviceenabled", name, "on"],
+                    "why": f"enable the '{name}' service",
+                }
+            )
         info = service_info.get(name) or {}
         if not (info.get("method") == "manual" and info.get("address") == address and info.get("subnet") == mask):
-            actions.append({"argv": ["networksetup", "-setmanual", name, address, mask],
-                            "why": f"persist {address}/{prefix} on '{name}' ({iface})"})
+            actions.append(
+                {
+                    "argv": ["networksetup", "-setmanual", name, address, mask],
+                    "why": f"persist {address}/{prefix} on '{name}' ({iface})",
+                }
+            )
         current = [a for a in ((interfaces.get(iface) or {}).get("ipv4") or [])]
         have = any(a.get("address") == address and int(a.get("prefix", -1)) == prefix for a in current)
         for a in current:
             if a.get("address") != address:
-                runtime.append({"argv": ["ifconfig", iface, "inet", a["address"], "delete"],
-                                "why": f"remove stale {a['address']} from {iface}",
-                                "runtime": {"iface": iface, "op": "delete", "address": a["address"]}})
+                runtime.append(
+                    {
+                        "argv": ["ifconfig", iface, "inet", a["address"], "delete"],
+                        "why": f"remove stale {a['address']} from {iface}",
+                        "runtime": {"iface": iface, "op": "delete", "address": a["address"]},
+                    }
+                )
         if not have:
-            runtime.append({"argv": ["ifconfig", iface, "inet", address, "netmask", mask],
-                            "why": f"set {address}/{prefix} on {iface} now",
-                            "runtime": {"iface": iface, "op": "set", "address": address, "prefix": prefix}})
+            runtime.append(
+                {
+                    "argv": ["ifconfig", iface, "inet", address, "netmask", mask],
+                    "why": f"set {address}/{prefix} on {iface} now",
+                    "runtime": {"iface": iface, "op": "set", "address": address, "prefix": prefix},
+                }
+            )
         if host_routes:
             r = routes.get(peer) or {}
             ok = r.get("interface") == iface and "HOST" in (r.get("flags") or []) and r.get("destination") == peer
             if not ok:
-                route_actions.append({"argv": ["route", "-n", "add" if not _has_host_route(r, peer) else "change",
-                                               "-host", peer, "-interface", iface],
-                                      "why": f"host route to {peer} over {iface}"})
+                route_actions.append(
+                    {
+                        "argv": [
+                            "route",
+                            "-n",
+                            "add" if not _has_host_route(r, peer) else "change",
+                            "-host",
+                            peer,
+                            "-interface",
+                            iface,
+                        ],
+                        "why": f"host route to {peer} over {iface}",
+                    }
+                )
         before[iface] = {
             "service": name if svc else None,
-            "persistent": f"{info.get('address')}/{info.get('subnet')}" if info.get("method") == "manual" else info.get("method"),
+            "persistent": f"{info.get('address')}/{info.get('subnet')}"
+            if info.get("method") == "manual"
+            else info.get("method"),
             "runtime": [f"{a['address']}/{a['prefix']}" for a in current],
         }
-        after[iface] = {"service": name, "persistent": f"{address}/{mask}", "runtime": [f"{address}/{prefix}"],
-                        "peer": peer}
+        after[iface] = {
+            "service": name,
+            "persistent": f"{address}/{mask}",
+            "runtime": [f"{address}/{prefix}"],
+            "peer": peer,
+        }
     # 3. The old ends of unplugged or moved cables: forget the cluster's addresses there.
     for iface, addrs in sorted((stale or {}).items()):
         if iface in planned or iface in protected:
@@ -456,18 +569,34 @@ def plan_links(links, hwports, services, interfaces, service_info, routes,
         svc = by_device.get(iface)
         info = service_info.get(svc["name"]) if svc else None
         if info and info.get("method") == "manual" and info.get("address") in addrs:
-            actions.append({"argv": ["networksetup", "-setdhcp", svc["name"]],
-                            "why": f"forget {info['address']} on '{svc['name']}' ({iface}): no cable there now"})
+            actions.append(
+                {
+                    "argv": ["networksetup", "-setdhcp", svc["name"]],
+                    "why": f"forget {info['address']} on '{svc['name']}' ({iface}): no cable there now",
+                }
+            )
         for a in addrs:
-            runtime.append({"argv": ["ifconfig", iface, "inet", a, "delete"],
-                            "why": f"remove {a} from {iface}: the cable it addressed is gone",
-                            "runtime": {"iface": iface, "op": "delete", "address": a}})
-        before[iface] = {"service": svc["name"] if svc else None, "runtime": [f"{a}/30" for a in addrs],
-                         "persistent": f"{info.get('address')}/{info.get('subnet')}"
-                         if info and info.get("method") == "manual" else (info or {}).get("method")}
-        after[iface] = {"service": svc["name"] if svc else None, "runtime": [],
-                        "persistent": "dhcp" if info and info.get("method") == "manual" and info.get("address") in addrs
-                        else before[iface]["persistent"]}
+            runtime.append(
+                {
+                    "argv": ["ifconfig", iface, "inet", a, "delete"],
+                    "why": f"remove {a} from {iface}: the cable it addressed is gone",
+                    "runtime": {"iface": iface, "op": "delete", "address": a},
+                }
+            )
+        before[iface] = {
+            "service": svc["name"] if svc else None,
+            "runtime": [f"{a}/30" for a in addrs],
+            "persistent": f"{info.get('address')}/{info.get('subnet')}"
+            if info and info.get("method") == "manual"
+            else (info or {}).get("method"),
+        }
+        after[iface] = {
+            "service": svc["name"] if svc else None,
+            "runtime": [],
+            "persistent": "dhcp"
+            if info and info.get("method") == "manual" and info.get("address") in addrs
+            else before[iface]["persistent"],
+        }
     return actions + runtime + route_actions, warnings, before, after
 
 
@@ -488,6 +617,7 @@ def _has_host_route(route, peer):
 
 
 # ---- verification: one ping per cable ------------------------------------------------
+
 
 def _slash30(address, prefix):
     """The ip_interface of address/prefix when it is a host address of a /30, else None."""
@@ -527,8 +657,10 @@ def ping_argv(ping, link, count, timeout):
 
 
 def describe_link(link):
-    return (f"cable {link.get('cable', '?')}: {link.get('iface')} {link.get('address')} -> "
-            f"{link.get('peer_host', '?')}:{link.get('peer_iface', '?')} {link.get('peer_address')}")
+    return (
+        f"cable {link.get('cable', '?')}: {link.get('iface')} {link.get('address')} -> "
+        f"{link.get('peer_host', '?')}:{link.get('peer_iface', '?')} {link.get('peer_address')}"
+    )
 
 
 def ping_result(link, ok, attempts=1, carrier=True, lost=False):
@@ -538,8 +670,13 @@ def ping_result(link, ok, attempts=1, carrier=True, lost=False):
     res.update(ok=bool(ok), attempts=attempts, carrier=bool(carrier) and not lost)
     if not ok:
         iface, peer = link.get("iface"), link.get("peer_host", "?")
-        note = (f" ({iface} lost its carrier while waiting: {peer} went off or the cable was pulled)" if lost
-                else "" if carrier else f" ({iface} has no carrier)")
+        note = (
+            f" ({iface} lost its carrier while waiting: {peer} went off or the cable was pulled)"
+            if lost
+            else ""
+            if carrier
+            else f" ({iface} has no carrier)"
+        )
         res["problem"] = describe_link(link) + note
     return res
 
@@ -552,11 +689,18 @@ def pinged_from_the_other_end(link):
     return bool(first) and first == f"{link.get('peer_host')}:{link.get('peer_iface')}"
 
 
-NO_ANSWER_FIX = ("Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
-                 "shows the peer), then re-run the network stage.")
+NO_ANSWER_FIX = (
+    "Fix: check that the cable is plugged in at both ends (System Information > Thunderbolt "
+    "shows the peer), then re-run the network stage."
+)
 
 
 def no_answer_msg(no_answer):
     """The failure message for cables that did not answer a ping ([{"problem": str}, ...])."""
-    return ("no answer over " + "; ".join(x["problem"] for x in no_answer) + ". " + NO_ANSWER_FIX
-            + " When another Mac failed to apply its side, fix that first.")
+    return (
+        "no answer over "
+        + "; ".join(x["problem"] for x in no_answer)
+        + ". "
+        + NO_ANSWER_FIX
+        + " When another Mac failed to apply its side, fix that first."
+    )

@@ -23,8 +23,10 @@ ARGUMENT_SPEC = dict(
 )
 # The picture is for reading, like the files beside it that a user opens (the report).
 SVG_MODE = "0600"  # as every artifact: the user's alone
-NO_GRAPHVIZ = ("no Graphviz `{dot}` on this machine's PATH: the DOT file {src} is the picture "
-               "(install Graphviz, e.g. `brew install graphviz`, for an SVG)")
+NO_GRAPHVIZ = (
+    "no Graphviz `{dot}` on this machine's PATH: the DOT file {src} is the picture "
+    "(install Graphviz, e.g. `brew install graphviz`, for an SVG)"
+)
 
 
 class PictureError(Exception):
@@ -49,11 +51,14 @@ def render(src, dest, dot, runner, check_mode=False):
     rendered, dest[, msg]}."""
     dot_bin = find_dot(dot)
     if dot_bin is None:
-        return {"changed": False, "rendered": False, "dest": dest,
-                "msg": NO_GRAPHVIZ.format(dot=dot, src=src)}
+        return {"changed": False, "rendered": False, "dest": dest, "msg": NO_GRAPHVIZ.format(dot=dot, src=src)}
     if check_mode:
-        return {"changed": True, "rendered": False, "dest": dest,
-                "msg": "check mode: the picture would be rendered again from " + src}
+        return {
+            "changed": True,
+            "rendered": False,
+            "dest": dest,
+            "msg": "check mode: the picture would be rendered again from " + src,
+        }
     try:
         rc, svg, err = runner.run([dot_bin, "-Tsvg", src])
     except CommandTimeout as exc:

@@ -62,20 +62,29 @@ def endpoints(hostfile, starting_port=STARTING_PORT):
         names.append(h["ssh"])
     n = len(hosts)
     if n < 2:
-        return []   # one rank: mlx.launch starts no ring and no coordinator
+        return []  # one rank: mlx.launch starts no ring and no coordinator
     out = []
     if backend == "ring":
         for rank, h in enumerate(hosts):
             for address in h.get("ips") or []:
-                out.append({"host": names[rank], "rank": rank, "address": str(address), "port": port,
-                            "role": "ring", "peers": [names[rank - 1]]})
+                out.append(
+                    {
+                        "host": names[rank],
+                        "rank": rank,
+                        "address": str(address),
+                        "port": port,
+                        "role": "ring",
+                        "peers": [names[rank - 1]],
+                    }
+                )
                 port += 1
         return out
     ips = hosts[0].get("ips") or []
     if not ips:
         raise ValueError(f"{backend} needs rank 0's coordinator address ('ips') in the hostfile")
-    return [{"host": names[0], "rank": 0, "address": str(ips[0]), "port": port, "role": "coordinator",
-             "peers": names[1:]}]
+    return [
+        {"host": names[0], "rank": 0, "address": str(ips[0]), "port": port, "role": "coordinator", "peers": names[1:]}
+    ]
 
 
 def merged_endpoints(hostfiles, starting_port=STARTING_PORT):
@@ -101,8 +110,11 @@ def listens(endpoint_list, host):
 
 def targets(endpoint_list, host):
     """The endpoints `host` connects to: [{host, address, port, role}]."""
-    return [{"host": e["host"], "address": e["address"], "port": e["port"], "role": e["role"]}
-            for e in endpoint_list if host in e["peers"]]
+    return [
+        {"host": e["host"], "address": e["address"], "port": e["port"], "role": e["role"]}
+        for e in endpoint_list
+        if host in e["peers"]
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +126,7 @@ def targets(endpoint_list, host):
 # rank left from an earlier run, which MLX's SO_REUSEPORT would silently share, fails with
 # EADDRINUSE), prints one JSON line ({"executable", "bound", "errors"}) and closes its standard
 # output, then answers HELLO <token> with ANSWER <token> until DEADLINE seconds have passed.
-LISTENER = r'''
+LISTENER = r"""
 import errno, json, os, select, socket, sys, time
 deadline = time.monotonic() + float(sys.argv[3])
 socks, bound, errors = [], [], []
@@ -156,7 +168,7 @@ while socks:
             pass
         finally:
             conn.close()
-'''
+"""
 
 
 def listener_argv(python, run_id, deadline, pairs):
@@ -174,7 +186,7 @@ def app_bundle(executable):
     i = path.find(marker)
     if i < 0:
         return path
-    rest = path[i + len(marker):].split("/", 1)[0]
+    rest = path[i + len(marker) :].split("/", 1)[0]
     return path[:i] + marker + rest + "/Resources/Python.app"
 
 
@@ -239,13 +251,14 @@ def connect_probe(address, port, token, timeout, connect=socket.create_connectio
     if data == ANSWER + token.encode():
         return done("ok")
     if not data:
-        return done("reset")   # closed without a byte: the listener never saw it
+        return done("reset")  # closed without a byte: the listener never saw it
     return done("wrong_answer")
 
 
 # ---------------------------------------------------------------------------------------------
 # socketfilterfw
 # ---------------------------------------------------------------------------------------------
+
 
 def parse_alf(text):
     """socketfilterfw's getter lines -> {enabled, state, block_all, stealth, allow_signed,
@@ -258,13 +271,22 @@ def parse_alf(text):
     mode enabled`` / ``disabled``); ``Automatically allow built-in signed software ENABLED.``,
     ``Automatically allow downloaded signed software DISABLED.`` (older: one line, ``Automatically
     allow signed software ENABLED.``)."""
-    out = {"enabled": None, "state": None, "block_all": None, "stealth": None,
-           "allow_signed": None, "allow_signed_downloaded": None}
+    out = {
+        "enabled": None,
+        "state": None,
+        "block_all": None,
+        "stealth": None,
+        "allow_signed": None,
+        "allow_signed_downloaded": None,
+    }
     for raw in (text or "").splitlines():
         line = raw.strip()
         low = line.lower()
-        if low.startswith("firewall is enabled") or low.startswith("firewall is disabled") \
-                or low.startswith("firewall is blocking"):
+        if (
+            low.startswith("firewall is enabled")
+            or low.startswith("firewall is disabled")
+            or low.startswith("firewall is blocking")
+        ):
             out["enabled"] = not low.startswith("firewall is disabled")
             if "state = " in low:
                 digits = low.split("state = ", 1)[1].strip(" )")
@@ -281,9 +303,11 @@ def parse_alf(text):
             out["stealth"] = low.endswith(" on")
         elif low.startswith("stealth mode "):
             out["stealth"] = "enabled" in low and "disabled" not in low
-        elif low.startswith("automatically allow built-in signed software") \
-                or low.startswith("automatically allow signed built-in software") \
-                or low.startswith("automatically allow signed software"):
+        elif (
+            low.startswith("automatically allow built-in signed software")
+            or low.startswith("automatically allow signed built-in software")
+            or low.startswith("automatically allow signed software")
+        ):
             out["allow_signed"] = "enabled" in low
         elif low.startswith("automatically allow downloaded signed software"):
             out["allow_signed_downloaded"] = "enabled" in low
@@ -313,8 +337,15 @@ def alf_summary(alf):
         return "unknown"
     if not alf["enabled"]:
         return "off"
-    extra = [w for w, k in (("block all", "block_all"), ("stealth", "stealth"),
-                            ("signed downloads allowed", "allow_signed_downloaded")) if alf.get(k)]
+    extra = [
+        w
+        for w, k in (
+            ("block all", "block_all"),
+            ("stealth", "stealth"),
+            ("signed downloads allowed", "allow_signed_downloaded"),
+        )
+        if alf.get(k)
+    ]
     app = alf.get("app")
     if app:
         extra.append("interpreter %s" % app.replace("_", " "))

@@ -61,10 +61,10 @@ MAX_MINUTES = 525600
 SOFTWARE_UPDATE_DOMAIN = "/Library/Preferences/com.apple.SoftwareUpdate"
 # fact name -> preference key (System Settings > General > Software Update > Automatic Updates)
 UPDATE_KEYS = {
-    "automatic_check": "AutomaticCheckEnabled",             # Check for updates
-    "automatic_download": "AutomaticDownload",              # Download new updates when available
+    "automatic_check": "AutomaticCheckEnabled",  # Check for updates
+    "automatic_download": "AutomaticDownload",  # Download new updates when available
     "install_macos_updates": "AutomaticallyInstallMacOSUpdates",  # Install macOS updates (restarts)
-    "critical_update_install": "CriticalUpdateInstall",     # Install Security Responses and system files
+    "critical_update_install": "CriticalUpdateInstall",  # Install Security Responses and system files
 }
 
 
@@ -133,8 +133,9 @@ def plan_power(sources, desired, source=AC):
     desired = check_settings(desired)
     have = (sources or {}).get(source)
     if have is None:
-        raise ValueError(f"`{PMSET_CUSTOM_COMMAND}` lists no {source} settings "
-                         f"(it lists: {', '.join(sources or {}) or 'nothing'})")
+        raise ValueError(
+            f"`{PMSET_CUSTOM_COMMAND}` lists no {source} settings (it lists: {', '.join(sources or {}) or 'nothing'})"
+        )
     changes, unsupported, current = {}, [], {}
     for name, value in desired.items():
         if name not in have:

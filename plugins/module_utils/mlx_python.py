@@ -64,5 +64,7 @@ def find_pythons(homes=PYTHON_HOMES):
 def python_facts(homes=PYTHON_HOMES):
     """`pythons` of mlx_cluster: {"found": find_pythons(), "module": the interpreter this
     module runs with (Ansible's, ansible_python_interpreter) and its full version}."""
-    return {"found": find_pythons(homes),
-            "module": {"path": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3])}}
+    return {
+        "found": find_pythons(homes),
+        "module": {"path": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3])},
+    }

@@ -20,8 +20,9 @@ IBV_DEVINFO_COMMAND = "ibv_devinfo -v"
 RDMA_CTL_COMMAND = "rdma_ctl status"
 
 FIX_ENABLE = "boot into Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot"
-FIX_NO_DEVICES = ("use Macs with Thunderbolt 5 ports on macOS 26.2 or later "
-                  "(`sw_vers -productVersion`), then check `rdma_ctl status`")
+FIX_NO_DEVICES = (
+    "use Macs with Thunderbolt 5 ports on macOS 26.2 or later (`sw_vers -productVersion`), then check `rdma_ctl status`"
+)
 FIX_NETWORK = "run the network stage (it gives each cabled Thunderbolt interface its link address)"
 
 _NAME = r"[A-Za-z0-9_.\-]+"
@@ -33,7 +34,7 @@ def iface_of(device):
     """'rdma_en2' -> 'en2'; a name without the prefix (not an Apple device) -> None."""
     if not device.startswith("rdma_"):
         return None
-    return device[len("rdma_"):] or None
+    return device[len("rdma_") :] or None
 
 
 def parse_ibv_devices(text):
@@ -89,8 +90,14 @@ def parse_ibv_devinfo(text):
     for line in text.splitlines():
         m = _HCA.match(line)
         if m:
-            dev = {"name": m.group(1), "transport": None, "link_layer": None,
-                   "port_state": None, "active_mtu": None, "gids": []}
+            dev = {
+                "name": m.group(1),
+                "transport": None,
+                "link_layer": None,
+                "port_state": None,
+                "active_mtu": None,
+                "gids": [],
+            }
             devices.append(dev)
             port = None
             continue
@@ -139,26 +146,39 @@ def _problems(rdma_ctl, devices, cabled, tools_missing):
     if rdma_ctl == "disabled":
         return [_problem("rdma_disabled", None, "RDMA over Thunderbolt is disabled (`rdma_ctl status`)", FIX_ENABLE)]
     if not devices:
-        why = ("ibv_devices is not installed" if tools_missing
-               else "RDMA is not disabled but ibv_devices lists no device")
-        return [_problem("no_devices", None,
-                         f"{why}: Thunderbolt 4 hardware (RDMA needs Thunderbolt 5) or macOS older than 26.2",
-                         FIX_NO_DEVICES)]
+        why = (
+            "ibv_devices is not installed" if tools_missing else "RDMA is not disabled but ibv_devices lists no device"
+        )
+        return [
+            _problem(
+                "no_devices",
+                None,
+                f"{why}: Thunderbolt 4 hardware (RDMA needs Thunderbolt 5) or macOS older than 26.2",
+                FIX_NO_DEVICES,
+            )
+        ]
     problems = []
     for dev in devices:
         iface = dev["iface"]
         if iface in cabled and dev["port_state"] != "PORT_ACTIVE":
-            problems.append(_problem(
-                "port_down", iface,
-                f"{dev['name']} is {dev['port_state'] or 'not reported by ibv_devinfo'} "
-                f"although {iface} has a Thunderbolt cable",
-                f"check/reseat the cable on {iface} (both ends; use a Thunderbolt 5 cable)"))
+            problems.append(
+                _problem(
+                    "port_down",
+                    iface,
+                    f"{dev['name']} is {dev['port_state'] or 'not reported by ibv_devinfo'} "
+                    f"although {iface} has a Thunderbolt cable",
+                    f"check/reseat the cable on {iface} (both ends; use a Thunderbolt 5 cable)",
+                )
+            )
         elif dev["port_state"] == "PORT_ACTIVE" and not dev["ipv4_gid"]:
-            problems.append(_problem(
-                "no_ipv4_gid", iface,
-                f"{dev['name']} has no IPv4-mapped GID (JACCL needs one): "
-                f"the interface has no IPv4 address yet",
-                FIX_NETWORK))
+            problems.append(
+                _problem(
+                    "no_ipv4_gid",
+                    iface,
+                    f"{dev['name']} has no IPv4-mapped GID (JACCL needs one): the interface has no IPv4 address yet",
+                    FIX_NETWORK,
+                )
+            )
     return problems
 
 
@@ -185,14 +205,16 @@ def rdma_facts(ibv_devices_text, ibv_devinfo_text, rdma_ctl_text=None, cabled_if
     for name in names + [n for n in info if n not in names]:
         d = info.get(name, {})
         gids = list(d.get("gids", []))
-        devices.append({
-            "name": name,
-            "iface": iface_of(name),
-            "port_state": d.get("port_state"),
-            "active_mtu": d.get("active_mtu"),
-            "ipv4_gid": any(g.startswith("::ffff:") and "." in g for g in gids),
-            "gids": gids,
-        })
+        devices.append(
+            {
+                "name": name,
+                "iface": iface_of(name),
+                "port_state": d.get("port_state"),
+                "active_mtu": d.get("active_mtu"),
+                "ipv4_gid": any(g.startswith("::ffff:") and "." in g for g in gids),
+                "gids": gids,
+            }
+        )
     devices.sort(key=lambda d: _natural(d["name"]))
     cabled = set(cabled_ifaces or [])
     return {

@@ -48,8 +48,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     sha256_file,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import SAFE_PATH
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import to_text
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 
 RSYNC_COMMAND = "rsync"
 # What `-i` means in GNU rsync and openrsync alike.
@@ -219,8 +219,14 @@ class CopyProgress:
         return (self.bytes - b0) / (now - t0)
 
     def state(self, now, done=False):
-        return {"bytes": self.bytes, "files": self.files, "total": self.total, "rate": self.rate(now),
-                "elapsed": round(now - self.start, 3) if self.start is not None else 0.0, "done": done}
+        return {
+            "bytes": self.bytes,
+            "files": self.files,
+            "total": self.total,
+            "rate": self.rate(now),
+            "elapsed": round(now - self.start, 3) if self.start is not None else 0.0,
+            "done": done,
+        }
 
 
 def without_progress(text):
@@ -245,8 +251,10 @@ def ssh_command(ssh, ssh_args=()):
     words = [ssh] + [str(a) for a in ssh_args]
     bad = [w for w in words if not _SAFE_SSH_WORD.fullmatch(w)]
     if bad:
-        raise ValueError(f"ssh argument {bad[0]!r} holds whitespace, a quote or a backslash; "
-                         "rsync's -e cannot carry it: pass each option and value as separate plain words")
+        raise ValueError(
+            f"ssh argument {bad[0]!r} holds whitespace, a quote or a backslash; "
+            "rsync's -e cannot carry it: pass each option and value as separate plain words"
+        )
     return " ".join(words)  # one string is what -e takes (see above); every word was checked
 
 
@@ -271,8 +279,20 @@ def remote_spec(host, path):
 OWN_EXCLUDES = [f"--exclude={OWN_PREFIX}*", f"--exclude=.*{PART_SUFFIX}"]
 
 
-def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, checksum=False,
-               log_file=None, rsync_path=None, progress=False, stall_timeout=0, excludes=()):
+def rsync_argv(
+    rsync,
+    src,
+    dest,
+    ssh_command=None,
+    dry_run=False,
+    delete=False,
+    checksum=False,
+    log_file=None,
+    rsync_path=None,
+    progress=False,
+    stall_timeout=0,
+    excludes=(),
+):
     """The rsync argv copying the *contents* of directory `src` into directory `dest`.
 
     `dest` is a local path or `host:path` (see remote_spec); both get a trailing slash, so the
@@ -291,8 +311,7 @@ def rsync_argv(rsync, src, dest, ssh_command=None, dry_run=False, delete=False, 
     excludes are `--exclude=PATTERN` words (both take it; see relay_excludes), after
     OWN_EXCLUDES (always).
     """
-    argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
-            f"--out-format={OUT_FORMAT}"]
+    argv = [rsync, "--recursive", "--copy-links", "--perms", "--times", "--whole-file", f"--out-format={OUT_FORMAT}"]
     if progress:
         argv.append(PROGRESS_OPTION)
     if checksum:
@@ -329,8 +348,10 @@ def check_dest(path, home):
     if not path.startswith("/"):
         return f"the destination {path!r} is not an absolute path"
     if not SAFE_PATH.fullmatch(path):
-        return (f"the destination {path!r} holds whitespace or shell characters: use letters, digits "
-                "and . _ - + @ % = , : only")
+        return (
+            f"the destination {path!r} holds whitespace or shell characters: use letters, digits "
+            "and . _ - + @ % = , : only"
+        )
     parts = [p for p in path.split("/") if p]
     if any(p in (".", "..") for p in parts):
         return f"the destination {path!r} holds '.' or '..' components"
@@ -341,17 +362,21 @@ def check_dest(path, home):
         home_parts = [p for p in posixpath.normpath(home).split("/") if p]
         if parts == home_parts:
             return f"the destination {norm} is the home directory itself"
-        if home_parts[:len(parts)] == parts:
+        if home_parts[: len(parts)] == parts:
             return f"the destination {norm} is above the home directory {home}"
-        if parts[:len(home_parts)] == home_parts:
+        if parts[: len(home_parts)] == home_parts:
             below = len(parts) - len(home_parts)
             if below < 2:
-                return (f"the destination {norm} is only {below} level below the home directory {home}: "
-                        "use a dedicated directory at least two levels down (e.g. ~/mlx-cluster/models/<name>)")
+                return (
+                    f"the destination {norm} is only {below} level below the home directory {home}: "
+                    "use a dedicated directory at least two levels down (e.g. ~/mlx-cluster/models/<name>)"
+                )
             return None
     if not home and len(parts) < 4:
-        return (f"the destination {norm} has fewer than four components and the home directory of the "
-                "destination is not known: use a dedicated directory (e.g. ~/mlx-cluster/models/<name>)")
+        return (
+            f"the destination {norm} has fewer than four components and the home directory of the "
+            "destination is not known: use a dedicated directory (e.g. ~/mlx-cluster/models/<name>)"
+        )
     if len(parts) < 2:
         return f"the destination {norm} is a top-level directory: use a dedicated directory below it"
     return None
@@ -415,32 +440,69 @@ def compare_manifests(source, by_host):
         files = by_host[host] or {}
         if source and not any(rel in files for rel in source):
             total = sum(_size(e) or 0 for e in source.values())
-            problems.append(_problem(host, "*", "missing_dir", f"{len(source)} files, {total} bytes",
-                                     f"{len(files)} of them",
-                                     f"{host}: none of the model's {len(source)} files is there"))
+            problems.append(
+                _problem(
+                    host,
+                    "*",
+                    "missing_dir",
+                    f"{len(source)} files, {total} bytes",
+                    f"{len(files)} of them",
+                    f"{host}: none of the model's {len(source)} files is there",
+                )
+            )
             continue
         for rel in sorted(source):
             want, have = source[rel], files.get(rel)
             if have is None:
-                problems.append(_problem(host, rel, "missing", _size(want), None,
-                                         f"{host}: {rel} is missing ({_size(want)} bytes on the source)"))
+                problems.append(
+                    _problem(
+                        host,
+                        rel,
+                        "missing",
+                        _size(want),
+                        None,
+                        f"{host}: {rel} is missing ({_size(want)} bytes on the source)",
+                    )
+                )
                 continue
             if _size(want) != _size(have):
-                problems.append(_problem(host, rel, "size", _size(want), _size(have),
-                                         f"{host}: {rel} is {_size(have)} bytes, expected {_size(want)} "
-                                         "(as on the source)"))
+                problems.append(
+                    _problem(
+                        host,
+                        rel,
+                        "size",
+                        _size(want),
+                        _size(have),
+                        f"{host}: {rel} is {_size(have)} bytes, expected {_size(want)} (as on the source)",
+                    )
+                )
                 continue
             want_sha = want.get("sha256") if isinstance(want, dict) else None
             have_sha = have.get("sha256") if isinstance(have, dict) else None
             if want_sha and have_sha and want_sha != have_sha:
-                problems.append(_problem(host, rel, "sha256", want_sha, have_sha,
-                                         f"{host}: {rel} has sha256 {have_sha[:16]}..., expected "
-                                         f"{want_sha[:16]}... (divergent copy)"))
+                problems.append(
+                    _problem(
+                        host,
+                        rel,
+                        "sha256",
+                        want_sha,
+                        have_sha,
+                        f"{host}: {rel} has sha256 {have_sha[:16]}..., expected {want_sha[:16]}... (divergent copy)",
+                    )
+                )
         for rel in sorted(set(files) - set(source)):
             if is_weight_file(rel):
-                problems.append(_problem(host, rel, "extra_weight", None, _size(files[rel]),
-                                         f"{host}: {rel} is a weight file the source does not have "
-                                         "(MLX would load it): remove it or sync with delete"))
+                problems.append(
+                    _problem(
+                        host,
+                        rel,
+                        "extra_weight",
+                        None,
+                        _size(files[rel]),
+                        f"{host}: {rel} is a weight file the source does not have "
+                        "(MLX would load it): remove it or sync with delete",
+                    )
+                )
     return problems
 
 
@@ -457,19 +519,25 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
     where = f"{host}:{dest}" if host else dest
     first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit code {rc}").rstrip(".")
     if stall_timeout and (rc == RSYNC_STALLED or "io timeout" in low or "timeout in data" in low):
-        return (f"rsync into {where} from {source} stalled: no data moved for {stall_timeout} s, so the "
-                f"copy was ended ({first}). What was copied stays: the next run resumes it. Fix: check "
-                f"the cable or link between {source} and {name or host or source} and both disks, then "
-                "re-run the models stage; for a link that is only slow, raise model_sync_stall_timeout")
+        return (
+            f"rsync into {where} from {source} stalled: no data moved for {stall_timeout} s, so the "
+            f"copy was ended ({first}). What was copied stays: the next run resumes it. Fix: check "
+            f"the cable or link between {source} and {name or host or source} and both disks, then "
+            "re-run the models stage; for a link that is only slow, raise model_sync_stall_timeout"
+        )
     if host:
         # the far end's rsync answered (so ssh itself worked): its own words first
         if ("command not found" in low or "rsync: not found" in low) and "rsync" in low:
-            return (f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
-                    "ships /usr/bin/rsync; on another system install rsync")
+            return (
+                f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
+                "ships /usr/bin/rsync; on another system install rsync"
+            )
         if "unknown option" in low or "unrecognized option" in low:
-            return (f"rsync into {where} failed: one rsync does not understand an option of the other "
-                    f"({first}). Fix: install rsync 3.x on {host} (e.g. `brew install rsync`) and point "
-                    "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)")
+            return (
+                f"rsync into {where} failed: one rsync does not understand an option of the other "
+                f"({first}). Fix: install rsync 3.x on {host} (e.g. `brew install rsync`) and point "
+                "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)"
+            )
         ssh_msg = explain_ssh_failure(err, rc, source, name or host, host, user, trust=trust)
         if ssh_msg:
             return ssh_msg
@@ -555,8 +623,14 @@ def relay_master_args(control_path):
     ssh becomes the master (in the background, idle for RELAY_MASTER_IDLE seconds at most), the
     later passes run over it, without a handshake each. `control_path` is a socket path of the
     module's own (a private temporary directory), so no one else's master is used or left."""
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_path}",
-            "-o", f"ControlPersist={RELAY_MASTER_IDLE}"]
+    return [
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_path}",
+        "-o",
+        f"ControlPersist={RELAY_MASTER_IDLE}",
+    ]
 
 
 def relay_master_exit_argv(ssh, control_path, host):
@@ -598,12 +672,14 @@ class UpstreamStalled(Exception):
 def stall_message(source, dest_name, upstream, complete, pending, waited):
     """The failure of a Mac that waited in vain on its own copy to pass the model on."""
     shown = ", ".join(sorted(pending)[:3]) + (", ..." if len(pending) > 3 else "")
-    return (f"{source} stopped waiting to pass the model on to {dest_name}: its own copy from "
-            f"{upstream} has not grown for {waited:.0f} s ({len(complete)} of "
-            f"{len(complete) + len(pending)} files complete; not yet: {shown}). The copy into "
-            f"{source} is what stopped: its own failure (task 'Copy the model along the cables', "
-            f"{source}'s copy from {upstream}) names the cause. Fix that, then re-run the models "
-            "stage: what was copied stays and every copy resumes")
+    return (
+        f"{source} stopped waiting to pass the model on to {dest_name}: its own copy from "
+        f"{upstream} has not grown for {waited:.0f} s ({len(complete)} of "
+        f"{len(complete) + len(pending)} files complete; not yet: {shown}). The copy into "
+        f"{source} is what stopped: its own failure (task 'Copy the model along the cables', "
+        f"{source}'s copy from {upstream}) names the cause. Fix that, then re-run the models "
+        "stage: what was copied stays and every copy resumes"
+    )
 
 
 def relay_passes(wait_for, look, run_pass, clock, sleep, wait_limit, poll=RELAY_POLL):

@@ -41,16 +41,23 @@ COMMAND_TIMEOUT_SPEC = {"command_timeout": {"type": "int", "default": DEFAULT_TI
 # Seconds to wait for a killed process group to go (and release its pipes) before leaving it.
 KILL_GRACE = 2
 
-FIX_RDMA = ("RDMA looks wedged on this Mac: replug its Thunderbolt cables, or reboot the Mac if "
-            "that does not help, then re-run")
-FIX_SYSTEM_PROFILER = ("System Information cannot read the Thunderbolt bus (a device or cable that "
-                       "does not answer): unplug the Thunderbolt cables and re-run; if it still hangs "
-                       "(`system_profiler SPThunderboltDataType` by hand does not end), reboot the Mac")
-FIX_NETWORKSETUP = ("the network configuration daemon (configd) does not answer: wait a minute and "
-                    "re-run; if it still hangs (`networksetup -listallhardwareports` by hand does not "
-                    "end), reboot the Mac")
-FIX_GENERIC = ("run it by hand on the Mac to see whether it ends; reboot the Mac if it hangs there too, "
-               "or raise mlx_cluster_command_timeout if the Mac is only slow")
+FIX_RDMA = (
+    "RDMA looks wedged on this Mac: replug its Thunderbolt cables, or reboot the Mac if that does not help, then re-run"
+)
+FIX_SYSTEM_PROFILER = (
+    "System Information cannot read the Thunderbolt bus (a device or cable that "
+    "does not answer): unplug the Thunderbolt cables and re-run; if it still hangs "
+    "(`system_profiler SPThunderboltDataType` by hand does not end), reboot the Mac"
+)
+FIX_NETWORKSETUP = (
+    "the network configuration daemon (configd) does not answer: wait a minute and "
+    "re-run; if it still hangs (`networksetup -listallhardwareports` by hand does not "
+    "end), reboot the Mac"
+)
+FIX_GENERIC = (
+    "run it by hand on the Mac to see whether it ends; reboot the Mac if it hangs there too, "
+    "or raise mlx_cluster_command_timeout if the Mac is only slow"
+)
 FIXES = {
     "ibv_devices": FIX_RDMA,
     "ibv_devinfo": FIX_RDMA,
@@ -98,8 +105,7 @@ class CommandTimeout(Exception):
 
     def result(self):
         """What a module returns beside `msg` in its fail_json."""
-        return {"cmd": self.argv, "rc": None, "stdout": self.stdout, "stderr": self.stderr,
-                "timeout": self.timeout}
+        return {"cmd": self.argv, "rc": None, "stdout": self.stdout, "stderr": self.stderr, "timeout": self.timeout}
 
 
 def _seconds(value):
@@ -153,8 +159,9 @@ def stream_output(proc, timeout, on_output, on_error=None):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 # what was read so far goes with it: the caller's communicate() reads the rest
-                raise subprocess.TimeoutExpired(proc.args, timeout, output=b"".join(chunks[proc.stdout]),
-                                                stderr=b"".join(chunks[proc.stderr]))
+                raise subprocess.TimeoutExpired(
+                    proc.args, timeout, output=b"".join(chunks[proc.stdout]), stderr=b"".join(chunks[proc.stderr])
+                )
             for key, _ in sel.select(left):
                 data = os.read(key.fd, 65536)
                 if not data:
@@ -181,9 +188,15 @@ def spawn(argv, timeout, env_update=None, data=None, on_output=None):
     returned). OSError when it cannot be started at all."""
     env = dict(os.environ, **C_LOCALE)
     env.update(env_update or {})
-    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(a) for a in argv],
+        stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        close_fds=True,
+        start_new_session=True,
+    )
     try:
         if on_output is None:
             out, err = proc.communicate(None if data is None else data.encode(), timeout=timeout)

@@ -50,7 +50,8 @@ def setting_problem(label, paths):
     removes) or one of `paths` ({setting: path}, e.g. the run directory root reads before it
     drops to the user) cannot be used."""
     return unsafe_label(label, "mlx_server_label") or next(
-        (why for why in (unsafe_path(path, setting) for setting, path in paths.items()) if why), None)
+        (why for why in (unsafe_path(path, setting) for setting, path in paths.items()) if why), None
+    )
 
 
 def hostfile_hosts(hostfile):
@@ -138,12 +139,17 @@ def launch_env(hostfile, rank, run_dir, port, extra_env=()):
         if any(r[i] is not None for i, r in enumerate(rdma)):
             raise SpecError("the hostfile is malformed: RDMA device of self should be null")
         ring = backend == "jaccl-ring"
-        missing = [(i, j) for i in range(n)
-                   for j in (((i - 1) % n, (i + 1) % n) if ring else range(n))
-                   if i != j and rdma[i][j] is None]
+        missing = [
+            (i, j)
+            for i in range(n)
+            for j in (((i - 1) % n, (i + 1) % n) if ring else range(n))
+            if i != j and rdma[i][j] is None
+        ]
         if missing:
-            raise SpecError("the hostfile is malformed: no RDMA device is listed for "
-                            + ", ".join(f"{hosts[i]['ssh']} to {hosts[j]['ssh']}" for i, j in missing[:3]))
+            raise SpecError(
+                "the hostfile is malformed: no RDMA device is listed for "
+                + ", ".join(f"{hosts[i]['ssh']} to {hosts[j]['ssh']}" for i, j in missing[:3])
+            )
         env["MLX_JACCL_COORDINATOR"] = f"{hosts[0]['ips'][0]}:{int(port)}"
         if ring:
             env["MLX_JACCL_RING"] = "1"
@@ -175,34 +181,106 @@ def rank_files(run_dir, rank):
     with its heartbeat, log, the stopped start's state), what the spec writes (env), and its
     supervisor's own (keeper_pid, keeper)."""
     d = str(run_dir).rstrip("/") or ""
-    return {"api_key": f"{d}/{API_KEY_FILE}", "pid": f"{d}/rank{rank}.pid", "state": f"{d}/rank{rank}.json",
-            "log": f"{d}/rank{rank}.log", "last": f"{d}/rank{rank}.last.json", "env": f"{d}/rank{rank}.env.json",
-            "keeper_pid": f"{d}/keeper{rank}.pid", "keeper": f"{d}/keeper{rank}.json",
-            "keeper_last": f"{d}/keeper{rank}.last.json"}
+    return {
+        "api_key": f"{d}/{API_KEY_FILE}",
+        "pid": f"{d}/rank{rank}.pid",
+        "state": f"{d}/rank{rank}.json",
+        "log": f"{d}/rank{rank}.log",
+        "last": f"{d}/rank{rank}.last.json",
+        "env": f"{d}/rank{rank}.env.json",
+        "keeper_pid": f"{d}/keeper{rank}.pid",
+        "keeper": f"{d}/keeper{rank}.json",
+        "keeper_last": f"{d}/keeper{rank}.last.json",
+    }
 
 
-def server_argv(python, script, *, model, run_dir, mode, world, backend, host, port, model_id,
-                max_tokens, poll_interval, request_timeout, init_timeout, queue_size, stall_timeout,
-                settings_hash_value, allowed_hosts=(), api_key_file=None):
+def server_argv(
+    python,
+    script,
+    *,
+    model,
+    run_dir,
+    mode,
+    world,
+    backend,
+    host,
+    port,
+    model_id,
+    max_tokens,
+    poll_interval,
+    request_timeout,
+    init_timeout,
+    queue_size,
+    stall_timeout,
+    settings_hash_value,
+    allowed_hosts=(),
+    api_key_file=None,
+):
     """The rank's command line (without --run-id, which each start adds)."""
     allowed = [w for name in allowed_hosts for w in ("--allowed-host", name)]
     key = ["--api-key-file", api_key_file] if api_key_file else []
-    return [python, script, "--model", model, "--run-dir", run_dir, "--mode", mode,
-            "--expect-world", str(world), "--init-timeout", _num(init_timeout),
-            "--backend", init_backend(backend), "--host", host, "--port", str(port),
-            "--model-id", model_id, "--max-tokens", str(max_tokens),
-            "--poll-interval", _num(poll_interval), "--request-timeout", _num(request_timeout),
-            "--queue-size", str(queue_size), "--stall-timeout", _num(stall_timeout), *allowed, *key,
-            "--settings-hash", settings_hash_value]
+    return [
+        python,
+        script,
+        "--model",
+        model,
+        "--run-dir",
+        run_dir,
+        "--mode",
+        mode,
+        "--expect-world",
+        str(world),
+        "--init-timeout",
+        _num(init_timeout),
+        "--backend",
+        init_backend(backend),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--model-id",
+        model_id,
+        "--max-tokens",
+        str(max_tokens),
+        "--poll-interval",
+        _num(poll_interval),
+        "--request-timeout",
+        _num(request_timeout),
+        "--queue-size",
+        str(queue_size),
+        "--stall-timeout",
+        _num(stall_timeout),
+        *allowed,
+        *key,
+        "--settings-hash",
+        settings_hash_value,
+    ]
 
 
 def keeper_argv(python, keeper, *, run_dir, rank, supervisor, max_restarts):
     """The rank's supervisor's command line, up to (without) the `--` before the rank's own.
     launchd keeps it in the foreground; the process supervisor runs it detached."""
     f = rank_files(run_dir, rank)
-    argv = [python, keeper, "--pidfile", f["pid"], "--own-pidfile", f["keeper_pid"], "--state", f["keeper"],
-            "--heartbeat", f["state"], "--log", f["log"], "--env-file", f["env"],
-            "--cwd", str(run_dir).rstrip("/") or "/", "--max-restarts", str(max_restarts)]
+    argv = [
+        python,
+        keeper,
+        "--pidfile",
+        f["pid"],
+        "--own-pidfile",
+        f["keeper_pid"],
+        "--state",
+        f["keeper"],
+        "--heartbeat",
+        f["state"],
+        "--log",
+        f["log"],
+        "--env-file",
+        f["env"],
+        "--cwd",
+        str(run_dir).rstrip("/") or "/",
+        "--max-restarts",
+        str(max_restarts),
+    ]
     return argv + (["--detach"] if supervisor == "process" else [])
 
 
@@ -219,8 +297,7 @@ def parse_launchctl_print(text):
 
     Only the job's own top-level keys (one tab deep) are read; nested blocks (environment,
     endpoints) are indented further and ignored. An empty text means "not loaded"."""
-    out = {"loaded": bool((text or "").strip()), "state": None, "pid": None, "last_exit_code": None,
-           "path": None}
+    out = {"loaded": bool((text or "").strip()), "state": None, "pid": None, "last_exit_code": None, "path": None}
     for line in (text or "").splitlines():
         m = LAUNCHCTL_KEY.match(line)
         if not m:
@@ -250,8 +327,10 @@ def process_matches(ps_line, pid, run_dir, run_id=None):
 
 
 def _has_option(words, flag, value):
-    return any(w == flag and i + 1 < len(words) and words[i + 1] == value for i, w in enumerate(words)) \
+    return (
+        any(w == flag and i + 1 < len(words) and words[i + 1] == value for i, w in enumerate(words))
         or f"{flag}={value}" in words
+    )
 
 
 def processes_with(ps_text, token, own_pid=None):
@@ -279,14 +358,15 @@ def problems(status, want_hash, supervisor="process"):
     if status.get("supervisor") is not None and not status["supervisor"].get("running"):
         out.append(f"rank {status.get('rank')} runs without its supervisor (no watchdog, no restart)")
     if status.get("settings_hash") != want_hash:
-        out.append(f"rank {status.get('rank')} runs other settings "
-                   f"({(status.get('settings_hash') or 'unknown')[:12]}, want {want_hash[:12]})")
+        out.append(
+            f"rank {status.get('rank')} runs other settings "
+            f"({(status.get('settings_hash') or 'unknown')[:12]}, want {want_hash[:12]})"
+        )
     if supervisor == "launchd" and not (status.get("launchd") or {}).get("loaded"):
         out.append(f"rank {status.get('rank')} is not a loaded launchd job")
     if status.get("phase") == "failed":
         out.append(f"rank {status.get('rank')} reports failure: {status.get('message')}")
     return out
-
 
 
 RANK_FILE = re.compile(r"^rank(\d+)\.(pid|json|last\.json|log)$")
@@ -352,6 +432,7 @@ def become_owner(path):
     if st.st_uid == 0:
         return None
     import pwd
+
     try:
         name = pwd.getpwuid(st.st_uid).pw_name
         os.initgroups(name, st.st_gid)
@@ -379,6 +460,7 @@ def reading_as_owner(path):
         yield None
         return
     import pwd
+
     try:
         groups = os.getgrouplist(pwd.getpwuid(st.st_uid).pw_name, st.st_gid)
     except (KeyError, OSError):
@@ -397,6 +479,7 @@ def reading_as_owner(path):
 
 # ---- the serving loop's heartbeat --------------------------------------------------------
 
+
 def stall_verdict(progress, now_mono):
     """Why a ready rank's serving loop counts as stalled ("" = it does not): no turn and no
     token for progress["stall_timeout"] seconds (0 = never). The same rule is in
@@ -410,8 +493,10 @@ def stall_verdict(progress, now_mono):
     if idle <= bound:
         return ""
     if progress.get("generating"):
-        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
-                f"flight ({progress.get('tokens', 0)} token(s) so far)")
+        return (
+            f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
+            f"flight ({progress.get('tokens', 0)} token(s) so far)"
+        )
     return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"
 
 
@@ -426,11 +511,17 @@ def progress_report(info, now_mono, now_wall):
     since = None
     if prog.get("progress_mono") is not None:
         since = round(max(0.0, now_mono - float(prog["progress_mono"])), 1)
-    return {"generating": bool(prog.get("generating")), "tokens": prog.get("tokens", 0),
-            "requests_done": prog.get("requests_done", 0), "queue_depth": prog.get("queue_depth", 0),
-            "last_turn_at": prog.get("last_turn_at"), "last_token_at": prog.get("last_token_at"),
-            "seconds_since_progress": since, "stall_timeout": prog.get("stall_timeout"),
-            "stalled": stall_verdict(prog, now_mono) if info.get("phase") == "ready" else ""}
+    return {
+        "generating": bool(prog.get("generating")),
+        "tokens": prog.get("tokens", 0),
+        "requests_done": prog.get("requests_done", 0),
+        "queue_depth": prog.get("queue_depth", 0),
+        "last_turn_at": prog.get("last_turn_at"),
+        "last_token_at": prog.get("last_token_at"),
+        "seconds_since_progress": since,
+        "stall_timeout": prog.get("stall_timeout"),
+        "stalled": stall_verdict(prog, now_mono) if info.get("phase") == "ready" else "",
+    }
 
 
 def progress_line(report):
@@ -440,8 +531,10 @@ def progress_line(report):
     if report["stalled"]:
         return f"STALLED: {report['stalled']}"
     ago = report["seconds_since_progress"]
-    now = (f"generating ({report['tokens']} token(s), last progress {ago}s ago)" if report["generating"]
-           else f"idle (last turn {ago}s ago)")
+    now = (
+        f"generating ({report['tokens']} token(s), last progress {ago}s ago)"
+        if report["generating"]
+        else f"idle (last turn {ago}s ago)"
+    )
     queue = f", {report['queue_depth']} waiting" if report.get("queue_depth") else ""
     return f"{report['requests_done']} request(s) done, {now}{queue}"
-

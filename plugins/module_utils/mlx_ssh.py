@@ -20,7 +20,7 @@ SSH_OPTIONS_WITH_ARG = "BbcDEeFIiJLlmOoPpQRSWw"
 
 # The wrapper runs as its own program (mlx.launch starts it through /bin/bash), so it holds
 # all it needs; the tests write it out and run it against a stand-in ssh.
-WRAPPER = '''#!{python}
+WRAPPER = """#!{python}
 # ssh for mlx.launch, written by the mlx_launch module for one run: an inventory name becomes
 # the destination and options Ansible uses for that Mac (see targets.json beside this file).
 import json, os, sys
@@ -61,7 +61,7 @@ def main():
 
 
 main()
-'''
+"""
 
 
 def wrapper_files(targets, python, ssh):
@@ -74,10 +74,15 @@ def wrapper_files(targets, python, ssh):
             raise ValueError(f"ssh target of {name} is malformed (needs host and options): {t!r}")
         if not str(t.get("ssh") or ssh).startswith("/"):
             raise ValueError(f"ssh program of {name} must be an absolute path, got {t.get('ssh') or ssh!r}")
-        clean[str(name)] = {"host": str(t["host"]), "ssh": str(t.get("ssh") or ssh),
-                            "options": [str(o) for o in t["options"]]}
-    return {"ssh": WRAPPER.format(python=python, with_arg=SSH_OPTIONS_WITH_ARG),
-            "targets.json": json.dumps({"ssh": ssh, "targets": clean}, indent=1) + "\n"}
+        clean[str(name)] = {
+            "host": str(t["host"]),
+            "ssh": str(t.get("ssh") or ssh),
+            "options": [str(o) for o in t["options"]],
+        }
+    return {
+        "ssh": WRAPPER.format(python=python, with_arg=SSH_OPTIONS_WITH_ARG),
+        "targets.json": json.dumps({"ssh": ssh, "targets": clean}, indent=1) + "\n",
+    }
 
 
 def _first_line(text, rc):
@@ -98,32 +103,59 @@ def explain_ssh_failure(stderr, rc, source, name, host, user=None, trust="yours"
     first = _first_line(stderr, rc)
     login = f"{user}@{host}" if user else host
     head = f"ssh from {source} to {name} ({login}) failed: {first}."
-    if "could not resolve hostname" in low or "name or service not known" in low \
-            or "nodename nor servname" in low:
-        return (f"{head} The name {host} does not resolve on {source}. Fix: set ansible_host of {name} "
-                "in the inventory to the Mac's address (or a name that resolves there, e.g. its .local name).")
-    if "host key verification failed" in low or "remote host identification has changed" in low \
-            or "no matching host key" in low:
+    if "could not resolve hostname" in low or "name or service not known" in low or "nodename nor servname" in low:
+        return (
+            f"{head} The name {host} does not resolve on {source}. Fix: set ansible_host of {name} "
+            "in the inventory to the Mac's address (or a name that resolves there, e.g. its .local name)."
+        )
+    if (
+        "host key verification failed" in low
+        or "remote host identification has changed" in low
+        or "no matching host key" in low
+    ):
         if trust == "toolkit":
-            return (f"{head} {name}'s host key is not the one the toolkit recorded on {source}. Fix: run the "
-                    "stage again (it records every peer's host key, read from the Mac itself); if the Mac was "
-                    "reinstalled, that is expected, otherwise find out why its key changed.")
-        return (f"{head} {name}'s host key is not in {source}'s known_hosts, or it changed. Fix: check the "
-                f"fingerprint on the Mac and accept it once with `ssh {login} true` (host-key checking stays on).")
+            return (
+                f"{head} {name}'s host key is not the one the toolkit recorded on {source}. Fix: run the "
+                "stage again (it records every peer's host key, read from the Mac itself); if the Mac was "
+                "reinstalled, that is expected, otherwise find out why its key changed."
+            )
+        return (
+            f"{head} {name}'s host key is not in {source}'s known_hosts, or it changed. Fix: check the "
+            f"fingerprint on the Mac and accept it once with `ssh {login} true` (host-key checking stays on)."
+        )
     if "permission denied" in low or "too many authentication failures" in low:
         if trust == "toolkit":
-            return (f"{head} {name} refused the cluster key of {source}. Fix: run the stage again (it puts the "
-                    f"key into ~/.ssh/authorized_keys of {user or 'the login user'} on {name}).")
-        return (f"{head} {name} refused the key. Fix: put your public key into ~/.ssh/authorized_keys of "
-                f"{user or 'the login user'} on {name} (`ssh-copy-id {login}`), or set ansible_user and "
-                f"ansible_ssh_private_key_file of {name} to the login that works.")
+            return (
+                f"{head} {name} refused the cluster key of {source}. Fix: run the stage again (it puts the "
+                f"key into ~/.ssh/authorized_keys of {user or 'the login user'} on {name})."
+            )
+        return (
+            f"{head} {name} refused the key. Fix: put your public key into ~/.ssh/authorized_keys of "
+            f"{user or 'the login user'} on {name} (`ssh-copy-id {login}`), or set ansible_user and "
+            f"ansible_ssh_private_key_file of {name} to the login that works."
+        )
     if "connection refused" in low:
-        return (f"{head} Nothing listens for ssh on {name}. Fix: turn Remote Login on (System Settings > "
-                "General > Sharing > Remote Login).")
-    if any(s in low for s in ("timed out", "no route to host", "network is unreachable", "host is down",
-                              "connection closed", "connection reset", "broken pipe", "timeout, server")):
-        return (f"{head} {name} does not answer at {host}. Fix: check that it is powered on, awake and on "
-                f"the network, and that {host} is its address.")
+        return (
+            f"{head} Nothing listens for ssh on {name}. Fix: turn Remote Login on (System Settings > "
+            "General > Sharing > Remote Login)."
+        )
+    if any(
+        s in low
+        for s in (
+            "timed out",
+            "no route to host",
+            "network is unreachable",
+            "host is down",
+            "connection closed",
+            "connection reset",
+            "broken pipe",
+            "timeout, server",
+        )
+    ):
+        return (
+            f"{head} {name} does not answer at {host}. Fix: check that it is powered on, awake and on "
+            f"the network, and that {host} is its address."
+        )
     if rc == 255:
         return f"{head} Fix: try `ssh {login} true` from {source} and follow what it says."
     return None

@@ -149,35 +149,45 @@ def _port(bus, warnings):
         return None
     receptacle = _receptacle_id(tag.get("receptacle_id_key"))
     if receptacle is None:
-        warnings.append(f"{where} ({known}) has no usable receptacle_id_key "
-                        f"({_short(tag.get('receptacle_id_key'))}); the port is skipped")
+        warnings.append(
+            f"{where} ({known}) has no usable receptacle_id_key "
+            f"({_short(tag.get('receptacle_id_key'))}); the port is skipped"
+        )
         return None
     where = f"receptacle {receptacle} ({where})"
     if domain is None:
-        warnings.append(f"{where} has no domain_uuid_key (partial system_profiler output): the port "
-                        f"is kept, but its cable can only be matched from the other Mac's side; "
-                        f"run `{SP_COMMAND}` again and check that the output is complete")
+        warnings.append(
+            f"{where} has no domain_uuid_key (partial system_profiler output): the port "
+            f"is kept, but its cable can only be matched from the other Mac's side; "
+            f"run `{SP_COMMAND}` again and check that the output is complete"
+        )
 
     devices, peers = [], []
     items = bus.get("_items", [])
     for item, depth, hubs in _walk(items, where, warnings):
         kind = _item_kind(item)
-        devices.append({
-            "name": _str_or_none(item.get("_name")),
-            "vendor": _str_or_none(item.get("vendor_name_key")),
-            "depth": depth,
-            "kind": kind,
-        })
-        if kind == "mac":
-            peers.append({
-                "domain_uuid": _str_or_none(item["domain_uuid_key"]),
+        devices.append(
+            {
                 "name": _str_or_none(item.get("_name")),
-                "model_id": _str_or_none(item.get("device_name_key")),
-                "via": list(hubs),
-            })
+                "vendor": _str_or_none(item.get("vendor_name_key")),
+                "depth": depth,
+                "kind": kind,
+            }
+        )
+        if kind == "mac":
+            peers.append(
+                {
+                    "domain_uuid": _str_or_none(item["domain_uuid_key"]),
+                    "name": _str_or_none(item.get("_name")),
+                    "model_id": _str_or_none(item.get("device_name_key")),
+                    "via": list(hubs),
+                }
+            )
     if len(peers) > 1:
-        warnings.append(f"{where}: {len(peers)} Macs behind one port "
-                        f"({', '.join(p['domain_uuid'] for p in peers)}); using the first")
+        warnings.append(
+            f"{where}: {len(peers)} Macs behind one port "
+            f"({', '.join(p['domain_uuid'] for p in peers)}); using the first"
+        )
 
     raw_status = tag.get("receptacle_status_key")
     # "Up to 40 Gb/s" on a connected receptacle is still the link speed (older TB3 gear).
@@ -192,8 +202,9 @@ def _port(bus, warnings):
     if status == "connected":
         capability = None
         if speed is None:
-            warnings.append(f"{where}: connected but no link speed in "
-                            f"current_speed_key {_short(tag.get('current_speed_key'))}")
+            warnings.append(
+                f"{where}: connected but no link speed in current_speed_key {_short(tag.get('current_speed_key'))}"
+            )
     else:
         capability, speed = speed, None
 
@@ -245,20 +256,25 @@ def parse_system_profiler(text):
             continue
         port = _port(bus, warnings)
         if port is None:
-            portless += _str_or_none(bus.get("domain_uuid_key")) is None \
-                and not isinstance(bus.get("receptacle_1_tag"), dict)
+            portless += _str_or_none(bus.get("domain_uuid_key")) is None and not isinstance(
+                bus.get("receptacle_1_tag"), dict
+            )
             continue
         model = model or _str_or_none(bus.get("device_name_key"))
         ports.append(port)
     if not ports and portless:
-        warnings.append(f"no Thunderbolt port in the output: {portless} bus entr"
-                        f"{'y has' if portless == 1 else 'ies have'} neither domain_uuid_key nor "
-                        f"receptacle_1_tag (partial output?); run `{SP_COMMAND}` again")
+        warnings.append(
+            f"no Thunderbolt port in the output: {portless} bus entr"
+            f"{'y has' if portless == 1 else 'ies have'} neither domain_uuid_key nor "
+            f"receptacle_1_tag (partial output?); run `{SP_COMMAND}` again"
+        )
     seen = {}
     for port in ports:
         if port["receptacle"] in seen:
-            warnings.append(f"receptacle {port['receptacle']} is reported by two buses "
-                            f"({seen[port['receptacle']] or 'no domain'} and {port['domain_uuid'] or 'no domain'})")
+            warnings.append(
+                f"receptacle {port['receptacle']} is reported by two buses "
+                f"({seen[port['receptacle']] or 'no domain'} and {port['domain_uuid'] or 'no domain'})"
+            )
         seen[port["receptacle"]] = port["domain_uuid"]
     ports.sort(key=lambda p: (p["receptacle"], p["domain_uuid"] or ""))
     # The bus entries name the model ("Mac Studio"); the model identifier ("Mac16,9") is
@@ -269,6 +285,7 @@ def parse_system_profiler(text):
 # --------------------------------------------------------------------------------------
 # networksetup
 # --------------------------------------------------------------------------------------
+
 
 def parse_hardware_ports(text):
     """Parse `networksetup -listallhardwareports` into {"Thunderbolt 1": "en2", ...}.
@@ -326,8 +343,7 @@ def parse_service_order(text):
         m = _SERVICE.match(line)
         if m:
             recognised = True
-            services.append({"name": m.group(2), "hardware_port": None, "device": None,
-                             "enabled": m.group(1) != "*"})
+            services.append({"name": m.group(2), "hardware_port": None, "device": None, "enabled": m.group(1) != "*"})
     if not recognised and text.strip():
         raise ParseError(SERVICE_ORDER_COMMAND, "no network service in the output")
     return services
@@ -372,11 +388,17 @@ def parse_ifconfig(text):
         m = _IF_HEADER.match(raw)
         if m:
             flags = [f for f in m.group(3).split(",") if f]
-            current = interfaces.setdefault(m.group(1), {
-                "flags": flags, "up": "UP" in flags,
-                "mtu": small_int(m.group(4)),
-                "ipv4": [], "members": [], "status": None,
-            })
+            current = interfaces.setdefault(
+                m.group(1),
+                {
+                    "flags": flags,
+                    "up": "UP" in flags,
+                    "mtu": small_int(m.group(4)),
+                    "ipv4": [],
+                    "members": [],
+                    "status": None,
+                },
+            )
             continue
         if current is None:
             if raw.strip():
@@ -402,6 +424,7 @@ def parse_ifconfig(text):
 # mlx_thunderbolt facts
 # --------------------------------------------------------------------------------------
 
+
 def _bridge(hwports, bridge_text, services):
     """The `bridge` section: what bridge0 is, who is in it, and whether its service is on."""
     device = hwports.get(BRIDGE_PORT, "bridge0")
@@ -422,8 +445,7 @@ def _bridge(hwports, bridge_text, services):
     return bridge
 
 
-def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_order_text=None,
-                      model_id=None):
+def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_order_text=None, model_id=None):
     """Assemble `ansible_facts.mlx_thunderbolt` (docs/design.md) from captured outputs.
 
     `bridge_ifconfig_text` is `ifconfig bridge0` output, or None when bridge0 does not
@@ -438,9 +460,11 @@ def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_
     for port in facts["ports"]:
         iface = hwports.get(port["hardware_port"])
         if iface is None:
-            warnings.append(f"networksetup has no hardware port '{port['hardware_port']}' "
-                            f"(receptacle {port['receptacle']}, domain {port['domain_uuid'] or 'unknown'}): "
-                            f"its interface is unknown; run `{DETECT_FIX}` and gather facts again")
+            warnings.append(
+                f"networksetup has no hardware port '{port['hardware_port']}' "
+                f"(receptacle {port['receptacle']}, domain {port['domain_uuid'] or 'unknown'}): "
+                f"its interface is unknown; run `{DETECT_FIX}` and gather facts again"
+            )
         ports.append(dict(port, iface=iface))
     mac = dict(facts["mac"])
     if model_id:

@@ -43,7 +43,7 @@ def split_block(text, marker):
         j = stripped.index(end, i + 1)
     except ValueError:
         return lines, None, []
-    return lines[:i], lines[i + 1:j], lines[j + 1:]
+    return lines[:i], lines[i + 1 : j], lines[j + 1 :]
 
 
 def block_keys(text, marker=MARKER):

@@ -48,9 +48,12 @@ def tensor_bytes(header, name):
         if key == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-                or offsets[1] < offsets[0]):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or offsets[1] < offsets[0]
+        ):
             raise ParseError(name, f"tensor {key[:80]!r} has no valid data_offsets")
         out[key] = offsets[1] - offsets[0]
     return out
@@ -67,8 +70,11 @@ def layout(tensors):
         else:
             layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + size
     count = max(layers) + 1 if layers else 0
-    return {"total_bytes": shared + sum(layers.values()), "shared_bytes": shared,
-            "layer_bytes": [layers.get(i, 0) for i in range(count)]}
+    return {
+        "total_bytes": shared + sum(layers.values()),
+        "shared_bytes": shared,
+        "layer_bytes": [layers.get(i, 0) for i in range(count)],
+    }
 
 
 CONFIG_FILE = "config.json"

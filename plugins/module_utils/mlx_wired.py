@@ -84,9 +84,11 @@ def resolve_limit(setting, memsize):
     if value <= 0:
         raise ValueError(f"a wired limit of {value} MB is no limit; use `{OFF}` for macOS's default")
     if value > top:
-        raise ValueError(f"{value} MB is more than this Mac's {memsize / GIB:.0f} GB of memory can give the GPU "
-                         f"safely: at most {top} MB ({top / 1024:.1f} GB), which leaves macOS "
-                         f"{(memsize - top * MIB) / GIB:.1f} GB; use `{AUTO}` or a number up to {top}")
+        raise ValueError(
+            f"{value} MB is more than this Mac's {memsize / GIB:.0f} GB of memory can give the GPU "
+            f"safely: at most {top} MB ({top / 1024:.1f} GB), which leaves macOS "
+            f"{(memsize - top * MIB) / GIB:.1f} GB; use `{AUTO}` or a number up to {top}"
+        )
     return value
 
 
@@ -165,7 +167,7 @@ def plan_wired(limit_mb, live_mb, content, problem, loaded):
     if content != daemon_bytes(limit_mb) or problem:
         plan["write"] = True
         plan["changes"].append(f"write {PLIST_PATH} ({WIRED_LIMIT_OID}={limit_mb} at every boot)")
-        plan["bootout"] = bool(loaded)      # launchd keeps the definition it loaded: load it again
+        plan["bootout"] = bool(loaded)  # launchd keeps the definition it loaded: load it again
     if plan["write"] or not loaded:
         plan["bootstrap"] = True
         plan["changes"].append(f"load the LaunchDaemon {LABEL} (launchctl bootstrap system)")
@@ -198,8 +200,7 @@ def discovered_in_place(setting, hw, files):
         target = resolve_limit(text, (hw or {}).get("memsize") or 0)
     except ValueError:
         return False
-    return live == target and info == {"sha256": hashlib.sha256(daemon_bytes(target)).hexdigest(),
-                                       "mode": PLIST_MODE}
+    return live == target and info == {"sha256": hashlib.sha256(daemon_bytes(target)).hexdigest(), "mode": PLIST_MODE}
 
 
 def state_text(live_mb, content):

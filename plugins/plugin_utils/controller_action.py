@@ -33,8 +33,9 @@ class InProcessOnController(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if not self._in_process():
-            result.update(self._execute_module(module_name=self.MODULE, module_args=self._task.args,
-                                               task_vars=task_vars))
+            result.update(
+                self._execute_module(module_name=self.MODULE, module_args=self._task.args, task_vars=task_vars)
+            )
             return result
         checked = ArgumentSpecValidator(self.ARGUMENT_SPEC).validate(dict(self._task.args))
         if checked.error_messages:

@@ -36,12 +36,18 @@ def tensor_requirements(dims, ranks):
     if not dims.get("latent_attention"):  # latent attention keeps its key/value projection whole
         out.append(("{} key/value heads", "num_key_value_heads", dims.get("kv_heads"), ranks))
         if group and heads and head_dim:
-            out.append(("an attention width (heads x head_dim) of {}", "heads x head_dim", heads * head_dim,
-                        per_group))
-    out.append(("an MLP width (intermediate_size) of {}", "intermediate_size", dims.get("intermediate_size"),
-                per_group))
-    out.append(("an expert MLP width (moe_intermediate_size) of {}", "moe_intermediate_size",
-                dims.get("moe_intermediate_size"), per_group))
+            out.append(("an attention width (heads x head_dim) of {}", "heads x head_dim", heads * head_dim, per_group))
+    out.append(
+        ("an MLP width (intermediate_size) of {}", "intermediate_size", dims.get("intermediate_size"), per_group)
+    )
+    out.append(
+        (
+            "an expert MLP width (moe_intermediate_size) of {}",
+            "moe_intermediate_size",
+            dims.get("moe_intermediate_size"),
+            per_group,
+        )
+    )
     return [item for item in out if isinstance(item[2], int) and not isinstance(item[2], bool)]
 
 
@@ -54,12 +60,16 @@ def pipeline_blocker(dims, ranks, index=True, model="the model"):
     """(why, fix) when pipeline mode cannot split `dims` over `ranks` Macs, else None."""
     layers = dims.get("layers")
     if isinstance(layers, int) and layers < ranks:
-        return (f"pipeline mode gives each of the {ranks} Macs whole layers, and {model} has {layers} layer(s)",
-                f"run on at most {layers} Macs")
+        return (
+            f"pipeline mode gives each of the {ranks} Macs whole layers, and {model} has {layers} layer(s)",
+            f"run on at most {layers} Macs",
+        )
     if not index:
-        return (f"pipeline mode loads each Mac's layers by model.safetensors.index.json, and {model} has none "
-                "(a single-file model)",
-                "use a copy of the model saved in several shards (mlx_lm.convert writes the index)")
+        return (
+            f"pipeline mode loads each Mac's layers by model.safetensors.index.json, and {model} has none "
+            "(a single-file model)",
+            "use a copy of the model saved in several shards (mlx_lm.convert writes the index)",
+        )
     return None
 
 
@@ -67,8 +77,10 @@ def _tensor_fix(dims, ranks, blockers, pipeline_runs):
     by_divisor = {}
     for _what, key, _n, by in blockers:
         by_divisor.setdefault(by, []).append(key)
-    wanted = " and ".join(f"{' and '.join(keys)} {'are multiples' if len(keys) > 1 else 'is a multiple'} of {by}"
-                          for by, keys in by_divisor.items())
+    wanted = " and ".join(
+        f"{' and '.join(keys)} {'are multiples' if len(keys) > 1 else 'is a multiple'} of {by}"
+        for by, keys in by_divisor.items()
+    )
     fixes = ["run pipeline mode only (benchmark_modes: [pipeline])"] if pipeline_runs else []
     fixes.append(f"use a model whose {wanted}")
     fewer = [m for m in range(2, ranks) if not tensor_blockers(dims, m)]
@@ -87,12 +99,18 @@ def split_problems(dims, ranks, modes, model="the model", index=True):
     pipeline = pipeline_blocker(dims, ranks, index, model)
     problems = []
     if "tensor" in modes and tensor:
-        has = ", ".join(what.format(n) + f" (not a multiple of {by}"
-                        + (f": {ranks} Macs x quantization groups of {by // ranks})" if by != ranks else ")")
-                        for what, _key, n, by in tensor)
-        problems.append(_problem(
-            f"tensor mode splits every layer of {model} evenly over {ranks} Macs, and it has {has}",
-            _tensor_fix(dims, ranks, tensor, pipeline is None)))
+        has = ", ".join(
+            what.format(n)
+            + f" (not a multiple of {by}"
+            + (f": {ranks} Macs x quantization groups of {by // ranks})" if by != ranks else ")")
+            for what, _key, n, by in tensor
+        )
+        problems.append(
+            _problem(
+                f"tensor mode splits every layer of {model} evenly over {ranks} Macs, and it has {has}",
+                _tensor_fix(dims, ranks, tensor, pipeline is None),
+            )
+        )
     if "pipeline" in modes and pipeline:
         why, fix = pipeline
         fixes = [fix] if tensor else ["run tensor mode only (benchmark_modes: [tensor])", fix]

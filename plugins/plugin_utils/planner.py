@@ -147,8 +147,19 @@ def _plural(count, word, plural=None):
 
 
 class _Port:
-    __slots__ = ("host", "iface", "label", "uuid", "peer_uuid", "peer_name", "via", "speed",
-                 "link_class", "connected", "order")
+    __slots__ = (
+        "host",
+        "iface",
+        "label",
+        "uuid",
+        "peer_uuid",
+        "peer_name",
+        "via",
+        "speed",
+        "link_class",
+        "connected",
+        "order",
+    )
 
     def __init__(self, host, raw, order):
         self.host = host
@@ -156,8 +167,11 @@ class _Port:
         iface = raw.get("iface")
         self.iface = iface if isinstance(iface, str) and iface else None
         receptacle = raw.get("receptacle")
-        label = self.iface or raw.get("hardware_port") or (
-            "receptacle %s" % receptacle if receptacle is not None else raw.get("bus"))
+        label = (
+            self.iface
+            or raw.get("hardware_port")
+            or ("receptacle %s" % receptacle if receptacle is not None else raw.get("bus"))
+        )
         self.label = str(label) if label else "port %d" % order
         self.uuid = _uuid(raw.get("domain_uuid"))
         peer = raw.get("peer")
@@ -182,7 +196,8 @@ def _thunderbolt_facts(host, facts):
     if not isinstance(facts, Mapping):
         raise PlanError(
             "facts for %s must be its mlx_thunderbolt facts (a mapping), got %s: gather facts "
-            "with mlx_cluster_facts first" % (host, type(facts).__name__))
+            "with mlx_cluster_facts first" % (host, type(facts).__name__)
+        )
     if "ports" not in facts and isinstance(facts.get("thunderbolt"), Mapping):
         facts = facts["thunderbolt"]
     ports = facts.get("ports")
@@ -192,14 +207,18 @@ def _thunderbolt_facts(host, facts):
         raise PlanError("facts for %s: 'ports' must be a list, got %s" % (host, type(ports).__name__))
     for port in ports:
         if not isinstance(port, Mapping):
-            raise PlanError("facts for %s: every port must be a mapping, got %s"
-                            % (host, type(port).__name__))
+            raise PlanError("facts for %s: every port must be a mapping, got %s" % (host, type(port).__name__))
     return ports
 
 
 def _problem(code, ends, msg, fix):
-    return {"code": code, "hosts": sorted({p.host for p in ends}),
-            "ports": [p.name for p in ends], "msg": msg, "fix": fix}
+    return {
+        "code": code,
+        "hosts": sorted({p.host for p in ends}),
+        "ports": [p.name for p in ends],
+        "msg": msg,
+        "fix": fix,
+    }
 
 
 def _cable(p, q, sighting):
@@ -252,8 +271,9 @@ def links(facts_by_host):
     (``"m1:en2~m2:en3"``, endpoints ordered by host then iface).
     """
     if not isinstance(facts_by_host, Mapping):
-        raise PlanError("facts_by_host must map inventory hostnames to mlx_thunderbolt facts, got %s"
-                        % type(facts_by_host).__name__)
+        raise PlanError(
+            "facts_by_host must map inventory hostnames to mlx_thunderbolt facts, got %s" % type(facts_by_host).__name__
+        )
     for host in facts_by_host:
         if not isinstance(host, str) or not host:
             raise PlanError("inventory hostnames must be non-empty strings, got %r" % (host,))
@@ -263,16 +283,17 @@ def links(facts_by_host):
     for host in sorted(facts_by_host):
         facts = facts_by_host[host]
         if facts is None:
-            warnings.append("%s: no Thunderbolt facts; its cables are unknown (gather facts first)"
-                            % host)
+            warnings.append("%s: no Thunderbolt facts; its cables are unknown (gather facts first)" % host)
             continue
         seen_ifaces = {}
         for order, raw in enumerate(_thunderbolt_facts(host, facts)):
             port = _Port(host, raw, order)
             if port.iface is not None and port.iface in seen_ifaces:
-                raise PlanError("facts for %s: receptacles %s and %s both report interface %s; "
-                                "the facts are inconsistent: gather facts again"
-                                % (host, seen_ifaces[port.iface], raw.get("receptacle"), port.iface))
+                raise PlanError(
+                    "facts for %s: receptacles %s and %s both report interface %s; "
+                    "the facts are inconsistent: gather facts again"
+                    % (host, seen_ifaces[port.iface], raw.get("receptacle"), port.iface)
+                )
             if port.iface is not None:
                 seen_ifaces[port.iface] = raw.get("receptacle")
             ports.append(port)
@@ -286,11 +307,15 @@ def links(facts_by_host):
     for uuid in sorted(by_uuid):
         owners = by_uuid[uuid]
         if len(owners) > 1:
-            problems.append(_problem(
-                "duplicate_uuid", owners,
-                "Thunderbolt domain UUID %s is reported by %s: facts copied between hosts, or "
-                "two inventory names for one Mac" % (uuid, _join_limited(p.name for p in owners)),
-                "gather facts again and make sure each inventory host is a different Mac"))
+            problems.append(
+                _problem(
+                    "duplicate_uuid",
+                    owners,
+                    "Thunderbolt domain UUID %s is reported by %s: facts copied between hosts, or "
+                    "two inventory names for one Mac" % (uuid, _join_limited(p.name for p in owners)),
+                    "gather facts again and make sure each inventory host is a different Mac",
+                )
+            )
 
     def owner(uuid):
         found = by_uuid.get(uuid) or []
@@ -301,13 +326,17 @@ def links(facts_by_host):
         if p.peer_uuid is None or p.uuid is None or len(by_uuid.get(p.uuid, ())) > 1:
             continue
         if p.peer_uuid not in by_uuid:
-            external.append({"host": p.host, "iface": p.iface, "peer_name": p.peer_name,
-                             "peer_uuid": p.peer_uuid})
+            external.append({"host": p.host, "iface": p.iface, "peer_name": p.peer_name, "peer_uuid": p.peer_uuid})
             maybe = [u["port"] for u in unmatched if u["host"] != p.host]
-            warnings.append("%s: cable to a Mac not in the inventory (%s, domain UUID %s)%s"
-                            % (p.name, p.peer_name or "unnamed", p.peer_uuid,
-                               "; or to %s, whose domain UUID is unknown" % _join_limited(maybe, 4)
-                               if maybe else ""))
+            warnings.append(
+                "%s: cable to a Mac not in the inventory (%s, domain UUID %s)%s"
+                % (
+                    p.name,
+                    p.peer_name or "unnamed",
+                    p.peer_uuid,
+                    "; or to %s, whose domain UUID is unknown" % _join_limited(maybe, 4) if maybe else "",
+                )
+            )
             continue
         q = owner(p.peer_uuid)
         if q is None:  # duplicate UUID, already a problem
@@ -316,10 +345,14 @@ def links(facts_by_host):
             key = ("loop", frozenset((p.uuid, q.uuid)))
             if key not in seen_problems:
                 seen_problems.add(key)
-                problems.append(_problem(
-                    "loopback", [p, q],
-                    "%s and %s are cabled to each other on the same Mac" % (p.name, q.name),
-                    "move one end of the cable to another Mac"))
+                problems.append(
+                    _problem(
+                        "loopback",
+                        [p, q],
+                        "%s and %s are cabled to each other on the same Mac" % (p.name, q.name),
+                        "move one end of the cable to another Mac",
+                    )
+                )
             continue
         if q.peer_uuid == p.uuid:
             both.setdefault(frozenset((p.uuid, q.uuid)), (p, q))
@@ -334,12 +367,18 @@ def links(facts_by_host):
             if r is not None:
                 sees = r.name
             else:
-                sees = "domain UUID %s (%s)" % (q.peer_uuid, "not in the inventory"
-                                                 if q.peer_uuid not in by_uuid else "ambiguous")
-            problems.append(_problem(
-                "miswired", [p, q],
-                "%s sees %s, but %s sees %s: miswired or stale facts" % (p.name, q.name, q.name, sees),
-                "check the cables on %s and %s, then gather facts again" % (p.host, q.host)))
+                sees = "domain UUID %s (%s)" % (
+                    q.peer_uuid,
+                    "not in the inventory" if q.peer_uuid not in by_uuid else "ambiguous",
+                )
+            problems.append(
+                _problem(
+                    "miswired",
+                    [p, q],
+                    "%s sees %s, but %s sees %s: miswired or stale facts" % (p.name, q.name, q.name, sees),
+                    "check the cables on %s and %s, then gather facts again" % (p.host, q.host),
+                )
+            )
 
     # One-sided sightings must not claim a port that another cable already uses.
     used = {u for key in both for u in key}
@@ -354,18 +393,21 @@ def links(facts_by_host):
             if uuid in used:
                 why = "%s sees %s, which is cabled to another port" % (seers[0].name, q.name)
             else:
-                why = "%s all see %s, which has one cable" % (
-                    _join_limited(p.name for p in seers), q.name)
-            problems.append(_problem(
-                "miswired", seers + [q], why + ": miswired or stale facts",
-                "check the cables on %s, then gather facts again"
-                % _join_limited(sorted({p.host for p in seers} | {q.host}))))
+                why = "%s all see %s, which has one cable" % (_join_limited(p.name for p in seers), q.name)
+            problems.append(
+                _problem(
+                    "miswired",
+                    seers + [q],
+                    why + ": miswired or stale facts",
+                    "check the cables on %s, then gather facts again"
+                    % _join_limited(sorted({p.host for p in seers} | {q.host})),
+                )
+            )
             continue
         accepted.append((seers[0], q))
 
     cables, no_iface = [], {}
-    for (p, q), sighting in [(pq, "both") for pq in both.values()] + \
-                            [(pq, "one-sided") for pq in accepted]:
+    for (p, q), sighting in [(pq, "both") for pq in both.values()] + [(pq, "one-sided") for pq in accepted]:
         missing = [x for x in (p, q) if x.iface is None]
         for x in missing:
             no_iface[(x.host, x.label, x.uuid)] = x
@@ -377,28 +419,42 @@ def links(facts_by_host):
         if p.iface is None and p.connected:
             no_iface[(p.host, p.label, p.uuid)] = p
         elif p.iface is None:
-            warnings.append("%s has no network interface (networksetup lists no %s); "
-                            "harmless while the port is empty" % (p.name, p.label))
+            warnings.append(
+                "%s has no network interface (networksetup lists no %s); "
+                "harmless while the port is empty" % (p.name, p.label)
+            )
     for key in sorted(no_iface, key=lambda k: (k[0], k[1], k[2] or "")):
         p = no_iface[key]
-        problems.append(_problem(
-            "no_iface", [p],
-            "%s is cabled but has no network interface, so its cable cannot carry traffic" % p.name,
-            "run 'sudo networksetup -detectnewhardware' on %s, then gather facts again" % p.host))
+        problems.append(
+            _problem(
+                "no_iface",
+                [p],
+                "%s is cabled but has no network interface, so its cable cannot carry traffic" % p.name,
+                "run 'sudo networksetup -detectnewhardware' on %s, then gather facts again" % p.host,
+            )
+        )
 
     cables.sort(key=lambda c: c["id"])
     one_sided = [c for c in cables if c["sighting"] == "one-sided"]
     for c in one_sided:
         via = " (via %s)" % ", ".join(c["via"]) if c["via"] else ""
-        warnings.append("cable %s is seen from one side only%s: a dock or hub is in the way; "
-                        "cable the two Macs directly for full speed and RDMA" % (c["id"], via))
+        warnings.append(
+            "cable %s is seen from one side only%s: a dock or hub is in the way; "
+            "cable the two Macs directly for full speed and RDMA" % (c["id"], via)
+        )
     for c in cables:
         if c["sighting"] == "both" and c["via"]:
             warnings.append("cable %s passes through %s" % (c["id"], ", ".join(c["via"])))
     external.sort(key=lambda e: (e["host"], e["iface"] or "", e["peer_uuid"]))
     problems.sort(key=lambda x: (x["code"], x["ports"], x["msg"]))
-    return {"cables": cables, "one_sided": one_sided, "external": external,
-            "unmatched": unmatched, "problems": problems, "warnings": warnings}
+    return {
+        "cables": cables,
+        "one_sided": one_sided,
+        "external": external,
+        "unmatched": unmatched,
+        "problems": problems,
+        "warnings": warnings,
+    }
 
 
 def _ports_without_uuid(ports, by_uuid, warnings):
@@ -422,29 +478,43 @@ def _ports_without_uuid(ports, by_uuid, warnings):
         if not q.connected:
             continue
         seen = "; it sees %s" % p.name if p is not None else ""
-        unmatched.append({
-            "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name if p is not None else None,
-            "msg": "%s is cabled but system_profiler gave no domain UUID for it%s: its cable cannot "
-                   "be matched and is left out of the plan" % (q.name, seen),
-            "fix": "run 'system_profiler SPThunderboltDataType -json' on %s and check that every "
-                   "Thunderbolt bus has its domain_uuid_key, then gather facts again" % q.host})
+        unmatched.append(
+            {
+                "host": q.host,
+                "iface": q.iface,
+                "port": q.name,
+                "peer": p.name if p is not None else None,
+                "msg": "%s is cabled but system_profiler gave no domain UUID for it%s: its cable cannot "
+                "be matched and is left out of the plan" % (q.name, seen),
+                "fix": "run 'system_profiler SPThunderboltDataType -json' on %s and check that every "
+                "Thunderbolt bus has its domain_uuid_key, then gather facts again" % q.host,
+            }
+        )
         warnings.append(unmatched[-1]["msg"])
     for uuid in sorted(claimed):
         pairs = claimed[uuid]
         if len(pairs) > 1:  # two ports without a UUID see the same port: no way to tell
             for q, p in pairs:
-                unmatched.append({
-                    "host": q.host, "iface": q.iface, "port": q.name, "peer": p.name,
-                    "msg": "%s has no domain UUID and sees %s, as %s do: its cable cannot be "
-                           "matched" % (q.name, p.name, _join_limited(x.name for x, _ in pairs)),
-                    "fix": "check the cables on %s, then gather facts again" % q.host})
+                unmatched.append(
+                    {
+                        "host": q.host,
+                        "iface": q.iface,
+                        "port": q.name,
+                        "peer": p.name,
+                        "msg": "%s has no domain UUID and sees %s, as %s do: its cable cannot be "
+                        "matched" % (q.name, p.name, _join_limited(x.name for x, _ in pairs)),
+                        "fix": "check the cables on %s, then gather facts again" % q.host,
+                    }
+                )
                 warnings.append(unmatched[-1]["msg"])
             continue
         q, p = pairs[0]
         q.uuid = uuid
         by_uuid[uuid] = [q]
-        warnings.append("%s has no domain UUID in system_profiler; it sees %s, which sees domain "
-                        "UUID %s: taken as %s's" % (q.name, p.name, uuid, q.name))
+        warnings.append(
+            "%s has no domain UUID in system_profiler; it sees %s, which sees domain "
+            "UUID %s: taken as %s's" % (q.name, p.name, uuid, q.name)
+        )
     unmatched.sort(key=lambda u: (u["host"], u["port"]))
     return unmatched
 
@@ -459,8 +529,9 @@ def _cables(links_):
             cid = c["id"]
             ends = (c["a"]["host"], c["a"]["iface"], c["b"]["host"], c["b"]["iface"])
         except (KeyError, TypeError):
-            raise PlanError("malformed cable %r: expected {id, a: {host, iface}, b: {host, iface}} "
-                            "from mlx_links" % (c,))
+            raise PlanError(
+                "malformed cable %r: expected {id, a: {host, iface}, b: {host, iface}} from mlx_links" % (c,)
+            ) from None
         if not all(isinstance(x, str) and x for x in ends) or not isinstance(cid, str):
             raise PlanError("malformed cable %r: hosts and ifaces must be non-empty strings" % (c,))
         if ends[0] == ends[2]:
@@ -639,16 +710,20 @@ def _no_ring_reason(adj, names):
     low = [i for i in range(n) if bin(adj[i]).count("1") < 2]
     if low:
         return "hosts with fewer than 2 cabled neighbours: %s" % _join_limited(
-            "%s (%d)" % (names[i], bin(adj[i]).count("1")) for i in low)
+            "%s (%d)" % (names[i], bin(adj[i]).count("1")) for i in low
+        )
     groups = _components(adj, range(n))
     if len(groups) > 1:
-        return "the cables form %d separate groups: %s" % (len(groups), "; ".join(
-            "{%s}" % _join_limited((names[i] for i in g), 6) for g in groups))
+        return "the cables form %d separate groups: %s" % (
+            len(groups),
+            "; ".join("{%s}" % _join_limited((names[i] for i in g), 6) for g in groups),
+        )
     cut = _articulation_points(adj)
     if cut:
-        return "every ring would have to pass %s twice (%s the only link between two groups " \
-               "of hosts)" % (_join_limited(names[i] for i in cut), "it is" if len(cut) == 1
-                              else "each is")
+        return "every ring would have to pass %s twice (%s the only link between two groups of hosts)" % (
+            _join_limited(names[i] for i in cut),
+            "it is" if len(cut) == 1 else "each is",
+        )
     return None
 
 
@@ -679,7 +754,10 @@ def _closing_cable(adj, names, budget):
     if path[0] != x:
         path.reverse()
     return "a cable between %s and %s would close the path %s" % (
-        names[x], names[y], " -> ".join(names[i] for i in path))
+        names[x],
+        names[y],
+        " -> ".join(names[i] for i in path),
+    )
 
 
 def _ring_search(weights, names, budget=None):
@@ -710,8 +788,9 @@ def _ring_search(weights, names, budget=None):
 
     # Upper bound on the width: each host uses two hops, so its second-best neighbour caps it.
     cap = min(sorted(row, reverse=True)[1] for row in weights)
-    widths = sorted({weights[i][j] for i in range(n) for j in range(i + 1, n)
-                     if 0 < weights[i][j] <= cap}, reverse=True)
+    widths = sorted(
+        {weights[i][j] for i in range(n) for j in range(i + 1, n) if 0 < weights[i][j] <= cap}, reverse=True
+    )
     gave_up = []
     for width in widths:
         adj = [sum(1 << j for j in range(n) if weights[i][j] >= width) for i in range(n)]
@@ -732,12 +811,12 @@ def _ring_search(weights, names, budget=None):
         cycle = best if best is not None else _canonical(cycle)
         notes = []
         if gave_up:
-            notes.append("a ring with %d cables per hop may exist: the search gave up after %d "
-                         "steps" % (max(gave_up), budget))
+            notes.append(
+                "a ring with %d cables per hop may exist: the search gave up after %d steps" % (max(gave_up), budget)
+            )
         return _canonical(cycle), width, notes, not gave_up
     if gave_up:
-        return None, 0, ["the ring search gave up after %d steps: a ring may still exist "
-                         "(unproven)" % budget], False
+        return None, 0, ["the ring search gave up after %d steps: a ring may still exist (unproven)" % budget], False
     notes = ["no ring passes through every host once (exhaustive search)"]
     closing = _closing_cable(base_adj, names, budget)
     if closing:
@@ -756,15 +835,15 @@ def _host_list(hosts):
     if dup:
         raise PlanError("hosts lists %s more than once" % ", ".join(dup))
     if len(hosts) < 2:
-        raise PlanError("a cluster needs at least 2 hosts, got %d (%s)"
-                        % (len(hosts), ", ".join(hosts) or "none"))
+        raise PlanError("a cluster needs at least 2 hosts, got %d (%s)" % (len(hosts), ", ".join(hosts) or "none"))
     return hosts
 
 
 FIX_RDMA_ENABLE = "boot into Recovery, run 'rdma_ctl enable' in Terminal, reboot"
 FIX_TB5_CABLE = "use a Thunderbolt 5 cable between Thunderbolt 5 ports (80 Gb/s)"
-FIX_DOCK = ("cable the two Macs directly, or set mlx_cluster_rdma_through_docks: true to try RDMA "
-            "through the dock (unverified)")
+FIX_DOCK = (
+    "cable the two Macs directly, or set mlx_cluster_rdma_through_docks: true to try RDMA through the dock (unverified)"
+)
 FIX_NO_DEVICE = "move the cable to a Thunderbolt 5 port: RDMA needs a device on both ends"
 FIX_SPEED_UNKNOWN = "check the cable (System Information > Thunderbolt shows its speed), gather facts again"
 
@@ -777,11 +856,11 @@ def _rdma_hosts(rdma, hosts):
     """
     if isinstance(rdma, bool):
         why = None if rdma else ("RDMA is not planned (rdma=false)", None)  # on purpose: no fix
-        return ({h: rdma for h in hosts}, {h: None for h in hosts},
-                {h: why for h in hosts if not rdma})
+        return ({h: rdma for h in hosts}, {h: None for h in hosts}, {h: why for h in hosts if not rdma})
     if not isinstance(rdma, Mapping):
-        raise PlanError("rdma must be true, false or a mapping host -> bool (or mlx_rdma facts), "
-                        "got %s" % type(rdma).__name__)
+        raise PlanError(
+            "rdma must be true, false or a mapping host -> bool (or mlx_rdma facts), got %s" % type(rdma).__name__
+        )
     usable, devices, why = {}, {}, {}
     for h in hosts:
         v = rdma.get(h, False)
@@ -801,10 +880,10 @@ def _rdma_hosts(rdma, hosts):
             if v.get("rdma_ctl") == "disabled":
                 why[h] = ("RDMA is disabled on %s (rdma_ctl status)" % h, FIX_RDMA_ENABLE)
             else:
-                why[h] = ("%s has no RDMA device (ibv_devices lists none: Thunderbolt 4 hardware "
-                          "or macOS before 26.2)" % h,
-                          "use Thunderbolt 5 Macs on macOS 26.2+ and enable RDMA (rdma_ctl enable "
-                          "from Recovery)")
+                why[h] = (
+                    "%s has no RDMA device (ibv_devices lists none: Thunderbolt 4 hardware or macOS before 26.2)" % h,
+                    "use Thunderbolt 5 Macs on macOS 26.2+ and enable RDMA (rdma_ctl enable from Recovery)",
+                )
     return usable, devices, why
 
 
@@ -837,8 +916,12 @@ def _rdma_cable_reasons(c, devices, through_docks):
         if iface not in devs:
             reasons.append(("no RDMA device rdma_%s on %s" % (iface, host), FIX_NO_DEVICE))
         elif devs[iface] != "PORT_ACTIVE":
-            reasons.append(("rdma_%s on %s is %s" % (iface, host, devs[iface] or "not reported"),
-                            "reseat or replace the cable on %s:%s" % (host, iface)))
+            reasons.append(
+                (
+                    "rdma_%s on %s is %s" % (iface, host, devs[iface] or "not reported"),
+                    "reseat or replace the cable on %s:%s" % (host, iface),
+                )
+            )
     return reasons
 
 
@@ -859,8 +942,7 @@ def _weights(cables, index, n):
     return weights
 
 
-def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
-             rdma_required=False):
+def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False, rdma_required=False):
     """Decide the cluster's shape and the MLX backend from the cables between ``hosts``.
 
     - ``mesh``: every pair of hosts shares at least one cable (2 hosts: one cable suffices).
@@ -919,15 +1001,20 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
             continue
         reasons = _rdma_cable_reasons(c, devices, rdma_through_docks)
         if reasons:
-            no_rdma_cables.append({"cable": c["id"], "name": _cable_name(c),
-                                   "reasons": [r for r, _f in reasons], "fix": _fixes(reasons),
-                                   "_pairs": reasons,
-                                   "_hosts": frozenset((c["a"]["host"], c["b"]["host"]))})
+            no_rdma_cables.append(
+                {
+                    "cable": c["id"],
+                    "name": _cable_name(c),
+                    "reasons": [r for r, _f in reasons],
+                    "fix": _fixes(reasons),
+                    "_pairs": reasons,
+                    "_hosts": frozenset((c["a"]["host"], c["b"]["host"])),
+                }
+            )
         else:
             rdma_cables.append(c)
     rdma_weights = _weights(rdma_cables, index, n)
-    rdma_missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n)
-                    if not rdma_weights[i][j]]
+    rdma_missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n) if not rdma_weights[i][j]]
     rdma_mesh = not no_rdma and not rdma_missing
     if no_rdma:
         rdma_cycle, rdma_width, rdma_notes = None, 0, []
@@ -954,13 +1041,17 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
                     whys.append(host_why[h])
             return "; ".join(w for w, _f in whys), whys
         if missing:
-            return ("no full mesh (no cable between %s)" % _join_limited(
-                "%s-%s" % tuple(p) for p in missing), [])
+            return ("no full mesh (no cable between %s)" % _join_limited("%s-%s" % tuple(p) for p in missing), [])
         bad = bad_cables(rdma_missing)
-        return ("%s no cable that carries RDMA: %s" % (
-            _join_limited("%s-%s" % tuple(p) for p in rdma_missing) + (" has" if len(rdma_missing) == 1
-                                                                        else " have"),
-            named(bad)), [f for e in bad for f in e["_pairs"]])
+        return (
+            "%s no cable that carries RDMA: %s"
+            % (
+                _join_limited("%s-%s" % tuple(p) for p in rdma_missing)
+                + (" has" if len(rdma_missing) == 1 else " have"),
+                named(bad),
+            ),
+            [f for e in bad for f in e["_pairs"]],
+        )
 
     def why_no_rdma_ring():
         if no_rdma:
@@ -968,8 +1059,11 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
         if not ring:
             return ("no ring (%s)" % "; ".join(notes), [])
         bad = no_rdma_cables
-        return ("no ring of cables that carry RDMA (%s); cables that cannot: %s" % (
-            "; ".join(rdma_notes) or "none", named(bad)), [f for e in bad for f in e["_pairs"]])
+        return (
+            "no ring of cables that carry RDMA (%s); cables that cannot: %s"
+            % ("; ".join(rdma_notes) or "none", named(bad)),
+            [f for e in bad for f in e["_pairs"]],
+        )
 
     parts = ["%s, %s" % (_plural(n, "host"), _plural(len(inside), "cable"))]
     if outside:
@@ -977,11 +1071,12 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
     if mesh:
         parts.append("full mesh")
     else:
-        parts.append("no full mesh: %s without a cable: %s" % (
-            _plural(len(missing), "host pair"), _join_limited("%s-%s" % tuple(p) for p in missing)))
+        parts.append(
+            "no full mesh: %s without a cable: %s"
+            % (_plural(len(missing), "host pair"), _join_limited("%s-%s" % tuple(p) for p in missing))
+        )
     if ring:
-        parts.append("ring %s -> %s (%s per hop)" % (" -> ".join(ring), ring[0],
-                                                     _plural(width, "cable")))
+        parts.append("ring %s -> %s (%s per hop)" % (" -> ".join(ring), ring[0], _plural(width, "cable")))
     else:
         parts.append("no ring: %s" % "; ".join(notes))
     if ring and notes:
@@ -1010,14 +1105,15 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
             reason = "no backend fits: MLX needs a full mesh (jaccl, with RDMA) or a ring"
         if rdma_required and chosen not in ("jaccl", "jaccl-ring"):
             text, fix_items = why_no_rdma_ring()
-            reason = ("no backend: RDMA is required (mlx_cluster_rdma_required) but neither "
-                      "jaccl nor jaccl-ring fits: %s" % text)
+            reason = (
+                "no backend: RDMA is required (mlx_cluster_rdma_required) but neither "
+                "jaccl nor jaccl-ring fits: %s" % text
+            )
             chosen = None
     else:
         lacks = []
         if backend == "jaccl" and not mesh:
-            lacks.append("a full mesh (no cable between %s)" % _join_limited(
-                "%s-%s" % tuple(p) for p in missing))
+            lacks.append("a full mesh (no cable between %s)" % _join_limited("%s-%s" % tuple(p) for p in missing))
         if backend in ("jaccl-ring", "ring") and not ring:
             lacks.append("a ring (%s)" % "; ".join(notes))
         if backend in ("jaccl", "jaccl-ring") and no_rdma:
@@ -1036,8 +1132,7 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
             fix_items.append(("", "set mlx_cluster_backend to auto, jaccl or jaccl-ring"))
         if lacks:
             fix = _fixes(fix_items)
-            raise PlanError("backend %s needs %s%s" % (backend, " and ".join(lacks),
-                                                      ": fix: %s" % fix if fix else ""))
+            raise PlanError("backend %s needs %s%s" % (backend, " and ".join(lacks), ": fix: %s" % fix if fix else ""))
         chosen = backend
         reason = "%s: asked for (mlx_cluster_backend)" % backend
     used = {c["id"] for c in rdma_cables}
@@ -1047,9 +1142,10 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
     if chosen == "jaccl":
         counts = {rdma_weights[i][j] for i in range(n) for j in range(i + 1, n)}
         if len(counts) > 1:
-            reason += ("; %s per pair (pairs have %s cables that carry RDMA: as MLX, every pair "
-                       "gets the smallest count)" % (_plural(min(counts), "cable"),
-                                                     "/".join(str(k) for k in sorted(counts))))
+            reason += (
+                "; %s per pair (pairs have %s cables that carry RDMA: as MLX, every pair "
+                "gets the smallest count)" % (_plural(min(counts), "cable"), "/".join(str(k) for k in sorted(counts)))
+            )
     parts.append("backend %s" % chosen if chosen else "no backend fits")
     parts.append(reason)
     return {
@@ -1084,15 +1180,14 @@ def _pool(pool):
     try:
         net = ipaddress.ip_network(pool.strip(), strict=True)
     except ValueError as exc:
-        raise PlanError("pool %r is not a CIDR network (%s); example: %s" % (pool, exc, DEFAULT_POOL))
+        raise PlanError("pool %r is not a CIDR network (%s); example: %s" % (pool, exc, DEFAULT_POOL)) from None
     if net.version != 4:
         raise PlanError("pool %s is not IPv4: MLX's ring and JACCL bootstrap use IPv4" % pool)
     if net.prefixlen > 30:
         raise PlanError("pool %s is smaller than one /30: use a prefix of 30 or less" % pool)
     for bad, what in _FORBIDDEN_POOL:
         if net.overlaps(bad):
-            raise PlanError("pool %s overlaps %s: pick a private range such as %s"
-                            % (pool, what, DEFAULT_POOL))
+            raise PlanError("pool %s overlaps %s: pick a private range such as %s" % (pool, what, DEFAULT_POOL))
     return net
 
 
@@ -1104,7 +1199,7 @@ def _interface(address, prefix, where):
             raise ValueError("prefix must be a number")
         return ipaddress.ip_interface("%s/%s" % (address, int(prefix)))
     except (ValueError, TypeError) as exc:
-        raise PlanError("%s: bad address %r/%r (%s)" % (where, address, prefix, exc))
+        raise PlanError("%s: bad address %r/%r (%s)" % (where, address, prefix, exc)) from None
 
 
 def _address_list(value, where):
@@ -1140,10 +1235,8 @@ def _host_iface_map(value, name):
         if ifaces is None:
             continue
         if not isinstance(ifaces, Mapping):
-            raise PlanError("%s[%s] must map iface -> addresses, got %s"
-                            % (name, host, type(ifaces).__name__))
-        out[host] = {iface: _address_list(v, "%s %s:%s" % (name, host, iface))
-                     for iface, v in ifaces.items()}
+            raise PlanError("%s[%s] must map iface -> addresses, got %s" % (name, host, type(ifaces).__name__))
+        out[host] = {iface: _address_list(v, "%s %s:%s" % (name, host, iface)) for iface, v in ifaces.items()}
     return out
 
 
@@ -1183,8 +1276,10 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
         for side in ("a", "b"):
             key = (c[side]["host"], c[side]["iface"])
             if key in ends:
-                raise PlanError("%s is an end of two cables (%s and %s): the links are inconsistent"
-                                % (_end_name(*key), ends[key], c["id"]))
+                raise PlanError(
+                    "%s is an end of two cables (%s and %s): the links are inconsistent"
+                    % (_end_name(*key), ends[key], c["id"])
+                )
             ends[key] = c["id"]
 
     if isinstance(exclude, str) or not isinstance(exclude, (list, tuple, set, frozenset)):
@@ -1194,7 +1289,7 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
         try:
             network = ipaddress.ip_network(str(cidr).strip(), strict=False)
         except ValueError as exc:
-            raise PlanError("exclude: %r is not a CIDR network (%s)" % (cidr, exc))
+            raise PlanError("exclude: %r is not a CIDR network (%s)" % (cidr, exc)) from None
         if network.version == 4:
             excluded.append((network, "exclude"))
     iface_addrs = _host_iface_map(interfaces, "interfaces")
@@ -1239,9 +1334,14 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
             slot = (int(x.network.network_address) - base) // 4
             if slot in taken or excluded_span(slot):
                 continue
-            hosts_ok = (x.ip != x.network.network_address and x.ip != x.network.broadcast_address)
-            match = [y for y in now[b_key] if y.network == x.network and y.ip != x.ip
-                     and y.ip not in (x.network.network_address, x.network.broadcast_address)]
+            hosts_ok = x.ip != x.network.network_address and x.ip != x.network.broadcast_address
+            match = [
+                y
+                for y in now[b_key]
+                if y.network == x.network
+                and y.ip != x.ip
+                and y.ip not in (x.network.network_address, x.network.broadcast_address)
+            ]
             if hosts_ok and match:
                 taken[slot] = c["id"]
                 placed[c["id"]] = (slot, str(x.ip), str(match[0].ip), True)
@@ -1254,9 +1354,17 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
         sources = sorted({src for network, src in excluded if network.overlaps(net)})
         raise PlanError(
             "pool %s has %d /30 networks (%d excluded%s, %d kept by existing cables) but %d "
-            "cables need one each: pass a larger pool (pool=..., e.g. a /%d)" % (
-                net, slots, blocked, " by " + _join_limited(sources, 5) if sources else "",
-                len(taken), len(cables), max(8, 30 - (len(cables) * 2).bit_length())))
+            "cables need one each: pass a larger pool (pool=..., e.g. a /%d)"
+            % (
+                net,
+                slots,
+                blocked,
+                " by " + _join_limited(sources, 5) if sources else "",
+                len(taken),
+                len(cables),
+                max(8, 30 - (len(cables) * 2).bit_length()),
+            )
+        )
     for c in new:
         slot = _slot_home(c["id"], slots)
         while True:
@@ -1269,8 +1377,7 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
                 break
         taken[slot] = c["id"]
         first = base + slot * 4
-        placed[c["id"]] = (slot, str(ipaddress.IPv4Address(first + 1)),
-                           str(ipaddress.IPv4Address(first + 2)), False)
+        placed[c["id"]] = (slot, str(ipaddress.IPv4Address(first + 1)), str(ipaddress.IPv4Address(first + 2)), False)
 
     out_cables, out_hosts = {}, {}
     for c in cables:
@@ -1278,19 +1385,25 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
         network = "%s/30" % ipaddress.IPv4Address(base + slot * 4)
         a = {"host": c["a"]["host"], "iface": c["a"]["iface"], "address": a_addr}
         b = {"host": c["b"]["host"], "iface": c["b"]["iface"], "address": b_addr}
-        out_cables[c["id"]] = {"network": network, "prefix": 30, "netmask": NETMASK_30,
-                               "a": a, "b": b, "kept": kept}
+        out_cables[c["id"]] = {"network": network, "prefix": 30, "netmask": NETMASK_30, "a": a, "b": b, "kept": kept}
         for me, peer in ((a, b), (b, a)):
-            out_hosts.setdefault(me["host"], []).append({
-                "iface": me["iface"], "address": me["address"], "prefix": 30,
-                "netmask": NETMASK_30, "peer_host": peer["host"], "peer_iface": peer["iface"],
-                "peer_address": peer["address"], "cable": c["id"]})
+            out_hosts.setdefault(me["host"], []).append(
+                {
+                    "iface": me["iface"],
+                    "address": me["address"],
+                    "prefix": 30,
+                    "netmask": NETMASK_30,
+                    "peer_host": peer["host"],
+                    "peer_iface": peer["iface"],
+                    "peer_address": peer["address"],
+                    "cable": c["id"],
+                }
+            )
     for host in out_hosts:
         out_hosts[host].sort(key=lambda e: e["iface"])
     return {
         "pool": str(net),
-        "excluded": [{"network": str(network), "source": src}
-                     for network, src in excluded if network.overlaps(net)],
+        "excluded": [{"network": str(network), "source": src} for network, src in excluded if network.overlaps(net)],
         "cables": out_cables,
         "hosts": {h: out_hosts[h] for h in sorted(out_hosts)},
     }
@@ -1305,22 +1418,26 @@ def _coordinator(host, coordinators, plan_addresses):
     hint = "set mlx_cluster_coordinator_address for %s in the inventory" % host
     value = coordinators.get(host)
     if value is None or value == "":
-        raise PlanError("no coordinator address for %s: %s (an address every host reaches, "
-                        "usually its LAN address)" % (host, hint))
+        raise PlanError(
+            "no coordinator address for %s: %s (an address every host reaches, usually its LAN address)" % (host, hint)
+        )
     try:
         ip = ipaddress.ip_address(str(value).strip())
     except ValueError:
-        raise PlanError("coordinator address %r for %s is not an IP address: %s"
-                        % (value, host, hint))
+        raise PlanError("coordinator address %r for %s is not an IP address: %s" % (value, host, hint)) from None
     if ip.version != 4:
-        raise PlanError("coordinator address %s for %s is IPv6; MLX's launcher needs IPv4 "
-                        "(it writes address:port): %s" % (ip, host, hint))
+        raise PlanError(
+            "coordinator address %s for %s is IPv6; MLX's launcher needs IPv4 "
+            "(it writes address:port): %s" % (ip, host, hint)
+        )
     for bad, what in _FORBIDDEN_COORDINATOR:
         if ip in bad:
             raise PlanError("coordinator address %s for %s is %s: %s" % (ip, host, what, hint))
     if str(ip) in plan_addresses:
-        raise PlanError("coordinator address %s for %s is a Thunderbolt cable address, reachable "
-                        "from one peer only: %s" % (ip, host, hint))
+        raise PlanError(
+            "coordinator address %s for %s is a Thunderbolt cable address, reachable "
+            "from one peer only: %s" % (ip, host, hint)
+        )
     return str(ip)
 
 
@@ -1334,8 +1451,7 @@ def _plan_pairs(plan):
             a, b = entry["a"], entry["b"]
             ends = (a["host"], a["iface"], a["address"], b["host"], b["iface"], b["address"])
         except (KeyError, TypeError):
-            raise PlanError("malformed plan entry for cable %s: expected a/b with host, iface, "
-                            "address" % cid)
+            raise PlanError("malformed plan entry for cable %s: expected a/b with host, iface, address" % cid) from None
         if not all(isinstance(x, str) and x for x in ends):
             raise PlanError("malformed plan entry for cable %s" % cid)
         addresses.update((a["address"], b["address"]))
@@ -1372,8 +1488,7 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
     if backend is None:
         backend = topology.get("backend")
         if backend is None:
-            raise PlanError("no MLX backend fits this wiring: %s"
-                            % topology.get("message", "no mesh and no ring"))
+            raise PlanError("no MLX backend fits this wiring: %s" % topology.get("message", "no mesh and no ring"))
     if backend not in BACKENDS:
         raise PlanError("backend must be one of %s, got %r" % (", ".join(BACKENDS), backend))
     if isinstance(envs, str) or not isinstance(envs, (list, tuple)):
@@ -1397,35 +1512,50 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
     if backend != "ring" and isinstance(rdma_by_host, Mapping):
         no_rdma = [h for h in hosts if not rdma_by_host.get(h)]
         if no_rdma:
-            raise PlanError("backend %s needs RDMA on every host; not on %s"
-                            % (backend, _join_limited(no_rdma)))
+            raise PlanError("backend %s needs RDMA on every host; not on %s" % (backend, _join_limited(no_rdma)))
     if backend == "jaccl" and not topology.get("mesh"):
-        raise PlanError("backend jaccl needs a full mesh; missing cables: %s" % _join_limited(
-            "%s-%s" % tuple(p) for p in topology.get("missing") or []))
+        raise PlanError(
+            "backend jaccl needs a full mesh; missing cables: %s"
+            % _join_limited("%s-%s" % tuple(p) for p in topology.get("missing") or [])
+        )
     if backend in ("jaccl-ring", "ring"):
         if not ring:
-            raise PlanError("backend %s needs a ring%s: %s%s" % (
-                backend, " of cables that carry RDMA" if rdma_shape else "",
-                topology.get("backend_reason") or topology.get("message", ""), fix))
-        if sorted(ring) != sorted(hosts) or isinstance(width, bool) or not isinstance(width, int) \
-                or width < 1:
+            raise PlanError(
+                "backend %s needs a ring%s: %s%s"
+                % (
+                    backend,
+                    " of cables that carry RDMA" if rdma_shape else "",
+                    topology.get("backend_reason") or topology.get("message", ""),
+                    fix,
+                )
+            )
+        if sorted(ring) != sorted(hosts) or isinstance(width, bool) or not isinstance(width, int) or width < 1:
             raise PlanError("topology ring %r / ring_width %r do not cover the hosts" % (ring, width))
     if backend == "jaccl" and topology.get("rdma_missing"):
-        raise PlanError("backend jaccl needs a cable that carries RDMA between every pair; %s "
-                        "(%s)%s" % (_join_limited("%s-%s" % tuple(p) for p in topology["rdma_missing"]),
-                                    topology.get("backend_reason", ""), fix))
+        raise PlanError(
+            "backend jaccl needs a cable that carries RDMA between every pair; %s "
+            "(%s)%s"
+            % (
+                _join_limited("%s-%s" % tuple(p) for p in topology["rdma_missing"]),
+                topology.get("backend_reason", ""),
+                fix,
+            )
+        )
 
     rank = {h: i for i, h in enumerate(hosts)}
 
     def between(x, y, count=None):
         found = pairs.get((x, y))
         if not found:
-            raise PlanError("the IP plan has no cable between %s and %s: build the plan and the "
-                            "topology from the same mlx_links result" % (x, y))
+            raise PlanError(
+                "the IP plan has no cable between %s and %s: build the plan and the "
+                "topology from the same mlx_links result" % (x, y)
+            )
         # MLX's order: the interfaces of the pair's first host (in hosts order), as strings.
         first_is_me = rank.get(x, 0) <= rank.get(y, 0)
-        found = sorted(found, key=lambda e: (e[1]["iface"], e[2]["iface"]) if first_is_me
-                       else (e[2]["iface"], e[1]["iface"]))
+        found = sorted(
+            found, key=lambda e: (e[1]["iface"], e[2]["iface"]) if first_is_me else (e[2]["iface"], e[1]["iface"])
+        )
         return found if count is None else found[:count]
 
     def devices(entries):
@@ -1435,8 +1565,10 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
     out = []
     if backend == "jaccl":
         if coordinators is None or not isinstance(coordinators, Mapping):
-            raise PlanError("backend jaccl needs coordinators: {host: address}; set "
-                            "mlx_cluster_coordinator_address for each host in the inventory")
+            raise PlanError(
+                "backend jaccl needs coordinators: {host: address}; set "
+                "mlx_cluster_coordinator_address for each host in the inventory"
+            )
         # As MLX's configure_jaccl: every pair gets the smallest cable count of any pair.
         count = min(len(between(h, other)) for h in hosts for other in hosts if other != h)
         for h in hosts:
@@ -1444,23 +1576,25 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
             out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
     elif backend == "jaccl-ring":
         if coordinators is None or not isinstance(coordinators, Mapping):
-            raise PlanError("backend jaccl-ring needs coordinators: {host: address}; set "
-                            "mlx_cluster_coordinator_address for each host in the inventory")
+            raise PlanError(
+                "backend jaccl-ring needs coordinators: {host: address}; set "
+                "mlx_cluster_coordinator_address for each host in the inventory"
+            )
         n = len(ring)
         for i, h in enumerate(ring):
             neighbours = {ring[i - 1], ring[(i + 1) % n]}
-            rdma = [devices(between(h, other, width)) if other in neighbours else None
-                    for other in ring]
+            rdma = [devices(between(h, other, width)) if other in neighbours else None for other in ring]
             out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
     else:
         for i, h in enumerate(ring):
             left = ring[i - 1]
             entries = between(h, left, width)
             if len(entries) < width:
-                raise PlanError("ring_width is %d but the plan has %s between %s and %s"
-                                % (width, _plural(len(entries), "cable"), h, left))
-            out.append({"ssh": h, "ips": [me["address"] for _cid, me, _peer in entries],
-                        "rdma": []})
+                raise PlanError(
+                    "ring_width is %d but the plan has %s between %s and %s"
+                    % (width, _plural(len(entries), "cable"), h, left)
+                )
+            out.append({"ssh": h, "ips": [me["address"] for _cid, me, _peer in entries], "rdma": []})
     return {"backend": backend, "envs": list(envs), "hosts": out}
 
 
@@ -1500,10 +1634,12 @@ def dot(links, topology=None, plan=None):
     hosts.extend(extra)
     ids = {h: "n%d" % i for i, h in enumerate(hosts)}
 
-    lines = ["graph mlx_cluster {",
-             "  graph [overlap=false, splines=true];",
-             "  node [shape=box, style=rounded];",
-             "  edge [fontsize=10];"]
+    lines = [
+        "graph mlx_cluster {",
+        "  graph [overlap=false, splines=true];",
+        "  node [shape=box, style=rounded];",
+        "  edge [fontsize=10];",
+    ]
     if topology is not None:
         summary = "backend: %s" % (topology.get("backend") or "none fits")
         if topology.get("backend") == "jaccl-ring" and topology.get("rdma_ring"):
@@ -1516,8 +1652,10 @@ def dot(links, topology=None, plan=None):
     plan_cables = (plan or {}).get("cables") or {}
     no_rdma = {e.get("cable") for e in (topology or {}).get("no_rdma") or [] if isinstance(e, Mapping)}
     for c in cables:
-        label = ["%s/%s" % (c["a"]["iface"], c["b"]["iface"]),
-                 "%s Gb/s" % c.get("speed_gbps") if c.get("speed_gbps") else "speed unknown"]
+        label = [
+            "%s/%s" % (c["a"]["iface"], c["b"]["iface"]),
+            "%s Gb/s" % c.get("speed_gbps") if c.get("speed_gbps") else "speed unknown",
+        ]
         entry = plan_cables.get(c["id"])
         if isinstance(entry, Mapping):
             try:
@@ -1537,15 +1675,21 @@ def dot(links, topology=None, plan=None):
         if not isinstance(e, Mapping) or e.get("host") not in ids:
             continue
         node = "x%d" % i
-        lines.append("  %s [label=%s, style=dashed, color=grey];" % (
-            node, _dot_string("%s\n(not in inventory)" % (e.get("peer_name") or "unknown Mac"))))
-        lines.append("  %s -- %s [label=%s, style=dashed, color=grey];" % (
-            ids[e["host"]], node, _dot_string(e.get("iface") or "?")))
+        lines.append(
+            "  %s [label=%s, style=dashed, color=grey];"
+            % (node, _dot_string("%s\n(not in inventory)" % (e.get("peer_name") or "unknown Mac")))
+        )
+        lines.append(
+            "  %s -- %s [label=%s, style=dashed, color=grey];"
+            % (ids[e["host"]], node, _dot_string(e.get("iface") or "?"))
+        )
     if topology is not None and not topology.get("backend"):
         for pair in topology.get("missing") or []:
             if len(pair) == 2 and pair[0] in ids and pair[1] in ids:
-                lines.append('  %s -- %s [label="missing", color=red, fontcolor=red, '
-                             'style=dotted];' % (ids[pair[0]], ids[pair[1]]))
+                lines.append(
+                    '  %s -- %s [label="missing", color=red, fontcolor=red, '
+                    "style=dotted];" % (ids[pair[0]], ids[pair[1]])
+                )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -1599,17 +1743,20 @@ def _remote_dir_setting(setting):
         raise PlanError("mlx_cluster_remote_dir must be a path, got %r" % (setting,))
     setting = setting.rstrip("/") or "/"
     if not (setting.startswith("/") or setting == "~" or setting.startswith("~/")):
-        raise PlanError("mlx_cluster_remote_dir %r is relative: give an absolute path (the same on "
-                        "every Mac, e.g. /opt/mlx-cluster) or one under ~ (each Mac's home, "
-                        "when every Mac has the same home directory)" % setting)
+        raise PlanError(
+            "mlx_cluster_remote_dir %r is relative: give an absolute path (the same on "
+            "every Mac, e.g. /opt/mlx-cluster) or one under ~ (each Mac's home, "
+            "when every Mac has the same home directory)" % setting
+        )
     why = unsafe_path(setting, "mlx_cluster_remote_dir", home=True)
     if why:
         raise PlanError(why)
     return setting
 
 
-def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
-                      hostfile_name=HOSTFILE_NAME, wired_limit=""):
+def discovery_request(
+    run_tags=("all",), skip_tags=(), remote_dir_setting="", hostfile_name=HOSTFILE_NAME, wired_limit=""
+):
     """What the discovery module reads besides the facts, for the stages this run runs:
     ``{probe_links, probe_sudo, read_power, read_updates: bool, read_files: [paths],
     cluster_dir: the toolkit's directory, checked on every run}``. The
@@ -1625,9 +1772,14 @@ def discovery_request(run_tags=("all",), skip_tags=(), remote_dir_setting="",
     files = ["%s/%s" % (base.rstrip("/"), hostfile_name)] if "read_hostfile" in needs else []
     if "read_wired_daemon" in needs and str(wired_limit or "").strip():
         files.append(WIRED_PLIST_PATH)
-    return {"probe_links": "probe_links" in needs, "probe_sudo": "probe_sudo" in needs,
-            "read_power": "read_power" in needs, "read_updates": "read_updates" in needs, "read_files": files,
-            "cluster_dir": base}
+    return {
+        "probe_links": "probe_links" in needs,
+        "probe_sudo": "probe_sudo" in needs,
+        "read_power": "read_power" in needs,
+        "read_updates": "read_updates" in needs,
+        "read_files": files,
+        "cluster_dir": base,
+    }
 
 
 HOSTFILE_MODE = "0600"
@@ -1647,8 +1799,10 @@ def hostfile_writes(plan, files=None):
         return []
     content = hostfile_text(plan["hostfile"])
     path = plan["hostfile_path"]
-    if (files or {}).get(path) == {"sha256": hashlib.sha256(content.encode("utf-8")).hexdigest(),
-                                   "mode": HOSTFILE_MODE}:
+    if (files or {}).get(path) == {
+        "sha256": hashlib.sha256(content.encode("utf-8")).hexdigest(),
+        "mode": HOSTFILE_MODE,
+    }:
         return []
     return [{"path": path, "content": content, "mode": HOSTFILE_MODE}]
 
@@ -1670,9 +1824,10 @@ def remote_dir(setting, homes):
     for host in sorted(homes):
         home = homes[host]
         if not isinstance(home, str) or not home.startswith("/"):
-            raise PlanError("%s: its home directory is unknown (discovery returned %r), so %s "
-                            "cannot be resolved: set mlx_cluster_remote_dir to an absolute path"
-                            % (host, home, setting))
+            raise PlanError(
+                "%s: its home directory is unknown (discovery returned %r), so %s "
+                "cannot be resolved: set mlx_cluster_remote_dir to an absolute path" % (host, home, setting)
+            )
         resolved[host] = home.rstrip("/") + setting[1:] if home != "/" else setting[1:] or "/"
     paths = sorted(set(resolved.values()))
     if len(paths) > 1:
@@ -1682,8 +1837,9 @@ def remote_dir(setting, homes):
             "mlx_cluster_remote_dir to one absolute path that is each Mac's user's own, e.g. "
             "/opt/mlx-cluster, made once on each Mac with `sudo mkdir -p /opt/mlx-cluster && sudo "
             "chown <the login user> /opt/mlx-cluster` (not below /Users/Shared: every user can write "
-            "there, and another could make the directory first)" % (setting, _join_limited(
-                "%s %s" % (h, p) for h, p in resolved.items())))
+            "there, and another could make the directory first)"
+            % (setting, _join_limited("%s %s" % (h, p) for h, p in resolved.items()))
+        )
     if not paths:
         raise PlanError("no hosts to resolve %s on" % setting)
     why = unsafe_path(paths[0], "mlx_cluster_remote_dir (%s in each Mac's home)" % setting)
@@ -1713,19 +1869,20 @@ def fallback(topo, addresses, backend, hostfile_name, envs=()):
     hostfile_name}``: the TCP ring over the same Thunderbolt cables and addresses (all the
     cables of the ring, not only those that carry RDMA), in ``<hostfile stem>-ring.json``."""
     if backend not in FALLBACK_CHOICES:
-        raise PlanError("fallback_backend must be one of %s, got %r"
-                        % (", ".join(repr(c) for c in FALLBACK_CHOICES), backend))
+        raise PlanError(
+            "fallback_backend must be one of %s, got %r" % (", ".join(repr(c) for c in FALLBACK_CHOICES), backend)
+        )
     planned = topo.get("backend")
     if not backend or planned not in RDMA_BACKENDS:
         return None
     try:
         ring = hostfile(topo, addresses, envs=envs, backend=backend)
     except PlanError as exc:
-        raise PlanError("mlx_cluster_fallback_backend %s: no %s hostfile fits this wiring: %s"
-                        % (backend, backend, exc.message))
-    stem = hostfile_name[:-len(".json")] if hostfile_name.endswith(".json") else hostfile_name
-    return {"backend": backend, "from": planned, "hostfile": ring,
-            "hostfile_name": "%s-%s.json" % (stem, backend)}
+        raise PlanError(
+            "mlx_cluster_fallback_backend %s: no %s hostfile fits this wiring: %s" % (backend, backend, exc.message)
+        ) from None
+    stem = hostfile_name[: -len(".json")] if hostfile_name.endswith(".json") else hostfile_name
+    return {"backend": backend, "from": planned, "hostfile": ring, "hostfile_name": "%s-%s.json" % (stem, backend)}
 
 
 def make_plan(facts_by_host, settings):
@@ -1745,25 +1902,34 @@ def make_plan(facts_by_host, settings):
     hosts = list(settings.get("hosts") or facts_by_host)
     missing = [h for h in hosts if not isinstance(facts_by_host.get(h), Mapping)]
     if missing:
-        raise PlanError("no discovery facts for %s: run the discover stage on every Mac of the "
-                        "play (it always runs with site.yml)" % _join_limited(missing))
+        raise PlanError(
+            "no discovery facts for %s: run the discover stage on every Mac of the "
+            "play (it always runs with site.yml)" % _join_limited(missing)
+        )
     facts = {h: facts_by_host[h] for h in hosts}
     for h in hosts:
         for key in ("thunderbolt", "interfaces"):
             if key not in facts[h]:
-                raise PlanError("%s: discovery facts lack %r (an older mlx_cluster_facts?): re-run "
-                                "the discover stage" % (h, key))
+                raise PlanError(
+                    "%s: discovery facts lack %r (an older mlx_cluster_facts?): re-run the discover stage" % (h, key)
+                )
     rdma_wanted = bool(settings.get("rdma_wanted", True))
     coordinators = dict(settings.get("coordinators") or {})
     found = links({h: facts[h]["thunderbolt"] for h in hosts})
-    topo = topology(found, hosts,
-                    rdma={h: facts[h].get("rdma") for h in hosts} if rdma_wanted else False,
-                    backend=settings.get("backend") or "auto",
-                    rdma_through_docks=bool(settings.get("rdma_through_docks", False)),
-                    rdma_required=rdma_wanted and bool(settings.get("rdma_required", False)))
-    addresses = ip_plan(found, pool=settings.get("ip_pool") or DEFAULT_POOL,
-                        interfaces={h: facts[h]["interfaces"] for h in hosts},
-                        exclude=list(settings.get("exclude_networks") or []))
+    topo = topology(
+        found,
+        hosts,
+        rdma={h: facts[h].get("rdma") for h in hosts} if rdma_wanted else False,
+        backend=settings.get("backend") or "auto",
+        rdma_through_docks=bool(settings.get("rdma_through_docks", False)),
+        rdma_required=rdma_wanted and bool(settings.get("rdma_required", False)),
+    )
+    addresses = ip_plan(
+        found,
+        pool=settings.get("ip_pool") or DEFAULT_POOL,
+        interfaces={h: facts[h]["interfaces"] for h in hosts},
+        exclude=list(settings.get("exclude_networks") or []),
+    )
     directory = remote_dir(settings.get("remote_dir"), {h: _home(h, facts[h]) for h in hosts})
     name = settings.get("hostfile_name") or HOSTFILE_NAME
     if "/" in name or name in (".", ".."):
@@ -1775,8 +1941,7 @@ def make_plan(facts_by_host, settings):
         "topology": topo,
         "ip_plan": addresses,
         "coordinators": coordinators,
-        "hostfile": (hostfile(topo, addresses, coordinators=coordinators, envs=envs)
-                     if topo.get("backend") else None),
+        "hostfile": (hostfile(topo, addresses, coordinators=coordinators, envs=envs) if topo.get("backend") else None),
         "ssh": dict(settings.get("ssh") or {}),
         "remote_dir": directory,
         "hostfile_name": name,

@@ -15,11 +15,13 @@ FIX_ELSEWHERE = (
     "on both Macs: disconnect VPNs and turn off network filter extensions (System Settings > "
     "Network > VPN & Filters), look for packet filter rules (`sudo pfctl -s rules`), and allow "
     "Local Network access for the interpreter or the app that runs it (System Settings > "
-    "Privacy & Security > Local Network); " + RERUN)
+    "Privacy & Security > Local Network); " + RERUN
+)
 CAUSE_ELSEWHERE = (
     "the application firewall there is {alf}, so the likely causes are a VPN or network filter "
     "extension on either Mac, a packet filter (pf) rule, or macOS Local Network privacy (MLX "
-    "then hangs with errno 60 ETIMEDOUT or 65 EHOSTUNREACH, mlx #3755)")
+    "then hangs with errno 60 ETIMEDOUT or 65 EHOSTUNREACH, mlx #3755)"
+)
 
 HOW = {
     "timeout": "no answer within {timeout} s (the connection attempts were dropped without a reply)",
@@ -33,8 +35,17 @@ HOW = {
 
 
 def _problem(host, msg, fix, code, peer=None, address=None, port=None):
-    return {"severity": "error", "check": "ports", "code": code, "host": host, "peer": peer,
-            "address": address, "port": port, "msg": msg, "fix": fix}
+    return {
+        "severity": "error",
+        "check": "ports",
+        "code": code,
+        "host": host,
+        "peer": peer,
+        "address": address,
+        "port": port,
+        "msg": msg,
+        "fix": fix,
+    }
 
 
 def _what(endpoint):
@@ -45,12 +56,16 @@ def _what(endpoint):
 
 def _alf_fix(host, alf):
     app = alf.get("app_path") or "the interpreter the ranks run"
-    allow = ("on %s: `sudo %s --add %s --unblockapp %s`, or System Settings > Network > Firewall > "
-             "Options: add %s and set it to Allow incoming connections" % (host, SOCKETFILTERFW, app, app, app))
+    allow = (
+        "on %s: `sudo %s --add %s --unblockapp %s`, or System Settings > Network > Firewall > "
+        "Options: add %s and set it to Allow incoming connections" % (host, SOCKETFILTERFW, app, app, app)
+    )
     if alf.get("block_all"):
-        return ("on %s: `sudo %s --setblockall off` (System Settings > Network > Firewall > Options: turn "
-                "off Block all incoming connections), then allow the interpreter: %s; %s"
-                % (host, SOCKETFILTERFW, allow, RERUN))
+        return (
+            "on %s: `sudo %s --setblockall off` (System Settings > Network > Firewall > Options: turn "
+            "off Block all incoming connections), then allow the interpreter: %s; %s"
+            % (host, SOCKETFILTERFW, allow, RERUN)
+        )
     return allow + "; " + RERUN
 
 
@@ -66,8 +81,10 @@ def _alf_cause(host, alf):
     elif app == "not_listed":
         words.append("and does not list %s" % path)
         if alf.get("allow_signed_downloaded"):
-            words.append("(it allows downloaded signed software by itself, which covers an interpreter only "
-                         "when it is signed with a Developer ID: not a Homebrew, pyenv or self-built one)")
+            words.append(
+                "(it allows downloaded signed software by itself, which covers an interpreter only "
+                "when it is signed with a Developer ID: not a Homebrew, pyenv or self-built one)"
+            )
     elif app == "permitted":
         words.append("and says it permits %s (a framework build of Python is judged as its Python.app)" % path)
     return ", ".join(words[:2]) + (" " + " ".join(words[2:]) if len(words) > 2 else "")
@@ -90,9 +107,16 @@ def port_problems(endpoints, listened, connected, timeout=5):
         result = listened.get(host)
         if result is None:
             broken.add(key)
-            problems.append(_problem(host, "%s did not start the probe's listener for %s:%d" % (host, e["address"], e["port"]),
-                                     "see the listener task's error for %s above; %s" % (host, RERUN), "no_listener",
-                                     address=e["address"], port=e["port"]))
+            problems.append(
+                _problem(
+                    host,
+                    "%s did not start the probe's listener for %s:%d" % (host, e["address"], e["port"]),
+                    "see the listener task's error for %s above; %s" % (host, RERUN),
+                    "no_listener",
+                    address=e["address"],
+                    port=e["port"],
+                )
+            )
             continue
         listener = result.get("listener") or {}
         if listener.get("error"):
@@ -104,30 +128,53 @@ def port_problems(endpoints, listened, connected, timeout=5):
             broken.add(key)
             where = "%s:%d (%s)" % (e["address"], e["port"], _what(e))
             if err.get("error") == "EADDRINUSE":
-                problems.append(_problem(
-                    host, "%s: %s is in use by another program, so MLX's rank cannot listen there alone"
-                    % (host, where),
-                    "on %s: `sudo lsof -nP -iTCP:%d -sTCP:LISTEN` names it; end it (a rank left from an "
-                    "earlier run, or a server using the same ports), %s" % (host, e["port"], RERUN),
-                    "in_use", address=e["address"], port=e["port"]))
+                problems.append(
+                    _problem(
+                        host,
+                        "%s: %s is in use by another program, so MLX's rank cannot listen there alone" % (host, where),
+                        "on %s: `sudo lsof -nP -iTCP:%d -sTCP:LISTEN` names it; end it (a rank left from an "
+                        "earlier run, or a server using the same ports), %s" % (host, e["port"], RERUN),
+                        "in_use",
+                        address=e["address"],
+                        port=e["port"],
+                    )
+                )
             elif err.get("error") == "EADDRNOTAVAIL":
-                problems.append(_problem(
-                    host, "%s does not have the address %s, where %s listens" % (host, e["address"], _what(e)),
-                    FIX_NETWORK, "no_address", address=e["address"], port=e["port"]))
+                problems.append(
+                    _problem(
+                        host,
+                        "%s does not have the address %s, where %s listens" % (host, e["address"], _what(e)),
+                        FIX_NETWORK,
+                        "no_address",
+                        address=e["address"],
+                        port=e["port"],
+                    )
+                )
             else:
-                problems.append(_problem(
-                    host, "%s: cannot listen on %s: %s" % (host, where, err.get("text") or err.get("error")),
-                    "free the port or the address on %s, %s" % (host, RERUN), "listen",
-                    address=e["address"], port=e["port"]))
+                problems.append(
+                    _problem(
+                        host,
+                        "%s: cannot listen on %s: %s" % (host, where, err.get("text") or err.get("error")),
+                        "free the port or the address on %s, %s" % (host, RERUN),
+                        "listen",
+                        address=e["address"],
+                        port=e["port"],
+                    )
+                )
     # listeners that did not start at all: once per Mac
     for host in sorted(listened):
         err = (listened[host].get("listener") or {}).get("error")
         if err:
-            problems.append(_problem(host, "%s: the probe's listener did not start: %s" % (host, err),
-                                     "run the env stage (`--tags env`) so the interpreter exists on %s, %s"
-                                     % (host, RERUN) if "does not exist" in err else
-                                     "run the interpreter by hand on %s to see why, %s" % (host, RERUN),
-                                     "no_listener"))
+            problems.append(
+                _problem(
+                    host,
+                    "%s: the probe's listener did not start: %s" % (host, err),
+                    "run the env stage (`--tags env`) so the interpreter exists on %s, %s" % (host, RERUN)
+                    if "does not exist" in err
+                    else "run the interpreter by hand on %s to see why, %s" % (host, RERUN),
+                    "no_listener",
+                )
+            )
     by_key = {(e["host"], e["address"], e["port"]): e for e in endpoints}
     for peer in sorted(connected):
         for r in connected[peer] or []:
@@ -151,9 +198,12 @@ def port_problems(endpoints, listened, connected, timeout=5):
                 msg += "; " + CAUSE_ELSEWHERE.format(alf=alf_summary(alf) if alf else "unknown")
                 fix = FIX_ELSEWHERE
             problems.append(_problem(peer, msg, fix, r["result"], peer=host, address=e["address"], port=e["port"]))
-    return {"problems": problems, "alf": alf_by_host,
-            "checked": ["%s %s:%d" % (e["host"], e["address"], e["port"]) for e in endpoints],
-            "message": report(problems, alf_by_host, len(endpoints))}
+    return {
+        "problems": problems,
+        "alf": alf_by_host,
+        "checked": ["%s %s:%d" % (e["host"], e["address"], e["port"]) for e in endpoints],
+        "message": report(problems, alf_by_host, len(endpoints)),
+    }
 
 
 def report(problems, alf_by_host, checked):

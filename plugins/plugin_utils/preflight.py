@@ -22,8 +22,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (  # 
 )
 
 DEFAULTS = {
-    "rdma_wanted": True,       # plan for RDMA (jaccl) when the hardware has it
-    "rdma_required": False,    # fail (not warn) when RDMA is not usable everywhere
+    "rdma_wanted": True,  # plan for RDMA (jaccl) when the hardware has it
+    "rdma_required": False,  # fail (not warn) when RDMA is not usable everywhere
     "min_macos_rdma": "26.2",
     "min_memory_gb": 0,
     "min_free_disk_gb": 10,
@@ -58,9 +58,15 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
         for h in hosts:
             if versions[h] != majority:
                 others = ", ".join(x for x in hosts if versions[x] == majority)
-                problems.append(_p("error", "macos_version", h,
-                                   f"{h} runs macOS {versions[h]} while {others} run {majority}",
-                                   f"update {h} (System Settings > General > Software Update) so every node runs the same macOS"))
+                problems.append(
+                    _p(
+                        "error",
+                        "macos_version",
+                        h,
+                        f"{h} runs macOS {versions[h]} while {others} run {majority}",
+                        f"update {h} (System Settings > General > Software Update) so every node runs the same macOS",
+                    )
+                )
     else:
         # Same version, another build: a beta, a rapid security response or a staged update on
         # one Mac. RDMA, the Thunderbolt driver and Metal change between builds of one version.
@@ -71,18 +77,30 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
             for h in hosts:
                 if builds[h] and builds[h] != majority:
                     others = ", ".join(x for x in hosts if builds[x] == majority)
-                    problems.append(_p("error", "macos_build", h,
-                                       f"{h} runs macOS {versions[h]} build {builds[h]} while {others} run build {majority}",
-                                       f"install the same build on every Mac: on {h}, turn Beta Updates off "
-                                       f"(System Settings > General > Software Update) and update, or update the "
-                                       f"others to build {builds[h]}"))
+                    problems.append(
+                        _p(
+                            "error",
+                            "macos_build",
+                            h,
+                            f"{h} runs macOS {versions[h]} build {builds[h]} while {others} run build {majority}",
+                            f"install the same build on every Mac: on {h}, turn Beta Updates off "
+                            f"(System Settings > General > Software Update) and update, or update the "
+                            f"others to build {builds[h]}",
+                        )
+                    )
     cabled = _cabled_ifaces(links)
     for h in hosts:
         f = facts_by_host[h]
         if s["rdma_wanted"] and versions[h] and version_tuple(versions[h]) < version_tuple(s["min_macos_rdma"]):
-            problems.append(_p(rdma_sev, "macos_rdma", h,
-                               f"{h} runs macOS {versions[h]}; RDMA over Thunderbolt needs {s['min_macos_rdma']} or newer",
-                               f"update {h} to macOS {s['min_macos_rdma']}+"))
+            problems.append(
+                _p(
+                    rdma_sev,
+                    "macos_rdma",
+                    h,
+                    f"{h} runs macOS {versions[h]}; RDMA over Thunderbolt needs {s['min_macos_rdma']} or newer",
+                    f"update {h} to macOS {s['min_macos_rdma']}+",
+                )
+            )
         problems.extend(_rdma_problems(h, f.get("rdma") or {}, cabled.get(h, set()), rdma_sev, s["rdma_wanted"]))
         problems.extend(_bridge_problems(h, f.get("thunderbolt") or {}, cabled.get(h, set())))
         problems.extend(_resource_problems(h, f, s))
@@ -93,13 +111,26 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
     problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
     problems.extend(_unaddressed_cables(facts_by_host, ip_plan))
     if topology and not topology.get("backend"):
-        problems.append(_p("error", "topology", None, topology.get("message") or "no usable topology",
-                           topology.get("backend_fix") or _missing_fix(topology)))
+        problems.append(
+            _p(
+                "error",
+                "topology",
+                None,
+                topology.get("message") or "no usable topology",
+                topology.get("backend_fix") or _missing_fix(topology),
+            )
+        )
     elif topology and s["rdma_wanted"] and topology.get("backend_fix"):
         # RDMA was kept off some cable or host: say which backend that leaves, and why.
-        problems.append(_p("warning", "backend", None,
-                           f"backend {topology['backend']}: {topology.get('backend_reason')}",
-                           topology["backend_fix"]))
+        problems.append(
+            _p(
+                "warning",
+                "backend",
+                None,
+                f"backend {topology['backend']}: {topology.get('backend_reason')}",
+                topology["backend_fix"],
+            )
+        )
     return problems
 
 
@@ -122,19 +153,49 @@ def _rdma_problems(host, rdma, cabled, sev, wanted):
     if hung:  # an RDMA probe did not answer: what the others would say is unknown
         return [_p(sev, "rdma", host, f"RDMA on {host} is unusable: {hung.get('msg')}", hung.get("fix"))]
     if state == "disabled":
-        return [_p(sev, "rdma", host, f"RDMA is disabled on {host} (rdma_ctl status: disabled)",
-                   "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot")]
+        return [
+            _p(
+                sev,
+                "rdma",
+                host,
+                f"RDMA is disabled on {host} (rdma_ctl status: disabled)",
+                "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot",
+            )
+        ]
     if not devices:
-        return [_p(sev, "rdma", host, f"{host} has no RDMA devices (ibv_devices is empty)",
-                   "RDMA needs Thunderbolt 5 hardware and macOS 26.2+; on Thunderbolt 4 use the `ring` backend")]
+        return [
+            _p(
+                sev,
+                "rdma",
+                host,
+                f"{host} has no RDMA devices (ibv_devices is empty)",
+                "RDMA needs Thunderbolt 5 hardware and macOS 26.2+; on Thunderbolt 4 use the `ring` backend",
+            )
+        ]
     for iface in sorted(cabled):
         dev = devices.get(iface)
         if dev is None:
-            out.append(_p(sev, "rdma_port", host, f"{host}:{iface} is cabled but has no RDMA device rdma_{iface}",
-                          "the port is not RDMA-capable (Thunderbolt 4 port or dock); move the cable to a Thunderbolt 5 port", iface))
+            out.append(
+                _p(
+                    sev,
+                    "rdma_port",
+                    host,
+                    f"{host}:{iface} is cabled but has no RDMA device rdma_{iface}",
+                    "the port is not RDMA-capable (Thunderbolt 4 port or dock); move the cable to a Thunderbolt 5 port",
+                    iface,
+                )
+            )
         elif dev.get("port_state") != "PORT_ACTIVE":
-            out.append(_p(sev, "rdma_port", host, f"{host}:rdma_{iface} is {dev.get('port_state')}",
-                          f"reseat or replace the cable on {host}:{iface}", iface))
+            out.append(
+                _p(
+                    sev,
+                    "rdma_port",
+                    host,
+                    f"{host}:rdma_{iface} is {dev.get('port_state')}",
+                    f"reseat or replace the cable on {host}:{iface}",
+                    iface,
+                )
+            )
     return out
 
 
@@ -142,20 +203,32 @@ def _bridge_problems(host, tb, cabled):
     bridge = tb.get("bridge") or {}
     members = [m for m in bridge.get("members") or [] if m in cabled]
     if bridge.get("exists") and members:
-        return [_p("warning", "thunderbolt_bridge", host,
-                   f"the Thunderbolt Bridge on {host} holds cabled ports {', '.join(members)}: "
-                   f"bridging a mesh makes a broadcast loop and blocks per-cable addresses",
-                   "the network stage takes the ports out of the bridge and out of its definition (or: "
-                   "System Settings > Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge > "
-                   "remove the ports)")]
+        return [
+            _p(
+                "warning",
+                "thunderbolt_bridge",
+                host,
+                f"the Thunderbolt Bridge on {host} holds cabled ports {', '.join(members)}: "
+                f"bridging a mesh makes a broadcast loop and blocks per-cable addresses",
+                "the network stage takes the ports out of the bridge and out of its definition (or: "
+                "System Settings > Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge > "
+                "remove the ports)",
+            )
+        ]
     # out of the bridge now, but still in its definition: macOS puts them back at boot
     persistent = [m for m in bridge.get("persistent_members") or [] if m in cabled]
     if persistent:
-        return [_p("warning", "thunderbolt_bridge", host,
-                   f"the Thunderbolt Bridge definition on {host} still lists cabled ports {', '.join(persistent)}: "
-                   f"macOS puts them back into the bridge at the next boot (whether or not its service is enabled)",
-                   "the network stage removes them from the definition (or: System Settings > Network > ... > "
-                   "Manage Virtual Interfaces > Thunderbolt Bridge > remove the ports)")]
+        return [
+            _p(
+                "warning",
+                "thunderbolt_bridge",
+                host,
+                f"the Thunderbolt Bridge definition on {host} still lists cabled ports {', '.join(persistent)}: "
+                f"macOS puts them back into the bridge at the next boot (whether or not its service is enabled)",
+                "the network stage removes them from the definition (or: System Settings > Network > ... > "
+                "Manage Virtual Interfaces > Thunderbolt Bridge > remove the ports)",
+            )
+        ]
     return []
 
 
@@ -163,14 +236,27 @@ def _resource_problems(host, f, s):
     out = []
     mem = (f.get("hw") or {}).get("memsize")
     if mem is not None and s["min_memory_gb"] and mem < s["min_memory_gb"] * 2**30:
-        out.append(_p("error", "memory", host, f"{host} has {mem / 2**30:.0f} GB of memory, "
-                      f"less than the {s['min_memory_gb']} GB required",
-                      "use a larger model split or a host with more memory"))
+        out.append(
+            _p(
+                "error",
+                "memory",
+                host,
+                f"{host} has {mem / 2**30:.0f} GB of memory, less than the {s['min_memory_gb']} GB required",
+                "use a larger model split or a host with more memory",
+            )
+        )
     free = (f.get("disk") or {}).get("free_bytes")
     if free is not None and free < s["min_free_disk_gb"] * 2**30:
-        out.append(_p("error", "disk", host, f"{host} has {free / 2**30:.1f} GB free in "
-                      f"{(f.get('disk') or {}).get('path')}, less than {s['min_free_disk_gb']} GB",
-                      f"free disk space on {host} or lower preflight_min_free_disk_gb"))
+        out.append(
+            _p(
+                "error",
+                "disk",
+                host,
+                f"{host} has {free / 2**30:.1f} GB free in "
+                f"{(f.get('disk') or {}).get('path')}, less than {s['min_free_disk_gb']} GB",
+                f"free disk space on {host} or lower preflight_min_free_disk_gb",
+            )
+        )
     return out
 
 
@@ -183,13 +269,19 @@ def _update_problems(host, f):
     if updates.get("install_macos_updates") is not True or updates.get("automatic_check") is False:
         return []
     key = UPDATE_KEYS["install_macos_updates"]
-    return [_p("warning", "macos_updates", host,
-               f"{host} installs macOS updates by itself ({key} = 1): it restarts to install one when "
-               f"it chooses, perhaps in the middle of a run, and then runs another build than the other Macs",
-               f"on {host}, System Settings > General > Software Update > Automatic Updates: turn off "
-               f"\"Install macOS updates\" (or `sudo defaults write {SOFTWARE_UPDATE_DOMAIN} {key} -bool false`; "
-               f"`sudo softwareupdate --schedule off` stops the automatic checks altogether), then update "
-               f"every Mac together, by hand")]
+    return [
+        _p(
+            "warning",
+            "macos_updates",
+            host,
+            f"{host} installs macOS updates by itself ({key} = 1): it restarts to install one when "
+            f"it chooses, perhaps in the middle of a run, and then runs another build than the other Macs",
+            f"on {host}, System Settings > General > Software Update > Automatic Updates: turn off "
+            f'"Install macOS updates" (or `sudo defaults write {SOFTWARE_UPDATE_DOMAIN} {key} -bool false`; '
+            f"`sudo softwareupdate --schedule off` stops the automatic checks altogether), then update "
+            f"every Mac together, by hand",
+        )
+    ]
 
 
 def _cluster_dir_problems(host, f):
@@ -199,36 +291,80 @@ def _cluster_dir_problems(host, f):
     d = f.get("cluster_dir") or {}
     if not d.get("problem"):
         return []
-    return [_p("error", "cluster_dir", host,
-               f"the toolkit's directory {d.get('path')} on {host} is not this user's alone: {d['problem']}",
-               f"on {host}, make it (and every folder above it) a directory no other user can write "
-               f"(`chmod go-w`, or `sudo chown` it to the login user; a link must be root's), or set "
-               f"mlx_cluster_remote_dir to one that is, e.g. ~/mlx-cluster")]
+    return [
+        _p(
+            "error",
+            "cluster_dir",
+            host,
+            f"the toolkit's directory {d.get('path')} on {host} is not this user's alone: {d['problem']}",
+            f"on {host}, make it (and every folder above it) a directory no other user can write "
+            f"(`chmod go-w`, or `sudo chown` it to the login user; a link must be root's), or set "
+            f"mlx_cluster_remote_dir to one that is, e.g. ~/mlx-cluster",
+        )
+    ]
 
 
 def _link_problems(links, slow_sev):
     out = []
     for p in links.get("problems") or []:
-        out.append(_p("error", "wiring", p.get("host"), p.get("msg") or str(p), p.get("fix") or
-                      "check the cable at both ends and re-run", p.get("iface")))
+        out.append(
+            _p(
+                "error",
+                "wiring",
+                p.get("host"),
+                p.get("msg") or str(p),
+                p.get("fix") or "check the cable at both ends and re-run",
+                p.get("iface"),
+            )
+        )
     for u in links.get("unmatched") or []:
-        out.append(_p("warning", "wiring", u.get("host"), u.get("msg") or str(u), u.get("fix") or
-                      "gather facts again", u.get("iface")))
+        out.append(
+            _p(
+                "warning",
+                "wiring",
+                u.get("host"),
+                u.get("msg") or str(u),
+                u.get("fix") or "gather facts again",
+                u.get("iface"),
+            )
+        )
     for e in links.get("external") or []:
-        out.append(_p("warning", "wiring", e.get("host"),
-                      f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",
-                      "add that Mac to the inventory or unplug the cable", e.get("iface")))
+        out.append(
+            _p(
+                "warning",
+                "wiring",
+                e.get("host"),
+                f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",
+                "add that Mac to the inventory or unplug the cable",
+                e.get("iface"),
+            )
+        )
     for c in links.get("cables") or []:
         a, b = c["a"], c["b"]
         name = f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}"
         if c.get("sighting") == "one-sided":
-            out.append(_p("warning", "wiring", a["host"], f"cable {name} is seen from one side only"
-                          f"{' (through ' + ', '.join(c.get('via') or []) + ')' if c.get('via') else ''}",
-                          "a dock or hub is in the way: cable the Macs directly for full speed and RDMA", a["iface"]))
+            out.append(
+                _p(
+                    "warning",
+                    "wiring",
+                    a["host"],
+                    f"cable {name} is seen from one side only"
+                    f"{' (through ' + ', '.join(c.get('via') or []) + ')' if c.get('via') else ''}",
+                    "a dock or hub is in the way: cable the Macs directly for full speed and RDMA",
+                    a["iface"],
+                )
+            )
         if c.get("link_class") and c["link_class"] != "TB5":
-            out.append(_p(slow_sev, "link_speed", a["host"],
-                          f"cable {name} runs at {c.get('speed_gbps')} Gb/s ({c['link_class']}); RDMA needs Thunderbolt 5",
-                          "use a Thunderbolt 5 cable between Thunderbolt 5 ports (no dock)", a["iface"]))
+            out.append(
+                _p(
+                    slow_sev,
+                    "link_speed",
+                    a["host"],
+                    f"cable {name} runs at {c.get('speed_gbps')} Gb/s ({c['link_class']}); RDMA needs Thunderbolt 5",
+                    "use a Thunderbolt 5 cable between Thunderbolt 5 ports (no dock)",
+                    a["iface"],
+                )
+            )
     return out
 
 
@@ -245,12 +381,12 @@ def _stale_links(facts_by_host, cabled, pool):
         return []
     owners = {}
     for h, f in facts_by_host.items():
-        for iface, info in ((f.get("interfaces") or {}).items()):
+        for iface, info in (f.get("interfaces") or {}).items():
             for a in info.get("ipv4") or []:
                 owners[a.get("address")] = (h, iface)
     out = []
     for h in sorted(facts_by_host):
-        for iface, info in sorted(((facts_by_host[h].get("interfaces") or {}).items())):
+        for iface, info in sorted((facts_by_host[h].get("interfaces") or {}).items()):
             if iface in cabled.get(h, set()):
                 continue
             for a in info.get("ipv4") or []:
@@ -264,12 +400,18 @@ def _stale_links(facts_by_host, cabled, pool):
                 partner = [str(x) for x in net.hosts() if x != addr]
                 peer = owners.get(partner[0]) if partner else None
                 was = f" (it was the cable to {peer[0]}:{peer[1]})" if peer and peer[0] != h else ""
-                out.append(_p("warning", "stale_link", h,
-                              f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
-                              f"{was}: unplugged or moved",
-                              f"plug the cable back into {h}:{iface}, or run the network stage: it plans the "
-                              f"new wiring and removes the old address",
-                              iface))
+                out.append(
+                    _p(
+                        "warning",
+                        "stale_link",
+                        h,
+                        f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
+                        f"{was}: unplugged or moved",
+                        f"plug the cable back into {h}:{iface}, or run the network stage: it plans the "
+                        f"new wiring and removes the old address",
+                        iface,
+                    )
+                )
     return out
 
 
@@ -278,14 +420,20 @@ def dropped_out(ip_plan, hosts):
     lead to them, and the repair. `ip_plan` is the plan's ip_plan, `hosts` the Macs gone."""
     lines = []
     for host in sorted(hosts or []):
-        ends = sorted(f"{peer}:{link['iface']} <-> {host}:{link.get('peer_iface', '?')}"
-                      for peer, links in sorted(((ip_plan or {}).get("hosts") or {}).items()) if peer != host
-                      for link in links if link.get("peer_host") == host)
+        ends = sorted(
+            f"{peer}:{link['iface']} <-> {host}:{link.get('peer_iface', '?')}"
+            for peer, links in sorted(((ip_plan or {}).get("hosts") or {}).items())
+            if peer != host
+            for link in links
+            if link.get("peer_host") == host
+        )
         waiting = f"; its cables {', '.join(ends)} are configured on the other side only" if ends else ""
-        lines.append(f"{host} dropped out of the network stage (unreachable, or failed above){waiting}. "
-                     f"Fix: bring {host} back (power, LAN, System Settings > General > Sharing > Remote "
-                     f"Login), then re-run the network stage (--tags network): the Macs that finished are "
-                     f"left as they are.")
+        lines.append(
+            f"{host} dropped out of the network stage (unreachable, or failed above){waiting}. "
+            f"Fix: bring {host} back (power, LAN, System Settings > General > Sharing > Remote "
+            f"Login), then re-run the network stage (--tags network): the Macs that finished are "
+            f"left as they are."
+        )
     return lines
 
 
@@ -315,15 +463,21 @@ def _unaddressed_cables(facts_by_host, ip_plan):
     if not _pool_addresses(facts_by_host, ip_plan.get("pool")):
         return []
     out = []
-    for cid, c in sorted((ip_plan.get("cables") or {}).items()):
+    for _cid, c in sorted((ip_plan.get("cables") or {}).items()):
         if c.get("kept") is not False:
             continue
         a, b = c["a"], c["b"]
-        out.append(_p("warning", "unaddressed_cable", a["host"],
-                      f"cable {a['host']}:{a['iface']} <-> {b['host']}:{b['iface']} has no cluster address "
-                      f"at both ends yet: a new cable, one moved from another port, or an unfinished run",
-                      "the network stage addresses it: run it (ansible-playbook site.yml --tags network)",
-                      a["iface"]))
+        out.append(
+            _p(
+                "warning",
+                "unaddressed_cable",
+                a["host"],
+                f"cable {a['host']}:{a['iface']} <-> {b['host']}:{b['iface']} has no cluster address "
+                f"at both ends yet: a new cable, one moved from another port, or an unfinished run",
+                "the network stage addresses it: run it (ansible-playbook site.yml --tags network)",
+                a["iface"],
+            )
+        )
     return out
 
 
@@ -368,7 +522,9 @@ def report(problems):
         return "preflight: no problems"
     order = {"error": 0, "warning": 1}
     lines = []
-    for p in sorted(problems, key=lambda p: (order.get(p["severity"], 2), p.get("host") or "", p.get("port") or "", p["check"])):
+    for p in sorted(
+        problems, key=lambda p: (order.get(p["severity"], 2), p.get("host") or "", p.get("port") or "", p["check"])
+    ):
         where = p.get("host") or "cluster"
         if p.get("port"):
             where += f":{p['port']}"
@@ -393,8 +549,9 @@ def gpu_limit(hw):
     if wired:
         return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
     share = default_share(mem)
-    return default_limit_bytes(mem), (f"iogpu.wired_limit_mb={wired}: macOS's default, about "
-                                      f"{'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB")
+    return default_limit_bytes(mem), (
+        f"iogpu.wired_limit_mb={wired}: macOS's default, about {'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB"
+    )
 
 
 def pipeline_split(layers, ranks):
@@ -402,7 +559,7 @@ def pipeline_split(layers, ranks):
     and rank r's layers come after those of ranks r+1 .. size-1 (rank 0 runs the last)."""
     base, extra = divmod(layers, ranks)
     split = [base + (1 if r < extra else 0) for r in range(ranks)]
-    return [(sum(split[r + 1:]), split[r]) for r in range(ranks)]
+    return [(sum(split[r + 1 :]), split[r]) for r in range(ranks)]
 
 
 def rank_bytes(weights, mode, ranks):
@@ -415,7 +572,7 @@ def rank_bytes(weights, mode, ranks):
     if mode == "pipeline":
         if len(layer_bytes) < ranks:
             return None
-        return [shared + sum(layer_bytes[start:start + n]) for start, n in pipeline_split(len(layer_bytes), ranks)]
+        return [shared + sum(layer_bytes[start : start + n]) for start, n in pipeline_split(len(layer_bytes), ranks)]
     return [shared + -(-sum(layer_bytes) // ranks)] * ranks
 
 
@@ -437,10 +594,16 @@ def memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
     for mode in modes:
         per_rank = rank_bytes(weights, mode, n)
         if per_rank is None:
-            problems.append(_p("error", "memory", None,
-                               f"{model} has {len(weights['layer_bytes'])} layer(s): pipeline mode cannot "
-                               f"give each of {n} Macs at least one",
-                               "run tensor mode, or fewer Macs"))
+            problems.append(
+                _p(
+                    "error",
+                    "memory",
+                    None,
+                    f"{model} has {len(weights['layer_bytes'])} layer(s): pipeline mode cannot "
+                    f"give each of {n} Macs at least one",
+                    "run tensor mode, or fewer Macs",
+                )
+            )
             continue
         rows = []
         for rank, (host, held) in enumerate(zip(hosts, per_rank)):
@@ -458,15 +621,21 @@ def memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):
             if others:
                 fixes.append(f"run {others[0]} mode instead (it fits)")
             if safe >= r["need"] > r["limit"]:
-                fixes.append(f"raise the GPU's limit on {r['host']}: mlx_cluster_wired_limit: auto and --tags power "
-                             f"(iogpu.wired_limit_mb={safe // MIB}, kept across restarts), or once: sudo sysctl "
-                             f"iogpu.wired_limit_mb={safe // MIB} (until the next restart)")
+                fixes.append(
+                    f"raise the GPU's limit on {r['host']}: mlx_cluster_wired_limit: auto and --tags power "
+                    f"(iogpu.wired_limit_mb={safe // MIB}, kept across restarts), or once: sudo sysctl "
+                    f"iogpu.wired_limit_mb={safe // MIB} (until the next restart)"
+                )
             fixes.append("add Macs, or use a smaller quantization of the model")
-            problems.append(_p(
-                "error", "memory", r["host"],
-                f"{mode} mode over {n} Mac(s) puts {r['bytes'] / GIB:.2f} GB of {model}'s weights on "
-                f"{r['host']} (rank {r['rank']}; {r['need'] / GIB:.2f} GB with {headroom:.0%} headroom), "
-                f"more than its GPU may use: {r['limit'] / GIB:.2f} GB ({r['how']})",
-                "; or ".join(fixes)))
-    return {"problems": problems, "ranks": table,
-            "fits": {mode: mode in fits and not fits[mode] for mode in modes}}
+            problems.append(
+                _p(
+                    "error",
+                    "memory",
+                    r["host"],
+                    f"{mode} mode over {n} Mac(s) puts {r['bytes'] / GIB:.2f} GB of {model}'s weights on "
+                    f"{r['host']} (rank {r['rank']}; {r['need'] / GIB:.2f} GB with {headroom:.0%} headroom), "
+                    f"more than its GPU may use: {r['limit'] / GIB:.2f} GB ({r['how']})",
+                    "; or ".join(fixes),
+                )
+            )
+    return {"problems": problems, "ranks": table, "fits": {mode: mode in fits and not fits[mode] for mode in modes}}

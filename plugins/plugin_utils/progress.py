@@ -117,7 +117,8 @@ def launch_line(state):
     behind = [k for k in order if where(ranks[k]) < where(lead)]
     if behind:
         line += "; behind: " + ", ".join(
-            f"rank {k} ({ranks[k]['host']}) at {ranks[k]['kind']} {ranks[k]['step']}/{ranks[k]['of']}" for k in behind)
+            f"rank {k} ({ranks[k]['host']}) at {ranks[k]['kind']} {ranks[k]['step']}/{ranks[k]['of']}" for k in behind
+        )
     elif len(ranks) < size:
         line += f"; {size - len(ranks)} rank(s) not yet started"
     return line
@@ -131,9 +132,11 @@ def wait_command(path, wait, step=WAIT_STEP, read_max=READ_MAX):
     (the task ended and removed it) or the file could not be read. Paths are quoted: nothing in them runs."""
     pauses = max(0, math.ceil(wait / step - 1e-9))
     f, d = shlex.quote(path), shlex.quote(posixpath.dirname(path) or ".")
-    return (f"n={pauses}; while [ \"$n\" -gt 0 ] && [ -d {d} ] && ! grep -qF {shlex.quote(DONE_TEXT)} {f} 2>/dev/null; "
-            f"do sleep {step:g}; n=$((n - 1)); done; "
-            f"[ -d {d} ] || exit 3; [ -f {f} ] || exit 0; exec head -c {int(read_max)} {f}")
+    return (
+        f'n={pauses}; while [ "$n" -gt 0 ] && [ -d {d} ] && ! grep -qF {shlex.quote(DONE_TEXT)} {f} 2>/dev/null; '
+        f"do sleep {step:g}; n=$((n - 1)); done; "
+        f"[ -d {d} ] || exit 3; [ -f {f} ] || exit 0; exec head -c {int(read_max)} {f}"
+    )
 
 
 def watch(read, show, render, interval, stopped, clock=time.monotonic, sleep=time.sleep):
@@ -240,7 +243,9 @@ class ProgressAction(ActionBase):
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         delegated = self._task.delegate_to
         if delegated and delegated != host:
-            address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get("ansible_host", delegated)
+            address = ((task_vars.get("ansible_delegated_vars") or {}).get(delegated) or {}).get(
+                "ansible_host", delegated
+            )
             host += f" -> {delegated}" if address == delegated else f" -> {delegated}({address})"
         # a task with a loop of its own: the item, as the callback shows it, when short (the benchmark's mode)
         looping = self._task.loop is not None or self._task.loop_with

@@ -38,8 +38,9 @@ def _what(host, facts):
 
 
 def _install_fix(minor):
-    return (f"install Python {minor}: `brew install python@{minor}` (Homebrew), or python.org's "
-            f"macOS installer for {minor}")
+    return (
+        f"install Python {minor}: `brew install python@{minor}` (Homebrew), or python.org's macOS installer for {minor}"
+    )
 
 
 def base_python(pythons_by_host, settings):
@@ -56,16 +57,24 @@ def base_python(pythons_by_host, settings):
     versions = [str(v) for v in settings.get("versions") or []]
     base = str(settings.get("base") or "")
     if base:
-        return {"minor": None, "paths": {h: base for h in hosts}, "problems": [],
-                "message": f"the venv is made from {base} on every Mac (python_env_base_python)"}
+        return {
+            "minor": None,
+            "paths": {h: base for h in hosts},
+            "problems": [],
+            "message": f"the venv is made from {base} on every Mac (python_env_base_python)",
+        }
     found = {h: (pythons_by_host.get(h) or {}).get("found") or [] for h in hosts}
     common = [v for v in versions if all(_has(found[h], v) for h in hosts)]
     if common:
         minor = common[0]
         paths = {h: _has(found[h], minor) for h in hosts}
         where = "; ".join(f"{h} {paths[h]}" for h in hosts)
-        return {"minor": minor, "paths": paths, "problems": [],
-                "message": f"the venv is made from Python {minor} on every Mac: {where}"}
+        return {
+            "minor": minor,
+            "paths": paths,
+            "problems": [],
+            "message": f"the venv is made from Python {minor} on every Mac: {where}",
+        }
     counts = Counter(v for h in hosts for v in versions if _has(found[h], v))
     wanted = ", ".join(versions) or "none"
     homes = ", ".join(top for _, top in PYTHON_HOMES)
@@ -80,20 +89,31 @@ def base_python(pythons_by_host, settings):
             continue
         mine = [v for v in versions if _has(found[h], v)]
         if mine:
-            msg = (f"{h} has Python {', '.join(mine)} but not {minor}, which "
-                   f"{', '.join(x for x in hosts if _has(found[x], minor))} have: the venv must be the "
-                   f"same minor version on every Mac ({_what(h, pythons_by_host.get(h) or {})})")
+            msg = (
+                f"{h} has Python {', '.join(mine)} but not {minor}, which "
+                f"{', '.join(x for x in hosts if _has(found[x], minor))} have: the venv must be the "
+                f"same minor version on every Mac ({_what(h, pythons_by_host.get(h) or {})})"
+            )
         else:
             mlx = " ".join(x for x in ("mlx", settings.get("mlx_version")) if x)
-            msg = (f"{h} has no Python that {mlx} can use ({wanted}) in {homes}: it has "
-                   f"{_what(h, pythons_by_host.get(h) or {})}; the Command Line Tools' /usr/bin/python3 "
-                   f"is 3.9, too old")
-        fix = (f"on {h}, {_install_fix(minor)}; or set python_env_base_python to an interpreter "
-               f"of that version present on every Mac" if minor else
-               "set python_env_python_versions to the versions the pinned mlx supports")
+            msg = (
+                f"{h} has no Python that {mlx} can use ({wanted}) in {homes}: it has "
+                f"{_what(h, pythons_by_host.get(h) or {})}; the Command Line Tools' /usr/bin/python3 "
+                f"is 3.9, too old"
+            )
+        fix = (
+            f"on {h}, {_install_fix(minor)}; or set python_env_base_python to an interpreter "
+            f"of that version present on every Mac"
+            if minor
+            else "set python_env_python_versions to the versions the pinned mlx supports"
+        )
         problems.append(_p(h, msg, fix))
-    return {"minor": minor, "paths": {}, "problems": problems,
-            "message": f"no Python version usable by mlx is on every Mac (wanted one of {wanted})"}
+    return {
+        "minor": minor,
+        "paths": {},
+        "problems": problems,
+        "message": f"no Python version usable by mlx is on every Mac (wanted one of {wanted})",
+    }
 
 
 # ---- the lock (python_env_require_hashes) ------------------------------------------------------
@@ -118,14 +138,17 @@ def lock_pins(text):
 def lock_problem(text, requirements, path):
     """'' when the lock's `text` pins every one of `requirements` (["mlx==0.32.4", ...]) at the
     version asked for, with hashes; else what is wrong, naming the lock's `path` and the fix."""
-    stop = ("set python_env_require_hashes: false to install them by name and version alone, "
-            "without hashes")
+    stop = "set python_env_require_hashes: false to install them by name and version alone, without hashes"
     if not (text or "").strip():
-        return (f"the lock {path} (python_env_lock_file) cannot be read or is empty: name an existing lock, "
-                f"made with scripts/lock_requirements.py; or {stop}")
+        return (
+            f"the lock {path} (python_env_lock_file) cannot be read or is empty: name an existing lock, "
+            f"made with scripts/lock_requirements.py; or {stop}"
+        )
     if "--hash=sha256:" not in text:
-        return (f"the lock {path} holds no --hash=sha256: lines, so pip cannot check a file: make it with "
-                f"scripts/lock_requirements.py; or {stop}")
+        return (
+            f"the lock {path} holds no --hash=sha256: lines, so pip cannot check a file: make it with "
+            f"scripts/lock_requirements.py; or {stop}"
+        )
     pins = lock_pins(text)
     parsed = [(str(r), _REQUIREMENT.fullmatch(str(r))) for r in requirements]
     missing = [r for r, m in parsed if not m or m.group(2) not in pins.get(_normal(m.group(1)), ())]
@@ -133,13 +156,21 @@ def lock_problem(text, requirements, path):
         return ""
     asked = {_normal(m.group(1)): m.group(2) for _, m in parsed if m}
     extras = [r for r, m in parsed if not m or _normal(m.group(1)) not in ("mlx", "mlx-lm")]
-    command = " ".join(["scripts/lock_requirements.py", "--mlx", asked.get("mlx", "?"), "--mlx-lm",
-                        asked.get("mlx-lm", "?")] + [f"--extra {r}" for r in extras] + ["-o", "my.lock"])
+    command = " ".join(
+        ["scripts/lock_requirements.py", "--mlx", asked.get("mlx", "?"), "--mlx-lm", asked.get("mlx-lm", "?")]
+        + [f"--extra {r}" for r in extras]
+        + ["-o", "my.lock"]
+    )
     unpinned = [r for r, m in parsed if not m]
-    what = (f"{', '.join(unpinned)} {'is' if len(unpinned) == 1 else 'are'} not name==version, which a lock needs; "
-            if unpinned else "")
-    return (f"the lock {path} does not pin {', '.join(missing)}: {what}make a lock for these pins on the "
-            f"controller (`{command}`, from the repository) and set python_env_lock_file to it; or {stop}")
+    what = (
+        f"{', '.join(unpinned)} {'is' if len(unpinned) == 1 else 'are'} not name==version, which a lock needs; "
+        if unpinned
+        else ""
+    )
+    return (
+        f"the lock {path} does not pin {', '.join(missing)}: {what}make a lock for these pins on the "
+        f"controller (`{command}`, from the repository) and set python_env_lock_file to it; or {stop}"
+    )
 
 
 # What the Command Line Tools' stub prints when they are missing (over ssh: "xcode-select:
@@ -147,9 +178,11 @@ def lock_problem(text, requirements, path):
 # is present)").
 STUB_MARKERS = ("xcode-select", "no developer tools", "CommandLineTools")
 PROBE_MARK = "mlx-cluster-python"
-CLT_FIX = ("install the Command Line Tools: at the Mac's screen `xcode-select --install`; or headless over ssh, "
-           "`sudo touch /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress`, "
-           "`softwareupdate --list` and `sudo softwareupdate --install \"<the Command Line Tools label it lists>\"`")
+CLT_FIX = (
+    "install the Command Line Tools: at the Mac's screen `xcode-select --install`; or headless over ssh, "
+    "`sudo touch /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress`, "
+    '`softwareupdate --list` and `sudo softwareupdate --install "<the Command Line Tools label it lists>"`'
+)
 
 
 def is_stub(output):
@@ -179,15 +212,21 @@ def probe_message(failed, probe, host, python):
         return f"{host}: {own}"
     said = _first(out)
     if is_stub(out):
-        return (f"{host}: {python} is the stub macOS has until the Command Line Tools are installed "
-                f"(it says: {said}), so Ansible's modules cannot run there. Fix: on {host}, {CLT_FIX}; "
-                f"then run again; or let the toolkit install them headless with "
-                f"mlx_cluster_install_command_line_tools: true. Or set ansible_python_interpreter for {host} to another Python it has "
-                f"(e.g. /opt/homebrew/bin/python3.13)")
+        return (
+            f"{host}: {python} is the stub macOS has until the Command Line Tools are installed "
+            f"(it says: {said}), so Ansible's modules cannot run there. Fix: on {host}, {CLT_FIX}; "
+            f"then run again; or let the toolkit install them headless with "
+            f"mlx_cluster_install_command_line_tools: true. Or set ansible_python_interpreter for {host} to another "
+            f"Python it has (e.g. /opt/homebrew/bin/python3.13)"
+        )
     if probe.get("rc") == 127 or "not found" in out or "No such file" in out:
-        return (f"{host}: the interpreter Ansible runs there, {python}, does not exist ({said or 'not found'}). "
-                f"Fix: set ansible_python_interpreter for {host} to a Python it has (macOS: /usr/bin/python3, "
-                f"with the Command Line Tools installed)")
-    return (f"{host}: the interpreter Ansible runs there, {python}, does not start (exit {probe.get('rc')}: "
-            f"{said or 'no output'}); discovery said: {own}. Fix: set ansible_python_interpreter for {host} "
-            f"to a Python that runs there")
+        return (
+            f"{host}: the interpreter Ansible runs there, {python}, does not exist ({said or 'not found'}). "
+            f"Fix: set ansible_python_interpreter for {host} to a Python it has (macOS: /usr/bin/python3, "
+            f"with the Command Line Tools installed)"
+        )
+    return (
+        f"{host}: the interpreter Ansible runs there, {python}, does not start (exit {probe.get('rc')}: "
+        f"{said or 'no output'}); discovery said: {own}. Fix: set ansible_python_interpreter for {host} "
+        f"to a Python that runs there"
+    )

@@ -30,22 +30,51 @@ PLAN_NAME = "plan.json"
 NET_CHECK_RESULTS = os.path.join("net_check", "results.json")
 BENCH_DIR = "bench"
 
-COLORS = {"cable": "#2f6fb3", "tb4": "#e07b00", "slow": "#c62828", "missing": "#c62828",
-          "grey": "#888888", "text": "#1d2733", "ok": "#2e7d32"}
+COLORS = {
+    "cable": "#2f6fb3",
+    "tb4": "#e07b00",
+    "slow": "#c62828",
+    "missing": "#c62828",
+    "grey": "#888888",
+    "text": "#1d2733",
+    "ok": "#2e7d32",
+}
 SERIES_COLORS = ["#2f6fb3", "#e07b00", "#2e7d32", "#8e44ad", "#c62828", "#00838f", "#6d4c41", "#ad1457"]
 
 # The benchmark result's keys, in the order the table shows them (roles/benchmark/files/
 # mlx_cluster_bench.py writes them, the role adds the wiring and each Mac's macOS); a result of
 # an older benchmark lacks some, a newer one may have more: its other plain values follow.
 # `gen_spread` and `mlx` are made here from `stats` and `versions`.
-BENCH_COLUMNS = [("backend", "backend"), ("fallback_from", "fell back from"), ("world_size", "ranks"), ("mode", "mode"),
-                 ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"), ("num_trials", "trials"),
-                 ("prompt_tps", "prompt tok/s"), ("generation_tps", "gen tok/s"),
-                 ("gen_spread", "gen tok/s min–max"), ("peak_memory_gb", "peak GB (largest rank)"),
-                 ("fast_synch", "FAST_SYNCH"), ("mlx", "mlx / mlx-lm"), ("tokens_sha256", "tokens sha256")]
+BENCH_COLUMNS = [
+    ("backend", "backend"),
+    ("fallback_from", "fell back from"),
+    ("world_size", "ranks"),
+    ("mode", "mode"),
+    ("prompt_tokens", "prompt tok"),
+    ("generation_tokens", "gen tok"),
+    ("num_trials", "trials"),
+    ("prompt_tps", "prompt tok/s"),
+    ("generation_tps", "gen tok/s"),
+    ("gen_spread", "gen tok/s min–max"),
+    ("peak_memory_gb", "peak GB (largest rank)"),
+    ("fast_synch", "FAST_SYNCH"),
+    ("mlx", "mlx / mlx-lm"),
+    ("tokens_sha256", "tokens sha256"),
+]
 # Shown elsewhere (versions per Mac, the topology) or too long for a cell.
-BENCH_HIDDEN = {"tokens", "hostname", "model", "trials", "stats", "versions", "topology", "cables", "macos",
-                "macos_build", "fallback_reason"}
+BENCH_HIDDEN = {
+    "tokens",
+    "hostname",
+    "model",
+    "trials",
+    "stats",
+    "versions",
+    "topology",
+    "cables",
+    "macos",
+    "macos_build",
+    "fallback_reason",
+}
 # Above this many cables the picture labels only the cables with a finding.
 DENSE_CABLES = 12
 
@@ -53,6 +82,7 @@ DENSE_CABLES = 12
 # --------------------------------------------------------------------------------------------
 # reading the artifacts (the only I/O here)
 # --------------------------------------------------------------------------------------------
+
 
 def _mtime(path):
     """A file's modification time as text (UTC, to the second): when its stage last wrote it."""
@@ -76,8 +106,12 @@ def collect(artifacts_dir):
     section empty (the stage has not run yet); unreadable ones are named in ``notes``."""
     notes = []
     data = {"notes": notes, "bench": []}
-    for key, name in (("plan", PLAN_NAME), ("preflight", PREFLIGHT_NAME),
-                      ("versions", VERSIONS_NAME), ("net_check", NET_CHECK_RESULTS)):
+    for key, name in (
+        ("plan", PLAN_NAME),
+        ("preflight", PREFLIGHT_NAME),
+        ("versions", VERSIONS_NAME),
+        ("net_check", NET_CHECK_RESULTS),
+    ):
         path = os.path.join(artifacts_dir, name)
         value = _read_json(path, notes)
         if value is not None:
@@ -88,14 +122,14 @@ def collect(artifacts_dir):
     for name in names:
         run = _read_json(os.path.join(bench, name), notes)
         if isinstance(run, dict) and "generation_tps" in run:
-            data["bench"].append(dict(run, _run=name.split("-", 1)[0],
-                                      _time=_mtime(os.path.join(bench, name))))
+            data["bench"].append(dict(run, _run=name.split("-", 1)[0], _time=_mtime(os.path.join(bench, name))))
     return data
 
 
 # --------------------------------------------------------------------------------------------
 # small pieces
 # --------------------------------------------------------------------------------------------
+
 
 def _e(value):
     return html.escape("" if value is None else str(value), quote=True)
@@ -106,7 +140,7 @@ def _num(value, digits=2):
         return "" if value is None else str(value)
     if isinstance(value, int):
         return str(value)
-    if 0 < abs(value) < 1:          # 0.00093 GB, 0.872 Gb/s: three significant digits
+    if 0 < abs(value) < 1:  # 0.00093 GB, 0.872 Gb/s: three significant digits
         return "%.3g" % value
     return "%.*f" % (digits, value)
 
@@ -142,8 +176,16 @@ def _empty(text):
 def _svg_text(x, y, text, size=12, anchor="middle", weight="normal", color=None, cls=None):
     fill = ' fill="%s"' % color if color else ""
     klass = ' class="%s"' % cls if cls else ""
-    return ('<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" font-weight="%s"%s%s>%s</text>'
-            % (x, y, size, anchor, weight, fill, klass, _e(text)))
+    return '<text x="%.1f" y="%.1f" font-size="%d" text-anchor="%s" font-weight="%s"%s%s>%s</text>' % (
+        x,
+        y,
+        size,
+        anchor,
+        weight,
+        fill,
+        klass,
+        _e(text),
+    )
 
 
 def _cable_name(cable):
@@ -153,6 +195,7 @@ def _cable_name(cable):
 # --------------------------------------------------------------------------------------------
 # what the data says about each cable
 # --------------------------------------------------------------------------------------------
+
 
 def _measured(net_check, cables):
     """(cable id -> {gbps, slow, runs}, the slow ratio) from the collective check's per-cable results
@@ -167,8 +210,7 @@ def _measured(net_check, cables):
         cid = r.get("cable") or by_name.get(r.get("name"))
         if cid:
             runs = r.get("runs") if isinstance(r.get("runs"), list) else []
-            out[cid] = {"gbps": r.get("gbps"), "slow": (r.get("cable"), r.get("name")) in slow_named,
-                        "runs": len(runs)}
+            out[cid] = {"gbps": r.get("gbps"), "slow": (r.get("cable"), r.get("name")) in slow_named, "runs": len(runs)}
     return out, ratio
 
 
@@ -200,6 +242,7 @@ def _no_rdma(topology):
 # --------------------------------------------------------------------------------------------
 # the topology picture
 # --------------------------------------------------------------------------------------------
+
 
 class _Boxes:
     """Label placement: the first candidate position whose box overlaps nothing placed yet."""
@@ -238,9 +281,10 @@ def _label(boxes, candidates, lines, size, colors, out, weight="normal"):
     width = _text_width(lines, size)
     height = len(lines) * (size + 3) + 4
     cx, cy = boxes.place(candidates, width, height)
-    out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="3" fill="#ffffff" '
-               'fill-opacity="0.92" stroke="#d0d7de" stroke-width="0.6"/>'
-               % (cx - width / 2, cy - height / 2, width, height))
+    out.append(
+        '<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="3" fill="#ffffff" '
+        'fill-opacity="0.92" stroke="#d0d7de" stroke-width="0.6"/>' % (cx - width / 2, cy - height / 2, width, height)
+    )
     y = cy - height / 2 + size + 1
     for text, color in zip(lines, colors):
         out.append(_svg_text(cx, y, text, size=size, color=color, weight=weight))
@@ -269,8 +313,13 @@ def topology_svg(plan, macs=None, net_check=None):
     # Macs make a square (the ring on its sides, the mesh's other cables on its diagonals)
     rx, ry = (0, 0) if n <= 1 else (300, 0) if n == 2 else (340 if n < 7 else 380, 250)
     start = -math.pi / 2 + (math.pi / n if n and n % 2 == 0 and n > 2 else 0)
-    pos = {h: (cx + rx * math.cos(start + 2 * math.pi * i / max(n, 1)),
-               cy + ry * math.sin(start + 2 * math.pi * i / max(n, 1))) for i, h in enumerate(hosts)}
+    pos = {
+        h: (
+            cx + rx * math.cos(start + 2 * math.pi * i / max(n, 1)),
+            cy + ry * math.sin(start + 2 * math.pi * i / max(n, 1)),
+        )
+        for i, h in enumerate(hosts)
+    }
     bw, bh = 176, 58
 
     body, labels, ends, middles = [], [], [], []
@@ -313,10 +362,21 @@ def topology_svg(plan, macs=None, net_check=None):
             a_host = c["a"]["host"]
             sx, sy = (x1, y1) if a_host == h1 else (x2, y2)
             ex, ey = (x2, y2) if a_host == h1 else (x1, y1)
-            body.append('<line class="cable%s" data-cable="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" '
-                        'stroke="%s" stroke-width="%s"%s/>'
-                        % (" slow" if slow else " tb4" if tb4 else "", _e(c["id"]),
-                           sx + px * off, sy + py * off, ex + px * off, ey + py * off, color, stroke, dash))
+            body.append(
+                '<line class="cable%s" data-cable="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" '
+                'stroke="%s" stroke-width="%s"%s/>'
+                % (
+                    " slow" if slow else " tb4" if tb4 else "",
+                    _e(c["id"]),
+                    sx + px * off,
+                    sy + py * off,
+                    ex + px * off,
+                    ey + py * off,
+                    color,
+                    stroke,
+                    dash,
+                )
+            )
             # the middle label: speed and class, measured bandwidth, what is wrong
             speed = "%s Gb/s %s" % (c.get("speed_gbps") or "?", c.get("link_class") or "")
             lines, colors = [speed.strip()], [color if tb4 else COLORS["text"]]
@@ -329,8 +389,11 @@ def topology_svg(plan, macs=None, net_check=None):
                     lines.append(text if len(text) <= 44 else text[:43] + "…")
                     colors.append(COLORS["tb4"])
             # beside the line first (above a flat one), then along it
-            cands = [(x1 + (x2 - x1) * t + px * (off + side), y1 + (y2 - y1) * t + py * (off + side))
-                     for side in (0, -40, 40) for t in (0.5, 0.4, 0.6, 0.32, 0.68)]
+            cands = [
+                (x1 + (x2 - x1) * t + px * (off + side), y1 + (y2 - y1) * t + py * (off + side))
+                for side in (0, -40, 40)
+                for t in (0.5, 0.4, 0.6, 0.32, 0.68)
+            ]
             if not dense or marks:
                 middles.append((cands, lines, colors))
             if dense:
@@ -345,13 +408,14 @@ def topology_svg(plan, macs=None, net_check=None):
                 for extra in (22, 40, 58, 76):
                     ex_, ey_ = edge_point(host, dx, dy, extra)
                     cands.append((ex_ + px * off, ey_ + py * off))
-                ends.append((cands, [c[end]["iface"]] + ([addr] if addr else []),
-                             [COLORS["text"], "#555"]))
+                ends.append((cands, [c[end]["iface"]] + ([addr] if addr else []), [COLORS["text"], "#555"]))
 
     for h1, h2 in missing:
         (x1, y1), (x2, y2) = pos[h1], pos[h2]
-        body.append('<line class="missing" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
-                    'stroke-width="2.5" stroke-dasharray="3 6"/>' % (x1, y1, x2, y2, COLORS["missing"]))
+        body.append(
+            '<line class="missing" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
+            'stroke-width="2.5" stroke-dasharray="3 6"/>' % (x1, y1, x2, y2, COLORS["missing"])
+        )
         cands = [(x1 + (x2 - x1) * t, y1 + (y2 - y1) * t) for t in (0.5, 0.4, 0.6, 0.3, 0.7)]
         middles.append((cands, ["missing: %s <-> %s" % (h1, h2)], [COLORS["missing"]]))
 
@@ -372,9 +436,10 @@ def topology_svg(plan, macs=None, net_check=None):
         third = ""
         if osv.get("product_version"):
             third = "macOS %s (%s)" % (osv.get("product_version"), osv.get("build_version") or "?")
-        nodes.append('<g class="host" data-host="%s"><rect x="%.1f" y="%.1f" width="%d" height="%d" rx="9" '
-                     'fill="#f6f8fa" stroke="%s" stroke-width="1.6"/>'
-                     % (_e(h), x - bw / 2, y - bh / 2, bw, bh, COLORS["text"]))
+        nodes.append(
+            '<g class="host" data-host="%s"><rect x="%.1f" y="%.1f" width="%d" height="%d" rx="9" '
+            'fill="#f6f8fa" stroke="%s" stroke-width="1.6"/>' % (_e(h), x - bw / 2, y - bh / 2, bw, bh, COLORS["text"])
+        )
         nodes.append(_svg_text(x, y - bh / 2 + 18, h, size=15, weight="bold"))
         nodes.append(_svg_text(x, y - bh / 2 + 34, sub, size=10, color="#555"))
         if third:
@@ -387,24 +452,42 @@ def topology_svg(plan, macs=None, net_check=None):
         title += " · ring %s" % " → ".join(topology["ring"])
     header = _svg_text(16, 24, title, size=13, anchor="start", weight="bold")
     if dense:
-        header += _svg_text(16, 42, "%d cables: only those with a finding are labelled; the table below "
-                            "has every cable's ports, addresses and speed" % len(cables), size=11,
-                            anchor="start", color="#555")
-    return ('<svg xmlns="http://www.w3.org/2000/svg" class="topology" role="img" '
-            'aria-label="cluster topology" viewBox="0 0 %d %d" width="%d" height="%d" '
-            'font-family="Helvetica, Arial, sans-serif">' % (width, height, width, height)
-            + '<rect width="100%" height="100%" fill="#ffffff"/>' + header
-            + "".join(body) + "".join(nodes) + "".join(labels) + legend + "</svg>")
+        header += _svg_text(
+            16,
+            42,
+            "%d cables: only those with a finding are labelled; the table below "
+            "has every cable's ports, addresses and speed" % len(cables),
+            size=11,
+            anchor="start",
+            color="#555",
+        )
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" class="topology" role="img" '
+        'aria-label="cluster topology" viewBox="0 0 %d %d" width="%d" height="%d" '
+        'font-family="Helvetica, Arial, sans-serif">'
+        % (width, height, width, height)
+        + '<rect width="100%" height="100%" fill="#ffffff"/>'
+        + header
+        + "".join(body)
+        + "".join(nodes)
+        + "".join(labels)
+        + legend
+        + "</svg>"
+    )
 
 
 def _legend(width, y):
-    items = [("cable (Thunderbolt 5)", COLORS["cable"], 2.5, ""),
-             ("TB4/TB3 link: slower, no RDMA", COLORS["tb4"], 5, ""),
-             ("slow in the collective check", COLORS["slow"], 5, ""),
-             ("missing (a full mesh needs it)", COLORS["missing"], 2.5, "3 6"),
-             ("seen from one side / through a dock", COLORS["grey"], 2.5, "9 5")]
-    out = ['<g class="legend"><rect x="10" y="%d" width="%d" height="56" rx="5" fill="#fafbfc" '
-           'stroke="#d0d7de"/>' % (y - 4, width - 20)]
+    items = [
+        ("cable (Thunderbolt 5)", COLORS["cable"], 2.5, ""),
+        ("TB4/TB3 link: slower, no RDMA", COLORS["tb4"], 5, ""),
+        ("slow in the collective check", COLORS["slow"], 5, ""),
+        ("missing (a full mesh needs it)", COLORS["missing"], 2.5, "3 6"),
+        ("seen from one side / through a dock", COLORS["grey"], 2.5, "9 5"),
+    ]
+    out = [
+        '<g class="legend"><rect x="10" y="%d" width="%d" height="56" rx="5" fill="#fafbfc" '
+        'stroke="#d0d7de"/>' % (y - 4, width - 20)
+    ]
     x, row = 24, 0
     for text, color, stroke, dash in items:
         step = 40 + len(text) * 6.2 + 22
@@ -412,8 +495,10 @@ def _legend(width, y):
             x, row = 24, row + 1
         ly = y + 12 + 22 * row
         dash_attr = ' stroke-dasharray="%s"' % dash if dash else ""
-        out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%s"%s/>'
-                   % (x, ly, x + 34, ly, color, stroke, dash_attr))
+        out.append(
+            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%s"%s/>'
+            % (x, ly, x + 34, ly, color, stroke, dash_attr)
+        )
         out.append(_svg_text(x + 40, ly + 4, text, size=11, anchor="start"))
         x += step
     out.append("</g>")
@@ -423,6 +508,7 @@ def _legend(width, y):
 # --------------------------------------------------------------------------------------------
 # charts
 # --------------------------------------------------------------------------------------------
+
 
 def _nice_max(value, ticks=4):
     """The top of an axis at or above `value` that `ticks` round steps (1, 2, 2.5, 5 x 10^k) reach."""
@@ -454,19 +540,26 @@ def line_chart(title, unit, labels, series, width=960, height=280):
     def ypos(v):
         return top + plot_h - plot_h * v / ymax
 
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="%s" '
-           'viewBox="0 0 %d %d" width="%d" height="%d" font-family="Helvetica, Arial, sans-serif">'
-           % (_e(title), width, height, width, height),
-           '<rect width="100%" height="100%" fill="#ffffff"/>',
-           _svg_text(left, 20, title, size=13, anchor="start", weight="bold")]
+    out = [
+        '<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="%s" '
+        'viewBox="0 0 %d %d" width="%d" height="%d" font-family="Helvetica, Arial, sans-serif">'
+        % (_e(title), width, height, width, height),
+        '<rect width="100%" height="100%" fill="#ffffff"/>',
+        _svg_text(left, 20, title, size=13, anchor="start", weight="bold"),
+    ]
     for k in range(5):
         v = ymax * k / 4
         y = ypos(v)
         out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e1e4e8"/>' % (left, y, left + plot_w, y))
         out.append(_svg_text(left - 6, y + 4, ("%g" % round(v, 6)), size=10, anchor="end", color="#555"))
-    out.append(_svg_text(16, top + plot_h / 2, unit, size=10, anchor="middle", color="#555")
-               .replace("<text ", '<text transform="rotate(-90 16 %.1f)" ' % (top + plot_h / 2), 1))
-    out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555"/>' % (left, top + plot_h, left + plot_w, top + plot_h))
+    out.append(
+        _svg_text(16, top + plot_h / 2, unit, size=10, anchor="middle", color="#555").replace(
+            "<text ", '<text transform="rotate(-90 16 %.1f)" ' % (top + plot_h / 2), 1
+        )
+    )
+    out.append(
+        '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555"/>' % (left, top + plot_h, left + plot_w, top + plot_h)
+    )
     step = max(1, math.ceil(n / 10))
     for i, lab in enumerate(labels):
         if i % step == 0 or i == n - 1:
@@ -475,23 +568,31 @@ def line_chart(title, unit, labels, series, width=960, height=280):
         color = SERIES_COLORS[s % len(SERIES_COLORS)]
         pts = [(xpos(i), ypos(v)) for i, v in enumerate(vals) if _is_number(v)]
         if len(pts) > 1:
-            out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
-                       % (color, " ".join("%.1f,%.1f" % p for p in pts)))
+            out.append(
+                '<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                % (color, " ".join("%.1f,%.1f" % p for p in pts))
+            )
         for i, v in enumerate(vals):
             if _is_number(v):
                 _, lo, hi = ranges[s][i]
                 if _is_number(lo) and _is_number(hi):
-                    out.append('<line class="range" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
-                               'stroke-width="2" stroke-opacity="0.6"/>' % (xpos(i), ypos(lo), xpos(i), ypos(hi), color))
-                out.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s: %s</title></circle>'
-                           % (xpos(i), ypos(v), color, _e(name), _e(_num(v))))
+                    out.append(
+                        '<line class="range" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
+                        'stroke-width="2" stroke-opacity="0.6"/>' % (xpos(i), ypos(lo), xpos(i), ypos(hi), color)
+                    )
+                out.append(
+                    '<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s: %s</title></circle>'
+                    % (xpos(i), ypos(v), color, _e(name), _e(_num(v)))
+                )
         last = [(i, v) for i, v in enumerate(vals) if _is_number(v)]
         if last:
             i, v = last[-1]
             out.append(_svg_text(xpos(i) + 7, ypos(v) - 6, _num(v), size=10, anchor="start", color=color))
         ly = top + 8 + 18 * s
-        out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>'
-                   % (left + plot_w + 16, ly, left + plot_w + 36, ly, color))
+        out.append(
+            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>'
+            % (left + plot_w + 16, ly, left + plot_w + 36, ly, color)
+        )
         out.append(_svg_text(left + plot_w + 42, ly + 4, name, size=11, anchor="start"))
     out.append("</svg>")
     return "".join(out)
@@ -504,11 +605,13 @@ def bar_chart(title, unit, bars, marker=None, width=960):
     plot_w = width - left - right
     values = [v for _, v, _ in bars if _is_number(v)] + ([marker[0]] if marker and _is_number(marker[0]) else [])
     xmax = _nice_max(max(values) if values else 1.0)
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="%s" '
-           'viewBox="0 0 %d %d" width="%d" height="%d" font-family="Helvetica, Arial, sans-serif">'
-           % (_e(title), width, height, width, height),
-           '<rect width="100%" height="100%" fill="#ffffff"/>',
-           _svg_text(16, 20, title, size=13, anchor="start", weight="bold")]
+    out = [
+        '<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="%s" '
+        'viewBox="0 0 %d %d" width="%d" height="%d" font-family="Helvetica, Arial, sans-serif">'
+        % (_e(title), width, height, width, height),
+        '<rect width="100%" height="100%" fill="#ffffff"/>',
+        _svg_text(16, 20, title, size=13, anchor="start", weight="bold"),
+    ]
     for i, (label, value, color) in enumerate(bars):
         y = top + row * i
         out.append(_svg_text(left - 8, y + 15, label, size=11, anchor="end"))
@@ -520,8 +623,10 @@ def bar_chart(title, unit, bars, marker=None, width=960):
             out.append(_svg_text(left + 6, y + 15, "no result", size=11, anchor="start", color=COLORS["slow"]))
     if marker and _is_number(marker[0]):
         x = left + plot_w * marker[0] / xmax
-        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="4 4"/>'
-                   % (x, top - 4, x, top + row * len(bars)))
+        out.append(
+            '<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="4 4"/>'
+            % (x, top - 4, x, top + row * len(bars))
+        )
         out.append(_svg_text(x, top + row * len(bars) + 16, marker[1], size=10, color="#555"))
     out.append("</svg>")
     return "".join(out)
@@ -531,20 +636,31 @@ def bar_chart(title, unit, bars, marker=None, width=960):
 # the sections
 # --------------------------------------------------------------------------------------------
 
+
 def _summary(data):
     plan = data.get("plan") or {}
     topology = plan.get("topology") or {}
     cables = (plan.get("links") or {}).get("cables") or []
     problems = data.get("preflight")
-    cards = [("Macs", str(len(plan.get("hosts") or [])) if plan else "—", ""),
-             ("cables", str(len(cables)) if plan else "—", ""),
-             ("backend", topology.get("backend") or ("none fits" if plan else "—"),
-              "" if topology.get("backend") or not plan else "bad")]
+    cards = [
+        ("Macs", str(len(plan.get("hosts") or [])) if plan else "—", ""),
+        ("cables", str(len(cables)) if plan else "—", ""),
+        (
+            "backend",
+            topology.get("backend") or ("none fits" if plan else "—"),
+            "" if topology.get("backend") or not plan else "bad",
+        ),
+    ]
     if isinstance(problems, list):
         n_err = sum(p.get("severity") == "error" for p in problems if isinstance(p, dict))
         n_warn = sum(p.get("severity") == "warning" for p in problems if isinstance(p, dict))
-        cards.append(("preflight", "%d error(s), %d warning(s)" % (n_err, n_warn) if problems else "no problems",
-                      "bad" if n_err else "warn" if n_warn else "good"))
+        cards.append(
+            (
+                "preflight",
+                "%d error(s), %d warning(s)" % (n_err, n_warn) if problems else "no problems",
+                "bad" if n_err else "warn" if n_warn else "good",
+            )
+        )
     else:
         cards.append(("preflight", "not run yet", ""))
     nc = data.get("net_check")
@@ -552,7 +668,7 @@ def _summary(data):
         sums = [r.get("ok") for r in ((nc.get("sweep") or {}).get("results") or []) if isinstance(r, dict)]
         measured, _ = _measured(nc, [c for c in cables if isinstance(c, dict)])
         slow = sum(1 for m in measured.values() if m.get("slow"))
-        text = ("every sum right" if sums and all(sums) else "WRONG SUMS" if sums else "no sweep")
+        text = "every sum right" if sums and all(sums) else "WRONG SUMS" if sums else "no sweep"
         if slow:
             text += ", %d slow cable(s)" % slow
         cards.append(("collective check", text, "good" if sums and all(sums) and not slow else "bad"))
@@ -561,16 +677,25 @@ def _summary(data):
     runs = data.get("bench") or []
     if runs:
         last = _runs_in_order(runs)[-1]
-        best = max(((r.get("generation_tps"), str(r.get("mode"))) for r in runs if r.get("_run") == last[0]
-                    and _is_number(r.get("generation_tps"))), default=None)
-        cards.append(("benchmark, last run", "%s gen tok/s (%s)" % (_num(best[0]), best[1]) if best
-                      else "no numbers", ""))
+        best = max(
+            (
+                (r.get("generation_tps"), str(r.get("mode")))
+                for r in runs
+                if r.get("_run") == last[0] and _is_number(r.get("generation_tps"))
+            ),
+            default=None,
+        )
+        cards.append(
+            ("benchmark, last run", "%s gen tok/s (%s)" % (_num(best[0]), best[1]) if best else "no numbers", "")
+        )
     else:
         cards.append(("benchmark", "not run yet", ""))
     out = ['<div class="cards">']
     for name, value, klass in cards:
-        out.append('<div class="card %s"><div class="k">%s</div><div class="v">%s</div></div>'
-                   % (_e(klass), _e(name), _e(value)))
+        out.append(
+            '<div class="card %s"><div class="k">%s</div><div class="v">%s</div></div>'
+            % (_e(klass), _e(name), _e(value))
+        )
     out.append("</div>")
     if topology.get("backend_reason") or topology.get("message"):
         out.append('<p class="reason">%s</p>' % _e(topology.get("message") or topology.get("backend_reason")))
@@ -595,71 +720,143 @@ def _topology_section(data):
         entry = ip_cables.get(c["id"]) or {}
         m = measured.get(c["id"]) or {}
         marks = _cable_status(c, no_rdma, measured)
-        status = ("; ".join(t for t, _ in marks), "bad" if any(k == "bad" for _, k in marks) else "warn") \
-            if marks else ("ok", "good")
-        rows.append([c["a"]["host"] + ":" + c["a"]["iface"], (entry.get("a") or {}).get("address") or "",
-                     c["b"]["host"] + ":" + c["b"]["iface"], (entry.get("b") or {}).get("address") or "",
-                     entry.get("network") or "",
-                     "%s Gb/s" % c["speed_gbps"] if c.get("speed_gbps") else "unknown",
-                     (c.get("link_class") or "?", "warn" if c.get("link_class") in ("TB4", "TB3") else ""),
-                     "yes" if c["id"] in rdma_cables else "no",
-                     (_num(m.get("gbps")) + (" (best of %d)" % m["runs"] if m.get("runs", 0) > 1 else "")
-                      + (" (slow)" if m.get("slow") else ""), "bad" if m.get("slow") else "")
-                     if m else "",
-                     status])
-    parts.append(_table(["end A", "address A", "end B", "address B", "network", "speed", "class", "RDMA",
-                         "measured Gb/s", "status"], rows, "cables"))
+        status = (
+            ("; ".join(t for t, _ in marks), "bad" if any(k == "bad" for _, k in marks) else "warn")
+            if marks
+            else ("ok", "good")
+        )
+        rows.append(
+            [
+                c["a"]["host"] + ":" + c["a"]["iface"],
+                (entry.get("a") or {}).get("address") or "",
+                c["b"]["host"] + ":" + c["b"]["iface"],
+                (entry.get("b") or {}).get("address") or "",
+                entry.get("network") or "",
+                "%s Gb/s" % c["speed_gbps"] if c.get("speed_gbps") else "unknown",
+                (c.get("link_class") or "?", "warn" if c.get("link_class") in ("TB4", "TB3") else ""),
+                "yes" if c["id"] in rdma_cables else "no",
+                (
+                    _num(m.get("gbps"))
+                    + (" (best of %d)" % m["runs"] if m.get("runs", 0) > 1 else "")
+                    + (" (slow)" if m.get("slow") else ""),
+                    "bad" if m.get("slow") else "",
+                )
+                if m
+                else "",
+                status,
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "end A",
+                "address A",
+                "end B",
+                "address B",
+                "network",
+                "speed",
+                "class",
+                "RDMA",
+                "measured Gb/s",
+                "status",
+            ],
+            rows,
+            "cables",
+        )
+    )
     missing = [p for p in topology.get("missing") or [] if len(p) == 2]
     if missing:
-        parts.append('<p class="missing">Missing cables (host pairs without one): %s. %s</p>'
-                     % (_e(", ".join("%s <-> %s" % tuple(p) for p in missing)),
-                        _e("A full mesh needs them; the %s backend runs without them." % topology["backend"])
-                        if topology.get("backend") else _e("No backend fits: add them, or cable a ring.")))
+        parts.append(
+            '<p class="missing">Missing cables (host pairs without one): %s. %s</p>'
+            % (
+                _e(", ".join("%s <-> %s" % tuple(p) for p in missing)),
+                _e("A full mesh needs them; the %s backend runs without them." % topology["backend"])
+                if topology.get("backend")
+                else _e("No backend fits: add them, or cable a ring."),
+            )
+        )
     external = (plan.get("links") or {}).get("external") or []
     if external:
-        parts.append('<p class="warn">Cabled to Macs outside the inventory: %s</p>' % _e(", ".join(
-            "%s:%s -> %s" % (e.get("host"), e.get("iface"), e.get("peer_name") or "unknown") for e in external)))
+        parts.append(
+            '<p class="warn">Cabled to Macs outside the inventory: %s</p>'
+            % _e(
+                ", ".join(
+                    "%s:%s -> %s" % (e.get("host"), e.get("iface"), e.get("peer_name") or "unknown") for e in external
+                )
+            )
+        )
     return _section("topology", "Topology", "".join(parts), data.get("plan_time"))
 
 
 def _preflight_section(data):
     problems = data.get("preflight")
     if not isinstance(problems, list):
-        return _section("preflight", "Preflight", _empty(
-            "Preflight has not run yet (ansible-playbook site.yml --tags rdma_check)."))
+        return _section(
+            "preflight", "Preflight", _empty("Preflight has not run yet (ansible-playbook site.yml --tags rdma_check).")
+        )
     if not problems:
         return _section("preflight", "Preflight", '<p class="good">No problems found.</p>', data.get("preflight_time"))
     order = {"error": 0, "warning": 1}
     rows = []
-    for p in sorted((p for p in problems if isinstance(p, dict)),
-                    key=lambda p: (order.get(p.get("severity"), 2), p.get("host") or "", p.get("port") or "",
-                                   p.get("check") or "")):
+    for p in sorted(
+        (p for p in problems if isinstance(p, dict)),
+        key=lambda p: (order.get(p.get("severity"), 2), p.get("host") or "", p.get("port") or "", p.get("check") or ""),
+    ):
         where = (p.get("host") or "cluster") + (":" + p["port"] if p.get("port") else "")
         sev = p.get("severity") or "?"
-        rows.append([(sev, "bad" if sev == "error" else "warn"), p.get("check") or "", where,
-                     p.get("msg") or "", p.get("fix") or ""])
-    return _section("preflight", "Preflight", _table(["severity", "check", "where", "finding", "fix"], rows,
-                                                     "preflight"), data.get("preflight_time"))
+        rows.append(
+            [
+                (sev, "bad" if sev == "error" else "warn"),
+                p.get("check") or "",
+                where,
+                p.get("msg") or "",
+                p.get("fix") or "",
+            ]
+        )
+    return _section(
+        "preflight",
+        "Preflight",
+        _table(["severity", "check", "where", "finding", "fix"], rows, "preflight"),
+        data.get("preflight_time"),
+    )
 
 
 def _net_check_section(data):
     nc = data.get("net_check")
     if not isinstance(nc, dict):
-        return _section("net_check", "Collective check", _empty(
-            "The collective check has not run yet (opt-in: ansible-playbook site.yml --tags net_check)."))
+        return _section(
+            "net_check",
+            "Collective check",
+            _empty("The collective check has not run yet (opt-in: ansible-playbook site.yml --tags net_check)."),
+        )
     sweep = nc.get("sweep") or {}
     parts = []
     results = [r for r in sweep.get("results") or [] if isinstance(r, dict)]
     if results:
-        parts.append("<p>all_sum over %s ranks (%s backend), every size checked:</p>"
-                     % (_e(sweep.get("world_size")), _e(sweep.get("backend"))))
+        parts.append(
+            "<p>all_sum over %s ranks (%s backend), every size checked:</p>"
+            % (_e(sweep.get("world_size")), _e(sweep.get("backend")))
+        )
         if sweep.get("fallback_from"):
-            parts.append('<p class="fix">Fell back from %s to the ring backend: %s</p>'
-                         % (_e(sweep["fallback_from"]), _e(sweep.get("fallback_reason") or "")))
-        parts.append(_table(["bytes", "latency µs (median)", "bus bandwidth Gb/s", "sum"],
-                            [[str(r.get("bytes")), _num(r.get("latency_us_median"), 1),
-                              _num(r.get("bus_bandwidth_gbps"), 3),
-                              ("right", "good") if r.get("ok") else ("WRONG", "bad")] for r in results], "sweep"))
+            parts.append(
+                '<p class="fix">Fell back from %s to the ring backend: %s</p>'
+                % (_e(sweep["fallback_from"]), _e(sweep.get("fallback_reason") or ""))
+            )
+        parts.append(
+            _table(
+                ["bytes", "latency µs (median)", "bus bandwidth Gb/s", "sum"],
+                [
+                    [
+                        str(r.get("bytes")),
+                        _num(r.get("latency_us_median"), 1),
+                        _num(r.get("bus_bandwidth_gbps"), 3),
+                        ("right", "good") if r.get("ok") else ("WRONG", "bad"),
+                    ]
+                    for r in results
+                ],
+                "sweep",
+            )
+        )
     plan = data.get("plan") or {}
     cables = [c for c in (plan.get("links") or {}).get("cables") or [] if isinstance(c, dict)]
     per_cable = [r for r in nc.get("cables") or [] if isinstance(r, dict)]
@@ -668,19 +865,45 @@ def _net_check_section(data):
         slow = preflight_rules.slow_cables(per_cable, ratio)
         slow_names = {r.get("name") for r in slow}
         median = preflight_rules.median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
-        bars = [(r.get("name") or r.get("cable") or "?", r.get("gbps"),
-                 COLORS["slow"] if r.get("name") in slow_names else COLORS["cable"]) for r in per_cable]
-        parts.append(bar_chart("Each cable alone (all_sum, 2 ranks)", "Gb/s", bars,
-                               (median, "median %s Gb/s" % _num(median)) if median is not None else None))
-        parts.append(_table(["cable", "bus bandwidth Gb/s", "status"],
-                            [[r.get("name") or r.get("cable") or "?", _num(r.get("gbps"), 3),
-                              ("slow: below %s × the median %s Gb/s" % (_num(ratio), _num(median)), "bad")
-                              if r.get("name") in slow_names else
-                              ("no result", "bad") if not _is_number(r.get("gbps")) else ("ok", "good")]
-                             for r in per_cable], "per-cable"))
+        bars = [
+            (
+                r.get("name") or r.get("cable") or "?",
+                r.get("gbps"),
+                COLORS["slow"] if r.get("name") in slow_names else COLORS["cable"],
+            )
+            for r in per_cable
+        ]
+        parts.append(
+            bar_chart(
+                "Each cable alone (all_sum, 2 ranks)",
+                "Gb/s",
+                bars,
+                (median, "median %s Gb/s" % _num(median)) if median is not None else None,
+            )
+        )
+        parts.append(
+            _table(
+                ["cable", "bus bandwidth Gb/s", "status"],
+                [
+                    [
+                        r.get("name") or r.get("cable") or "?",
+                        _num(r.get("gbps"), 3),
+                        ("slow: below %s × the median %s Gb/s" % (_num(ratio), _num(median)), "bad")
+                        if r.get("name") in slow_names
+                        else ("no result", "bad")
+                        if not _is_number(r.get("gbps"))
+                        else ("ok", "good"),
+                    ]
+                    for r in per_cable
+                ],
+                "per-cable",
+            )
+        )
         if slow:
-            parts.append('<p class="fix">Fix: a TB4 cable, a dock or a bad cable on that port: replace it with a '
-                         'Thunderbolt 5 cable directly between the two Macs.</p>')
+            parts.append(
+                '<p class="fix">Fix: a TB4 cable, a dock or a bad cable on that port: replace it with a '
+                "Thunderbolt 5 cable directly between the two Macs.</p>"
+            )
     if not parts:
         parts.append(_empty("The collective check saved no results."))
     return _section("net_check", "Collective check", "".join(parts), data.get("net_check_time"))
@@ -735,40 +958,72 @@ def _cell(key, value):
 def _bench_section(data):
     runs = [r for r in data.get("bench") or [] if isinstance(r, dict)]
     if not runs:
-        return _section("benchmark", "Benchmark", _empty(
-            "No benchmark yet (set model_sync_name or benchmark_model, then ansible-playbook site.yml --tags benchmark)."))
+        return _section(
+            "benchmark",
+            "Benchmark",
+            _empty(
+                "No benchmark yet (set model_sync_name or benchmark_model, then "
+                "ansible-playbook site.yml --tags benchmark)."
+            ),
+        )
     order = _runs_in_order(runs)
     table_rows = [_bench_row(r) for r in runs]
     known = [k for k, _ in BENCH_COLUMNS]
     # a column only when some run has it; other plain values a newer benchmark writes follow
     columns = [(k, h) for k, h in BENCH_COLUMNS if any(r.get(k) is not None for r in table_rows)]
-    columns += [(k, k) for k in sorted({k for r in table_rows for k, v in r.items()
-                                        if not k.startswith("_") and k not in known and k not in BENCH_HIDDEN
-                                        and (v is None or isinstance(v, (str, int, float, bool)))})]
+    columns += [
+        (k, k)
+        for k in sorted(
+            {
+                k
+                for r in table_rows
+                for k, v in r.items()
+                if not k.startswith("_")
+                and k not in known
+                and k not in BENCH_HIDDEN
+                and (v is None or isinstance(v, (str, int, float, bool)))
+            }
+        )
+    ]
     headers = ["run", "time (UTC)"] + [h for _, h in columns] + ["model"]
     index = {run: i for i, (run, _) in enumerate(order)}
     rows = []
     for r in sorted(table_rows, key=lambda r: (-index.get(r.get("_run") or "?", 0), str(r.get("mode")))):
-        rows.append([(r.get("_run") or "?")[:8], (r.get("_time") or "")[5:16]]
-                    + [_cell(k, r.get(k)) for k, _ in columns]
-                    + [os.path.basename(str(r.get("model") or ""))])
+        rows.append(
+            [(r.get("_run") or "?")[:8], (r.get("_time") or "")[5:16]]
+            + [_cell(k, r.get(k)) for k, _ in columns]
+            + [os.path.basename(str(r.get("model") or ""))]
+        )
     parts = ['<div class="scroll">', _table(headers, rows, "bench"), "</div>"]
     fell_back = [r for r in table_rows if r.get("fallback_reason")]
     if fell_back:  # the latest run that had to: RDMA could not be brought up, it ran on the ring
         last = max(fell_back, key=lambda r: (index.get(r.get("_run") or "?", 0), str(r.get("mode"))))
-        parts.append('<p class="fix">Run %s fell back from %s to the ring backend: %s</p>' % (
-            _e((last.get("_run") or "?")[:8]), _e(last.get("fallback_from")), _e(last["fallback_reason"])))
+        parts.append(
+            '<p class="fix">Run %s fell back from %s to the ring backend: %s</p>'
+            % (_e((last.get("_run") or "?")[:8]), _e(last.get("fallback_from")), _e(last["fallback_reason"]))
+        )
     labels = ["%s %s" % ((t or "")[5:16], run[:6]) for run, t in order]
-    names = sorted({(str(r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
-                   key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, k[2]))
-    for key, title in (("generation_tps", "Generation tokens/s per run (median; bar: min–max over trials)"),
-                       ("prompt_tps", "Prompt tokens/s per run (median; bar: min–max over trials)")):
+    names = sorted(
+        {(str(r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
+        key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, k[2]),
+    )
+    for key, title in (
+        ("generation_tps", "Generation tokens/s per run (median; bar: min–max over trials)"),
+        ("prompt_tps", "Prompt tokens/s per run (median; bar: min–max over trials)"),
+    ):
         series = []
         for backend, world, mode in names:
             vals = []
             for run, _ in order:
-                hits = [_spread(r, key) for r in runs if r.get("_run") == run and str(r.get("backend")) == backend
-                        and r.get("world_size") == world and str(r.get("mode")) == mode and _is_number(r.get(key))]
+                hits = [
+                    _spread(r, key)
+                    for r in runs
+                    if r.get("_run") == run
+                    and str(r.get("backend")) == backend
+                    and r.get("world_size") == world
+                    and str(r.get("mode")) == mode
+                    and _is_number(r.get(key))
+                ]
                 vals.append(hits[-1] if hits else None)
             series.append(("%s ×%s %s" % (backend, world, mode), vals))
         parts.append(line_chart(title, "tokens/s", labels, series))
@@ -792,15 +1047,26 @@ def _versions_section(data):
             name = mac.get("name") or mac.get("model")
             return " ".join(x for x in (name, "(%s)" % hw["model"] if hw.get("model") else "") if x)
         if key == "memory":
-            return "%d GB" % round(hw["memsize"] / 2 ** 30) if _is_number(hw.get("memsize")) else ""
+            return "%d GB" % round(hw["memsize"] / 2**30) if _is_number(hw.get("memsize")) else ""
         if key == "macos":
-            return "%s (%s)" % (osv["product_version"], osv.get("build_version") or "?") if osv.get("product_version") else ""
+            return (
+                "%s (%s)" % (osv["product_version"], osv.get("build_version") or "?")
+                if osv.get("product_version")
+                else ""
+            )
         if key == "rdma":
             return (f.get("rdma") or {}).get("rdma_ctl") or ("" if not f else "no rdma_ctl")
         return v.get(key) or ""
 
-    keys = [("mac", "Mac"), ("memory", "memory"), ("macos", "macOS (build)"), ("rdma", "RDMA"),
-            ("python", "Python"), ("mlx", "mlx"), ("mlx_lm", "mlx-lm")]
+    keys = [
+        ("mac", "Mac"),
+        ("memory", "memory"),
+        ("macos", "macOS (build)"),
+        ("rdma", "RDMA"),
+        ("python", "Python"),
+        ("mlx", "mlx"),
+        ("mlx_lm", "mlx-lm"),
+    ]
     table = {h: {k: field(h, k) for k, _ in keys} for h in hosts}
     rows = []
     for h in hosts:
@@ -850,13 +1116,20 @@ def render(data):
     plan = data.get("plan") if isinstance(data.get("plan"), dict) else None
     hosts = (plan or {}).get("hosts") or []
     title = "mlx-cluster report" + (": %s" % ", ".join(hosts) if hosts else "")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             "<title>%s</title>" % _e(title), "<style>%s</style></head><body><main>" % CSS,
-             "<h1>%s</h1>" % _e(title), _summary(dict(data, plan=plan)),
-             _topology_section(dict(data, plan=plan)), _preflight_section(data),
-             _net_check_section(dict(data, plan=plan)), _bench_section(data),
-             _versions_section(dict(data, plan=plan))]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>%s</title>" % _e(title),
+        "<style>%s</style></head><body><main>" % CSS,
+        "<h1>%s</h1>" % _e(title),
+        _summary(dict(data, plan=plan)),
+        _topology_section(dict(data, plan=plan)),
+        _preflight_section(data),
+        _net_check_section(dict(data, plan=plan)),
+        _bench_section(data),
+        _versions_section(dict(data, plan=plan)),
+    ]
     notes = [n for n in data.get("notes") or []]
     if notes:
         parts.append(_section("notes", "Notes", "".join('<p class="note">%s</p>' % _e(n) for n in notes)))

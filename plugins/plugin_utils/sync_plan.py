@@ -78,8 +78,10 @@ def _names(hosts):
 def _end(cable, side):
     end = cable.get(side) if isinstance(cable, Mapping) else None
     if not isinstance(end, Mapping) or not isinstance(end.get("host"), str) or not end.get("address"):
-        raise PlanError("cable %r: end %s needs a host and an address (a cable of the ip plan)"
-                        % (cable.get("id") if isinstance(cable, Mapping) else cable, side))
+        raise PlanError(
+            "cable %r: end %s needs a host and an address (a cable of the ip plan)"
+            % (cable.get("id") if isinstance(cable, Mapping) else cable, side)
+        )
     return end
 
 
@@ -96,9 +98,17 @@ def _pair_links(cables, rank):
             choice = (-speed, str(cable.get("id") or ""))
             if key in best and best[key][0] <= choice:
                 continue
-            best[key] = (choice, {"address": r["address"], "src_address": s["address"],
-                                  "src_iface": s.get("iface"), "dest_iface": r.get("iface"),
-                                  "cable": cable.get("id"), "speed_gbps": cable.get("speed_gbps")})
+            best[key] = (
+                choice,
+                {
+                    "address": r["address"],
+                    "src_address": s["address"],
+                    "src_iface": s.get("iface"),
+                    "dest_iface": r.get("iface"),
+                    "cable": cable.get("id"),
+                    "speed_gbps": cable.get("speed_gbps"),
+                },
+            )
     return {k: v[1] for k, v in best.items()}
 
 
@@ -133,8 +143,18 @@ def _eccentricity(start, adj):
 
 
 def _lan_copy(dest, src):
-    return {"dest": dest, "src": src, "via": LAN, "address": None, "src_address": None,
-            "src_iface": None, "dest_iface": None, "cable": None, "speed_gbps": None, "split": None}
+    return {
+        "dest": dest,
+        "src": src,
+        "via": LAN,
+        "address": None,
+        "src_address": None,
+        "src_iface": None,
+        "dest_iface": None,
+        "cable": None,
+        "speed_gbps": None,
+        "split": None,
+    }
 
 
 def split_files(files, share):
@@ -193,8 +213,12 @@ def _add_split(by_dest, links, rank, source, load, fanout, files):
 def _island_warning(source, island, root):
     others = [h for h in island if h != root]
     where = source or CONTROLLER_NAME
-    text = ("no Thunderbolt path from %s to %s: %s gets the model from %s over the management "
-            "network (much slower)" % (where, ", ".join(island), root, where))
+    text = "no Thunderbolt path from %s to %s: %s gets the model from %s over the management network (much slower)" % (
+        where,
+        ", ".join(island),
+        root,
+        where,
+    )
     if others:
         text += " and passes it on to %s over Thunderbolt" % ", ".join(others)
     return text + (". Fix: cable %s to the others, directly or through a Mac that is" % root)
@@ -233,8 +257,10 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     if source is not None and source not in hosts:
         raise PlanError("the model's source %r is not one of the Macs (%s)" % (source, ", ".join(hosts)))
     if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 0:
-        raise PlanError("fanout must be 0 (no limit: one copy per cabled peer at once) or a positive "
-                        "number of copies per Mac, got %r" % (fanout,))
+        raise PlanError(
+            "fanout must be 0 (no limit: one copy per cabled peer at once) or a positive "
+            "number of copies per Mac, got %r" % (fanout,)
+        )
     rank = {h: i for i, h in enumerate(hosts)}
     links = _pair_links(cables, rank)
     adj = {h: [] for h in hosts}
@@ -249,8 +275,7 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
         if source in island:
             continue
         root = min(island, key=lambda h: (_eccentricity(h, adj), rank[h]))
-        by_dest[root] = dict(_lan_copy(root, source), round=1, path=[source] if source else [],
-                             bottleneck_gbps=None)
+        by_dest[root] = dict(_lan_copy(root, source), round=1, path=[source] if source else [], bottleneck_gbps=None)
         reached[root] = (None, 1, ([source] if source else []) + [root])
         if source is not None or len(islands) > 1:
             warnings.append(_island_warning(source, island, root))
@@ -278,8 +303,16 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
         width, hops, path = reached[u]
         load[u] += 1
         reached[v] = (None if width is None else w, hops + 1, path + [v])
-        by_dest[v] = dict(links[(u, v)], dest=v, src=u, via=THUNDERBOLT, round=hops + 1, path=list(path),
-                          bottleneck_gbps=None if width is None else w, split=None)
+        by_dest[v] = dict(
+            links[(u, v)],
+            dest=v,
+            src=u,
+            via=THUNDERBOLT,
+            round=hops + 1,
+            path=list(path),
+            bottleneck_gbps=None if width is None else w,
+            split=None,
+        )
     direct = _add_split(by_dest, links, rank, source, load, fanout, files) if source is not None else None
     copies = {h: by_dest[h] for h in hosts if h in by_dest}
     depth = max((c["round"] for c in copies.values()), default=0)
@@ -301,11 +334,16 @@ def cables_from_plan(plan):
     """The cluster plan's cables as :func:`sync_rounds` reads them (ip plan ends, link speeds)."""
     if not isinstance(plan, Mapping) or not isinstance(plan.get("ip_plan"), Mapping):
         raise PlanError("the input must be the cluster plan (mlx_cluster_plan), with ip_plan and links")
-    speeds = {c.get("id"): c.get("speed_gbps")
-              for c in ((plan.get("links") or {}).get("cables") or []) if isinstance(c, Mapping)}
+    speeds = {
+        c.get("id"): c.get("speed_gbps")
+        for c in ((plan.get("links") or {}).get("cables") or [])
+        if isinstance(c, Mapping)
+    }
     cables = plan["ip_plan"].get("cables") or {}
-    return [{"id": cid, "speed_gbps": speeds.get(cid), "a": dict(c["a"]), "b": dict(c["b"])}
-            for cid, c in sorted(cables.items())]
+    return [
+        {"id": cid, "speed_gbps": speeds.get(cid), "a": dict(c["a"]), "b": dict(c["b"])}
+        for cid, c in sorted(cables.items())
+    ]
 
 
 def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):

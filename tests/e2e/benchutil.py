@@ -20,8 +20,8 @@ from tests.e2e.runner import ROOT
 PROMPT = "Tell me about Thunderbolt cables."
 TOKENS = 16
 BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
-REMOTE_SCRIPT = "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"   # where the role deploys it
-REMOTE_MODEL = "/srv/admin/mlx-cluster/models/tiny"                    # where model sync puts `tiny`
+REMOTE_SCRIPT = "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"  # where the role deploys it
+REMOTE_MODEL = "/srv/admin/mlx-cluster/models/tiny"  # where model sync puts `tiny`
 RUN_ID = "e2etestrunid0123456789"
 
 
@@ -53,15 +53,27 @@ def model_files(path):
     """{relative path: bytes} of a model directory, without the copy's own files (its record of
     verified files, a part file): what every Mac must have the same as the source."""
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import rel_problem
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(Path(path).rglob("*"))
-            if p.is_file() and not rel_problem(p.relative_to(path).as_posix())}
+
+    return {
+        p.relative_to(path).as_posix(): p.read_bytes()
+        for p in sorted(Path(path).rglob("*"))
+        if p.is_file() and not rel_problem(p.relative_to(path).as_posix())
+    }
 
 
 def settings(cluster, tiny, **extra):
-    return {"mlx_cluster_backend": "ring", "model_sync_name": "tiny",
-            "model_sync_source_path": str(tiny),
-            "benchmark_modes": ["tensor", "pipeline"], "benchmark_generation_tokens": TOKENS, "benchmark_trials": 1,
-            "benchmark_prompt": PROMPT, "benchmark_init_timeout": 30, "benchmark_timeout": 240, **extra}
+    return {
+        "mlx_cluster_backend": "ring",
+        "model_sync_name": "tiny",
+        "model_sync_source_path": str(tiny),
+        "benchmark_modes": ["tensor", "pipeline"],
+        "benchmark_generation_tokens": TOKENS,
+        "benchmark_trials": 1,
+        "benchmark_prompt": PROMPT,
+        "benchmark_init_timeout": 30,
+        "benchmark_timeout": 240,
+        **extra,
+    }
 
 
 def bench_procs(cluster, host):
@@ -74,14 +86,45 @@ def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, 
     the controller with `ansible localhost -m mlx_launch`, reaching the Macs as the plan says."""
     art = cluster.inventory_path.parent / "artifacts"
     plan = json.loads((art / "plan.json").read_text())
-    args = {"hostfile": str(art / "hostfile.json"), "python": sys.executable, "script": REMOTE_SCRIPT,
-            "args": ["--model", tiny_remote, "--prompt", PROMPT, "--max-tokens", str(max_tokens), "--warmup", "0", "--num-trials", "1",
-                     "--expect-world", "2", "--init-timeout", "20", "--run-id", run_id],
-            "timeout": timeout, "ssh_targets": plan["ssh"]}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    return [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "mlx.cluster.mlx_launch",
-            "-a", json.dumps(args)], env
+    args = {
+        "hostfile": str(art / "hostfile.json"),
+        "python": sys.executable,
+        "script": REMOTE_SCRIPT,
+        "args": [
+            "--model",
+            tiny_remote,
+            "--prompt",
+            PROMPT,
+            "--max-tokens",
+            str(max_tokens),
+            "--warmup",
+            "0",
+            "--num-trials",
+            "1",
+            "--expect-world",
+            "2",
+            "--init-timeout",
+            "20",
+            "--run-id",
+            run_id,
+        ],
+        "timeout": timeout,
+        "ssh_targets": plan["ssh"],
+    }
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        NO_COLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    return [
+        str(Path(sys.executable).parent / "ansible"),
+        "localhost",
+        "-m",
+        "mlx.cluster.mlx_launch",
+        "-a",
+        json.dumps(args),
+    ], env
 
 
 def launch_bench(cluster, tiny_remote=REMOTE_MODEL, timeout=60, **kw):
@@ -96,7 +139,7 @@ def module_result(stdout):
     if not m:
         return {}
     try:
-        res = yaml.safe_load(stdout[m.end():])
+        res = yaml.safe_load(stdout[m.end() :])
     except yaml.YAMLError:
         return {}
     return res if isinstance(res, dict) else {}

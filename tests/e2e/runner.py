@@ -9,8 +9,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import ansible_runner
@@ -18,12 +18,25 @@ import ansible_runner
 ROOT = Path(__file__).resolve().parents[2]
 
 MUTATING = (
-    ("networksetup", "-setmanual"), ("networksetup", "-createnetworkservice"),
-    ("networksetup", "-setnetworkserviceenabled"), ("networksetup", "-removenetworkservice"),
-    ("networksetup", "-setdhcp"), ("ifconfig", "deletem"), ("ifconfig", "addm"), ("ifconfig", "inet"),
-    ("ifconfig", "down"), ("ifconfig", "up"), ("route", "add"), ("route", "change"), ("route", "delete"),
-    ("rdma_ctl", "enable"), ("rdma_ctl", "disable"), ("scutil", "--prefs"), ("defaults", "write"),
-    ("launchctl", "bootstrap"), ("launchctl", "bootout"),
+    ("networksetup", "-setmanual"),
+    ("networksetup", "-createnetworkservice"),
+    ("networksetup", "-setnetworkserviceenabled"),
+    ("networksetup", "-removenetworkservice"),
+    ("networksetup", "-setdhcp"),
+    ("ifconfig", "deletem"),
+    ("ifconfig", "addm"),
+    ("ifconfig", "inet"),
+    ("ifconfig", "down"),
+    ("ifconfig", "up"),
+    ("route", "add"),
+    ("route", "change"),
+    ("route", "delete"),
+    ("rdma_ctl", "enable"),
+    ("rdma_ctl", "disable"),
+    ("scutil", "--prefs"),
+    ("defaults", "write"),
+    ("launchctl", "bootstrap"),
+    ("launchctl", "bootout"),
 )
 
 
@@ -33,7 +46,7 @@ def is_mutating(argv):
         return False
     names = [os.path.basename(a) for a in argv]
     if "pmset" in names:  # (sudo ...) pmset: anything but a getter (-g ...) sets something
-        rest = argv[names.index("pmset") + 1:]
+        rest = argv[names.index("pmset") + 1 :]
         return bool(rest) and rest[0] != "-g"
     # sudo X ... -> judge X
     while argv and os.path.basename(argv[0]) == "sudo":
@@ -66,6 +79,7 @@ class Run:
         """Task results that rewrote the report files (preflight.json, versions.json, report.html)."""
         # imported here: scripts/demo.sh imports this module without Ansible's collection loader
         from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+
         names = {report.REPORT_NAME, report.PREFLIGHT_NAME, report.VERSIONS_NAME}
         n = 0
         for e in self.events:
@@ -81,8 +95,9 @@ class Run:
     def failures(self):
         """[(host, task, msg)] of failed / unreachable task results (or the output's tail)."""
         out = []
-        if self.rc != 0 and not any(e.get("event") in ("runner_on_failed", "runner_on_unreachable")
-                                    for e in self.events):
+        if self.rc != 0 and not any(
+            e.get("event") in ("runner_on_failed", "runner_on_unreachable") for e in self.events
+        ):
             out.append((None, None, self.stdout[-3000:]))
         for e in self.events:
             if e.get("event") in ("runner_on_failed", "runner_on_unreachable"):
@@ -104,9 +119,11 @@ class Run:
         return ""
 
     def results(self, task_name):
-        return [e["event_data"] for e in self.events
-                if e.get("event") in ("runner_on_ok", "runner_on_failed")
-                and e["event_data"].get("task") == task_name]
+        return [
+            e["event_data"]
+            for e in self.events
+            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task_name
+        ]
 
 
 def existing_vars():
@@ -140,8 +157,22 @@ def lab_lock(cluster):
     lock = house / "requirements.lock"
     if not lock.exists():
         tmp = house / "requirements.lock.tmp"
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "lock_requirements.py"), "--wheels", str(house),
-                        "--extra", reqs[2], "-o", str(tmp)], check=True, capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "lock_requirements.py"),
+                "--wheels",
+                str(house),
+                "--extra",
+                reqs[2],
+                "-o",
+                str(tmp),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         os.replace(tmp, lock)
     return str(lock)
 
@@ -152,13 +183,17 @@ def lab_vars(cluster):
     LAN), its lock (lab_lock) and mlx's CPU back end (lab_requirements)."""
     reqs = lab_requirements()
     url = cluster.serve_packages(reqs)
-    return {"python_env_pip_index_url": url, "python_env_extra_packages": reqs[2:],
-            "python_env_lock_file": lab_lock(cluster)}
+    return {
+        "python_env_pip_index_url": url,
+        "python_env_extra_packages": reqs[2:],
+        "python_env_lock_file": lab_lock(cluster),
+    }
 
 
 def defaults(role):
     """A role's defaults, as its defaults/main.yml says (the one place they are written)."""
     import yaml
+
     return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
 
 
@@ -228,8 +263,9 @@ def keep_venv(cluster):
         tmp.rename(cached)
 
 
-def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600,
-             python_env="venv"):
+def run_site(
+    cluster, tags=None, check=False, diff=False, extravars=None, playbook="site.yml", timeout=600, python_env="venv"
+):
     """Run `playbook` against the cluster's inventory; return a Run. The env stage takes its
     default path (a venv, from the lab's mirror) unless `python_env` says "existing", or None
     for nothing but the inventory and `extravars` (a new user's defaults). With the default
@@ -265,6 +301,11 @@ def run_site(cluster, tags=None, check=False, diff=False, extravars=None, playbo
         timeout=timeout,
     )
     stdout = r.stdout.read() if r.stdout else ""
-    if python_env == "venv" and r.rc == 0 and not check and not any(k.startswith("python_env_") for k in extravars or {}):
+    if (
+        python_env == "venv"
+        and r.rc == 0
+        and not check
+        and not any(k.startswith("python_env_") for k in extravars or {})
+    ):
         keep_venv(cluster)
     return Run(rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=stdout)

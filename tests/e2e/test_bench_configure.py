@@ -13,23 +13,52 @@ from tests.e2e.runner import ROOT
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-COLUMNS = ["topology", "Macs", "cables", "ours first (s)", "ours re-run (s)", "distributed_config (s)",
-           "ours/dc", "re-run/first", "target first (s)", "target re-run (s)", "floor: ansible ping (s)",
-           "floor: discovery alone (s)", "SSH conn/cmds per Mac"]
+COLUMNS = [
+    "topology",
+    "Macs",
+    "cables",
+    "ours first (s)",
+    "ours re-run (s)",
+    "distributed_config (s)",
+    "ours/dc",
+    "re-run/first",
+    "target first (s)",
+    "target re-run (s)",
+    "floor: ansible ping (s)",
+    "floor: discovery alone (s)",
+    "SSH conn/cmds per Mac",
+]
 
 
 def test_quick_run_gives_the_table_json_and_markdown(tmp_path):
     md, js = tmp_path / "benchmarks.md", tmp_path / "bench.json"
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "configure.py"), "--quick", "--topologies", "mesh4",
-                          "--runs", "1", "--markdown", str(md), "--json", str(js)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "configure.py"),
+            "--quick",
+            "--topologies",
+            "mesh4",
+            "--runs",
+            "1",
+            "--markdown",
+            str(md),
+            "--json",
+            str(js),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
 
     lines = res.stdout.strip().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("topology"))
     for col in COLUMNS:
         assert col in lines[header], lines[header]
-    rows = [line for line in lines[header + 2:] if line.strip()]
+    rows = [line for line in lines[header + 2 :] if line.strip()]
     assert len(rows) == 1 and rows[0].split()[:3] == ["mesh4", "4", "6"], rows
     # nine timing cells "median (min–max)" (five measured, two targets, two floors), three SSH
     # cells "connections / commands"
@@ -39,8 +68,17 @@ def test_quick_run_gives_the_table_json_and_markdown(tmp_path):
     assert out["runs"] == 1 and out["machine"]["cpus"] >= 1
     [row] = out["results"]
     assert (row["topology"], row["hosts"], row["cables"]) == ("mesh4", 4, 6)
-    for key in ("first", "rerun", "mlx", "ratio", "rerun_ratio", "target_first", "target_rerun", "floor_ping",
-                "floor_discovery"):
+    for key in (
+        "first",
+        "rerun",
+        "mlx",
+        "ratio",
+        "rerun_ratio",
+        "target_first",
+        "target_rerun",
+        "floor_ping",
+        "floor_discovery",
+    ):
         assert len(row["samples"][key]) == 1 and row["samples"][key][0] > 0
         assert set(row["summary"][key]) == {"min", "median", "max"}
     assert row["summary"]["changed_rerun"] == 0  # the re-run found nothing to do

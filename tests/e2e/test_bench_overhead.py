@@ -14,15 +14,34 @@ from tests.e2e.runner import ROOT
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-SAMPLES = ("pb_gen", "hand_gen", "pb_prompt", "hand_prompt", "gen_ratio", "prompt_ratio", "pb_wall", "pb_launch",
-           "pb_ansible", "hand_wall", "pb_gen_s", "hand_gen_s", "beside_cpu", "load1")
+SAMPLES = (
+    "pb_gen",
+    "hand_gen",
+    "pb_prompt",
+    "hand_prompt",
+    "gen_ratio",
+    "prompt_ratio",
+    "pb_wall",
+    "pb_launch",
+    "pb_ansible",
+    "hand_wall",
+    "pb_gen_s",
+    "hand_gen_s",
+    "beside_cpu",
+    "load1",
+)
 
 
 def test_quick_run_gives_the_table_and_json(tmp_path):
     js = tmp_path / "overhead.json"
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "overhead.py"), "--quick", "--runs", "1",
-                          "--json", str(js)],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "overhead.py"), "--quick", "--runs", "1", "--json", str(js)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
 
     lines = res.stdout.strip().splitlines()
@@ -41,8 +60,17 @@ def test_quick_run_gives_the_table_and_json(tmp_path):
     for key in SAMPLES:
         assert len(row["samples"][key]) == 1, key
         assert set(row["summary"][key]) == {"min", "median", "max"}, key
-    for key in ("pb_gen", "hand_gen", "pb_prompt", "hand_prompt", "gen_ratio", "prompt_ratio", "pb_wall",
-                "pb_launch", "hand_wall"):
+    for key in (
+        "pb_gen",
+        "hand_gen",
+        "pb_prompt",
+        "hand_prompt",
+        "gen_ratio",
+        "prompt_ratio",
+        "pb_wall",
+        "pb_launch",
+        "hand_wall",
+    ):
         assert row["samples"][key][0] > 0, key
     # Same model, greedy, same prompt: the same tokens both ways; the same argv (run id aside).
     assert row["tokens_equal"] is True

@@ -31,7 +31,10 @@ PLAYBOOK = """
       run_once: true
     - name: Plan (filters, with their plugin_utils)
       ansible.builtin.set_fact:
-        plan_links: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['mlx_cluster', 'thunderbolt']))) | mlx.cluster.mlx_links }}"
+        plan_links: >-
+          {{ dict(ansible_play_hosts
+                  | zip(ansible_play_hosts | map('extract', hostvars, ['mlx_cluster', 'thunderbolt'])))
+             | mlx.cluster.mlx_links }}
       run_once: true
     - name: Keep the result
       ansible.builtin.copy:
@@ -45,11 +48,22 @@ PLAYBOOK = """
 
 def test_built_collection_works_from_another_project(sim_cluster, tmp_path):
     cluster = sim_cluster("pair")
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOST_KEY_CHECKING="True")
+    env = dict(
+        os.environ,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        ANSIBLE_HOST_KEY_CHECKING="True",
+    )
     env.pop("ANSIBLE_CONFIG", None)
-    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path),
-                            str(ROOT)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    build = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (tarball,) = tmp_path.glob("mlx-cluster-*.tar.gz")
     with tarfile.open(tarball) as tar:
@@ -58,17 +72,38 @@ def test_built_collection_works_from_another_project(sim_cluster, tmp_path):
     assert not any(n.startswith(("tests/", "collections/", ".venv/")) for n in names)
     installed = tmp_path / "collections"
     # from tmp_path: no ansible.cfg there (this repository's would say the collection is installed)
-    inst = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", str(tarball),
-                           "-p", str(installed)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    inst = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", "--force", str(tarball), "-p", str(installed)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert inst.returncode == 0, inst.stdout + inst.stderr
     assert (installed / "ansible_collections" / "mlx" / "cluster" / "plugins" / "modules" / "mlx_launch.py").is_file()
     # ansible-test's compile sanity test on the installed tree (its validate-modules and import
     # tests fetch pip from a site CI cannot reach: tests/unit/test_module_specs.py checks the
     # documentation against each argument_spec instead)
     tree = installed / "ansible_collections" / "mlx" / "cluster"
-    sanity = subprocess.run([str(BIN / "ansible-test"), "sanity", "--test", "compile", "--local", "--python",
-                             f"{sys.version_info.major}.{sys.version_info.minor}", "--color", "no"],
-                            capture_output=True, text=True, env=env, cwd=tree, timeout=300)
+    sanity = subprocess.run(
+        [
+            str(BIN / "ansible-test"),
+            "sanity",
+            "--test",
+            "compile",
+            "--local",
+            "--python",
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+            "--color",
+            "no",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        timeout=300,
+    )
     assert sanity.returncode == 0, sanity.stdout[-3000:] + sanity.stderr[-3000:]
     assert 'Running sanity test "compile"' in sanity.stdout + sanity.stderr
     project = tmp_path / "other-project"
@@ -77,8 +112,14 @@ def test_built_collection_works_from_another_project(sim_cluster, tmp_path):
     (project / "site.yml").write_text(PLAYBOOK)
     out = tmp_path / "out.json"
     env["ANSIBLE_CONFIG"] = str(project / "ansible.cfg")
-    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), "site.yml",
-                          "-e", f"out={out}"], capture_output=True, text=True, env=env, cwd=project, timeout=300)
+    run = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(cluster.inventory_path), "site.yml", "-e", f"out={out}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["cables"] == len(cluster.spec.cables)

@@ -20,8 +20,15 @@ def test_demo_runs_the_whole_main_job(tmp_path):
     state = tmp_path / "demo-pair"
     env = dict(os.environ, MLXSIM_STATE=str(state))
     try:
-        res = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh"), "pair"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "demo.sh"), "pair"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+        )
         out = res.stdout
         assert res.returncode == 0, out[-4000:] + res.stderr[-2000:]
         assert "failed=0" in out and "unreachable=0" in out
@@ -40,5 +47,9 @@ def test_demo_runs_the_whole_main_job(tmp_path):
         assert '<table class="bench">' in page and '<table class="per-cable">' in page
         assert '<table class="versions">' in page and "Preflight has not run yet" not in page
     finally:
-        subprocess.run([sys.executable, "-m", "tests.simcluster", "down", "pair", "--state", str(state)],
-                       cwd=ROOT, capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "tests.simcluster", "down", "pair", "--state", str(state)],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+        )

@@ -20,14 +20,12 @@ from tests.e2e.runner import ROOT, is_mutating, run_site
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
-
 def plan_of(cluster):
     return json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
 
 
 def fail_text(run):
     return "\n".join(m for _, _, m in run.failures())
-
 
 
 def debug_lines(run, task):
@@ -46,8 +44,12 @@ def mutating_hosts(cluster):
 
 def cable_answers(cluster, link, host):
     """A ping over one planned cable from `host`'s end (macOS flags, source address)."""
-    return cluster.exec(host, ["ping", "-c", "2", "-o", "-t", "3", "-S", link["address"],
-                               link["peer_address"]], timeout=30).returncode == 0
+    return (
+        cluster.exec(
+            host, ["ping", "-c", "2", "-o", "-t", "3", "-S", link["address"], link["peer_address"]], timeout=30
+        ).returncode
+        == 0
+    )
 
 
 def addresses(cluster, host, iface):
@@ -80,17 +82,19 @@ def test_unplugged_cable_is_named_and_replanning_touches_only_it(sim_cluster):
             check = run_site(cluster, tags=["rdma_check"])
             text = check.preflight_summary()
             f.message(next(ln for ln in text.splitlines() if "stale" in ln or "no cable" in ln))
-            a, b = before[cid]["a"], before[cid]["b"]
+            a = before[cid]["a"]
             assert f"{a['host']}:{a['iface']}" in text and "unplugged or moved" in text, text
             after_run = converge(cluster)
             after = plan_of(cluster)["ip_plan"]["cables"]
             assert cid not in after
-            assert {k: v["network"] for k, v in after.items()} == {k: v["network"] for k, v in before.items() if k != cid}
+            assert {k: v["network"] for k, v in after.items()} == {
+                k: v["network"] for k, v in before.items() if k != cid
+            }
             assert plan_of(cluster)["topology"]["backend"] == "jaccl-ring"
             assert after_run.changed() > 0
         finally:
             cluster.plug(cid)
-        again = converge(cluster)   # the replug's repair: the cable's /30 back, jaccl again
+        converge(cluster)  # the replug's repair: the cable's /30 back, jaccl again
         assert plan_of(cluster)["ip_plan"]["cables"][cid]["network"] == before[cid]["network"]
         assert plan_of(cluster)["topology"]["backend"] == "jaccl"
         f.converged(run_site(cluster))
@@ -103,8 +107,10 @@ def test_a_mac_lost_in_the_middle_of_the_network_stage(sim_cluster, mode):
     them works; once m2 is back, a re-run changes m2 only."""
     cluster = sim_cluster("mesh4")
     cluster.reset()
-    name = {"sshd": "sshd dies in the middle of the network stage",
-            "power": "a Mac loses power in the middle of the network stage"}[mode]
+    name = {
+        "sshd": "sshd dies in the middle of the network stage",
+        "power": "a Mac loses power in the middle of the network stage",
+    }[mode]
     with Fault(name) as f:
         with cluster.die_on("m2", ["networksetup", "-setmanual"], nth=2, mode=mode) as died:
             start = time.monotonic()
@@ -137,11 +143,14 @@ def test_a_mac_lost_in_the_middle_of_the_network_stage(sim_cluster, mode):
         f.converged(run_site(cluster, tags=["network", "hostfile"]))
 
 
-@pytest.mark.parametrize("frm, to, new_id, backend, changed", [
-    pytest.param("m1:en2", "m1:en5", "m1:en5~m2:en2", "jaccl", {"m1", "m2"}, id="port"),
-    # m1 and m2 no longer share a cable: a ring; m4 is left alone
-    pytest.param("m2:en2", "m3:en5", "m1:en2~m3:en5", "jaccl-ring", {"m1", "m2", "m3"}, id="mac"),
-])
+@pytest.mark.parametrize(
+    "frm, to, new_id, backend, changed",
+    [
+        pytest.param("m1:en2", "m1:en5", "m1:en5~m2:en2", "jaccl", {"m1", "m2"}, id="port"),
+        # m1 and m2 no longer share a cable: a ring; m4 is left alone
+        pytest.param("m2:en2", "m3:en5", "m1:en2~m3:en5", "jaccl-ring", {"m1", "m2", "m3"}, id="mac"),
+    ],
+)
 def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backend, changed):
     """The check names the old port (still addressed, no cable) and the new cable (not
     addressed yet); the network stage then changes that cable's Macs only, clears the old
@@ -162,16 +171,17 @@ def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backen
             a, b = new_id.split("~")
             assert f"cable {a} <-> {b} has no cluster address at both ends yet" in text, text
             cluster.clear_argv_logs()
-            run = converge(cluster)
+            converge(cluster)
             after = plan_of(cluster)
             cables = after["ip_plan"]["cables"]
             assert old_id not in cables and new_id in cables
-            assert {k: v["network"] for k, v in cables.items() if k != new_id} == \
-                {k: v["network"] for k, v in before.items() if k != old_id}
+            assert {k: v["network"] for k, v in cables.items() if k != new_id} == {
+                k: v["network"] for k, v in before.items() if k != old_id
+            }
             assert after["topology"]["backend"] == backend
             assert mutating_hosts(cluster) == changed
             host, iface = frm.split(":")
-            assert addresses(cluster, host, iface) == []          # the old end was cleared
+            assert addresses(cluster, host, iface) == []  # the old end was cleared
             new = next(x for x in after["ip_plan"]["hosts"][a.split(":")[0]] if x["cable"] == new_id)
             assert cable_answers(cluster, new, a.split(":")[0])
             f.converged(run_site(cluster))
@@ -179,15 +189,30 @@ def test_cable_moved_to_another_port_or_mac(sim_cluster, frm, to, new_id, backen
             cluster.reset()
 
 
-@pytest.mark.parametrize("name, host, fault, repair, key, expected", [
-    pytest.param("an RDMA port PORT_DOWN on a cable that is seen", "m3", {"rdma_port_down": ["en3"]},
-                 {"rdma_port_down": []}, "PORT_DOWN",
-                 ["m3:rdma_en3 is PORT_DOWN", "reseat or replace the cable on m3:en3"], id="port-down"),
-    pytest.param("RDMA enabled but no devices (Thunderbolt 4 Mac)", "m2", {"tb_version": 4}, {"tb_version": 5},
-                 "no RDMA devices",
-                 # its cables negotiated TB4 speed too
-                 ["m2 has no RDMA devices", "Thunderbolt 5", "40 Gb/s (TB4)"], id="tb4-no-devices"),
-])
+@pytest.mark.parametrize(
+    "name, host, fault, repair, key, expected",
+    [
+        pytest.param(
+            "an RDMA port PORT_DOWN on a cable that is seen",
+            "m3",
+            {"rdma_port_down": ["en3"]},
+            {"rdma_port_down": []},
+            "PORT_DOWN",
+            ["m3:rdma_en3 is PORT_DOWN", "reseat or replace the cable on m3:en3"],
+            id="port-down",
+        ),
+        pytest.param(
+            "RDMA enabled but no devices (Thunderbolt 4 Mac)",
+            "m2",
+            {"tb_version": 4},
+            {"tb_version": 5},
+            "no RDMA devices",
+            # its cables negotiated TB4 speed too
+            ["m2 has no RDMA devices", "Thunderbolt 5", "40 Gb/s (TB4)"],
+            id="tb4-no-devices",
+        ),
+    ],
+)
 def test_rdma_faults_are_named_by_rdma_check(sim_cluster, name, host, fault, repair, key, expected):
     cluster = sim_cluster("mesh4")
     cluster.reset()
@@ -209,10 +234,22 @@ def test_rdma_faults_are_named_by_rdma_check(sim_cluster, name, host, fault, rep
 
 # (fault, Mac, what it reports, what the others report, the message, more it must say)
 MACOS_SKEW = [
-    ("macOS versions differ (26.1 on one Mac)", "m4", {"macos": "26.1"}, {"macos": "26.2"},
-     "m4 runs macOS 26.1 while m1, m2, m3 run 26.2", "Software Update"),
-    ("macOS builds differ (a beta of 26.2 on one Mac)", "m2", {"build": "25C5048a"}, {"build": "25C56"},
-     "m2 runs macOS 26.2 build 25C5048a while m1, m3, m4 run build 25C56", "Beta Updates off"),
+    (
+        "macOS versions differ (26.1 on one Mac)",
+        "m4",
+        {"macos": "26.1"},
+        {"macos": "26.2"},
+        "m4 runs macOS 26.1 while m1, m2, m3 run 26.2",
+        "Software Update",
+    ),
+    (
+        "macOS builds differ (a beta of 26.2 on one Mac)",
+        "m2",
+        {"build": "25C5048a"},
+        {"build": "25C56"},
+        "m2 runs macOS 26.2 build 25C5048a while m1, m3, m4 run build 25C56",
+        "Beta Updates off",
+    ),
 ]
 
 
@@ -237,8 +274,10 @@ def test_mlx_versions_differ(sim_cluster):
     cluster = sim_cluster("pair")
     cluster.reset()
     fake = cluster.home("m2") / "fakepy"
-    fake.write_text("#!/bin/sh\necho '{\"python\": \"3.11.7\", \"executable\": \"/srv/admin/fakepy\", "
-                    "\"mlx\": \"0.31.0\", \"mlx_lm\": \"0.30.0\"}'\n")
+    fake.write_text(
+        '#!/bin/sh\necho \'{"python": "3.11.7", "executable": "/srv/admin/fakepy", '
+        '"mlx": "0.31.0", "mlx_lm": "0.30.0"}\'\n'
+    )
     fake.chmod(0o755)
     host_vars = cluster.inventory_path.parent / "host_vars"
     host_vars.mkdir(exist_ok=True)
@@ -268,7 +307,9 @@ def test_lan_using_the_pool_pushes_the_plan_around_it(sim_cluster, tmp_path):
         run = converge(cluster)
         f.message(f"plan avoids {spec['management']['cidr']}: converged with changed={run.changed()}")
         lan = __import__("ipaddress").ip_network("10.208.0.0/22")
-        nets = [__import__("ipaddress").ip_network(c["network"]) for c in plan_of(cluster)["ip_plan"]["cables"].values()]
+        nets = [
+            __import__("ipaddress").ip_network(c["network"]) for c in plan_of(cluster)["ip_plan"]["cables"].values()
+        ]
         assert nets and not any(n.overlaps(lan) for n in nets), nets
         f.converged(run_site(cluster))
 
@@ -316,15 +357,36 @@ def test_management_interface_is_never_touched(sim_cluster):
     cluster = sim_cluster("pair")
     before = cluster.exec("m1", ["ip", "-j", "addr", "show", "dev", "en0"]).stdout
     cluster.clear_argv_logs()
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    args = {"links": [{"iface": "en0", "address": "10.208.99.1", "peer_address": "10.208.99.2"}],
-            "protected_ifaces": ["en0"]}
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        NO_COLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    args = {
+        "links": [{"iface": "en0", "address": "10.208.99.1", "peer_address": "10.208.99.2"}],
+        "protected_ifaces": ["en0"],
+    }
     with Fault("a plan that would touch the management interface") as f:
-        res = subprocess.run([str(Path(sys.executable).parent / "ansible"), "m1", "-i", str(cluster.inventory_path),
-                              "-m", "mlx.cluster.thunderbolt_links", "-a", json.dumps(args), "--become"],
-                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-        f.message(res.stdout[res.stdout.find("refusing"):])
+        res = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible"),
+                "m1",
+                "-i",
+                str(cluster.inventory_path),
+                "-m",
+                "mlx.cluster.thunderbolt_links",
+                "-a",
+                json.dumps(args),
+                "--become",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+        )
+        f.message(res.stdout[res.stdout.find("refusing") :])
         assert res.returncode != 0 and "refusing to configure en0: it is the management interface" in res.stdout
         f.converged(None)
     assert cluster.exec("m1", ["ip", "-j", "addr", "show", "dev", "en0"]).stdout == before
@@ -336,8 +398,11 @@ BECOME_CHECK = "Run a no-op with become"
 
 def ran_on(run, task):
     """The hosts whose result of `task` was ok, changed or failed (not skipped)."""
-    return {e["event_data"].get("host") for e in run.events
-            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task}
+    return {
+        e["event_data"].get("host")
+        for e in run.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task
+    }
 
 
 def test_sudo_that_asks_for_a_password_is_named_with_the_fix(sim_cluster):
@@ -357,7 +422,7 @@ def test_sudo_that_asks_for_a_password_is_named_with_the_fix(sim_cluster):
             f.message(line)
             assert line.startswith("m2: sudo asks admin for a password (sudo: a password is required"), line
             assert "admin ALL=(ALL) NOPASSWD: ALL" in line and "--ask-become-pass" in line, line
-            assert ran_on(run, BECOME_CHECK) == {"m2"}   # m1's sudo -n worked: no check of its own
+            assert ran_on(run, BECOME_CHECK) == {"m2"}  # m1's sudo -n worked: no check of its own
             given = run_site(cluster, tags=["rdma_check"], extravars={"ansible_become_password": "hunter2"})
             assert given.rc == 0, given.failures()
             assert ran_on(given, BECOME_CHECK) == {"m2"}
@@ -377,7 +442,7 @@ def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(
     with Fault("sudo allowed only for /usr/bin/true on one Mac") as f:
         cluster.set_host("m2", sudo_commands=["/usr/bin/true"])
         try:
-            assert cluster.exec("m2", ["sudo", "-n", "/usr/bin/true"]).returncode == 0   # the old probe passed
+            assert cluster.exec("m2", ["sudo", "-n", "/usr/bin/true"]).returncode == 0  # the old probe passed
             run = run_site(cluster, tags=["rdma_check"])
             assert run.rc != 0
             assert {h for h, _, _ in run.failures()} == {"m2"}, run.failures()
@@ -407,8 +472,10 @@ def test_a_toolkit_directory_every_user_can_write_is_named_by_rdma_check(sim_clu
             assert run.rc != 0
             line = next(ln for ln in run.preflight_summary().splitlines() if "toolkit's directory" in ln)
             f.message(line)
-            assert line.startswith("[ERROR] m2: the toolkit's directory /srv/admin/mlx-cluster on m2 is not this "
-                                   "user's alone: /srv/admin/mlx-cluster is writable by group or others (mode 0777)"), line
+            assert line.startswith(
+                "[ERROR] m2: the toolkit's directory /srv/admin/mlx-cluster on m2 is not this "
+                "user's alone: /srv/admin/mlx-cluster is writable by group or others (mode 0777)"
+            ), line
             assert "chmod go-w" in line
         finally:
             os.chmod(d, 0o700)
@@ -436,27 +503,54 @@ def test_host_key_checking_stays_on(sim_cluster):
         f.converged(run_site(cluster, tags=["rdma_check"]))
 
 
-@pytest.mark.parametrize("hosts_yaml, extravars, fragment", [
-    pytest.param({"m1": {"ansible_host": "10.0.0.1"}, "m2": {"ansible_host": "10.0.0.1"}}, {},
-                 "ansible_host values repeat", id="duplicate-hosts"),
-    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_ip_pool": "10.208.0.0/33x"}, "mlx_cluster_ip_pool", id="bad-cidr"),
-    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_backend": "nccl"}, "mlx_cluster_backend", id="unknown-backend"),
-    pytest.param({"m1": {}}, {}, "at least 2 distinct Macs", id="one-host"),
-    pytest.param({"m1": {}, "m2": {"mlx_cluster_coordinator_address": "fe80::1"}}, {},
-                 "mlx_cluster_coordinator_address of m2", id="bad-coordinator"),
-    # a directory a shell would read (it reaches rsync's remote paths and the cluster key's
-    # forced command): refused, not quoted, before any Mac is contacted
-    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_remote_dir": "/srv/admin/odd dir'\"; touch /tmp/pwned #"},
-                 "mlx_cluster_remote_dir '/srv/admin/odd dir\\'\"; touch /tmp/pwned #' holds whitespace or characters "
-                 "a shell reads", id="hostile-remote-dir"),
-    pytest.param({"m1": {}, "m2": {}}, {"mlx_cluster_remote_dir": "~/../shared"},
-                 "mlx_cluster_remote_dir '~/../shared' holds '.' or '..' components", id="dotdot-remote-dir"),
-])
+@pytest.mark.parametrize(
+    "hosts_yaml, extravars, fragment",
+    [
+        pytest.param(
+            {"m1": {"ansible_host": "10.0.0.1"}, "m2": {"ansible_host": "10.0.0.1"}},
+            {},
+            "ansible_host values repeat",
+            id="duplicate-hosts",
+        ),
+        pytest.param(
+            {"m1": {}, "m2": {}}, {"mlx_cluster_ip_pool": "10.208.0.0/33x"}, "mlx_cluster_ip_pool", id="bad-cidr"
+        ),
+        pytest.param(
+            {"m1": {}, "m2": {}}, {"mlx_cluster_backend": "nccl"}, "mlx_cluster_backend", id="unknown-backend"
+        ),
+        pytest.param({"m1": {}}, {}, "at least 2 distinct Macs", id="one-host"),
+        pytest.param(
+            {"m1": {}, "m2": {"mlx_cluster_coordinator_address": "fe80::1"}},
+            {},
+            "mlx_cluster_coordinator_address of m2",
+            id="bad-coordinator",
+        ),
+        # a directory a shell would read (it reaches rsync's remote paths and the cluster key's
+        # forced command): refused, not quoted, before any Mac is contacted
+        pytest.param(
+            {"m1": {}, "m2": {}},
+            {"mlx_cluster_remote_dir": "/srv/admin/odd dir'\"; touch /tmp/pwned #"},
+            "mlx_cluster_remote_dir '/srv/admin/odd dir\\'\"; touch /tmp/pwned #' holds whitespace or characters "
+            "a shell reads",
+            id="hostile-remote-dir",
+        ),
+        pytest.param(
+            {"m1": {}, "m2": {}},
+            {"mlx_cluster_remote_dir": "~/../shared"},
+            "mlx_cluster_remote_dir '~/../shared' holds '.' or '..' components",
+            id="dotdot-remote-dir",
+        ),
+    ],
+)
 def test_inventory_mistakes_fail_in_validate_naming_the_variable(tmp_path, hosts_yaml, extravars, fragment):
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts_yaml}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        NO_COLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
     for k, v in extravars.items():
         argv += ["-e", json.dumps({k: v})]

@@ -26,8 +26,6 @@ DISCOVER = "Discover Thunderbolt ports, RDMA devices, addresses and system facts
 MARGIN = 30
 
 
-
-
 def timed(cluster, **kw):
     start = time.monotonic()
     run = run_site(cluster, tags=["rdma_check"], extravars=SMALL_BOUND, **kw)
@@ -39,9 +37,11 @@ NAMED = "Name the Mac whose Python cannot run, or the discovery's own failure"
 
 def discovered(run):
     """{host: "ok"|"failed"} of the discovery task."""
-    return {e["event_data"]["host"]: e["event"].removeprefix("runner_on_")
-            for e in run.events if e.get("event") in ("runner_on_ok", "runner_on_failed")
-            and e["event_data"].get("task") == DISCOVER}
+    return {
+        e["event_data"]["host"]: e["event"].removeprefix("runner_on_")
+        for e in run.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == DISCOVER
+    }
 
 
 def starts(cluster, host, command):
@@ -73,21 +73,26 @@ def test_a_hung_ibv_devinfo_makes_rdma_unusable_on_that_mac_named_by_rdma_check(
             line = next((ln for ln in text.splitlines() if "did not answer" in ln), "")
             f.message(line)
             assert took < healthy + BOUND + MARGIN, (took, healthy)
-            assert run.rc == 0, run.failures()   # a finding, not a failure (RDMA is not required)
+            assert run.rc == 0, run.failures()  # a finding, not a failure (RDMA is not required)
             assert discovered(run) == {h: "ok" for h in cluster.hosts}
-            assert line == (f"[WARNING] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer within "
-                            f"{BOUND} s on this Mac (stopped) -> fix: RDMA looks wedged on this Mac: replug its "
-                            f"Thunderbolt cables, or reboot the Mac if that does not help, then re-run"), text
+            assert line == (
+                f"[WARNING] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer within "
+                f"{BOUND} s on this Mac (stopped) -> fix: RDMA looks wedged on this Mac: replug its "
+                f"Thunderbolt cables, or reboot the Mac if that does not help, then re-run"
+            ), text
             assert [ln for ln in text.splitlines() if "did not answer" in ln] == [line]  # m2 alone
             # it really hung there, and was started once: no retry stretched the bound
             assert starts(cluster, "m2", "ibv_devinfo") == 1
-            assert not_running(cluster, "m2", "ibv_devinfo") == []                     # and was ended
+            assert not_running(cluster, "m2", "ibv_devinfo") == []  # and was ended
             # the same finding fails the run where RDMA is required, naming the Mac
-            strict = run_site(cluster, tags=["rdma_check"],
-                              extravars={**SMALL_BOUND, "mlx_cluster_rdma_required": True})
+            strict = run_site(
+                cluster, tags=["rdma_check"], extravars={**SMALL_BOUND, "mlx_cluster_rdma_required": True}
+            )
             assert strict.rc != 0
-            assert any("[ERROR] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer" in m
-                       for _, _, m in strict.failures()), strict.failures()
+            assert any(
+                "[ERROR] m2: RDMA on m2 is unusable: `ibv_devinfo -v` did not answer" in m
+                for _, _, m in strict.failures()
+            ), strict.failures()
         finally:
             cluster.set_host("m2", hang=[])
         again, _ = timed(cluster)
@@ -113,13 +118,15 @@ def test_a_hung_system_profiler_fails_that_mac_alone_and_the_run_ends(sim_cluste
             assert [(h, t) for h, t, _ in failures] == [("m3", DISCOVER), ("m3", NAMED)], failures
             msg = failures[0][2]
             assert failures[1][2] == f"m3: {msg}"
-            assert msg.startswith(f"`system_profiler SPThunderboltDataType -json` did not answer within {BOUND} s "
-                                  f"on this Mac (stopped). Fix: System Information cannot read the Thunderbolt bus"), msg
+            assert msg.startswith(
+                f"`system_profiler SPThunderboltDataType -json` did not answer within {BOUND} s "
+                f"on this Mac (stopped). Fix: System Information cannot read the Thunderbolt bus"
+            ), msg
             assert "reboot the Mac" in msg
             # the other Macs' discovery finished (any_errors_fatal stops the run after the task)
             assert discovered(run) == {"m1": "ok", "m2": "ok", "m3": "failed", "m4": "ok"}
             assert not_running(cluster, "m3", "system_profiler") == []
-            assert starts(cluster, "m3", "system_profiler") == 1   # no retry stretched the bound
+            assert starts(cluster, "m3", "system_profiler") == 1  # no retry stretched the bound
         finally:
             cluster.set_host("m3", hang=[])
         # a Mac that is only slow (within the bound) is not failed

@@ -20,8 +20,15 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import reliability
-from tests.e2e.benchutil import (REMOTE_MODEL, REMOTE_SCRIPT, bench_procs, launch_bench, launch_command,
-                                 module_result, settings)
+from tests.e2e.benchutil import (
+    REMOTE_MODEL,
+    REMOTE_SCRIPT,
+    bench_procs,
+    launch_bench,
+    launch_command,
+    module_result,
+    settings,
+)
 from tests.e2e.runner import ROOT, run_site
 from tests.programs import program_path
 from tests.tinymodel import make_tiny_model
@@ -33,10 +40,9 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 # 3000 tokens are about 19 s of generation at best. Nothing waits for them: the run is killed
 # within a second or so of its first tokens.
 KILL_TOKENS = 3000
-LAUNCH_TIMEOUT = 180   # the module's own bound; the killed run must end long before it
+LAUNCH_TIMEOUT = 180  # the module's own bound; the killed run must end long before it
 AFTER_KILL_BOUND = 30  # seconds from the kill to the module's end (measured: under 1 s)
 RING_MOVING = 32 * 1024  # bytes on the rank's ring sockets that only generation produces
-
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +176,9 @@ def pair_with_hostfile(sim_cluster, tiny):
     start-up helper, the model), so that a launch that reaches both Macs runs for real."""
     cluster = sim_cluster("pair")
     cluster.reset()
-    ok = run_site(cluster, tags=["network", "hostfile"], extravars={"mlx_cluster_backend": "ring"},
-                  python_env="existing")
+    ok = run_site(
+        cluster, tags=["network", "hostfile"], extravars={"mlx_cluster_backend": "ring"}, python_env="existing"
+    )
     assert ok.rc == 0, ok.failures()
     for h in cluster.hosts:
         home = cluster.home(h)
@@ -193,9 +200,11 @@ def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hos
     argv, env = launch_command(cluster, timeout=60)
     args = json.loads(argv[-1])
     target = args["ssh_targets"]["m2"]
-    name = {"name-does-not-resolve": "a Mac's address that does not resolve",
-            "key-refused": "a key the Mac does not accept",
-            "remote-login-off": "Remote Login off on a Mac"}[case]
+    name = {
+        "name-does-not-resolve": "a Mac's address that does not resolve",
+        "key-refused": "a key the Mac does not accept",
+        "remote-login-off": "Remote Login off on a Mac",
+    }[case]
     with reliability.Fault(f"mlx.launch cannot reach a Mac: {name}") as f:
         if case == "name-does-not-resolve":
             target["host"] = "studio-2.local"
@@ -204,15 +213,17 @@ def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hos
             other = cluster.state_dir / "ssh" / "not_authorized"
             if not other.exists():
                 subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-            target["options"] = [o if not o.startswith("IdentityFile=") else f"IdentityFile={other}"
-                                 for o in target["options"]] + ["-o", "IdentitiesOnly=yes"]
+            target["options"] = [
+                o if not o.startswith("IdentityFile=") else f"IdentityFile={other}" for o in target["options"]
+            ] + ["-o", "IdentitiesOnly=yes"]
             words = ["m2 refused the key", "authorized_keys of admin on m2"]
         else:
             cluster.stop_sshd("m2")
             words = ["Nothing listens for ssh on m2", "Remote Login"]
         try:
-            res = subprocess.run(argv[:-1] + [json.dumps(args)], capture_output=True, text=True, env=env,
-                                 cwd=ROOT, timeout=120)
+            res = subprocess.run(
+                argv[:-1] + [json.dumps(args)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+            )
         finally:
             if case == "remote-login-off":
                 cluster.start_sshd("m2")
@@ -226,5 +237,6 @@ def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hos
         # repaired (the inventory's target as it was, sshd back): the same launch runs on both Macs
         again = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
         result = module_result(again.stdout).get("result") or {}
-        f.converged(again.returncode == 0 and result.get("world_size") == 2,
-                    again.stdout[-2000:] + again.stderr[-1000:])
+        f.converged(
+            again.returncode == 0 and result.get("world_size") == 2, again.stdout[-2000:] + again.stderr[-1000:]
+        )

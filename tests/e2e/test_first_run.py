@@ -43,7 +43,7 @@ def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_
     said = {r["host"]: r["res"]["msg"] for r in dry.results(WOULD)}
     assert set(said) == {"m1", "m2"}, said
     minor = cluster.python_minor()
-    for host, msg in said.items():
+    for msg in said.values():
         assert f"would make the venv {VENV} from /opt/homebrew/bin/python{minor}" in msg, msg
         assert "mlx==0.32.4, mlx-lm==0.32.2 by hash (the lock " in msg, msg
     assert mutations(cluster) == {"m1": [], "m2": []}
@@ -68,18 +68,23 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
         served.unlink()
         served.symlink_to(original)
     assert tampered.rc != 0
-    refused = {h: msg for h, task, msg in tampered.failures() if task == "Install the pinned mlx and mlx-lm into the venv"}
+    refused = {
+        h: msg for h, task, msg in tampered.failures() if task == "Install the pinned mlx and mlx-lm into the venv"
+    }
     assert set(refused) == set(cluster.hosts), tampered.failures()
     assert all("DO NOT MATCH THE HASHES" in msg and "mdurl" in msg for msg in refused.values()), refused
     first = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
     assert first.rc == 0, first.failures()
-    made = {r["host"] for r in first.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")}
+    made = {
+        r["host"] for r in first.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")
+    }
     assert made == set(cluster.hosts), made
     [choice] = [r["res"]["msg"] for r in first.results("Show the base Python of the venv")]
     assert f"Python {cluster.python_minor()} on every Mac" in choice, choice
     versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
     assert {h: (v["mlx"], v["mlx_lm"], v["executable"]) for h, v in versions.items()} == {
-        h: ("0.32.4", "0.32.2", f"{VENV}/bin/python") for h in cluster.hosts}
+        h: ("0.32.4", "0.32.2", f"{VENV}/bin/python") for h in cluster.hosts
+    }
     again = run_site(cluster, tags=["env"], python_env=None, extravars=lab)
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
@@ -119,22 +124,32 @@ def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(
 def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_on(sim_cluster):
     cluster = sim_cluster("pair")
     with mac_as(cluster, "m2", command_line_tools=False):
-        run = run_site(cluster, tags=["rdma_check"], python_env=None,
-                       extravars={"mlx_cluster_install_command_line_tools": True})
+        run = run_site(
+            cluster, tags=["rdma_check"], python_env=None, extravars={"mlx_cluster_install_command_line_tools": True}
+        )
         assert run.rc == 0, run.failures()
-        [installed] = [r for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
-                       if r["host"] == "m2"]
+        [installed] = [
+            r
+            for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
+            if r["host"] == "m2"
+        ]
         assert "installing: Command Line Tools for Xcode" in installed["res"]["stdout"], installed["res"]
-        assert [r["host"] for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
-                if not r["res"].get("skipped")] == ["m2"]
+        assert [
+            r["host"]
+            for r in run.results("Install the Command Line Tools with softwareupdate (bounded in time)")
+            if not r["res"].get("skipped")
+        ] == ["m2"]
         assert cluster.exec("m2", ["xcode-select", "-p"]).stdout.strip() == "/Library/Developer/CommandLineTools"
         # for good: a second run finds them and installs nothing
-        again = run_site(cluster, tags=["rdma_check"], python_env=None,
-                         extravars={"mlx_cluster_install_command_line_tools": True})
+        again = run_site(
+            cluster, tags=["rdma_check"], python_env=None, extravars={"mlx_cluster_install_command_line_tools": True}
+        )
         assert again.rc == 0, again.failures()
         assert again.results("Install the Command Line Tools with softwareupdate (bounded in time)") == []
-        probes = {r["host"]: r["res"]["stdout"] for r in
-                  again.results("Run the Mac's Ansible interpreter without Ansible (raw, no Python needed)")}
+        probes = {
+            r["host"]: r["res"]["stdout"]
+            for r in again.results("Run the Mac's Ansible interpreter without Ansible (raw, no Python needed)")
+        }
         assert set(probes) == {"m1", "m2"} and all("mlx-cluster-python" in o for o in probes.values()), probes
 
 
@@ -153,11 +168,14 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
     for host in cluster.hosts:
         cluster.exec(host, ["rm", "-rf", VENV, "/srv/admin/mlx-cluster/wheels"], check=True)
     mlx = defaults("python_env")["python_env_mlx_version"]
-    offline = {"python_env_wheelhouse": True,
-               # the simulated Macs run Linux: their platform's tags, mlx's CPU back end, and a
-               # lock for those wheels (the download is checked against it)
-               "python_env_wheel_platforms": sorted({t.platform for t in sys_tags()}),
-               "python_env_extra_packages": [f"mlx-cpu=={mlx}"], "python_env_lock_file": lab_lock(cluster)}
+    offline = {
+        "python_env_wheelhouse": True,
+        # the simulated Macs run Linux: their platform's tags, mlx's CPU back end, and a
+        # lock for those wheels (the download is checked against it)
+        "python_env_wheel_platforms": sorted({t.platform for t in sys_tags()}),
+        "python_env_extra_packages": [f"mlx-cpu=={mlx}"],
+        "python_env_lock_file": lab_lock(cluster),
+    }
     dry = run_site(cluster, tags=["env"], check=True, python_env=None, extravars=offline)
     assert dry.rc == 0, dry.failures()
     said = [r["res"]["msg"] for r in dry.results(WOULD)]
@@ -174,7 +192,8 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
     assert download["res"]["changed"] in (True, False)  # False: an earlier run's download, kept
     versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
     assert {h: (v["mlx"], v["executable"]) for h, v in versions.items()} == {
-        h: (mlx, f"{VENV}/bin/python") for h in cluster.hosts}
+        h: (mlx, f"{VENV}/bin/python") for h in cluster.hosts
+    }
     for host in cluster.hosts:  # the wheels are on the Mac: what pip read
         listing = cluster.exec(host, ["sh", "-c", "ls /srv/admin/mlx-cluster/wheels/*/"], check=True).stdout
         assert f"mlx-{mlx}-" in listing and "mlx_lm-" in listing, listing

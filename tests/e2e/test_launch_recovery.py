@@ -35,7 +35,9 @@ def counting_python(cluster):
     for h in cluster.hosts:
         home = f"/srv/{cluster.spec.host(h).home}"
         wrapper = cluster.home(h) / "countpy"
-        wrapper.write_text(f'#!/bin/sh\necho "$*" >> {home}/launches.log\nexec {home}/mlx-cluster/venv/bin/python "$@"\n')
+        wrapper.write_text(
+            f'#!/bin/sh\necho "$*" >> {home}/launches.log\nexec {home}/mlx-cluster/venv/bin/python "$@"\n'
+        )
         wrapper.chmod(0o755)
         (cluster.home(h) / "launches.log").unlink(missing_ok=True)
     (home,) = {f"/srv/{cluster.spec.host(h).home}" for h in cluster.hosts}
@@ -52,8 +54,11 @@ def rank_starts(cluster, host):
 
 
 def _launch_events(run):
-    return [e["event_data"] for e in run.events
-            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == LAUNCH]
+    return [
+        e["event_data"]
+        for e in run.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == LAUNCH
+    ]
 
 
 def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ring(sim_cluster, tiny):
@@ -74,8 +79,14 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     msg = res["msg"]
     assert "RDMA could not be brought up (backend jaccl)" in msg, msg
     assert "m1:en2 <-> m2:en2" in msg or "m2:en2 <-> m1:en2" in msg, msg
-    for words in ("replug", "reboot", "rdma_ctl status", "Not retried", "mlx_cluster_fallback_backend: ring",
-                  "Cannot initialize jaccl distributed backend"):
+    for words in (
+        "replug",
+        "reboot",
+        "rdma_ctl status",
+        "Not retried",
+        "mlx_cluster_fallback_backend: ring",
+        "Cannot initialize jaccl distributed backend",
+    ):
         assert words in msg, words
     # no retry: no Mac's rank was started twice, each rank whose failure is named exactly once (a
     # rank whose ssh was still connecting when the first one failed may never start), and the
@@ -99,7 +110,9 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     ring = plan["fallback"]["hostfile"]
     assert plan["fallback"]["from"] == "jaccl" and ring["backend"] == "ring"
     cable = plan["ip_plan"]["cables"][plan["links"]["cables"][0]["id"]]
-    assert sorted(ip for h in ring["hosts"] for ip in h["ips"]) == sorted([cable["a"]["address"], cable["b"]["address"]])
+    assert sorted(ip for h in ring["hosts"] for ip in h["ips"]) == sorted(
+        [cable["a"]["address"], cable["b"]["address"]]
+    )
     assert json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile-ring.json").read_text()) == ring
     launches = _launch_events(run)
     assert [e["res"]["fallback"]["to"] for e in launches] == ["ring", "ring"]
@@ -113,16 +126,24 @@ def test_rdma_that_cannot_come_up_fails_naming_the_cable_or_falls_back_to_the_ri
     assert "fell back from" in (bench / "results.md").read_text()
     report = (cluster.inventory_path.parent / "artifacts" / "report.html").read_text()
     assert "fell back from jaccl to the ring backend" in report
-    print(f"with the fallback: site run {time.monotonic() - tic:.0f}s, launches "
-          f"{[round(e['res']['elapsed'], 1) for e in launches]}s")
+    print(
+        f"with the fallback: site run {time.monotonic() - tic:.0f}s, launches "
+        f"{[round(e['res']['elapsed'], 1) for e in launches]}s"
+    )
 
 
 def test_the_collective_check_falls_back_too_and_measures_the_cable_on_the_ring(sim_cluster, tiny):
     """After the sweep fell back, the cable alone is measured on its ring twin: RDMA is launched
     once in the whole stage."""
     cluster = sim_cluster("pair")
-    extravars = dict(settings(cluster, tiny, mlx_cluster_backend="auto"), mlx_cluster_fallback_backend="ring",
-                     net_check_max_bytes=1 << 16, net_check_cable_bytes=1 << 20, net_check_iters=2, net_check_timeout=120)
+    extravars = dict(
+        settings(cluster, tiny, mlx_cluster_backend="auto"),
+        mlx_cluster_fallback_backend="ring",
+        net_check_max_bytes=1 << 16,
+        net_check_cable_bytes=1 << 20,
+        net_check_iters=2,
+        net_check_timeout=120,
+    )
     run = run_site(cluster, tags=["network", "hostfile", "net_check"], extravars=extravars)
     assert run.rc == 0, run.failures()
     results = json.loads((cluster.inventory_path.parent / "artifacts" / "net_check" / "results.json").read_text())
@@ -131,7 +152,10 @@ def test_the_collective_check_falls_back_too_and_measures_the_cable_on_the_ring(
     assert all(r["ok"] for r in sweep["results"]) and "RDMA could not be brought up" in sweep["fallback_reason"]
     (cable,) = results["cables"]
     assert cable["gbps"] and cable["gbps"] > 0
-    per_cable = [e["event_data"] for e in run.events if e.get("event") == "runner_on_ok"
-                 and e["event_data"].get("task") == "Measure each cable alone"]
+    per_cable = [
+        e["event_data"]
+        for e in run.events
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Measure each cable alone"
+    ]
     cmds = [r["cmd"] for e in per_cable for r in e["res"].get("results", [e["res"]]) if r.get("cmd")]
     assert cmds and all(c[c.index("--hostfile") + 1].endswith("-ring.json") for c in cmds), cmds

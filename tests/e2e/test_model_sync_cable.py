@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from bench.model_sync import tc
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import HASHES, PART_SUFFIX
 from ansible_collections.mlx.cluster.plugins.plugin_utils import sync_plan
+from bench.model_sync import tc
 from tests.e2e.benchutil import REMOTE_MODEL, controller_model, fresh_models, settings
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
@@ -59,10 +59,18 @@ def test_tree_over_the_cables_without_ssh(sim_cluster, tiny):
     before = {h: listening(cluster, h) for h in cluster.hosts}
     # m3 still trusts a cluster key from an earlier tree over rsync: no copy needs it any more
     authorized = cluster.home("m3") / ".ssh" / "authorized_keys"
-    authorized.write_text(authorized.read_text() + f"{MARK.format(mark='BEGIN')}\n{OLD_KEY}\n{MARK.format(mark='END')}\n")
+    authorized.write_text(
+        authorized.read_text() + f"{MARK.format(mark='BEGIN')}\n{OLD_KEY}\n{MARK.format(mark='END')}\n"
+    )
     # the default path: sizes compared after the copy (each file's sha256 checked as it arrived)
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_verify_sha256=False)
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_verify_sha256=False,
+    )
     files = file_names(tiny)
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
@@ -136,8 +144,9 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables_without_
     theirs over the cables without ssh, every sender a relay of its own copy."""
     cluster = sim_cluster("ring4")
     model = controller_model(cluster, tiny)
-    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
-                         model_sync_verify_sha256=False)
+    extravars = settings(
+        cluster, model, model_sync_source="tree", model_sync_tree_from="controller", model_sync_verify_sha256=False
+    )
     run = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     assert run.rc == 0, run.failures()
     plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
@@ -165,8 +174,16 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     cluster = sim_cluster("pair")
     seeded = fresh_models(cluster, tiny)
     (seeded / PAD).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_verify_sha256=False, model_sync_stall_timeout=5, model_sync_streams=1)
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_verify_sha256=False,
+        model_sync_stall_timeout=5,
+        model_sync_streams=1,
+    )
     before = listening(cluster, "m2")
     net = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)
     assert net.rc == 0, net.failures()
@@ -178,7 +195,11 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     runner = threading.Thread(target=lambda: out.update(run=run_site(cluster, tags=["models"], extravars=extravars)))
     runner.start()
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and runner.is_alive() and not (part.exists() and part.stat().st_size > PAD_BYTES // 4):
+    while (
+        time.monotonic() < deadline
+        and runner.is_alive()
+        and not (part.exists() and part.stat().st_size > PAD_BYTES // 4)
+    ):
         time.sleep(0.2)
     assert part.exists(), ("the pad never started to arrive", out.get("run") and out["run"].failures())
     cluster.unplug(cable.id)
@@ -209,8 +230,14 @@ def test_a_full_disk_is_named_before_anything_is_sent(sim_cluster, tiny):
     under a final name there."""
     cluster = sim_cluster("pair")
     fresh_models(cluster, tiny)  # the seed on rank 0 only
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_verify_sha256=False)
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_verify_sha256=False,
+    )
     net = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)
     assert net.rc == 0, net.failures()
     models = REMOTE_MODEL.rsplit("/", 1)[0]  # the Macs' models directory, as the Macs see it
@@ -232,8 +259,18 @@ def module_on(cluster, host, module, args, tmp_path):
     """mlx.cluster.<module> run once on `host` (a playbook of that one task, as run_site runs
     every playbook); -> its result."""
     book = tmp_path / f"{module}-{args['state']}.yml"
-    book.write_text(json.dumps([{"name": module, "hosts": host, "gather_facts": False,
-                                 "tasks": [{"name": "the module", f"mlx.cluster.{module}": args}]}]))
+    book.write_text(
+        json.dumps(
+            [
+                {
+                    "name": module,
+                    "hosts": host,
+                    "gather_facts": False,
+                    "tasks": [{"name": "the module", f"mlx.cluster.{module}": args}],
+                }
+            ]
+        )
+    )
     run = run_site(cluster, playbook=str(book), python_env=None)
     (res,) = [r["res"] for r in run.results("the module")]
     return res
@@ -252,6 +289,7 @@ def test_a_stranger_without_the_token_is_refused_and_named_and_the_lan_reaches_n
     without the token is refused and named when the receiver is collected; the same port on
     m2's management address has nothing listening (the receiver is bound to its cable only)."""
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import MAGIC
+
     cluster = sim_cluster("pair")
     fresh_models(cluster, tiny)
     net = run_site(cluster, tags=["network", "hostfile"], extravars=settings(cluster, tiny))
@@ -260,19 +298,39 @@ def test_a_stranger_without_the_token_is_refused_and_named_and_the_lan_reaches_n
     (cable,) = plan["ip_plan"]["hosts"]["m2"]
     files = {"config.json": {"size": 10, "sha256": "0" * 64, "mtime": 1764130000}}
     run_id = "mlx-copy-strangertest0123456"
-    started = module_on(cluster, "m2", "model_receive", {
-        "state": "started", "path": REMOTE_MODEL, "files": files, "addresses": [cable["address"]],
-        "token": "the-real-token-0123456789abcdef", "run_id": run_id, "idle_timeout": 8, "label": "m2"}, tmp_path)
+    started = module_on(
+        cluster,
+        "m2",
+        "model_receive",
+        {
+            "state": "started",
+            "path": REMOTE_MODEL,
+            "files": files,
+            "addresses": [cable["address"]],
+            "token": "the-real-token-0123456789abcdef",
+            "run_id": run_id,
+            "idle_timeout": 8,
+            "label": "m2",
+        },
+        tmp_path,
+    )
     assert started.get("port"), started
     try:
         said = cluster.exec("m1", [sys.executable, "-c", STRANGER, cable["address"], str(started["port"]), MAGIC])
         assert "not this copy's token" in said.stdout, (said.stdout, said.stderr)
-        lan = cluster.exec("m1", [sys.executable, "-c", STRANGER, cluster.mgmt_address("m2"), str(started["port"]), MAGIC])
+        lan = cluster.exec(
+            "m1", [sys.executable, "-c", STRANGER, cluster.mgmt_address("m2"), str(started["port"]), MAGIC]
+        )
         assert lan.returncode != 0 and "Connection refused" in lan.stderr, (lan.stdout, lan.stderr)
     finally:
         # no sender came: the receiver ends by itself (idle), saying who it refused
-        done = module_on(cluster, "m2", "model_receive", {"state": "finished", "path": REMOTE_MODEL, "run_id": run_id,
-                                                           "wait": 30, "label": "m2"}, tmp_path)
+        done = module_on(
+            cluster,
+            "m2",
+            "model_receive",
+            {"state": "finished", "path": REMOTE_MODEL, "run_id": run_id, "wait": 30, "label": "m2"},
+            tmp_path,
+        )
     assert done["strangers"] == [cable["peer_address"]], done
     assert done["missing"] == ["config.json"] and [p["kind"] for p in done["problems"]] == ["idle"], done
     assert started["port"] not in listening(cluster, "m2")

@@ -15,8 +15,10 @@ from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-COPY_TASK = {"controller": "Copy the model from the controller to every Mac",
-             "rank0": "Copy the model from rank 0 to the other Macs, over Thunderbolt"}
+COPY_TASK = {
+    "controller": "Copy the model from the controller to every Mac",
+    "rank0": "Copy the model from rank 0 to the other Macs, over Thunderbolt",
+}
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 TREE_TASK = "Copy the model along the cables, every copy at once"
 PADS = [f"pad-{i}.dat" for i in range(5)]  # not weight files: no header read
-PAD_BYTES = 1000 * 1000                     # about a second each at the shaped rate
-SHAPED_MBIT = 8                             # rank 0's Thunderbolt ports, their egress
+PAD_BYTES = 1000 * 1000  # about a second each at the shaped rate
+SHAPED_MBIT = 8  # rank 0's Thunderbolt ports, their egress
 
 
 @pytest.fixture(scope="module")
@@ -40,23 +40,34 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     seeded = fresh_models(cluster, tiny)
     for name in PADS:
         (seeded / name).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_transport="rsync")
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_transport="rsync",
+    )
     ports = tb_ports(cluster, "m1")
     for dev in ports:
         tc(cluster.ns("m1"), dev, SHAPED_MBIT)
+
     def tb_logins(host):
         """SSH connections into `host` from a Thunderbolt address (the copies between Macs)."""
-        return sum(1 for line in cluster.sshd_log(host).splitlines()
-                   if "Accepted publickey" in line and " from 10.208." in line)
+        return sum(
+            1
+            for line in cluster.sshd_log(host).splitlines()
+            if "Accepted publickey" in line and " from 10.208." in line
+        )
 
     logins_before = tb_logins("m3")
     try:
         first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     finally:
         for dev in ports:
-            subprocess.run(["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", dev, "root"], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", dev, "root"], check=False, capture_output=True
+            )
     assert first.rc == 0, first.failures()
     copies = {e["host"]: e["res"] for e in first.results(TREE_TASK) if not e["res"].get("skipped")}
     assert sorted(copies) == ["m2", "m3", "m4"]
@@ -96,8 +107,15 @@ def test_a_mac_behind_a_dock_leg_gets_its_model_two_ways(sim_cluster, tiny):
     seeded = fresh_models(cluster, tiny)
     for name in PADS:
         (seeded / name).write_bytes(os.urandom(PAD_BYTES))
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_delete=True, model_sync_transport="rsync")
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_delete=True,
+        model_sync_transport="rsync",
+    )
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     assert first.rc == 0, first.failures()
     copies = {e["host"]: e["res"] for e in first.results(TREE_TASK) if not e["res"].get("skipped")}
@@ -130,9 +148,10 @@ def test_a_mac_behind_a_dock_leg_gets_its_model_two_ways(sim_cluster, tiny):
         m1_vars.unlink()
     assert cut.rc != 0
     failed = [(h, t, m) for h, t, m in cut.failures() if h == "m3"]
-    assert [t for _, t, _ in failed] == ["Stop on the Mac whose share straight from rank 0 did not arrive"], cut.failures()
+    assert [t for _, t, _ in failed] == ["Stop on the Mac whose share straight from rank 0 did not arrive"], (
+        cut.failures()
+    )
     assert "m3 gets part of the model" in failed[0][2] and "straight from m1" in failed[0][2], failed
     assert cut.stats["failures"].get("m1") is None, cut.stats
     fixed = run_site(cluster, tags=["models"], extravars=extravars)
     assert fixed.rc == 0 and fixed.changed() > 0, fixed.failures()
-

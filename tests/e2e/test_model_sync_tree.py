@@ -7,7 +7,6 @@ that file for every Mac and copies nothing."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -36,8 +35,14 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     cluster = sim_cluster("ring4")
     seeded = fresh_models(cluster, tiny)
     cluster.clear_argv_logs()
-    extravars = settings(cluster, tiny, model_sync_source="tree", model_sync_tree_from="rank0", model_sync_source_path="",
-                         model_sync_transport="rsync")
+    extravars = settings(
+        cluster,
+        tiny,
+        model_sync_source="tree",
+        model_sync_tree_from="rank0",
+        model_sync_source_path="",
+        model_sync_transport="rsync",
+    )
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
@@ -55,8 +60,9 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
         cable_ends = {e["peer_address"] for e in plan["ip_plan"]["hosts"][sender] if e["peer_host"] == host}
         assert address in cable_ends, (host, address, cable_ends)
         assert res["cmd"][-1] == f"{address}:{REMOTE_MODEL}/", res["cmd"]
-        assert any(a[0] == "rsync" and "--server" not in a and a[-1] == res["cmd"][-1]
-                   for a in cluster.argv_log(sender)), (sender, host)
+        assert any(
+            a[0] == "rsync" and "--server" not in a and a[-1] == res["cmd"][-1] for a in cluster.argv_log(sender)
+        ), (sender, host)
         # ...and this Mac's sshd saw it arrive from the sender's address on that cable
         assert f"from {planned['src_address']} " in cluster.sshd_log(host), host
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
@@ -100,8 +106,9 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_clus
     every Mac (the controller's dry run) and copies nothing."""
     cluster = sim_cluster("ring4")
     model = controller_model(cluster, tiny)
-    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller",
-                         model_sync_transport="rsync")
+    extravars = settings(
+        cluster, model, model_sync_source="tree", model_sync_tree_from="controller", model_sync_transport="rsync"
+    )
     files = sorted(p.relative_to(tiny).as_posix() for p in tiny.rglob("*") if p.is_file())
 
     first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
@@ -119,7 +126,7 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables(sim_clus
         assert planned["via"] == "thunderbolt" and planned["src"] != host
         assert got[host]["cmd"][-1] == f"{planned['address']}:{REMOTE_MODEL}/", (host, got[host]["cmd"])
         assert f"from {planned['src_address']} " in cluster.sshd_log(host), host
-        assert got[host]["passes"], host            # passed on while its sender still received
+        assert got[host]["passes"], host  # passed on while its sender still received
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
         assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == files
     # the controller sent one copy, not one per Mac

@@ -27,9 +27,26 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_run(tiny):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    res = subprocess.run([sys.executable, str(BENCH), "--model", str(tiny), "--prompt", PROMPT,
-                          "--max-tokens", str(TOKENS), "--expect-world", "1", "--num-trials", "1"],
-                         capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--model",
+            str(tiny),
+            "--prompt",
+            PROMPT,
+            "--max-tokens",
+            str(TOKENS),
+            "--expect-world",
+            "1",
+            "--num-trials",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -122,8 +139,11 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
     # (A rank killed in the middle of a run: tests/e2e/test_faults_runtime.py.)
     cluster = sim_cluster("pair")
     # its own venv, model and bench script in place (cables need addressing after a reset())
-    ok = run_site(cluster, tags=["network", "hostfile", "env", "models", "benchmark"],
-                  extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
+    ok = run_site(
+        cluster,
+        tags=["network", "hostfile", "env", "models", "benchmark"],
+        extravars=settings(cluster, tiny, benchmark_modes=["tensor"]),
+    )
     assert ok.rc == 0, ok.failures()
     # m2 has no bench script: rank 1 cannot start it and exits at once, so rank 0 never gets
     # its peer: the launcher stops the group (the bench's bounded init and the launcher
@@ -142,9 +162,12 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
 
 def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny):
     cluster = sim_cluster("pair")
-    seeded = fresh_models(cluster, tiny)
-    run = run_site(cluster, tags=["network", "hostfile", "models"],
-                   extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
+    fresh_models(cluster, tiny)
+    run = run_site(
+        cluster,
+        tags=["network", "hostfile", "models"],
+        extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""),
+    )
     assert run.rc == 0, run.failures()
     got = cluster.home("m2") / "mlx-cluster" / "models" / "tiny"
     assert model_files(got) == model_files(tiny)
@@ -161,22 +184,46 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
     assert controller_key in authorized and " ".join(cluster_key) in authorized
     assert "# BEGIN mlx-cluster" in authorized and "# END mlx-cluster" in authorized
     m2_host_key = (cluster.host_dir("m2") / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-    known = [ln.split() for ln in (m1_ssh / "mlx_cluster_known_hosts").read_text().splitlines()
-             if ln and not ln.startswith("#")]
+    known = [
+        ln.split()
+        for ln in (m1_ssh / "mlx_cluster_known_hosts").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
     assert [k[1:3] for k in known] == [m2_host_key]
-    assert {"m2", cluster.mgmt_address("m2"), plan["ip_plan"]["hosts"]["m1"][0]["peer_address"]} \
-        <= set(known[0][0].split(","))
+    assert {"m2", cluster.mgmt_address("m2"), plan["ip_plan"]["hosts"]["m1"][0]["peer_address"]} <= set(
+        known[0][0].split(",")
+    )
     # the cluster key only copies: from m1's own addresses, rsync's receiving end into the model
     (line,) = [ln for ln in authorized.splitlines() if " ".join(cluster_key) in ln]
     assert line.startswith('restrict,from="') and "mlx_cluster_receive_only /srv/admin/mlx-cluster/models/tiny" in line
     home = cluster.session_home("m1")
-    shell = cluster.exec("m1", ["ssh", "-F", "/dev/null", "-i", f"{home}/.ssh/mlx_cluster_ed25519", "-o", "IdentitiesOnly=yes",
-                                "-o", f"UserKnownHostsFile={home}/.ssh/mlx_cluster_known_hosts", "-o", "BatchMode=yes",
-                                "-l", cluster.user, plan["ip_plan"]["hosts"]["m1"][0]["peer_address"], "id"])
+    shell = cluster.exec(
+        "m1",
+        [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            f"{home}/.ssh/mlx_cluster_ed25519",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={home}/.ssh/mlx_cluster_known_hosts",
+            "-o",
+            "BatchMode=yes",
+            "-l",
+            cluster.user,
+            plan["ip_plan"]["hosts"]["m1"][0]["peer_address"],
+            "id",
+        ],
+    )
     assert shell.returncode == 126 and "only lets rsync receive into" in shell.stderr, (shell.returncode, shell.stderr)
     # a second run changes nothing; the trust can be removed, the user's own key stays
-    again = run_site(cluster, tags=["models"],
-                     extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""))
+    again = run_site(
+        cluster,
+        tags=["models"],
+        extravars=settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path=""),
+    )
     assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
     gone = run_site(cluster, tags=["ssh_trust_remove"])
     assert gone.rc == 0, gone.failures()
@@ -189,8 +236,9 @@ def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(s
     """iogpu.wired_limit_mb set low on m2: the model's share (~5 MB per rank, either mode) is
     more than m2's GPU may wire. The run stops before anything is copied, naming m2, the numbers
     and the fix; with the limit back to macOS's default the same run copies."""
-    wide = make_tiny_model(tmp_path / "wide", dtype="float32", hidden_size=512, heads=4, kv_heads=2,
-                           intermediate_size=512)
+    wide = make_tiny_model(
+        tmp_path / "wide", dtype="float32", hidden_size=512, heads=4, kv_heads=2, intermediate_size=512
+    )
     cluster = sim_cluster("pair")
     cluster.reset()
     cluster.set_host("m2", wired_limit_mb=4)

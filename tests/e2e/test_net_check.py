@@ -12,8 +12,13 @@ from tests.e2e.runner import run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-SETTINGS = {"mlx_cluster_backend": "ring", "net_check_max_bytes": 1 << 20, "net_check_cable_bytes": 4 << 20,
-            "net_check_iters": 3, "net_check_timeout": 180}
+SETTINGS = {
+    "mlx_cluster_backend": "ring",
+    "net_check_max_bytes": 1 << 20,
+    "net_check_cable_bytes": 4 << 20,
+    "net_check_iters": 3,
+    "net_check_timeout": 180,
+}
 
 
 def test_sweep_is_correct_and_the_slow_cable_is_named(sim_cluster):
@@ -24,8 +29,24 @@ def test_sweep_is_correct_and_the_slow_cable_is_named(sim_cluster):
     plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
     slow = next(c for c in plan["ip_plan"]["cables"].values() if {c["a"]["host"], c["b"]["host"]} == {"m1", "m3"})
     for end in (slow["a"], slow["b"]):  # shape both directions of that one cable
-        res = cluster.exec(end["host"], ["tc", "qdisc", "replace", "dev", end["iface"], "root", "tbf",
-                                         "rate", "40mbit", "burst", "32kbit", "latency", "400ms"])
+        res = cluster.exec(
+            end["host"],
+            [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                end["iface"],
+                "root",
+                "tbf",
+                "rate",
+                "40mbit",
+                "burst",
+                "32kbit",
+                "latency",
+                "400ms",
+            ],
+        )
         assert res.returncode == 0, res.stderr
     try:
         run = run_site(cluster, tags=["net_check"], extravars=SETTINGS)

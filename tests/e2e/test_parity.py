@@ -27,9 +27,22 @@ pytestmark = [pytest.mark.sim, pytest.mark.slow]
 def mlx_config(cluster, tmp_path):
     out = tmp_path / "mlx_hostfile.json"
     res = subprocess.run(
-        [str(Path(sys.executable).parent / "mlx.distributed_config"), "--over", "thunderbolt",
-         "--hosts", ",".join(cluster.hosts), "--auto-setup", "--output-hostfile", str(out)],
-        env=cluster.harness_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        [
+            str(Path(sys.executable).parent / "mlx.distributed_config"),
+            "--over",
+            "thunderbolt",
+            "--hosts",
+            ",".join(cluster.hosts),
+            "--auto-setup",
+            "--output-hostfile",
+            str(out),
+        ],
+        env=cluster.harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -72,8 +85,10 @@ def test_mesh4_jaccl_hostfile_equals_mlx(sim_cluster, tmp_path):
     assert [h["ips"] for h in mine["hosts"]] == [h["ips"] for h in mlx["hosts"]]
     assert [h["rdma"] for h in mine["hosts"]] == [h["rdma"] for h in mlx["hosts"]]
     # Same cables: MLX's /30s sit on exactly the interfaces we addressed, pairing the same ends.
-    planned = {frozenset((f"{c['a']['host']}:{c['a']['iface']}", f"{c['b']['host']}:{c['b']['iface']}"))
-               for c in plan["ip_plan"]["cables"].values()}
+    planned = {
+        frozenset((f"{c['a']['host']}:{c['a']['iface']}", f"{c['b']['host']}:{c['b']['iface']}"))
+        for c in plan["ip_plan"]["cables"].values()
+    }
     assert len(planned) == 6 and mlx_cables == planned, (mlx_cables, planned)
 
 

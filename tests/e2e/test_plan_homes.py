@@ -26,7 +26,11 @@ def test_homes_differ_one_directory_converges_then_nothing_changes(sim_cluster):
 
     refused = run_site(cluster, tags=["hostfile"])
     assert refused.rc != 0
-    (failure,) = [f for f in refused.failures() if f[1] == "Plan links, topology, addresses and hostfile (once, on the controller)"]
+    (failure,) = [
+        f
+        for f in refused.failures()
+        if f[1] == "Plan links, topology, addresses and hostfile (once, on the controller)"
+    ]
     assert "m1 /srv/admin/mlx-cluster" in failure[2] and "m2 /srv/alice/mlx-cluster" in failure[2], failure
     assert "mlx_cluster_remote_dir" in failure[2], failure
 

@@ -20,9 +20,9 @@ TAGS = ["network", "hostfile", "port_check"]
 FAIL = "Fail naming each pair of Macs that cannot reach a port MLX uses"
 REPORT = "Report the ports and the application firewalls"
 SWEEP = "Sweep all_sum sizes across the whole cluster (and check every sum)"  # net_check's first launch
-RING = {"mlx_cluster_backend": "ring"}   # what the simulated Macs launch (no JACCL on Linux)
-MODEL = "/srv/admin/models/tiny"   # the same path inside every simulated Mac
-BENCH = "Run the benchmark in each mode"                                  # the benchmark's launch
+RING = {"mlx_cluster_backend": "ring"}  # what the simulated Macs launch (no JACCL on Linux)
+MODEL = "/srv/admin/models/tiny"  # the same path inside every simulated Mac
+BENCH = "Run the benchmark in each mode"  # the benchmark's launch
 SERVE = "Restart every rank when the server is not running with these settings"  # the server's
 
 
@@ -49,28 +49,40 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
         # jaccl (the pair's plan, TB5 with RDMA): rank 0's coordinator port, on its LAN address
         jaccl = run_site(cluster, tags=TAGS, python_env="existing")
         # a launch that runs the port check first (the collective check): stopped before it launches
-        swept = run_site(cluster, tags=["net_check"], extravars=dict(RING, net_check_max_bytes=1 << 20),
-                         python_env="existing")
+        swept = run_site(
+            cluster, tags=["net_check"], extravars=dict(RING, net_check_max_bytes=1 << 20), python_env="existing"
+        )
         # and so do the benchmark and the server, each with its own port check
-        bench = run_site(cluster, tags=["benchmark"], extravars=dict(RING, benchmark_model=MODEL),
-                         python_env="existing")
-        served = run_site(cluster, tags=["server"], python_env="existing",
-                          extravars=dict(RING, mlx_server_model=MODEL, mlx_server_supervisor="process"))
+        bench = run_site(
+            cluster, tags=["benchmark"], extravars=dict(RING, benchmark_model=MODEL), python_env="existing"
+        )
+        served = run_site(
+            cluster,
+            tags=["server"],
+            python_env="existing",
+            extravars=dict(RING, mlx_server_model=MODEL, mlx_server_supervisor="process"),
+        )
     finally:
         cluster.unblock_ports("m1")
     assert ring.rc != 0 and jaccl.rc != 0
     (fail,) = ring.results(FAIL)
     msg = fail["res"]["msg"]
-    (line,) = [ln for ln in msg.splitlines() if "cannot reach" in ln]    # m1 reaches m2: one pair
-    assert re.search(r"^- m2 cannot reach m1 10\.208\.\d+\.\d+:3232[34] \(rank \d's ring listener\): no answer "
-                     r"within 5 s", line), msg
+    (line,) = [ln for ln in msg.splitlines() if "cannot reach" in ln]  # m1 reaches m2: one pair
+    assert re.search(
+        r"^- m2 cannot reach m1 10\.208\.\d+\.\d+:3232[34] \(rank \d's ring listener\): no answer "
+        r"within 5 s",
+        line,
+    ), msg
     assert "application firewall on m1 is on, in stealth mode" in line and f"blocks {app}" in line, line
     assert f"fix: on m1: `sudo /usr/libexec/ApplicationFirewall/socketfilterfw --add {app} --unblockapp {app}`" in line
     assert "application firewall: m1 on (stealth, signed downloads allowed, interpreter blocked), m2 off" in msg, msg
     (fail,) = jaccl.results(FAIL)
     (line,) = [ln for ln in fail["res"]["msg"].splitlines() if "cannot reach" in ln]
-    assert re.search(rf"^- m2 cannot reach m1 {re.escape(cluster.mgmt_address('m1'))}:{STARTING_PORT} "
-                     r"\(the JACCL coordinator, rank 0\): no answer", line), line
+    assert re.search(
+        rf"^- m2 cannot reach m1 {re.escape(cluster.mgmt_address('m1'))}:{STARTING_PORT} "
+        r"\(the JACCL coordinator, rank 0\): no answer",
+        line,
+    ), line
     # the collective check stopped at its port check: the sweep never ran on any Mac
     assert swept.rc != 0 and swept.results(FAIL), swept.failures()
     assert [r for r in swept.results(SWEEP) if not r["res"].get("skipped")] == []
@@ -90,8 +102,9 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     ok = run_site(cluster, tags=TAGS, extravars=RING, python_env="existing")
     assert ok.rc == 0, ok.failures()
     (report,) = ok.results(REPORT)
-    assert report["res"]["msg"] == ("port check: 2 port(s) reachable from every Mac that connects to them; "
-                                    "application firewall: m1 off, m2 off")
+    assert report["res"]["msg"] == (
+        "port check: 2 port(s) reachable from every Mac that connects to them; application firewall: m1 off, m2 off"
+    )
     assert ok.results(FAIL) == []
     assert listeners(cluster, "m1") == [] and listeners(cluster, "m2") == []
 
@@ -99,9 +112,14 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
     refused = cluster.exec("m2", ["socketfilterfw", "--setglobalstate", "on"])
     assert (refused.returncode, refused.stdout) == (255, "Must be root to change settings.\n")
     cluster.exec("m2", ["socketfilterfw", "--setglobalstate", "on"], sudo=True, check=True)
-    got = cluster.exec("m2", ["socketfilterfw", "--getglobalstate", "--getstealthmode", "--getappblocked", app], check=True)
-    assert got.stdout == ("Firewall is enabled. (State = 1)\nFirewall stealth mode is off\n"
-                          "The application is not part of the firewall\n")
+    got = cluster.exec(
+        "m2", ["socketfilterfw", "--getglobalstate", "--getstealthmode", "--getappblocked", app], check=True
+    )
+    assert got.stdout == (
+        "Firewall is enabled. (State = 1)\nFirewall stealth mode is off\nThe application is not part of the firewall\n"
+    )
     cluster.reset()
-    assert cluster.exec("m2", ["socketfilterfw", "--getglobalstate"], check=True).stdout == \
-        "Firewall is disabled. (State = 0)\n"
+    assert (
+        cluster.exec("m2", ["socketfilterfw", "--getglobalstate"], check=True).stdout
+        == "Firewall is disabled. (State = 0)\n"
+    )

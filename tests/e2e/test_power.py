@@ -27,7 +27,6 @@ def mutations(cluster):
     return {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in cluster.hosts}
 
 
-
 def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluster):
     cluster = sim_cluster("pair")
     cluster.reset()
@@ -35,8 +34,12 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     # hand already, and installing macOS updates by itself
     assert ac(cluster, "m1") == {"sleep": 1, "disksleep": 10, "autorestart": 0}
     cluster.exec("m2", ["pmset", "-c", "sleep", "0", "disksleep", "0", "autorestart", "1"], sudo=True, check=True)
-    cluster.exec("m2", ["defaults", "write", SOFTWARE_UPDATE_DOMAIN, "AutomaticallyInstallMacOSUpdates", "-bool",
-                        "true"], sudo=True, check=True)
+    cluster.exec(
+        "m2",
+        ["defaults", "write", SOFTWARE_UPDATE_DOMAIN, "AutomaticallyInstallMacOSUpdates", "-bool", "true"],
+        sudo=True,
+        check=True,
+    )
     cluster.clear_argv_logs()
 
     # --check --diff: m1's change is shown, nothing is changed anywhere
@@ -44,8 +47,11 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     assert dry.rc == 0, dry.failures()
     (would,) = dry.results(SET)
     assert would["host"] == "m1" and would["res"]["changed"] is True
-    assert would["res"]["changes"] == {"sleep": {"before": 1, "after": 0}, "disksleep": {"before": 10, "after": 0},
-                                       "autorestart": {"before": 0, "after": 1}}
+    assert would["res"]["changes"] == {
+        "sleep": {"before": 1, "after": 0},
+        "disksleep": {"before": 10, "after": 0},
+        "autorestart": {"before": 0, "after": 1},
+    }
     diff = str(would["res"].get("diff"))
     assert " sleep                1" in diff and " sleep                0" in diff, diff
     assert mutations(cluster) == {"m1": [], "m2": []}
@@ -63,8 +69,15 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     assert {h for h, n in first.stats.get("changed", {}).items() if n} == {"m1"}, first.stats
     done = mutations(cluster)
     assert done["m2"] == [] and len(done["m1"]) == 1, done
-    assert done["m1"][0][done["m1"][0].index("pmset") + 1:] == ["-c", "sleep", "0", "disksleep", "0",
-                                                                 "autorestart", "1"], done
+    assert done["m1"][0][done["m1"][0].index("pmset") + 1 :] == [
+        "-c",
+        "sleep",
+        "0",
+        "disksleep",
+        "0",
+        "autorestart",
+        "1",
+    ], done
     assert ac(cluster, "m1") == DEFAULT_SETTINGS == ac(cluster, "m2")
 
     # kept across a restart; a re-run finds both Macs right from discovery: no module run
@@ -74,6 +87,6 @@ def test_power_settings_converge_once_and_automatic_updates_are_named(sim_cluste
     second = run_site(cluster, tags=TAGS)
     assert second.rc == 0, second.failures()
     assert second.changed() == 0, second.stats
-    assert second.results(SET) == []                 # skipped on both Macs
+    assert second.results(SET) == []  # skipped on both Macs
     assert mutations(cluster) == {"m1": [], "m2": []}
-    assert "m2 installs macOS updates by itself" in second.preflight_summary()   # reported, never changed
+    assert "m2 installs macOS updates by itself" in second.preflight_summary()  # reported, never changed

@@ -22,8 +22,8 @@ from tests.tinymodel import make_tiny_model
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 COPY_TASK = "Copy the model from rank 0 to the other Macs, over Thunderbolt"
-PAD_BYTES = 6 * 1000 * 1000   # beside the tiny model: about 4 s at the shaped rate
-SHAPED_MBIT = 12              # m1's end of the m1-m2 cable (en2), its egress
+PAD_BYTES = 6 * 1000 * 1000  # beside the tiny model: about 4 s at the shaped rate
+SHAPED_MBIT = 12  # m1's end of the m1-m2 cable (en2), its egress
 LABEL = r"\[m2 -> m1(\([\d.]+\))?\]"  # as Ansible's default callback names the host: [m2 -> m1(10.99.0.11)]
 PROGRESS = re.compile(LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
 
@@ -34,10 +34,10 @@ def progress_lines(run, task_name, label_re, line_re):
     lines = run.stdout.splitlines()
     task = next(i for i, ln in enumerate(lines) if ln.startswith("TASK [") and task_name in ln)
     result = next((i for i, ln in enumerate(lines) if i > task and re.match("changed: " + label_re, ln)), None)
-    assert result is not None, "\n".join(lines[task:task + 40])
+    assert result is not None, "\n".join(lines[task : task + 40])
     label = re.match("changed: (" + label_re + ")", lines[result]).group(1)
     shown = [ln for ln in lines[task:result] if re.match(label_re + " model: ", ln)]
-    assert shown, "\n".join(lines[task:result + 1])
+    assert shown, "\n".join(lines[task : result + 1])
     assert all(line_re.match(ln) and ln.startswith(label + " ") for ln in shown), (label, shown)
     print("\n".join([lines[task], *shown, lines[result]]))
     return label, shown
@@ -56,14 +56,16 @@ def test_a_slow_copy_prints_progress_before_its_result(sim_cluster, tiny):
     model = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
     shutil.copytree(tiny, model)
     (model / "padding.dat").write_bytes(os.urandom(PAD_BYTES))  # not a weight file: no header read
-    extravars = settings(cluster, tiny, model_sync_source="rank0", model_sync_source_path="",
-                         mlx_cluster_progress_interval=1)
+    extravars = settings(
+        cluster, tiny, model_sync_source="rank0", model_sync_source_path="", mlx_cluster_progress_interval=1
+    )
     tc(cluster.ns("m1"), "en2", SHAPED_MBIT)
     try:
         first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     finally:
-        subprocess.run(["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", "en2", "root"], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", "en2", "root"], check=False, capture_output=True
+        )
     assert first.rc == 0, first.failures()
     (res,) = [e["res"] for e in first.results(COPY_TASK) if e["host"] == "m2"]
     assert res["changed"] is True and "padding.dat" in res["transferred"], res
@@ -103,12 +105,16 @@ def test_the_default_copy_over_the_cable_prints_progress_too(sim_cluster, tiny):
         first = run_site(cluster, tags=["network", "hostfile", "models"], extravars=extravars)
     finally:
         for host, iface in shaped:
-            subprocess.run(["tc", "-n", cluster.ns(host), "qdisc", "del", "dev", iface, "root"], check=False,
-                           capture_output=True)
+            subprocess.run(
+                ["tc", "-n", cluster.ns(host), "qdisc", "del", "dev", iface, "root"], check=False, capture_output=True
+            )
     assert first.rc == 0, first.failures()
-    label, shown = progress_lines(first, SEND_TASK, ANY_LABEL,
-                                  re.compile(ANY_LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$"))
+    label, shown = progress_lines(
+        first, SEND_TASK, ANY_LABEL, re.compile(ANY_LABEL + r" model: \d+\.\d/\d+\.\d MB \(\d+%\)(, [\d.]+ [KM]?B/s)?$")
+    )
     total = sum(len(b) for b in model_files(model).values())
     assert f"/{total / 1e6:.1f} MB" in shown[-1], (shown, total)
     sender = re.match(r"\[m\d -> (m\d)", label).group(1)
-    assert not list(cluster.home(sender).glob(".ansible/tmp/ansible-tmp-*"))  # the progress file went with its directory
+    assert not list(
+        cluster.home(sender).glob(".ansible/tmp/ansible-tmp-*")
+    )  # the progress file went with its directory

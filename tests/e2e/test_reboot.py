@@ -54,11 +54,11 @@ def test_a_rebooted_mac_keeps_its_ports_out_of_the_bridge(sim_cluster):
     before = definition(cluster, REBOOTED)
     assert before and bridged(cluster, REBOOTED) == set(before)
 
-    first = run_site(cluster, tags=["network", "hostfile"])    # hostfile: writes the plan
+    first = run_site(cluster, tags=["network", "hostfile"])  # hostfile: writes the plan
     assert first.rc == 0, first.failures()
     links = plan_of(cluster)["ip_plan"]["hosts"][REBOOTED]
     ports = {link["iface"] for link in links}
-    assert len(ports) == 2                      # a ring: two cables per Mac
+    assert len(ports) == 2  # a ring: two cables per Mac
     assert not ports & set(definition(cluster, REBOOTED)), definition(cluster, REBOOTED)
     order = cluster.exec(REBOOTED, ["networksetup", "-listnetworkserviceorder"]).stdout
     assert "(*) Thunderbolt Bridge\n" in order  # its service is off too (no address on bridge0)
@@ -88,8 +88,9 @@ def test_a_rebooted_mac_keeps_its_ports_out_of_the_bridge(sim_cluster):
     assert changed == {REBOOTED}, again.stats
     done = {h: [a for a in cluster.argv_log(h) if is_mutating(a)] for h in cluster.hosts}
     assert {h for h, argvs in done.items() if argvs} == {REBOOTED}, done
-    assert sorted(a[a.index("route"):][:5] for a in done[REBOOTED]) == sorted(
-        ["route", "-n", "add", "-host", link["peer_address"]] for link in links), done[REBOOTED]
+    assert sorted(a[a.index("route") :][:5] for a in done[REBOOTED]) == sorted(
+        ["route", "-n", "add", "-host", link["peer_address"]] for link in links
+    ), done[REBOOTED]
 
     cluster.clear_argv_logs()
     last = run_site(cluster, tags=["network"])

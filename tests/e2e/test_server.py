@@ -27,7 +27,7 @@ from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
-MODEL = "/srv/admin/models/tiny"   # the same path inside every simulated Mac
+MODEL = "/srv/admin/models/tiny"  # the same path inside every simulated Mac
 RUN_DIR = "/srv/admin/mlx-cluster/server"
 PORT = 8080
 EXTRA = {
@@ -71,7 +71,9 @@ def pair(sim_cluster, tmp_path_factory):
     base = run_site(cluster, extravars=EXTRA)
     assert base.rc == 0, base.failures()
     cluster.server_playbook = playbook(tmp_path_factory)
-    cluster.rank0 = json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"][0]["ssh"]
+    cluster.rank0 = json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile.json").read_text())["hosts"][0][
+        "ssh"
+    ]
     yield cluster
     run_site(cluster, tags=["server_stop"], extravars=EXTRA, playbook=cluster.server_playbook)
     cluster.reset()
@@ -98,9 +100,18 @@ def request(cluster, path, body=None, timeout=180, key=None):
     """One HTTP request from rank 0's Mac (the client, HTTP_CLIENT, run there, sending `key` as
     its bearer token when given): the finished process, whose stdout is {"status", "body"}
     when the server answered (exit 0)."""
-    return cluster.exec(cluster.rank0, [sys.executable, "-c", HTTP_CLIENT, f"http://127.0.0.1:{PORT}{path}",
-                                        json.dumps(body) if body is not None else ""] + ([key] if key else []),
-                        timeout=timeout)
+    return cluster.exec(
+        cluster.rank0,
+        [
+            sys.executable,
+            "-c",
+            HTTP_CLIENT,
+            f"http://127.0.0.1:{PORT}{path}",
+            json.dumps(body) if body is not None else "",
+        ]
+        + ([key] if key else []),
+        timeout=timeout,
+    )
 
 
 def http(cluster, path, body=None, key=None):
@@ -154,15 +165,23 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     first = server(pair)
     assert first.rc == 0, first.failures()
     assert first.changed() > 0
-    restarted = {r["host"] for r in first.results("Restart every rank when the server is not running with these settings")
-                 if r["res"].get("changed")}
+    restarted = {
+        r["host"]
+        for r in first.results("Restart every rank when the server is not running with these settings")
+        if r["res"].get("changed")
+    }
     assert restarted == set(pair.hosts)
 
     models = http(pair, "/v1/models")
     assert models["status"] == 200
     assert [m["id"] for m in models["body"]["data"]] == ["tiny"]
 
-    ask = {"model": "tiny", "messages": [{"role": "user", "content": "Hello world!"}], "max_tokens": 8, "temperature": 0}
+    ask = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Hello world!"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     chat = http(pair, "/v1/chat/completions", ask)
     assert chat["status"] == 200, chat
     assert chat["body"]["object"] == "chat.completion"
@@ -175,7 +194,7 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
 
     pids, keepers = rank_pids(pair), rank_pids(pair, "keeper")
     assert all(pids.values()) and all(keepers.values())
-    for h, lines in server_processes(pair).items():   # the rank and its supervisor, nothing else
+    for h, lines in server_processes(pair).items():  # the rank and its supervisor, nothing else
         assert sorted(int(x.split()[0]) for x in lines) == sorted([pids[h], keepers[h]]), lines
 
     status = server(pair, "server_status")
@@ -201,15 +220,15 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     key = "k3y-" + "x" * 28
     keyed = {"mlx_server_max_tokens": 64, "mlx_server_api_key": key}
     changed = server(pair, **keyed)
-    assert changed.rc == 0, changed.failures()   # its health check sent the key
+    assert changed.rc == 0, changed.failures()  # its health check sent the key
     assert changed.changed() > 0
     new = rank_pids(pair)
     assert all(new.values()) and all(new[h] != pids[h] for h in pair.hosts)
-    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65})["status"] == 401   # no key
+    assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65})["status"] == 401  # no key
     assert http(pair, "/v1/models", key="k3y-wrong")["status"] == 401
-    assert http(pair, "/health")["body"] == {"status": "ok", "message": ""}   # says no more without the key
+    assert http(pair, "/health")["body"] == {"status": "ok", "message": ""}  # says no more without the key
     assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65}, key=key)["status"] == 400  # the new limit
-    assert key not in json.dumps([e.get("event_data", {}).get("res") for e in changed.events])   # never shown
+    assert key not in json.dumps([e.get("event_data", {}).get("res") for e in changed.events])  # never shown
     assert server(pair, **keyed).changed() == 0
     assert all("running since 20" in line for line in status_lines(server(pair, "server_status", **keyed)).values())
 
@@ -218,10 +237,10 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     assert stop.changed() > 0
     reports = {r["host"]: r["res"]["msg"] for r in stop.results("Report what was stopped and anything left behind")}
     assert all(f"stopped {new[h]} (SIGTERM)" in reports[h] for h in pair.hosts), reports
-    assert server_processes(pair) == {h: [] for h in pair.hosts}   # no stray process on any Mac
+    assert server_processes(pair) == {h: [] for h in pair.hosts}  # no stray process on any Mac
     again = server(pair, "server_stop")
     assert again.rc == 0 and again.changed() == 0
-    for h, line in status_lines(server(pair, "server_status")).items():
+    for line in status_lines(server(pair, "server_status")).values():
         assert "not running (stopped at" in line, line
 
 
@@ -238,7 +257,7 @@ def test_a_rank_that_dies_is_reported_by_the_health_check(pair):
         hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
         rank = [x["ssh"] for x in hostfile["hosts"]].index("m2")
         assert f"- m2: rank {rank} is not running" in msgs, msgs
-        assert "not a local model directory (no config.json)" in msgs, msgs   # the tail of m2's log
+        assert "not a local model directory (no config.json)" in msgs, msgs  # the tail of m2's log
         assert run.seconds < EXTRA["mlx_server_health_timeout"]  # reported when it died, not at the timeout
     finally:
         shutil.move(aside, broken)
@@ -270,10 +289,10 @@ def test_a_rank_killed_while_serving_takes_the_group_down_and_the_supervisors_re
         return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None
 
     assert wait_until(back, 90), {h: keeper_state(pair, h) for h in pair.hosts}
-    assert rank_pids(pair, "keeper") == keepers   # the same supervisors
+    assert rank_pids(pair, "keeper") == keepers  # the same supervisors
     why = {h: [r["why"] for r in keeper_state(pair, h)["restarts"]] for h in pair.hosts}
     assert why == {other: ["killed by signal 9"], pair.rank0: ["exit code 7"]}
-    again = server(pair)   # the same start, healthy: nothing to do
+    again = server(pair)  # the same start, healthy: nothing to do
     assert again.rc == 0 and again.changed() == 0, again.stats
     stop = server(pair, "server_stop")
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
@@ -291,14 +310,24 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
 
     assert plists() == {h: False for h in pair.hosts}
     pair.clear_argv_logs()
-    run = run_site(pair, tags=["server"], check=True, diff=True,
-                   extravars={**EXTRA, "mlx_server_supervisor": "launchd"}, playbook=pair.server_playbook)
+    run = run_site(
+        pair,
+        tags=["server"],
+        check=True,
+        diff=True,
+        extravars={**EXTRA, "mlx_server_supervisor": "launchd"},
+        playbook=pair.server_playbook,
+    )
     assert run.rc == 0, run.failures()
     hostfile = json.loads((pair.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
     ranks = {x["ssh"]: i for i, x in enumerate(hostfile["hosts"])}
     rendered = run.results("Write the rank's launchd job on every Mac (LaunchDaemon, runs as the SSH user)")
-    specs = {r["host"]: r["res"]["env"] for r in run.results(
-        "Work out each Mac's rank, its environment (as mlx.launch would set it) and the settings hash")}
+    specs = {
+        r["host"]: r["res"]["env"]
+        for r in run.results(
+            "Work out each Mac's rank, its environment (as mlx.launch would set it) and the settings hash"
+        )
+    }
     assert {r["host"] for r in rendered} == set(pair.hosts)
     run_ids = set()
     for r in rendered:
@@ -315,8 +344,8 @@ def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
         env = specs[r["host"]]
         assert env["MLX_RANK"] == str(ranks[r["host"]]) and env["MLX_HOSTFILE"] == f"{RUN_DIR}/ring_hosts.json"
         assert env["HF_HUB_OFFLINE"] == "(set; in the 0600 env file)"
-        assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"   # the supervisor, kept by launchd
-        assert "--detach" not in argv                          # in the foreground: launchd's child
+        assert argv[1] == f"{RUN_DIR}/mlx_server_daemon.py"  # the supervisor, kept by launchd
+        assert "--detach" not in argv  # in the foreground: launchd's child
         assert argv[argv.index("--") + 2] == f"{RUN_DIR}/mlx_cluster_server.py"
         assert argv[argv.index("--model") + 1] == MODEL
         run_ids.add(argv[argv.index("--run-id") + 1])
@@ -340,12 +369,14 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
     ask = {"messages": [{"role": "user", "content": "Hello world!"}], "max_tokens": 8, "temperature": 0}
 
     def jobs():
-        """{host: (launchctl's pid of the job, the rank's supervisor's PID file)} """
+        """{host: (launchctl's pid of the job, the rank's supervisor's PID file)}"""
         out = {}
         keepers = rank_pids(pair, "keeper")
         for h in pair.hosts:
             printed = pair.exec(h, ["launchctl", "print", f"system/{label}"])
-            pid = next((int(ln.split("=")[1]) for ln in printed.stdout.splitlines() if ln.strip().startswith("pid =")), None)
+            pid = next(
+                (int(ln.split("=")[1]) for ln in printed.stdout.splitlines() if ln.strip().startswith("pid =")), None
+            )
             out[h] = (pid, keepers[h])
         return out
 
@@ -367,14 +398,14 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
         assert wait_until(serving, 120, 1.0), {h: keeper_state(pair, h) for h in pair.hosts}
         again = jobs()
         assert all(pid and pid == keeper and pid != first[h][0] for h, (pid, keeper) in again.items()), again
-        same = server(pair, **extra)   # the same start, brought back by launchd: nothing to do
+        same = server(pair, **extra)  # the same start, brought back by launchd: nothing to do
         assert same.rc == 0 and same.changed() == 0, same.stats
     finally:
         stop = server(pair, "server_stop", **extra)
     assert stop.rc == 0, stop.failures()
     assert server_processes(pair) == {h: [] for h in pair.hosts}
     for h in pair.hosts:
-        assert pair.exec(h, ["test", "-e", plist]).returncode != 0, h              # not back at the next boot
+        assert pair.exec(h, ["test", "-e", plist]).returncode != 0, h  # not back at the next boot
         assert pair.exec(h, ["launchctl", "print", f"system/{label}"]).returncode == 113, h  # not loaded
 
 
@@ -399,6 +430,7 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
         return before, time.monotonic()
 
     before, t0 = freeze_and_ask()
+
     # the request is with the server from when the client (a Python started on rank 0's Mac)
     # sends it until the watchdog ends the frozen rank, stall_timeout (10 s) later. Taken by the
     # serving loop (generating) when it came within the loop's idle wait; else queued behind the
@@ -417,14 +449,16 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
 
     health = wait_until(in_flight, 30, 0.5)
     assert health and health["status"] == 200, health
-    assert not health["body"]["generating"] or health["body"]["tokens"] == 0, health   # no token yet
+    assert not health["body"]["generating"] or health["body"]["tokens"] == 0, health  # no token yet
 
     def back():
         now = rank_pids(pair)
         if not all(now.values()) or any(now[h] == before[h] for h in pair.hosts):
             return None
         res = request(pair, "/v1/models", timeout=30)
-        return now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None  # not yet bound: refused
+        return (
+            now if res.returncode == 0 and json.loads(res.stdout)["status"] == 200 else None
+        )  # not yet bound: refused
 
     now = wait_until(back, 120)
     assert now, {h: keeper_state(pair, h) for h in pair.hosts}
@@ -432,16 +466,18 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     # the stall bound, the supervisors' delay before a restart (10 s), the ranks' start (at most
     # mlx_server_init_timeout), and a margin for a busy machine
     assert recovered < extra["mlx_server_stall_timeout"] + 10 + EXTRA["mlx_server_init_timeout"] + 15, recovered
-    assert pair.exec(other, ["kill", "-0", str(before[other])]).returncode != 0   # the frozen rank is gone
+    assert pair.exec(other, ["kill", "-0", str(before[other])]).returncode != 0  # the frozen rank is gone
     chat = http(pair, "/v1/chat/completions", ask)
     assert chat["status"] == 200, chat
 
     status = server(pair, "server_status", **extra)
     lines = status_lines(status)
-    assert "1 restart(s) (last: serving loop stalled: no turn for" in lines[other] \
-        or "1 restart(s) (last: generation stalled: no token for" in lines[other], lines
+    assert (
+        "1 restart(s) (last: serving loop stalled: no turn for" in lines[other]
+        or "1 restart(s) (last: generation stalled: no token for" in lines[other]
+    ), lines
     assert all("request(s) done" in line and "supervisor pid" in line for line in lines.values()), lines
-    same = server(pair, **extra)   # the supervisors restarted the same start: nothing to do
+    same = server(pair, **extra)  # the supervisors restarted the same start: nothing to do
     assert same.rc == 0 and same.changed() == 0, same.stats
 
     # frozen again: the budget (1 restart an hour) is spent, every supervisor gives up
@@ -449,17 +485,19 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     gave_up = wait_until(lambda: all(keeper_state(pair, h).get("state") == "gave_up" for h in pair.hosts), 90)
     assert gave_up, {h: keeper_state(pair, h) for h in pair.hosts}
     given_up_after = round(time.monotonic() - t1, 1)
-    assert all(p == [] for p in server_processes(pair).values())   # nothing left running, nothing restarts
+    assert all(p == [] for p in server_processes(pair).values())  # nothing left running, nothing restarts
     lines = status_lines(server(pair, "server_status", **extra))
     for h in pair.hosts:
         assert "not running (failed at" in lines[h], lines
         assert f"on {h} its supervisor gave up after 1 restart(s) within 3600s" in lines[h], lines
         assert "--tags server" in lines[h] and "gave_up" in lines[h]
 
-    again = server(pair, **extra)   # the fix's last step: a server run starts every rank afresh
+    again = server(pair, **extra)  # the fix's last step: a server run starts every rank afresh
     assert again.rc == 0, again.failures()
     assert again.changed() > 0 and http(pair, "/v1/chat/completions", ask)["status"] == 200
-    print(f"stall bound 10 s: serving again {recovered}s after the freeze; all supervisors gave up "
-          f"{given_up_after}s after the second")
+    print(
+        f"stall bound 10 s: serving again {recovered}s after the freeze; all supervisors gave up "
+        f"{given_up_after}s after the second"
+    )
     stop = server(pair, "server_stop")
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}

@@ -46,8 +46,11 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
     assert dry.rc == 0, dry.failures()
     assert dry.changed() > 0
     assert mutations(cluster) == {h: [] for h in cluster.hosts}
-    would = [r for r in dry.results("Apply this Mac's Thunderbolt links (bridge, services, addresses, host routes)")
-             if r.get("res", {}).get("changed")]
+    would = [
+        r
+        for r in dry.results("Apply this Mac's Thunderbolt links (bridge, services, addresses, host routes)")
+        if r.get("res", {}).get("changed")
+    ]
     assert {r["host"] for r in would} == set(cluster.hosts)
 
     # First run converges; every cable answers both ways over its own /30.
@@ -115,8 +118,11 @@ def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster
 
 def iface_bytes(cluster, host):
     out = cluster.exec(host, ["ip", "-j", "-s", "link"]).stdout
-    return {i["ifname"]: i["stats64"]["tx"]["bytes"] + i["stats64"]["rx"]["bytes"]
-            for i in json.loads(out) if i["ifname"].startswith("en") and i["ifname"] != "en0"}
+    return {
+        i["ifname"]: i["stats64"]["tx"]["bytes"] + i["stats64"]["rx"]["bytes"]
+        for i in json.loads(out)
+        if i["ifname"].startswith("en") and i["ifname"] != "en0"
+    }
 
 
 def test_ring_hostfile_runs_all_sum_over_the_cables(sim_cluster):
@@ -128,9 +134,23 @@ def test_ring_hostfile_runs_all_sum_over_the_cables(sim_cluster):
     assert json.loads(hostfile.read_text())["backend"] == "ring"
     before = {h: iface_bytes(cluster, h) for h in cluster.hosts}
     res = subprocess.run(
-        [str(Path(sys.executable).parent / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile),
-         "--python", sys.executable, "--", str(ROOT / "tests" / "e2e" / "allsum.py")],
-        env=cluster.harness_env(), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        [
+            str(Path(sys.executable).parent / "mlx.launch"),
+            "--backend",
+            "ring",
+            "--hostfile",
+            str(hostfile),
+            "--python",
+            sys.executable,
+            "--",
+            str(ROOT / "tests" / "e2e" / "allsum.py"),
+        ],
+        env=cluster.harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
     out = json.loads(line)

@@ -77,7 +77,7 @@ def test_wired_limit_auto_survives_a_reboot_reruns_clean_and_off_undoes_it(sim_c
     second = run_site(cluster, tags=TAGS, extravars=wired("auto"))
     assert second.rc == 0, second.failures()
     assert second.changed() == 0, second.stats
-    assert second.results(SET) == []                 # discovery saw both Macs right: no module run
+    assert second.results(SET) == []  # discovery saw both Macs right: no module run
     assert mutations(cluster) == {"m1": [], "m2": []}
 
     # more than the safe value: refused, naming the numbers, nothing changed

@@ -23,8 +23,10 @@ from tests.simcluster.cluster import SimCluster, SimError, _cmdline, list_namesp
 from tests.simcluster.spec import SpecError, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg  # noqa: E402  (the product's parsers, over the shims' output)
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils import (  # noqa: E402  (the product's parsers, over the shims' output)
+    mlx_netcfg,
+    mlx_tb,  # noqa: E402
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,6 +36,7 @@ def factory_macs(request):
     end-to-end tests reset a cluster when they start, not when they end): the clusters built so
     far are reset once, before the first test here. Those built later start from the factory."""
     from tests.simcluster.pytest_plugin import _reason
+
     if _reason() is None:
         request.getfixturevalue("sim_cluster").reset_all()
 
@@ -75,9 +78,9 @@ def hwports(text):
     ports, port = {}, None
     for line in text.splitlines():
         if line.startswith("Hardware Port: "):
-            port = line[len("Hardware Port: "):]
+            port = line[len("Hardware Port: ") :]
         elif line.startswith("Device: ") and port is not None:
-            ports[port] = line[len("Device: "):]
+            ports[port] = line[len("Device: ") :]
             port = None
     return ports
 
@@ -95,6 +98,7 @@ def ipv4_of(cluster, host, iface):
 # ---------------------------------------------------------------------------------------
 # specs (no root needed)
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["mesh4", "ring4", "mesh4_double", "mesh3_dock", "mesh8", "ring16", "pair"])
 def test_shipped_specs_load(name):
@@ -118,15 +122,18 @@ def test_spec_shapes():
 BASE = {"name": "t", "hosts": [{"name": "m1"}, {"name": "m2", "tb_ports": 2}]}
 
 
-@pytest.mark.parametrize("cables, message", [
-    pytest.param([{"a": "m1:1", "b": "m9:1"}], "unknown host 'm9'", id="unknown-host"),
-    pytest.param([{"a": "m1:1", "b": "m2:1"}, {"a": "m1:1", "b": "m2:2"}], "already used", id="port-twice"),
-    pytest.param([{"a": "m1:1", "b": "m2:3"}], "m2 has receptacles 1..2, not 3", id="port-too-high"),
-    pytest.param([{"a": "m1:1", "b": "m2:1", "speed": 100}], "speed must be 80 or 40", id="speed"),
-    pytest.param([{"a": "m1:1", "b": "m1:2"}], "joins two Macs", id="self-cable"),
-    pytest.param([{"a": "m1", "b": "m2:1"}], "HOST:RECEPTACLE", id="no-port"),
-    pytest.param([{"a": "m1:1", "b": "m2:1", "dock": {"name": "TS4", "seen_by": "m7"}}], "seen_by", id="dock"),
-])
+@pytest.mark.parametrize(
+    "cables, message",
+    [
+        pytest.param([{"a": "m1:1", "b": "m9:1"}], "unknown host 'm9'", id="unknown-host"),
+        pytest.param([{"a": "m1:1", "b": "m2:1"}, {"a": "m1:1", "b": "m2:2"}], "already used", id="port-twice"),
+        pytest.param([{"a": "m1:1", "b": "m2:3"}], "m2 has receptacles 1..2, not 3", id="port-too-high"),
+        pytest.param([{"a": "m1:1", "b": "m2:1", "speed": 100}], "speed must be 80 or 40", id="speed"),
+        pytest.param([{"a": "m1:1", "b": "m1:2"}], "joins two Macs", id="self-cable"),
+        pytest.param([{"a": "m1", "b": "m2:1"}], "HOST:RECEPTACLE", id="no-port"),
+        pytest.param([{"a": "m1:1", "b": "m2:1", "dock": {"name": "TS4", "seen_by": "m7"}}], "seen_by", id="dock"),
+    ],
+)
 def test_spec_errors_say_what_is_wrong(cables, message):
     with pytest.raises(SpecError, match=re.escape(message)):
         parse_spec({**BASE, "cables": cables})
@@ -145,6 +152,7 @@ def test_spec_rejects_bad_hosts():
 
 def test_unavailable_reason_is_one_line(monkeypatch):
     from tests.simcluster import cluster as cl
+
     monkeypatch.setattr(cl.os, "geteuid", lambda: 1000)
     reason = cl.unavailable_reason()
     assert reason and "root" in reason and "\n" not in reason
@@ -156,6 +164,7 @@ def test_unavailable_reason_is_one_line(monkeypatch):
 # ---------------------------------------------------------------------------------------
 # lifecycle: nothing left behind
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.sim
 def test_up_down_leaves_nothing_behind(tmp_path):
@@ -172,7 +181,7 @@ def test_up_down_leaves_nothing_behind(tmp_path):
         recorded = json.loads((state / "harness.json").read_text())["pids"]
         assert sorted(recorded) == cluster.hosts and all(Path(f"/proc/{p}").exists() for p in recorded.values())
         running = procs_mentioning(state)
-        assert len(running) >= 3 * len(cluster.hosts)   # unshare, PID 1, sshd per Mac
+        assert len(running) >= 3 * len(cluster.hosts)  # unshare, PID 1, sshd per Mac
         # the Macs' addresses exist only inside their namespaces
         assert "10.99.0." not in subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
         assert cluster.ssh("m1", "true").returncode == 0  # leaves a relay behind until down
@@ -194,36 +203,49 @@ def test_cleanup_after_a_crashed_harness(tmp_path):
     """A harness that dies without `down` leaves Macs running; `cleanup` removes them once
     their state dir is gone."""
     state = tmp_path / "crashed"
-    code = ("import os, sys; sys.path.insert(0, %r)\n"
-            "from tests.simcluster.cluster import SimCluster\n"
-            "SimCluster('pair', %r).up()\n"
-            "os._exit(0)  # the object is dropped without down()\n") % (str(REPO), str(state))
+    code = (
+        "import os, sys; sys.path.insert(0, %r)\n"
+        "from tests.simcluster.cluster import SimCluster\n"
+        "SimCluster('pair', %r).up()\n"
+        "os._exit(0)  # the object is dropped without down()\n"
+    ) % (str(REPO), str(state))
     subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT)
     prefix = prefix_for(state)
     assert len(ours(prefix)) == 4
     leftovers = procs_mentioning(state)
     assert leftovers
     subprocess.run(["rm", "-rf", str(state)], check=True)
-    r = subprocess.run([sys.executable, "-m", "tests.simcluster", "cleanup"], cwd=REPO,
-                       capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.simcluster", "cleanup"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert r.returncode == 0, r.stderr
     assert ours(prefix) == []
-    assert wait_until(lambda: not [p for p in leftovers if Path(f"/proc/{p}").exists()
-                                   and str(state) in " ".join(_cmdline(p))])
+    assert wait_until(
+        lambda: not [p for p in leftovers if Path(f"/proc/{p}").exists() and str(state) in " ".join(_cmdline(p))]
+    )
 
 
 @pytest.mark.sim
 def test_down_cleans_a_harness_killed_during_up(tmp_path):
     state = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.simcluster", "up", "mesh4", "--state", str(state)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.simcluster", "up", "mesh4", "--state", str(state)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     prefix = prefix_for(state)
     # kill it once the Macs are being started (namespaces and some host processes exist)
     assert wait_until(lambda: len(ours(prefix)) == 6 and procs_mentioning(state), timeout=60, step=0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    r = subprocess.run([sys.executable, "-m", "tests.simcluster", "down", "mesh4", "--state", str(state)],
-                       cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.simcluster", "down", "mesh4", "--state", str(state)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert ours(prefix) == []
     assert wait_until(lambda: procs_mentioning(state) == [])
@@ -232,6 +254,7 @@ def test_down_cleans_a_harness_killed_during_up(tmp_path):
 # ---------------------------------------------------------------------------------------
 # SSH
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.sim
 def test_ssh_with_host_key_checking(sim_cluster):
@@ -247,8 +270,13 @@ def test_ssh_with_host_key_checking(sim_cluster):
         assert by_addr.stdout.strip() == h, by_addr.stderr
     assert names == set(c.hosts)
     # a host key that is not known is refused (checking really is on)
-    r = subprocess.run(["ssh", "-o", "UserKnownHostsFile=/dev/null", "m1", "true"], env=c.harness_env(),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["ssh", "-o", "UserKnownHostsFile=/dev/null", "m1", "true"],
+        env=c.harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 255 and "Host key verification failed" in r.stderr
 
 
@@ -263,9 +291,21 @@ def test_ssh_session_environment(sim_cluster):
     assert path.split(":")[:2] == [str(c.host_dir("m2") / "bin"), "/usr/local/sbin"]
     assert str(VENV_BIN) not in path.split(":")
     # the way mlx.launch runs its ranks: a forced tty and bash syntax
-    r = subprocess.run(["ssh", "-tt", "-o", "LogLevel=QUIET", "m2",
-                        "stty -echo; if [[ -d /srv/admin ]]; then cd /srv/admin; fi; tty; pwd"],
-                       env=c.harness_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [
+            "ssh",
+            "-tt",
+            "-o",
+            "LogLevel=QUIET",
+            "m2",
+            "stty -echo; if [[ -d /srv/admin ]]; then cd /srv/admin; fi; tty; pwd",
+        ],
+        env=c.harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr
     assert re.search(r"^/dev/pts/\d+\r?$", r.stdout, re.M) and "/srv/admin" in r.stdout
     # sudo -H gives root's home of this Mac
@@ -294,8 +334,11 @@ def test_no_ssh_trust_the_toolkit_did_not_make(sim_cluster):
         assert sorted(p.name for p in (c.home(h) / ".ssh").iterdir()) == ["authorized_keys"]
     r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 10.99.0.5 hostname")
     assert r.returncode == 255 and "Host key verification failed" in r.stderr, r.stderr
-    r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no "
-                    "-o UserKnownHostsFile=/dev/null 10.99.0.5 hostname")
+    r = c.ssh(
+        "m1",
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null 10.99.0.5 hostname",
+    )
     assert r.returncode == 255 and "Permission denied" in r.stderr, r.stderr
     r = c.ssh("m1", "ssh -o BatchMode=yes -o ConnectTimeout=5 m3 hostname")
     assert r.returncode == 255 and "Could not resolve hostname m3" in r.stderr, r.stderr
@@ -313,16 +356,39 @@ def test_controller_has_only_what_the_network_gives(sim_cluster):
     cfg = c.ssh_config_path.read_text()
     for word in ("User ", "IdentityFile", "HostName", "Host m1"):
         assert word not in cfg, word
-    r = subprocess.run(["ssh", "-F", str(c.ssh_config_path), "-o", "BatchMode=yes", "m1", "true"], env=c.env(),
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        ["ssh", "-F", str(c.ssh_config_path), "-o", "BatchMode=yes", "m1", "true"],
+        env=c.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 255 and "Could not resolve hostname m1" in r.stderr, r.stderr
     inv = yaml.safe_load(c.inventory_path.read_text())["mac_cluster"]
     assert inv["hosts"]["m1"] == {"ansible_host": c.mgmt_address("m1")}
     assert inv["vars"]["ansible_user"] == "admin" != os.environ.get("USER", "root")
     # by address, as the inventory says, it works
-    r = subprocess.run(["ssh", "-F", str(c.ssh_config_path), "-o", "BatchMode=yes", "-i", str(c.key_path),
-                        "-l", "admin", c.mgmt_address("m1"), "hostname"], env=c.env(),
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(c.ssh_config_path),
+            "-o",
+            "BatchMode=yes",
+            "-i",
+            str(c.key_path),
+            "-l",
+            "admin",
+            c.mgmt_address("m1"),
+            "hostname",
+        ],
+        env=c.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "m1", r.stderr
 
 
@@ -344,11 +410,11 @@ def test_stop_and_start_sshd(sim_cluster):
 # shims: formats and logging
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.sim
 def test_system_profiler_thunderbolt_json(sim_cluster):
     c = sim_cluster("mesh4")
-    data = {h: json.loads(sh(c, h, ["system_profiler", "SPThunderboltDataType", "-json"]).stdout)
-            for h in c.hosts}
+    data = {h: json.loads(sh(c, h, ["system_profiler", "SPThunderboltDataType", "-json"]).stdout) for h in c.hosts}
     raw = sh(c, "m1", ["system_profiler", "SPThunderboltDataType", "-json"]).stdout
     assert raw.startswith('{\n  "SPThunderboltDataType" : [')
     own = {}  # domain uuid -> (host, receptacle)
@@ -413,12 +479,17 @@ def test_networksetup_listings(sim_cluster):
     assert text.startswith("\nHardware Port: Ethernet\nDevice: en0\nEthernet Address: ")
     assert text.endswith("\nVLAN Configurations\n===================\n")
     ports = hwports(text)
-    assert ports == {"Ethernet": "en0", "Thunderbolt Bridge": "bridge0",
-                     **{f"Thunderbolt {k}": f"en{k + 1}" for k in range(1, 7)}}
+    assert ports == {
+        "Ethernet": "en0",
+        "Thunderbolt Bridge": "bridge0",
+        **{f"Thunderbolt {k}": f"en{k + 1}" for k in range(1, 7)},
+    }
     order = sh(c, "m1", ["networksetup", "-listnetworkserviceorder"]).stdout
-    assert order.startswith("An asterisk (*) denotes that a network service is disabled.\n"
-                            "(1) Ethernet\n(Hardware Port: Ethernet, Device: en0)\n\n"
-                            "(2) Thunderbolt Bridge\n(Hardware Port: Thunderbolt Bridge, Device: bridge0)\n")
+    assert order.startswith(
+        "An asterisk (*) denotes that a network service is disabled.\n"
+        "(1) Ethernet\n(Hardware Port: Ethernet, Device: en0)\n\n"
+        "(2) Thunderbolt Bridge\n(Hardware Port: Thunderbolt Bridge, Device: bridge0)\n"
+    )
     services = sh(c, "m1", ["networksetup", "-listallnetworkservices"]).stdout.splitlines()
     assert services[1:] == ["Ethernet", "Thunderbolt Bridge"]
     info = sh(c, "m1", ["networksetup", "-getinfo", "Ethernet"]).stdout
@@ -439,8 +510,14 @@ def test_ifconfig_formats(sim_cluster):
     assert "\tinet 10.99.0.2 netmask 0xffffff00 broadcast 10.99.0.255\n" in text
     bridge = sh(c, "m1", ["ifconfig", "bridge0"]).stdout
     assert bridge.startswith("bridge0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n")
-    assert re.findall(r"^\tmember: (en\d+) flags=3<LEARNING,DISCOVER>$", bridge, re.M) == \
-        ["en2", "en3", "en4", "en5", "en6", "en7"]
+    assert re.findall(r"^\tmember: (en\d+) flags=3<LEARNING,DISCOVER>$", bridge, re.M) == [
+        "en2",
+        "en3",
+        "en4",
+        "en5",
+        "en6",
+        "en7",
+    ]
     en2 = sh(c, "m1", ["ifconfig", "en2"]).stdout
     assert "\tstatus: active" in en2
     assert "\tstatus: inactive" in sh(c, "m1", ["ifconfig", "en7"]).stdout
@@ -479,8 +556,7 @@ def test_sw_vers_sysctl_route_ping(sim_cluster):
     c = sim_cluster("mesh4")
     assert sh(c, "m3", ["sw_vers"]).stdout == "ProductName:\t\tmacOS\nProductVersion:\t\t26.2\nBuildVersion:\t\t25C56\n"
     assert sh(c, "m3", ["sw_vers", "-productVersion"]).stdout == "26.2\n"
-    assert sh(c, "m3", ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]).stdout == \
-        f"{512 * 2**30}\nMac16,9\n32\n"
+    assert sh(c, "m3", ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]).stdout == f"{512 * 2**30}\nMac16,9\n32\n"
     assert sh(c, "m3", ["sysctl", "hw.memsize"]).stdout == f"hw.memsize: {512 * 2**30}\n"
     route = sh(c, "m3", ["route", "-n", "get", "default"]).stdout
     assert "  interface: en0\n" in route and "    gateway: 10.99.0.1\n" in route
@@ -503,25 +579,42 @@ def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
     """pmset as Apple's pmset.m answers: -g custom per source (a laptop's battery first, no
     autorestart there), -c changes AC only and needs root, bad arguments print the usage,
     the settings survive a reboot; defaults reads and writes the SoftwareUpdate keys."""
-    from tests.simcluster.cluster import unavailable_reason
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import parse_pmset_custom
+    from tests.simcluster.cluster import unavailable_reason
+
     if unavailable_reason():
         pytest.skip(unavailable_reason())
     spec = tmp_path / "power.yml"
-    spec.write_text(yaml.safe_dump({
-        "name": "power", "management": {"cidr": "10.99.7.0/24"},
-        "hosts": [{"name": "m1", "pmset": {"displaysleep": 0}, "software_update": {}},
-                  {"name": "m2", "model": "MacBook Pro", "model_id": "Mac16,5", "battery": True,
-                   "software_update": {"AutomaticallyInstallMacOSUpdates": True}}],
-        "cables": [{"a": "m1:1", "b": "m2:1"}]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "power",
+                "management": {"cidr": "10.99.7.0/24"},
+                "hosts": [
+                    {"name": "m1", "pmset": {"displaysleep": 0}, "software_update": {}},
+                    {
+                        "name": "m2",
+                        "model": "MacBook Pro",
+                        "model_id": "Mac16,5",
+                        "battery": True,
+                        "software_update": {"AutomaticallyInstallMacOSUpdates": True},
+                    },
+                ],
+                "cables": [{"a": "m1:1", "b": "m2:1"}],
+            }
+        )
+    )
     c = SimCluster(str(spec), tmp_path / "state").up()
     try:
         desk = sh(c, "m1", ["pmset", "-g", "custom"]).stdout
         assert desk.startswith("AC Power:\n Sleep On Power Button 1\n autorestartatconnect 0\n")
-        assert " displaysleep         0\n" in desk      # the spec's, over macOS's default of 10
+        assert " displaysleep         0\n" in desk  # the spec's, over macOS's default of 10
         assert parse_pmset_custom(desk) == {"AC Power": parse_pmset_custom(desk)["AC Power"]}
-        assert {k: parse_pmset_custom(desk)["AC Power"][k] for k in ("sleep", "disksleep", "autorestart")} == \
-            {"sleep": 1, "disksleep": 10, "autorestart": 0}
+        assert {k: parse_pmset_custom(desk)["AC Power"][k] for k in ("sleep", "disksleep", "autorestart")} == {
+            "sleep": 1,
+            "disksleep": 10,
+            "autorestart": 0,
+        }
         laptop = parse_pmset_custom(sh(c, "m2", ["pmset", "-g", "custom"]).stdout)
         assert list(laptop) == ["Battery Power", "AC Power"]
         assert "autorestart" not in laptop["AC Power"] and laptop["Battery Power"]["displaysleep"] == 2
@@ -532,31 +625,39 @@ def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
         # changing needs root: refused as pmset refuses, on stdout, nothing stored
         r = sh(c, "m1", ["pmset", "-c", "sleep", "0"], ok=False)
         assert r.returncode == 1 and r.stdout.endswith("pmset' must be run as root...\n")
-        for argv, says in ((["pmset", "-c", "sleep"], ""), (["pmset", "-c", "sleep", "never"], ""),
-                           (["pmset", "-c", "sleep", "-1"], ""), (["pmset", "-c", "bogus", "1"], ""),
-                           (["pmset", "-x"], ""), (["pmset"], ""),
-                           (["pmset", "-g", "bogus"], "Error: unhandled argument bogus\n")):
+        for argv, says in (
+            (["pmset", "-c", "sleep"], ""),
+            (["pmset", "-c", "sleep", "never"], ""),
+            (["pmset", "-c", "sleep", "-1"], ""),
+            (["pmset", "-c", "bogus", "1"], ""),
+            (["pmset", "-x"], ""),
+            (["pmset"], ""),
+            (["pmset", "-g", "bogus"], "Error: unhandled argument bogus\n"),
+        ):
             r = sh(c, "m1", argv, sudo=True, ok=False)
-            assert (r.returncode, r.stdout) == (1, says + "Usage: pmset <options>\nSee pmset(1) for details: "
-                                                "'man pmset'\n"), argv
+            assert (r.returncode, r.stdout) == (
+                1,
+                says + "Usage: pmset <options>\nSee pmset(1) for details: 'man pmset'\n",
+            ), argv
         # sleep on, disk sleep never: pmset warns (stderr) and stores it
         r = sh(c, "m1", ["pmset", "-c", "disksleep", "0"], sudo=True)
         assert 'Warning: Idle sleep timings for "AC Power" may not behave as expected.' in r.stderr
         assert "- Disk sleep should be non-zero whenever system sleep is non-zero." in r.stderr
-        sh(c, "m1", ["pmset", "-c", "SLEEP", "0", "autorestart", "5"], sudo=True)   # lowercased; on/off: 1
+        sh(c, "m1", ["pmset", "-c", "SLEEP", "0", "autorestart", "5"], sudo=True)  # lowercased; on/off: 1
         sh(c, "m2", ["pmset", "-c", "sleep", "0", "autorestart", "1", "disksleep", "0x0"], sudo=True)
         c.reboot("m1")
         after = parse_pmset_custom(sh(c, "m1", ["pmset", "-g", "custom"]).stdout)["AC Power"]
-        assert (after["sleep"], after["disksleep"], after["autorestart"]) == (0, 0, 1)   # survived the reboot
+        assert (after["sleep"], after["disksleep"], after["autorestart"]) == (0, 0, 1)  # survived the reboot
         laptop = parse_pmset_custom(sh(c, "m2", ["pmset", "-g", "custom"]).stdout)
         assert (laptop["AC Power"]["sleep"], laptop["AC Power"]["disksleep"]) == (0, 0)
-        assert laptop["Battery Power"]["sleep"] == 1                 # -c: the battery's stay
-        assert "autorestart" not in laptop["AC Power"]              # written, never shown
+        assert laptop["Battery Power"]["sleep"] == 1  # -c: the battery's stay
+        assert "autorestart" not in laptop["AC Power"]  # written, never shown
 
         su = "/Library/Preferences/com.apple.SoftwareUpdate"
         r = sh(c, "m1", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"], ok=False)
         assert r.returncode == 1 and r.stderr.endswith(
-            f"\nThe domain/default pair of ({su}, AutomaticallyInstallMacOSUpdates) does not exist\n")
+            f"\nThe domain/default pair of ({su}, AutomaticallyInstallMacOSUpdates) does not exist\n"
+        )
         assert sh(c, "m2", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"]).stdout == "1\n"
         r = sh(c, "m2", ["defaults", "write", su, "AutomaticallyInstallMacOSUpdates", "-bool", "false"], ok=False)
         assert r.returncode == 1 and f"Could not write domain {su}" in r.stderr
@@ -565,7 +666,7 @@ def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
         c.reset()
         assert sh(c, "m2", ["defaults", "read", su, "AutomaticallyInstallMacOSUpdates"]).stdout == "1\n"
         again = parse_pmset_custom(sh(c, "m1", ["pmset", "-g", "custom"]).stdout)["AC Power"]
-        assert (again["sleep"], again["autorestart"]) == (1, 0)      # reset: the spec's again
+        assert (again["sleep"], again["autorestart"]) == (1, 0)  # reset: the spec's again
     finally:
         assert c.down() == []
 
@@ -576,6 +677,7 @@ def test_sysctl_wired_limit_and_launchd_daemons_at_boot(sim_cluster):
     it again; launchctl bootstrap/print/bootout as macOS answers; a plist launchd would refuse
     (not a plist, group-writable) is not loaded, neither by bootstrap nor at boot."""
     import plistlib
+
     c = sim_cluster("pair")
     c.reset()
     oid = "iogpu.wired_limit_mb"
@@ -584,46 +686,47 @@ def test_sysctl_wired_limit_and_launchd_daemons_at_boot(sim_cluster):
     assert (r.returncode, r.stderr) == (1, f"sysctl: {oid}: Operation not permitted\n")
     for bad in (f"{oid}=lots", f"{oid}=-1", f"{oid}={10**7}"):
         assert sh(c, "m1", ["sysctl", bad], sudo=True, ok=False).returncode == 1
-    assert sh(c, "m1", ["sysctl", "-n", "hw.memsize=1"], sudo=True, ok=False).returncode == 1   # read only
+    assert sh(c, "m1", ["sysctl", "-n", "hw.memsize=1"], sudo=True, ok=False).returncode == 1  # read only
     assert sh(c, "m1", ["sysctl", f"{oid}=4096"], sudo=True).stdout == f"{oid}: 0 -> 4096\n"
     assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "4096\n"
     c.reboot("m1")
-    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n"        # a sysctl lasts until the restart
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n"  # a sysctl lasts until the restart
 
     good = "/Library/LaunchDaemons/org.example.wired.plist"
     bad = "/Library/LaunchDaemons/org.example.bad.plist"
-    body = plistlib.dumps({"Label": "org.example.wired", "RunAtLoad": True,
-                           "ProgramArguments": ["/usr/sbin/sysctl", f"{oid}=8192"]})
+    body = plistlib.dumps(
+        {"Label": "org.example.wired", "RunAtLoad": True, "ProgramArguments": ["/usr/sbin/sysctl", f"{oid}=8192"]}
+    )
     c.exec("m1", ["tee", good], input=body.decode(), check=True)
     c.exec("m1", ["tee", bad], input=body.decode().replace("org.example.wired", "org.example.bad"), check=True)
-    c.exec("m1", ["chmod", "664", bad], check=True)                     # group-writable: launchd refuses it
+    c.exec("m1", ["chmod", "664", bad], check=True)  # group-writable: launchd refuses it
     r = sh(c, "m1", ["launchctl", "print", "system/org.example.wired"], ok=False)
     assert (r.returncode, r.stderr) == (113, 'Could not find service "org.example.wired" in domain for system\n')
     r = sh(c, "m1", ["launchctl", "bootstrap", "system", good], ok=False)
     assert r.returncode == 5 and "as root for richer errors" in r.stderr
     sh(c, "m1", ["launchctl", "bootstrap", "system", good], sudo=True)
-    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "8192\n"       # RunAtLoad ran it
+    assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "8192\n"  # RunAtLoad ran it
     printed = sh(c, "m1", ["launchctl", "print", "system/org.example.wired"]).stdout
     assert f"\tpath = {good}\n" in printed and "\tlast exit code = 0\n" in printed
     assert sh(c, "m1", ["launchctl", "bootstrap", "system", good], sudo=True, ok=False).returncode == 5  # loaded
     r = sh(c, "m1", ["launchctl", "bootstrap", "system", bad], sudo=True, ok=False)
     assert (r.returncode, r.stderr) == (5, "Bootstrap failed: 5: Input/output error\n")
-    c.exec("m1", ["tee", bad], input="<plist><dict><key>Label</key>", check=True)   # not a plist
+    c.exec("m1", ["tee", bad], input="<plist><dict><key>Label</key>", check=True)  # not a plist
     c.exec("m1", ["chmod", "644", bad], check=True)
     assert sh(c, "m1", ["launchctl", "bootstrap", "system", bad], sudo=True, ok=False).returncode == 5
 
     sh(c, "m1", ["sysctl", f"{oid}=0"], sudo=True)
-    c.reboot("m1")                                                        # launchd runs the daemon again
+    c.reboot("m1")  # launchd runs the daemon again
     assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "8192\n"
     assert sh(c, "m1", ["launchctl", "print", "system/org.example.bad"], ok=False).returncode == 113
     sh(c, "m1", ["launchctl", "bootout", "system/org.example.wired"], sudo=True)
     r = sh(c, "m1", ["launchctl", "bootout", "system/org.example.wired"], sudo=True, ok=False)
     assert (r.returncode, r.stderr) == (3, "Boot-out failed: 3: No such process\n")
-    c.set_host("m2", wired_limit_mb=2048)                                 # the harness's own override
+    c.set_host("m2", wired_limit_mb=2048)  # the harness's own override
     assert sh(c, "m2", ["sysctl", "-n", oid]).stdout == "2048\n"
     c.reset()
     assert sh(c, "m1", ["sysctl", "-n", oid]).stdout == "0\n" == sh(c, "m2", ["sysctl", "-n", oid]).stdout
-    assert sh(c, "m1", ["ls", "/Library/LaunchDaemons"]).stdout == ""      # factory state
+    assert sh(c, "m1", ["ls", "/Library/LaunchDaemons"]).stdout == ""  # factory state
 
 
 @pytest.mark.sim
@@ -644,9 +747,11 @@ def test_argv_is_logged_per_host(sim_cluster, sim_clean_logs):
 # setters change the namespace for real; reboot re-applies the persistent preferences
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def own_pair(tmp_path_factory):
     from tests.simcluster.cluster import unavailable_reason
+
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -659,8 +764,10 @@ def own_pair(tmp_path_factory):
 def test_setters_bridge_and_reboot(own_pair):
     c = own_pair
     addr = {"m1": "10.208.0.1", "m2": "10.208.0.2"}
-    remove_en2 = ("lock\nget /VirtualNetworkInterfaces/Bridge/bridge0\nd.add Interfaces * {}\n"
-                  "set /VirtualNetworkInterfaces/Bridge/bridge0\ncommit\napply\nunlock\nquit\n")
+    remove_en2 = (
+        "lock\nget /VirtualNetworkInterfaces/Bridge/bridge0\nd.add Interfaces * {}\n"
+        "set /VirtualNetworkInterfaces/Bridge/bridge0\ncommit\napply\nunlock\nquit\n"
+    )
     # en2 is in bridge0's definition: macOS refuses a service of its own on it
     r = sh(c, "m1", ["networksetup", "-createnetworkservice", "Thunderbolt 1", "Thunderbolt 1"], sudo=True, ok=False)
     assert r.returncode == 4 and "parameters were not valid" in r.stdout
@@ -691,7 +798,7 @@ def test_setters_bridge_and_reboot(own_pair):
     c.reboot("m2")
     for h in c.hosts:
         assert "member: en2 " not in sh(c, h, ["ifconfig", "bridge0"]).stdout
-        assert ipv4_of(c, h, "en2") == [addr[h]]          # the service was re-applied at boot
+        assert ipv4_of(c, h, "en2") == [addr[h]]  # the service was re-applied at boot
     assert ping(c, "m1", addr["m2"]).returncode == 0
     assert ping(c, "m2", addr["m1"]).returncode == 0
     order = sh(c, "m1", ["networksetup", "-listnetworkserviceorder"]).stdout
@@ -710,13 +817,13 @@ def test_setters_bridge_and_reboot(own_pair):
         for svc in services:
             info = mlx_netcfg.parse_getinfo(sh(c, h, ["networksetup", "-getinfo", svc["name"]]).stdout)
             if info["method"] != "manual":
-                info["address"] = info["subnet"] = None     # the file holds no address for DHCP
+                info["address"] = info["subnet"] = None  # the file holds no address for DHCP
             assert from_file[svc["name"]] == info, (h, svc["name"])
     assert from_file["Thunderbolt 1"]["method"] == "dhcp"
     sh(c, "m2", ["networksetup", "-setmanual", "Thunderbolt 1", addr["m2"], "255.255.255.252"], sudo=True)
     # ifconfig and route setters
     sh(c, "m1", ["ifconfig", "en2", "inet", "10.208.0.5", "netmask", "255.255.255.252"], sudo=True)
-    assert ipv4_of(c, "m1", "en2") == ["10.208.0.5"]        # replaces the first address
+    assert ipv4_of(c, "m1", "en2") == ["10.208.0.5"]  # replaces the first address
     sh(c, "m1", ["ifconfig", "en2", "inet", "10.208.0.5", "delete"], sudo=True)
     assert ipv4_of(c, "m1", "en2") == []
     sh(c, "m1", ["ifconfig", "en2", "10.208.0.1/30", "up"], sudo=True)
@@ -788,7 +895,9 @@ def test_sudo_allowed_only_for_some_commands(own_pair):
         c.set_host("m2", sudo_password="pw")
         r = c.exec("m2", ["sudo", "-S", "-p", "Password:", "/bin/sh", "-c", "true"], input="pw\n")
         assert r.returncode == 1
-        assert r.stderr.endswith("Sorry, user admin is not allowed to execute '/bin/sh -c true' as root on m2.\n"), r.stderr
+        assert r.stderr.endswith("Sorry, user admin is not allowed to execute '/bin/sh -c true' as root on m2.\n"), (
+            r.stderr
+        )
     finally:
         c.set_host("m2", sudo_commands=[], sudo_password="")
     assert c.exec("m2", ["sudo", "-n", "/bin/sh", "-c", "true"]).returncode == 0
@@ -844,17 +953,17 @@ def test_sshd_that_dies_on_a_command(own_pair):
     c = own_pair
     with c.die_on("m2", ["sw_vers", "-productVersion"], nth=2) as died:
         assert c.ssh("m2", "sw_vers -productVersion").stdout == "26.2\n"
-        assert c.ssh("m2", "sw_vers").returncode == 0          # no match: not counted
+        assert c.ssh("m2", "sw_vers").returncode == 0  # no match: not counted
         start = time.monotonic()
         r = c.ssh("m2", "sw_vers -productVersion; echo survived", timeout=30)
-        assert r.returncode == 255 and "survived" not in r.stdout   # the session died with sshd
-        assert time.monotonic() - start < 10                       # closed, not silent
+        assert r.returncode == 255 and "survived" not in r.stdout  # the session died with sshd
+        assert time.monotonic() - start < 10  # closed, not silent
         assert wait_until(lambda: died["fired"] is not None)
         assert c.is_up("m2") and c.ssh("m2", "true", timeout=30).returncode == 255
-        assert c.exec("m2", ["true"]).returncode == 0               # the Mac itself runs on
+        assert c.exec("m2", ["true"]).returncode == 0  # the Mac itself runs on
         c.start_sshd("m2")
         assert c.ssh("m2", "sw_vers -productVersion").returncode == 0  # fired once
-    assert c._live()["hosts"]["m2"]["die_on"] is None                # the rule is gone
+    assert c._live()["hosts"]["m2"]["die_on"] is None  # the rule is gone
     assert c.ssh("m2", "sw_vers -productVersion").returncode == 0
 
 
@@ -869,8 +978,8 @@ def test_a_mac_that_loses_power_on_a_command(own_pair):
             r = c.exec("m2", ["sw_vers"], timeout=60)
             assert r.returncode != 0 and not r.stdout and time.monotonic() - start < 20
             assert died["fired"] is not None and not c.is_up("m2") and c.is_up("m1")
-            assert "status: inactive" in sh(c, "m1", ["ifconfig", "en2"]).stdout   # no carrier
-            r = c.ssh("m2", "true", timeout=30)                   # nothing answers on the LAN
+            assert "status: inactive" in sh(c, "m1", ["ifconfig", "en2"]).stdout  # no carrier
+            r = c.ssh("m2", "true", timeout=30)  # nothing answers on the LAN
             assert r.returncode == 255, r.stderr
         c.reboot("m2")
         assert c.is_up("m2") and c.ssh("m2", "sw_vers").returncode == 0
@@ -901,12 +1010,22 @@ def test_ansible_playbook_over_real_ssh(own_pair, tmp_path):
 """)
     env = c.env()
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")  # Ansible's defaults, not the repo's
-    env.update({"ANSIBLE_HOME": str(tmp_path / "ah"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "lt"),
-                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
-                "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
-                "ANSIBLE_NOCOLOR": "1"})
-    r = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(c.inventory_path), str(play)],
-                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    env.update(
+        {
+            "ANSIBLE_HOME": str(tmp_path / "ah"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "lt"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"),
+            "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+    )
+    r = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(c.inventory_path), str(play)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     for h in c.hosts:
         assert (c.home(h) / "hello.txt").read_text() == f"hello {h}\n"
@@ -918,11 +1037,27 @@ def test_ansible_playbook_over_real_ssh(own_pair, tmp_path):
 # MLX's own tools, unmodified
 # ---------------------------------------------------------------------------------------
 
+
 def distributed_config(cluster, hostfile):
-    argv = [str(VENV_BIN / "mlx.distributed_config"), "--over", "thunderbolt",
-            "--hosts", ",".join(cluster.hosts), "--auto-setup", "--output-hostfile", str(hostfile)]
-    r = subprocess.run(argv, env=cluster.harness_env(), capture_output=True, text=True, timeout=TIMEOUT,
-                       cwd=cluster.state_dir, stdin=subprocess.DEVNULL)
+    argv = [
+        str(VENV_BIN / "mlx.distributed_config"),
+        "--over",
+        "thunderbolt",
+        "--hosts",
+        ",".join(cluster.hosts),
+        "--auto-setup",
+        "--output-hostfile",
+        str(hostfile),
+    ]
+    r = subprocess.run(
+        argv,
+        env=cluster.harness_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=cluster.state_dir,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(hostfile.read_text())
 
@@ -940,7 +1075,7 @@ def test_mlx_distributed_config_mesh4(sim_cluster, tmp_path):
     c = sim_cluster("mesh4")
     try:
         hostfile = distributed_config(c, tmp_path / "mesh4.json")
-        assert hostfile["backend"] == "jaccl"   # full mesh with RDMA
+        assert hostfile["backend"] == "jaccl"  # full mesh with RDMA
         assert [h["ssh"] for h in hostfile["hosts"]] == c.hosts
         assert hostfile["hosts"][0]["rdma"] == [None, "rdma_en2", "rdma_en3", "rdma_en4"]
         assert_cables_ping_both_ways(c)
@@ -957,24 +1092,40 @@ def test_launchd_runs_a_daemon_keeps_it_alive_and_ends_it_at_bootout(sim_cluster
     sooner than ThrottleInterval, not after a clean exit; bootout ends its whole process group
     and returns once it is gone; at boot it runs again."""
     import plistlib
+
     c = sim_cluster("pair")
     c.reset()
     home = c.home("m1")
     (home / "job.sh").write_text(
-        "#!/bin/sh\necho \"start $$ $GREETING $(pwd)\"\nsleep 1000 &\n"
+        '#!/bin/sh\necho "start $$ $GREETING $(pwd)"\nsleep 1000 &\n'
         "trap 'echo term; exit 0' TERM\nwhile [ ! -e /srv/admin/job.exit ]; do sleep 0.1; done\n"
-        "code=$(cat /srv/admin/job.exit); rm /srv/admin/job.exit; exit $code\n")
+        "code=$(cat /srv/admin/job.exit); rm /srv/admin/job.exit; exit $code\n"
+    )
     (home / "job.sh").chmod(0o755)
     plist = "/Library/LaunchDaemons/org.example.job.plist"
-    body = plistlib.dumps({"Label": "org.example.job", "RunAtLoad": True, "ProgramArguments": ["/srv/admin/job.sh"],
-                           "EnvironmentVariables": {"GREETING": "hello"}, "WorkingDirectory": "/srv/admin",
-                           "StandardOutPath": "/srv/admin/job.log", "StandardErrorPath": "/srv/admin/job.log",
-                           "KeepAlive": {"SuccessfulExit": False}, "ThrottleInterval": 2, "ExitTimeOut": 5})
+    body = plistlib.dumps(
+        {
+            "Label": "org.example.job",
+            "RunAtLoad": True,
+            "ProgramArguments": ["/srv/admin/job.sh"],
+            "EnvironmentVariables": {"GREETING": "hello"},
+            "WorkingDirectory": "/srv/admin",
+            "StandardOutPath": "/srv/admin/job.log",
+            "StandardErrorPath": "/srv/admin/job.log",
+            "KeepAlive": {"SuccessfulExit": False},
+            "ThrottleInterval": 2,
+            "ExitTimeOut": 5,
+        }
+    )
     c.exec("m1", ["tee", plist], input=body.decode(), check=True)
 
     def job():
         printed = sh(c, "m1", ["launchctl", "print", "system/org.example.job"], ok=False)
-        fields = dict(ln.strip().split(" = ", 1) for ln in printed.stdout.splitlines() if " = " in ln and ln.startswith("\t") and not ln.startswith("\t\t"))
+        fields = dict(
+            ln.strip().split(" = ", 1)
+            for ln in printed.stdout.splitlines()
+            if " = " in ln and ln.startswith("\t") and not ln.startswith("\t\t")
+        )
         return printed.returncode, fields
 
     def wait(pred, seconds=15):
@@ -994,7 +1145,7 @@ def test_launchd_runs_a_daemon_keeps_it_alive_and_ends_it_at_bootout(sim_cluster
 
     sh(c, "m1", ["launchctl", "bootstrap", "system", plist], sudo=True)
     assert wait(lambda: job()[1].get("state") == "running" and starts()), (job(), starts())
-    (_, pid, greeting, cwd), = starts()
+    ((_, pid, greeting, cwd),) = starts()
     assert (greeting, cwd) == ("hello", "/srv/admin") and job()[1]["pid"] == pid and job()[1]["runs"] == "1"
     # a crash (exit 3): started again, ThrottleInterval (2 s) after its last start at the soonest
     t0 = time.monotonic()
@@ -1014,7 +1165,7 @@ def test_launchd_runs_a_daemon_keeps_it_alive_and_ends_it_at_bootout(sim_cluster
     assert job()[0] == 113
     assert "term" in (home / "job.log").read_text()
     left = c.exec("m1", ["ps", "-eo", "pgid=,args="]).stdout.splitlines()
-    assert not [ln for ln in left if ln.split()[0] == str(group)], left   # the whole group is gone
+    assert not [ln for ln in left if ln.split()[0] == str(group)], left  # the whole group is gone
     c.reset()
 
 
@@ -1024,25 +1175,46 @@ def test_mlx_distributed_config_and_launch_ring4(sim_cluster, tmp_path):
     try:
         hostfile_path = tmp_path / "ring4.json"
         hostfile = distributed_config(c, hostfile_path)
-        assert hostfile["backend"] == "ring"    # no RDMA on ring4: TCP ring over Thunderbolt
+        assert hostfile["backend"] == "ring"  # no RDMA on ring4: TCP ring over Thunderbolt
         assert all(h["ips"] and h["ips"][0].startswith("192.168.") for h in hostfile["hosts"])
         assert_cables_ping_both_ways(c)
 
-        script = ("import socket\nimport mlx.core as mx\n"
-                  "g = mx.distributed.init(strict=True, backend='ring')\n"
-                  "y = mx.distributed.all_sum(mx.ones(3) * (g.rank() + 1))\n"
-                  "mx.eval(y)\n"
-                  "print(f'RESULT {g.rank()} {g.size()} {socket.gethostname()} {y.tolist()}', flush=True)\n")
+        script = (
+            "import socket\nimport mlx.core as mx\n"
+            "g = mx.distributed.init(strict=True, backend='ring')\n"
+            "y = mx.distributed.all_sum(mx.ones(3) * (g.rank() + 1))\n"
+            "mx.eval(y)\n"
+            "print(f'RESULT {g.rank()} {g.size()} {socket.gethostname()} {y.tolist()}', flush=True)\n"
+        )
         for h in c.hosts:  # copied to every Mac, as a user would
             (c.home(h) / "allsum.py").write_text(script)
-        argv = [str(VENV_BIN / "mlx.launch"), "--backend", "ring", "--hostfile", str(hostfile_path),
-                "--python", sys.executable, "--cwd", "/srv/admin", "--", "allsum.py"]
-        r = subprocess.run(argv, env=c.harness_env(), capture_output=True, text=True, timeout=TIMEOUT,
-                           stdin=subprocess.DEVNULL, cwd=c.state_dir)
+        argv = [
+            str(VENV_BIN / "mlx.launch"),
+            "--backend",
+            "ring",
+            "--hostfile",
+            str(hostfile_path),
+            "--python",
+            sys.executable,
+            "--cwd",
+            "/srv/admin",
+            "--",
+            "allsum.py",
+        ]
+        r = subprocess.run(
+            argv,
+            env=c.harness_env(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=c.state_dir,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         results = sorted(re.findall(r"RESULT (\d) (\d) (\S+) \[(.*)\]", r.stdout))
-        assert [(rank, size, host) for rank, size, host, _ in results] == \
-            [(str(i), "4", h) for i, h in enumerate(c.hosts)]
+        assert [(rank, size, host) for rank, size, host, _ in results] == [
+            (str(i), "4", h) for i, h in enumerate(c.hosts)
+        ]
         assert all(vals == "10.0, 10.0, 10.0" for *_, vals in results)
         # the ranks talked over the Thunderbolt links: ssh -tt sessions on every Mac
         for h in c.hosts:
@@ -1054,6 +1226,7 @@ def test_mlx_distributed_config_and_launch_ring4(sim_cluster, tmp_path):
 # ---------------------------------------------------------------------------------------
 # speed of the bigger specs
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.sim
 @pytest.mark.parametrize("name", ["mesh8", "ring16"])

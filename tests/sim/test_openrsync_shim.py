@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIMS = ROOT / "tests" / "simcluster" / "shims"
 sys.path.insert(0, str(SHIMS))
 import openrsync  # noqa: E402
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import parse_itemized, rsync_argv  # noqa: E402
 
 pytestmark = pytest.mark.skipif(openrsync.gnu_rsync() is None, reason="GNU rsync is not installed")
@@ -53,15 +54,22 @@ def mac(tmp_path):
 
 def test_version(mac):
     r = mac(["--version"])
-    assert (r.returncode, r.stdout, r.stderr) == (0, "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n", "")
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0,
+        "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n",
+        "",
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    pytest.param(["--info=progress2", "a/", "b/"], "rsync: unrecognized option `--info=progress2'", id="long"),
-    pytest.param(["-X", "a/", "b/"], "rsync: invalid option -- X", id="short"),
-    pytest.param(["--rsh"], "rsync: option `--rsh' requires an argument", id="missing-argument"),
-    pytest.param(["--dele", "a/", "b/"], "rsync: option `--dele' is ambiguous", id="ambiguous"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        pytest.param(["--info=progress2", "a/", "b/"], "rsync: unrecognized option `--info=progress2'", id="long"),
+        pytest.param(["-X", "a/", "b/"], "rsync: invalid option -- X", id="short"),
+        pytest.param(["--rsh"], "rsync: option `--rsh' requires an argument", id="missing-argument"),
+        pytest.param(["--dele", "a/", "b/"], "rsync: option `--dele' is ambiguous", id="ambiguous"),
+    ],
+)
 def test_options_openrsync_lacks_are_refused(mac, argv, message):
     r = mac(argv)
     assert r.returncode == 1 and r.stdout == ""
@@ -80,24 +88,30 @@ def test_before_15_4_it_is_not_openrsync(mac):
 
 
 def test_every_argv_the_product_passes_is_accepted():
-    for kw in ({}, {"dry_run": True, "delete": True, "checksum": True, "rsync_path": "rsync"},
-               {"log_file": "/tmp/x.log"}):
+    for kw in (
+        {},
+        {"dry_run": True, "delete": True, "checksum": True, "rsync_path": "rsync"},
+        {"log_file": "/tmp/x.log"},
+    ):
         argv = rsync_argv("rsync", "/s", "h:/d", ssh_command="ssh -o BatchMode=yes", **kw)[1:]
         assert openrsync.plan(argv, "26.1")[0] == "run", argv
     assert openrsync.plan(["--server", "-nWtpr", "--log-format=%i%I", "--delete", ".", "/d/"], "15.5")[0] == "run"
 
 
-@pytest.mark.parametrize("gnu, sender, shown", [
-    pytest.param("<f+++++++++ a.bin", True, "<f+++++++ a.bin", id="new"),
-    pytest.param("<f.st...... a.bin", True, "<f.st.... a.bin", id="update"),
-    pytest.param("cd+++++++++ sub/", True, "cd+++++++ sub/", id="new-dir"),
-    pytest.param(".d..t...... ./", True, ".d..t.... ./", id="dir-time"),
-    pytest.param(".f          a.bin", True, "<f....... a.bin", id="unchanged-as-sender"),
-    pytest.param(".f          a.bin", False, None, id="unchanged-as-receiver"),
-    pytest.param(".d          ./", True, None, id="unchanged-dir"),
-    pytest.param("*deleting   old.npz", True, "*deleting old.npz", id="deleting"),
-    pytest.param("sent 10 bytes", True, "sent 10 bytes", id="other"),
-])
+@pytest.mark.parametrize(
+    "gnu, sender, shown",
+    [
+        pytest.param("<f+++++++++ a.bin", True, "<f+++++++ a.bin", id="new"),
+        pytest.param("<f.st...... a.bin", True, "<f.st.... a.bin", id="update"),
+        pytest.param("cd+++++++++ sub/", True, "cd+++++++ sub/", id="new-dir"),
+        pytest.param(".d..t...... ./", True, ".d..t.... ./", id="dir-time"),
+        pytest.param(".f          a.bin", True, "<f....... a.bin", id="unchanged-as-sender"),
+        pytest.param(".f          a.bin", False, None, id="unchanged-as-receiver"),
+        pytest.param(".d          ./", True, None, id="unchanged-dir"),
+        pytest.param("*deleting   old.npz", True, "*deleting old.npz", id="deleting"),
+        pytest.param("sent 10 bytes", True, "sent 10 bytes", id="other"),
+    ],
+)
 def test_itemize_rewrite(gnu, sender, shown):
     assert openrsync.to_openrsync_item(gnu, sender) == shown
 
@@ -118,8 +132,11 @@ def test_push_twice_then_check(mac, tmp_path):
 
     again = mac(argv)
     assert again.returncode == 0, again.stderr
-    assert sorted(again.stdout.splitlines()) == ["<f....... config.json", "<f....... model.safetensors",
-                                                 "<f....... sub/t.json"]
+    assert sorted(again.stdout.splitlines()) == [
+        "<f....... config.json",
+        "<f....... model.safetensors",
+        "<f....... sub/t.json",
+    ]
     assert parse_itemized(again.stdout)["changed"] is False
 
     (src / "model.safetensors").write_bytes(b"v" * 1001)

@@ -41,8 +41,7 @@ def _print_status(st):
         proc = f"pid {h['pid']}" if h["alive"] else "NOT RUNNING"
         print(f"  {name:<6} {h['mgmt_address']:<15} {proc:<12} {sshd}")
         for ifname, i in h["interfaces"].items():
-            if ifname == "lo" or (not i["ipv4"] and not i["master"] and ifname != "en0"
-                                  and not i["carrier"]):
+            if ifname == "lo" or (not i["ipv4"] and not i["master"] and ifname != "en0" and not i["carrier"]):
                 continue
             extra = f" master {i['master']}" if i["master"] else ""
             link = "up" if i["up"] else "down"
@@ -53,26 +52,33 @@ def _print_status(st):
     for cid, c in st["cables"].items():
         state = "plugged" if c["plugged"] else "UNPLUGGED"
         dock = f" via {c['dock']}" if c["dock"] else ""
-        ends = " / ".join(f"{c[s]['host']}:{c[s]['iface']} {'up' if c[s]['carrier'] else 'down'}"
-                          for s in ("a", "b"))
+        ends = " / ".join(f"{c[s]['host']}:{c[s]['iface']} {'up' if c[s]['carrier'] else 'down'}" for s in ("a", "b"))
         print(f"    {cid:<22} {c['speed']} Gb/s {state}{dock}: {ends}")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m tests.simcluster", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tests.simcluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down", "status", "reboot"):
         s = sub.add_parser(name)
-        s.add_argument("spec", nargs=None if name in ("up", "reboot") else "?",
-                       help="spec name (tests/simcluster/specs/NAME.yml) or path; down and status "
-                            "can leave it out when --state names a state dir")
+        s.add_argument(
+            "spec",
+            nargs=None if name in ("up", "reboot") else "?",
+            help="spec name (tests/simcluster/specs/NAME.yml) or path; down and status "
+            "can leave it out when --state names a state dir",
+        )
         if name == "reboot":
             s.add_argument("host")
         s.add_argument("--state", help="state directory (default /tmp/mlxsim/<spec name>)")
         if name == "up":
-            s.add_argument("--var", action="append", metavar="KEY=VALUE",
-                           help="extra group var for the generated inventory (YAML value)")
+            s.add_argument(
+                "--var",
+                action="append",
+                metavar="KEY=VALUE",
+                help="extra group var for the generated inventory (YAML value)",
+            )
             s.add_argument("--timeout", type=float, default=60.0)
         if name == "status":
             s.add_argument("--json", action="store_true")
@@ -94,14 +100,18 @@ def main(argv=None):
             cluster = SimCluster(args.spec, args.state)
         if args.cmd == "up":
             cluster.up(extra_vars=_vars(args.var), timeout=args.timeout)
-            print(f"cluster {cluster.spec.name} is up in {cluster.up_seconds:.1f}s "
-                  f"({len(cluster.hosts)} Macs, {len(cluster.spec.cables)} cables)")
+            print(
+                f"cluster {cluster.spec.name} is up in {cluster.up_seconds:.1f}s "
+                f"({len(cluster.hosts)} Macs, {len(cluster.spec.cables)} cables)"
+            )
             print(f"inventory:  {cluster.inventory_path}")
             print("run the playbooks with:")
             print(f"  ansible-playbook -i {shlex.quote(str(cluster.inventory_path))} site.yml")
             print(f"reach a Mac with:  ssh -F {shlex.quote(str(cluster.harness_ssh_config_path))} {cluster.hosts[0]}")
-            print(f"tear down with:    python -m tests.simcluster down {args.spec}"
-                  + (f" --state {shlex.quote(args.state)}" if args.state else ""))
+            print(
+                f"tear down with:    python -m tests.simcluster down {args.spec}"
+                + (f" --state {shlex.quote(args.state)}" if args.state else "")
+            )
             return 0
         if args.cmd == "down":
             left = cluster.down()

@@ -48,24 +48,65 @@ from .spec import ClusterSpec, SpecError, load_spec
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
-SHIM_COMMANDS = ["system_profiler", "networksetup", "ifconfig", "route", "netstat", "ipconfig", "ibv_devices",
-                 "ibv_devinfo", "rdma_ctl", "sw_vers", "sysctl", "ping", "sudo", "rsync",
-                 "scutil", "pmset", "defaults", "socketfilterfw", "launchctl", "xcode-select", "softwareupdate"]
+SHIM_COMMANDS = [
+    "system_profiler",
+    "networksetup",
+    "ifconfig",
+    "route",
+    "netstat",
+    "ipconfig",
+    "ibv_devices",
+    "ibv_devinfo",
+    "rdma_ctl",
+    "sw_vers",
+    "sysctl",
+    "ping",
+    "sudo",
+    "rsync",
+    "scutil",
+    "pmset",
+    "defaults",
+    "socketfilterfw",
+    "launchctl",
+    "xcode-select",
+    "softwareupdate",
+]
 RDMA_COMMANDS = {"rdma_ctl", "ibv_devices", "ibv_devinfo"}  # macOS 26.2 and later only
 NS_PREFIX = "mlxsim-"
-MOUNTPOINT = "/srv"         # every Mac sees its own home here
-LIBRARY = "/Library"         # every Mac sees its own /Library (preferences) here
+MOUNTPOINT = "/srv"  # every Mac sees its own home here
+LIBRARY = "/Library"  # every Mac sees its own /Library (preferences) here
 HOME = f"{MOUNTPOINT}/admin"
 ROOT_HOME = f"{MOUNTPOINT}/root"
 DEFAULT_STATE_ROOT = Path("/tmp/mlxsim")
-LIVE_KEYS = {"rdma", "macos", "build", "tb_version", "model", "model_id", "chip", "memory_gb", "ncpu", "wired_limit_mb",
-             "require_sudo", "sudo_password", "sudo_commands", "rdma_port_down", "die_on", "hang", "slow", "firewall",
-             "command_line_tools", "pythons"}
+LIVE_KEYS = {
+    "rdma",
+    "macos",
+    "build",
+    "tb_version",
+    "model",
+    "model_id",
+    "chip",
+    "memory_gb",
+    "ncpu",
+    "wired_limit_mb",
+    "require_sudo",
+    "sudo_password",
+    "sudo_commands",
+    "rdma_port_down",
+    "die_on",
+    "hang",
+    "slow",
+    "firewall",
+    "command_line_tools",
+    "pythons",
+}
 # The message of /usr/bin/python3 on a Mac without the Command Line Tools, over ssh (no UI to
 # ask for them): xcode-select's, as public reports quote it (samdoran/ansible-collection-macos
 # #1, geerlingguy/ansible-role-homebrew #137).
-CLT_STUB_MESSAGE = ("xcode-select: error: no developer tools were found, and no install could be requested "
-                    "(perhaps no UI is present), please install manually from 'developer.apple.com'.")
+CLT_STUB_MESSAGE = (
+    "xcode-select: error: no developer tools were found, and no install could be requested "
+    "(perhaps no UI is present), please install manually from 'developer.apple.com'."
+)
 PYTHON_ORG = "Library/Frameworks/Python.framework/Versions"
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
 
@@ -269,7 +310,7 @@ class SimCluster:
         self._procs: dict[str, subprocess.Popen] = {}
 
     @classmethod
-    def from_state(cls, state_dir, **kwargs) -> "SimCluster":
+    def from_state(cls, state_dir, **kwargs) -> SimCluster:
         """The cluster a state dir was built for (its copy of the spec)."""
         spec = Path(state_dir) / "spec.yml"
         if not spec.exists():
@@ -343,8 +384,17 @@ class SimCluster:
     def host_path_env(self, host) -> str:
         # the shims, then the system's directories: no Python of the controller's (a Mac's PATH
         # over ssh is /usr/bin:/bin:/usr/sbin:/sbin)
-        return ":".join([str(self.host_dir(host) / "bin"),
-                         "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        return ":".join(
+            [
+                str(self.host_dir(host) / "bin"),
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+        )
 
     def env(self, base=None) -> dict:
         """Environment for the toolkit's own runs (ansible-playbook): the controller as a user
@@ -368,14 +418,21 @@ class SimCluster:
 
     def _check_paths(self):
         if any(ch.isspace() for ch in str(self.state_dir)):
-            raise SimError(f"the state directory {str(self.state_dir)!r} contains whitespace; the harness "
-                           f"recognises its processes by the state dir on their command line")
-        for what, path in (("the repository", REPO), ("the Python environment", Path(sys.prefix)),
-                           ("the state directory", self.state_dir)):
+            raise SimError(
+                f"the state directory {str(self.state_dir)!r} contains whitespace; the harness "
+                f"recognises its processes by the state dir on their command line"
+            )
+        for what, path in (
+            ("the repository", REPO),
+            ("the Python environment", Path(sys.prefix)),
+            ("the state directory", self.state_dir),
+        ):
             p = str(Path(path).resolve())
             if p == MOUNTPOINT or p.startswith(MOUNTPOINT + "/"):
-                raise SimError(f"{what} ({p}) lives under {MOUNTPOINT}, which every simulated Mac "
-                               f"covers with its own home: move it elsewhere")
+                raise SimError(
+                    f"{what} ({p}) lives under {MOUNTPOINT}, which every simulated Mac "
+                    f"covers with its own home: move it elsewhere"
+                )
         if not Path(MOUNTPOINT).is_dir():
             raise SimError(f"{MOUNTPOINT} must exist (an empty directory the Macs mount their homes on)")
         if not Path(LIBRARY).is_dir():
@@ -384,8 +441,9 @@ class SimCluster:
             try:
                 os.mkdir(LIBRARY, 0o755)
             except OSError as exc:
-                raise SimError(f"{LIBRARY} must exist (an empty directory the Macs mount their /Library on): "
-                               f"{exc.strerror}") from exc
+                raise SimError(
+                    f"{LIBRARY} must exist (an empty directory the Macs mount their /Library on): {exc.strerror}"
+                ) from exc
 
     def _harness(self) -> dict:
         try:
@@ -417,7 +475,7 @@ class SimCluster:
         left += _teardown_namespaces(ours, self.state_dir)
         return left
 
-    def up(self, extra_vars=None, timeout=60.0) -> "SimCluster":
+    def up(self, extra_vars=None, timeout=60.0) -> SimCluster:
         """Build the cluster (cleaning leftovers of this state dir first). Idempotent
         in effect: a second `up` rebuilds fresh Macs."""
         reason = unavailable_reason()
@@ -429,9 +487,17 @@ class SimCluster:
         try:
             self._teardown()
             self._prepare_files(extra_vars or {})
-            self._save_harness({"state_dir": str(self.state_dir), "prefix": self.prefix,
-                                "spec": self.spec.name, "namespaces": self.namespaces,
-                                "pids": {}, "status": "starting", "started": time.time()})
+            self._save_harness(
+                {
+                    "state_dir": str(self.state_dir),
+                    "prefix": self.prefix,
+                    "spec": self.spec.name,
+                    "namespaces": self.namespaces,
+                    "pids": {},
+                    "status": "starting",
+                    "started": time.time(),
+                }
+            )
             self._build_network()
             self._start_hosts(timeout)
             h = self._harness()
@@ -480,15 +546,27 @@ class SimCluster:
         keep = [[str(st), False], [str(Path(sys.prefix).resolve()), True], [str(REPO), True]]
         keep = [k for k in keep if any(k[0] == d or k[0].startswith(d + "/") for d in PRIVATE_DIRS)]
         cluster = self.spec.to_json()
-        cluster.update({"state_dir": str(st), "prefix": self.prefix, "mountpoint": MOUNTPOINT, "library": LIBRARY,
-                        "home": HOME, "root_home": ROOT_HOME, "keep_paths": keep,
-                        "shim": str(SHIMS / "macos.py"), "sshd": _which("sshd"),
-                        "python": self.python})
+        cluster.update(
+            {
+                "state_dir": str(st),
+                "prefix": self.prefix,
+                "mountpoint": MOUNTPOINT,
+                "library": LIBRARY,
+                "home": HOME,
+                "root_home": ROOT_HOME,
+                "keep_paths": keep,
+                "shim": str(SHIMS / "macos.py"),
+                "sshd": _which("sshd"),
+                "python": self.python,
+            }
+        )
         (st / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
         # Every shim runs through this launcher, with the harness's Python named here: a Mac's
         # PATH holds no Python of the controller's, and its /usr/bin/python3 may be the stub.
-        (st / "shim").write_text(f"#!{self.python} -S\n# simulated macOS commands (tests/simcluster/shims/shim)\n"
-                                 f"import sys\nsys.path.insert(0, {str(SHIMS)!r})\nimport macos\nmacos.run()\n")
+        (st / "shim").write_text(
+            f"#!{self.python} -S\n# simulated macOS commands (tests/simcluster/shims/shim)\n"
+            f"import sys\nsys.path.insert(0, {str(SHIMS)!r})\nimport macos\nmacos.run()\n"
+        )
         (st / "shim").chmod(0o755)
         # What hides this machine's pip configuration (its local wheel directories and indexes)
         # from the Macs: an empty file and an empty directory.
@@ -506,16 +584,40 @@ class SimCluster:
         for p in (self.key_path, Path(f"{self.key_path}.pub")):
             if p.exists():
                 p.unlink()
-        jobs = [[_which("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"mlxsim@{self.spec.name}",
-                 "-f", str(self.key_path)]]
+        jobs = [
+            [
+                _which("ssh-keygen"),
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"mlxsim@{self.spec.name}",
+                "-f",
+                str(self.key_path),
+            ]
+        ]
         for h in self.hosts:
             hd = self.host_dir(h)
             for sub in ("bin", f"home/{self.spec.host(h).home}/.ssh", "home/root", "tmp", "var_tmp", "var_log"):
                 (hd / sub).mkdir(parents=True, exist_ok=True)
-            jobs.append([_which("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h}",
-                         "-f", str(hd / "ssh_host_ed25519_key")])
+            jobs.append(
+                [
+                    _which("ssh-keygen"),
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"root@{h}",
+                    "-f",
+                    str(hd / "ssh_host_ed25519_key"),
+                ]
+            )
         procs = [subprocess.Popen(j, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for j in jobs]
-        for j, p in zip(jobs, procs):
+        for p in procs:
             if p.wait() != 0:
                 raise SimError(f"ssh-keygen failed: {p.stderr.read().decode().strip()}")
 
@@ -552,8 +654,9 @@ class SimCluster:
         (st / "group").write_text("\n".join(groups) + "\n")
         os.chmod(st / "group", 0o644)
         # no DNS server on the cluster LAN: lookups fail at once (nothing on 127.0.0.1:53)
-        (st / "resolv.conf").write_text("# simulated Mac cluster: no DNS server on this LAN\n"
-                                        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        (st / "resolv.conf").write_text(
+            "# simulated Mac cluster: no DNS server on this LAN\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+        )
 
         # The controller's side, as a real user's machine has it after README step 1: the
         # Macs' host keys accepted under the addresses it reaches them by (`ssh admin@ADDR
@@ -568,64 +671,85 @@ class SimCluster:
         self.known_hosts_path.write_text("\n".join(known) + "\n")
 
         ip = _ip()
-        proxy = " ".join(shlex.quote(str(x)) for x in
-                         (ip, "netns", "exec", self.ctl_ns, self.python, HERE / "relay.py", st)) + " %h %p"
+        proxy = (
+            " ".join(
+                shlex.quote(str(x)) for x in (ip, "netns", "exec", self.ctl_ns, self.python, HERE / "relay.py", st)
+            )
+            + " %h %p"
+        )
         lan = " ".join(self.mgmt_address(h) for h in self.hosts)
         if self.spec.cidr.prefixlen in (8, 16, 24):
             octets = str(self.spec.cidr.network_address).split(".")[: self.spec.cidr.prefixlen // 8]
             lan = ".".join(octets + ["*"])
-        self.ssh_config_path.write_text("\n".join([
+        self.ssh_config_path.write_text(
+            "\n".join(
+                [
+                    f"# Generated by tests/simcluster for spec {self.spec.name}; state {st}.",
+                    "# What the network gives the controller: the Macs' LAN (through the relay) and the",
+                    "# host keys its user accepted, by address. Names, user and key come from the inventory.",
+                    "",
+                    f"Host {lan}",
+                    f"    ProxyCommand {proxy}",
+                    f"    UserKnownHostsFile {shlex.quote(str(self.known_hosts_path))}",
+                    "    GlobalKnownHostsFile /dev/null",
+                    "    StrictHostKeyChecking yes",
+                    "",
+                ]
+            )
+        )
+
+        # The harness's own way in (tests inspecting a Mac, the tools compared with, runs "by
+        # hand"): the Macs by name, with user and key. Never given to the toolkit's runs.
+        cfg = [
             f"# Generated by tests/simcluster for spec {self.spec.name}; state {st}.",
-            "# What the network gives the controller: the Macs' LAN (through the relay) and the",
-            "# host keys its user accepted, by address. Names, user and key come from the inventory.",
+            "# The harness's view: reach a simulated Mac with  ssh -F THIS_FILE m1",
             "",
-            f"Host {lan}",
+        ]
+        for h in self.hosts:
+            cfg += [f"Host {h}", f"    HostName {self.mgmt_address(h)}", ""]
+        cfg += [
+            f"Host {' '.join(self.hosts)} {lan}",
+            f"    User {self.user}",
+            f"    IdentityFile {shlex.quote(str(self.key_path))}",
+            "    IdentitiesOnly yes",
+            "    BatchMode yes",
+            "    ConnectTimeout 15",
+            # as in ssh_config: a Host line matches the name given, so `m1` needs them too
             f"    ProxyCommand {proxy}",
             f"    UserKnownHostsFile {shlex.quote(str(self.known_hosts_path))}",
             "    GlobalKnownHostsFile /dev/null",
             "    StrictHostKeyChecking yes",
-            ""]))
-
-        # The harness's own way in (tests inspecting a Mac, the tools compared with, runs "by
-        # hand"): the Macs by name, with user and key. Never given to the toolkit's runs.
-        cfg = [f"# Generated by tests/simcluster for spec {self.spec.name}; state {st}.",
-               "# The harness's view: reach a simulated Mac with  ssh -F THIS_FILE m1", ""]
-        for h in self.hosts:
-            cfg += [f"Host {h}", f"    HostName {self.mgmt_address(h)}", ""]
-        cfg += [f"Host {' '.join(self.hosts)} {lan}",
-                f"    User {self.user}",
-                f"    IdentityFile {shlex.quote(str(self.key_path))}",
-                "    IdentitiesOnly yes",
-                "    BatchMode yes",
-                "    ConnectTimeout 15",
-                # as in ssh_config: a Host line matches the name given, so `m1` needs them too
-                f"    ProxyCommand {proxy}",
-                f"    UserKnownHostsFile {shlex.quote(str(self.known_hosts_path))}",
-                "    GlobalKnownHostsFile /dev/null",
-                "    StrictHostKeyChecking yes", ""]
+            "",
+        ]
         self.harness_ssh_config_path.write_text("\n".join(cfg))
 
         for tool in ("ssh", "scp", "sftp"):
             w = self.bin_dir / tool
-            w.write_text(f"#!/bin/sh\n# simulated Mac cluster {self.spec.name}: {tool} with the harness's ssh_config\n"
-                         f"exec /usr/bin/{tool} -F {shlex.quote(str(self.harness_ssh_config_path))} \"$@\"\n")
+            w.write_text(
+                f"#!/bin/sh\n# simulated Mac cluster {self.spec.name}: {tool} with the harness's ssh_config\n"
+                f'exec /usr/bin/{tool} -F {shlex.quote(str(self.harness_ssh_config_path))} "$@"\n'
+            )
             w.chmod(0o755)
 
         # The inventory as a user writes one: each Mac by an inventory name that does not
         # resolve, reached at ansible_host, logged into as a user that is not the controller's,
         # with the key and the ssh options given here.
-        inv_vars = {"ansible_user": self.user,
-                    "ansible_ssh_private_key_file": str(self.key_path),
-                    "ansible_ssh_common_args": f"-F {self.ssh_config_path}",
-                    # as inventory/mac_cluster's group_vars: the Command Line Tools' Python
-                    "ansible_python_interpreter": "/usr/bin/python3",
-                    "ansible_ssh_pipelining": True}
+        inv_vars = {
+            "ansible_user": self.user,
+            "ansible_ssh_private_key_file": str(self.key_path),
+            "ansible_ssh_common_args": f"-F {self.ssh_config_path}",
+            # as inventory/mac_cluster's group_vars: the Command Line Tools' Python
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_pipelining": True,
+        }
         inv_vars.update(extra_vars)
-        inventory = {"mac_cluster": {"hosts": {h: {"ansible_host": self.mgmt_address(h)} for h in self.hosts},
-                                     "vars": inv_vars}}
+        inventory = {
+            "mac_cluster": {"hosts": {h: {"ansible_host": self.mgmt_address(h)} for h in self.hosts}, "vars": inv_vars}
+        }
         self.inventory_path.write_text(
             f"# Generated by tests/simcluster for spec {self.spec.name} (state {st}).\n"
-            + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
+            + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False)
+        )
 
         # Each Mac: Remote Login with the controller's key in the login user's authorized_keys
         # (README step 1) and nothing else in ~/.ssh: no private key, no known_hosts, no config.
@@ -648,19 +772,33 @@ class SimCluster:
             os.chmod(etc_ssh / "ssh_host_ed25519_key", 0o600)
             self._link_shims(h, self.spec.host(h).macos)
             path = self.host_path_env(h)
-            sshd = [f"# sshd of simulated Mac {h} (spec {self.spec.name})",
-                    "ListenAddress 0.0.0.0:22",  # like Remote Login on a Mac: every interface
-                    f"HostKey \"{hd / 'ssh_host_ed25519_key'}\"",
-                    f"PidFile \"{hd / 'sshd.pid'}\"",
-                    "StrictModes no", "UsePAM no", "PermitRootLogin prohibit-password",
-                    "PubkeyAuthentication yes", "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no", "AllowAgentForwarding no",
-                    "AllowTcpForwarding no", "X11Forwarding no", "PermitUserEnvironment no",
-                    "PrintMotd no", "PrintLastLog no", "UseDNS no", "LogLevel VERBOSE",
-                    # macOS's /etc/ssh/sshd_config sets neither: OpenSSH's defaults, written out
-                    "MaxStartups 10:30:100", "MaxSessions 10", "AcceptEnv LANG LC_*",
-                    f"SetEnv \"PATH={path}\" \"HOME={self.session_home(h)}\"",
-                    "Subsystem sftp /usr/lib/openssh/sftp-server", ""]
+            sshd = [
+                f"# sshd of simulated Mac {h} (spec {self.spec.name})",
+                "ListenAddress 0.0.0.0:22",  # like Remote Login on a Mac: every interface
+                f'HostKey "{hd / "ssh_host_ed25519_key"}"',
+                f'PidFile "{hd / "sshd.pid"}"',
+                "StrictModes no",
+                "UsePAM no",
+                "PermitRootLogin prohibit-password",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "AllowAgentForwarding no",
+                "AllowTcpForwarding no",
+                "X11Forwarding no",
+                "PermitUserEnvironment no",
+                "PrintMotd no",
+                "PrintLastLog no",
+                "UseDNS no",
+                "LogLevel VERBOSE",
+                # macOS's /etc/ssh/sshd_config sets neither: OpenSSH's defaults, written out
+                "MaxStartups 10:30:100",
+                "MaxSessions 10",
+                "AcceptEnv LANG LC_*",
+                f'SetEnv "PATH={path}" "HOME={self.session_home(h)}"',
+                "Subsystem sftp /usr/lib/openssh/sftp-server",
+                "",
+            ]
             (hd / "sshd_config").write_text("\n".join(sshd))
 
     def _factory_ssh_dir(self, host):
@@ -703,31 +841,56 @@ class SimCluster:
             # `unreachable` default route, traffic a Mac sends off the LAN fails at once
             # (ICMP unreachable) instead of vanishing into a black hole
             fwd = "echo 1 > /proc/sys/net/ipv4/ip_forward; " if ns == self.ctl_ns else ""
-            jobs.append([ip, "netns", "exec", ns, "/bin/sh", "-c", fwd +
-                         "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
-                         "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"])
-        procs = [subprocess.Popen(j, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for j in jobs]
+            jobs.append(
+                [
+                    ip,
+                    "netns",
+                    "exec",
+                    ns,
+                    "/bin/sh",
+                    "-c",
+                    fwd + "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
+                    "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+                ]
+            )
+        procs = [subprocess.Popen(j, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for j in jobs]
         for j, p in zip(jobs, procs):
             if p.wait() != 0:
                 raise SimError(f"{shlex.join(j)}: {p.stderr.read().strip()}")
-        links, ctl, wire = [], ["link set lo up", "link add name mgmt0 type bridge stp_state 0",
-                                f"addr add {self.spec.gateway}/{self.spec.cidr.prefixlen} dev mgmt0",
-                                "link set mgmt0 up", "route add unreachable default"], ["link set lo up"]
+        links, ctl, wire = (
+            [],
+            [
+                "link set lo up",
+                "link add name mgmt0 type bridge stp_state 0",
+                f"addr add {self.spec.gateway}/{self.spec.cidr.prefixlen} dev mgmt0",
+                "link set mgmt0 up",
+                "route add unreachable default",
+            ],
+            ["link set lo up"],
+        )
         data = self.spec.to_json()
         for i, h in enumerate(self.hosts):
             hcfg = data["hosts"][h]
-            links.append(f"link add name en0 address {hcfg['en0_mac']} netns {self.ns(h)} "
-                         f"type veth peer name h{i} netns {self.ctl_ns}")
+            links.append(
+                f"link add name en0 address {hcfg['en0_mac']} netns {self.ns(h)} "
+                f"type veth peer name h{i} netns {self.ctl_ns}"
+            )
             ctl += [f"link set h{i} master mgmt0", f"link set h{i} up"]
         for c in self.spec.cables:
             for side, end in (("a", c.a), ("b", c.b)):
                 mac = data["hosts"][end.host]["ports"][str(end.receptacle)]["mac"]
-                links.append(f"link add name {end.iface} address {mac} netns {self.ns(end.host)} "
-                             f"type veth peer name c{c.index}{side} netns {self.wire_ns}")
-            wire += [f"link add name w{c.index} type bridge stp_state 0",
-                     f"link set c{c.index}a master w{c.index}", f"link set c{c.index}b master w{c.index}",
-                     f"link set w{c.index} up", f"link set c{c.index}a up", f"link set c{c.index}b up"]
+                links.append(
+                    f"link add name {end.iface} address {mac} netns {self.ns(end.host)} "
+                    f"type veth peer name c{c.index}{side} netns {self.wire_ns}"
+                )
+            wire += [
+                f"link add name w{c.index} type bridge stp_state 0",
+                f"link set c{c.index}a master w{c.index}",
+                f"link set c{c.index}b master w{c.index}",
+                f"link set w{c.index} up",
+                f"link set c{c.index}a up",
+                f"link set c{c.index}b up",
+            ]
         # unconnected receptacles still have their interface (an empty port)
         for hi, h in enumerate(self.spec.hosts):
             cabled = self.spec.cables_of(h.name)
@@ -735,16 +898,35 @@ class SimCluster:
                 iface = h.iface(k)
                 if iface not in cabled:
                     mac = data["hosts"][h.name]["ports"][str(k)]["mac"]
-                    links.append(f"link add name {iface} address {mac} netns {self.ns(h.name)} "
-                                 f"type veth peer name x{hi}_{k} netns {self.wire_ns}")
+                    links.append(
+                        f"link add name {iface} address {mac} netns {self.ns(h.name)} "
+                        f"type veth peer name x{hi}_{k} netns {self.wire_ns}"
+                    )
         _batch(links)
         _batch(ctl, self.ctl_ns)
         _batch(wire, self.wire_ns)
 
     def _host_cmd(self, host):
-        return [_ip(), "netns", "exec", self.ns(host), _which("unshare"), "--mount", "--uts", "--pid",
-                "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
-                self.python, str(HERE / "hostinit.py"), str(self.state_dir), host]
+        return [
+            _ip(),
+            "netns",
+            "exec",
+            self.ns(host),
+            _which("unshare"),
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--",
+            self.python,
+            str(HERE / "hostinit.py"),
+            str(self.state_dir),
+            host,
+        ]
 
     # ---- a package index on the LAN, as a lab's mirror -------------------------------------
     INDEX_PORT = 3141  # devpi's
@@ -759,8 +941,12 @@ class SimCluster:
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        r = subprocess.run([self.python, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(tmp),
-                            *requirements], capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            [self.python, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(tmp), *requirements],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if r.returncode != 0:
             raise SimError(f"pip download {' '.join(requirements)} failed: {r.stderr.strip()[-1500:]}")
         (tmp / ".complete").write_text("\n".join(requirements) + "\n")
@@ -786,15 +972,44 @@ class SimCluster:
             (root / "simple" / project).mkdir(parents=True, exist_ok=True)
             (root / "simple" / project / whl.name).symlink_to(whl)
         log = open(self.state_dir / "pypi.log", "ab")
-        proc = subprocess.Popen([_ip(), "netns", "exec", self.ctl_ns, self.python, "-m", "http.server",
-                                 "--bind", str(self.spec.gateway), "--directory", str(root), str(self.INDEX_PORT)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/")
+        proc = subprocess.Popen(
+            [
+                _ip(),
+                "netns",
+                "exec",
+                self.ctl_ns,
+                self.python,
+                "-m",
+                "http.server",
+                "--bind",
+                str(self.spec.gateway),
+                "--directory",
+                str(root),
+                str(self.INDEX_PORT),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd="/",
+        )
         log.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            r = _run([_ip(), "netns", "exec", self.ctl_ns, self.python, "-c",
-                      "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)",
-                      str(self.spec.gateway), str(self.INDEX_PORT)], check=False)
+            r = _run(
+                [
+                    _ip(),
+                    "netns",
+                    "exec",
+                    self.ctl_ns,
+                    self.python,
+                    "-c",
+                    "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)",
+                    str(self.spec.gateway),
+                    str(self.INDEX_PORT),
+                ],
+                check=False,
+            )
             if r.returncode == 0:
                 break
             if proc.poll() is not None:
@@ -831,13 +1046,17 @@ class SimCluster:
         else:
             marker.write_text("")
         script = hd / "usr_bin_python3"
-        script.write_text("#!/bin/sh\n# /usr/bin/python3 of simulated Mac %s: the Command Line Tools' Python, or their stub\n"
-                          "if [ -e %s ]; then\n    echo %s >&2\n    exit 1\nfi\nexec %s \"$@\"\n"
-                          % (host, shlex.quote(str(marker)), shlex.quote(CLT_STUB_MESSAGE), shlex.quote(str(self.base_python()))))
+        script.write_text(
+            "#!/bin/sh\n# /usr/bin/python3 of simulated Mac %s: the Command Line Tools' Python, or their stub\n"
+            'if [ -e %s ]; then\n    echo %s >&2\n    exit 1\nfi\nexec %s "$@"\n'
+            % (host, shlex.quote(str(marker)), shlex.quote(CLT_STUB_MESSAGE), shlex.quote(str(self.base_python())))
+        )
         script.chmod(0o755)
         minor = self.python_minor()
-        places = {"homebrew": hd / "opt" / "homebrew" / "bin" / f"python{minor}",
-                  "python.org": hd / PYTHON_ORG / minor / "bin" / f"python{minor}"}
+        places = {
+            "homebrew": hd / "opt" / "homebrew" / "bin" / f"python{minor}",
+            "python.org": hd / PYTHON_ORG / minor / "bin" / f"python{minor}",
+        }
         (hd / "opt").mkdir(exist_ok=True)
         for source, link in places.items():
             if link.is_symlink() or link.exists():
@@ -852,8 +1071,9 @@ class SimCluster:
         for f in ("init.status", "sshd.pid"):
             (hd / f).unlink(missing_ok=True)
         log = open(hd / "init.log", "ab")
-        proc = subprocess.Popen(self._host_cmd(host), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, cwd="/")
+        proc = subprocess.Popen(
+            self._host_cmd(host), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/"
+        )
         log.close()
         self._procs[host] = proc
         h = self._harness()
@@ -869,15 +1089,19 @@ class SimCluster:
                 hd = self.host_dir(h)
                 status = (hd / "init.status").read_text().strip() if (hd / "init.status").exists() else ""
                 if status.startswith("error"):
-                    raise SimError(f"simulated Mac {h} failed to boot: {status}\n"
-                                   f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}")
+                    raise SimError(
+                        f"simulated Mac {h} failed to boot: {status}\n"
+                        f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}"
+                    )
                 if status == "booted" and (hd / "sshd.pid").exists():
                     pending.discard(h)
                     continue
                 proc = self._procs.get(h)
                 if proc is not None and proc.poll() is not None:
-                    raise SimError(f"simulated Mac {h} exited ({proc.returncode}) while booting\n"
-                                   f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}")
+                    raise SimError(
+                        f"simulated Mac {h} exited ({proc.returncode}) while booting\n"
+                        f"{self._tail(hd / 'init.log')}{self._tail(hd / 'sshd.log')}"
+                    )
             if pending and time.monotonic() > deadline:
                 raise SimError(f"simulated Macs {sorted(pending)} did not start sshd within {timeout}s")
             if pending:
@@ -920,25 +1144,41 @@ class SimCluster:
             return None
         for k in map(int, kids):
             words = _cmdline(k)
-            if words and "sshd" in words[0] + (words[1] if len(words) > 1 else "") and cfg in words \
-                    and _alive(k):
+            if words and "sshd" in words[0] + (words[1] if len(words) > 1 else "") and cfg in words and _alive(k):
                 return k
         return None
 
-    def exec(self, host, argv, input=None, timeout=60, env=None, cwd=None, check=False,
-             sudo=False) -> subprocess.CompletedProcess:
+    def exec(
+        self, host, argv, input=None, timeout=60, env=None, cwd=None, check=False, sudo=False
+    ) -> subprocess.CompletedProcess:
         """Run argv on the simulated Mac (inside all its namespaces), with the environment an
         SSH session there gets. `sudo=True` prefixes the simulated sudo."""
         init = self._init_pid(host)
-        e = {"PATH": self.host_path_env(host), "HOME": self.session_home(host),
-             "USER": self.user, "LOGNAME": self.user, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+        e = {
+            "PATH": self.host_path_env(host),
+            "HOME": self.session_home(host),
+            "USER": self.user,
+            "LOGNAME": self.user,
+            "SHELL": "/bin/bash",
+            "LANG": "C.UTF-8",
+        }
         if env:
             e.update(env)
         argv = [str(a) for a in argv]
         if sudo:
             argv = ["sudo", *argv]
-        cmd = [_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", f"--wdns={cwd or self.session_home(host)}",
-               "--", *argv]
+        cmd = [
+            _which("nsenter"),
+            "-t",
+            str(init),
+            "-m",
+            "-u",
+            "-n",
+            "-p",
+            f"--wdns={cwd or self.session_home(host)}",
+            "--",
+            *argv,
+        ]
         r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, env=e)
         if check and r.returncode != 0:
             raise SimError(f"{host}: {shlex.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
@@ -967,9 +1207,25 @@ class SimCluster:
         (hd / "sshd.pid").unlink(missing_ok=True)
         init = self._init_pid(host)
         # without -D sshd forks into the background; the daemon is adopted by the Mac's PID 1
-        _run([_which("nsenter"), "-t", str(init), "-m", "-u", "-n", "-p", "--wdns=/", "--",
-              _which("sshd"), "-f", str(hd / "sshd_config"), "-E", str(hd / "sshd.log")],
-             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MLXSIM_HOST": host})
+        _run(
+            [
+                _which("nsenter"),
+                "-t",
+                str(init),
+                "-m",
+                "-u",
+                "-n",
+                "-p",
+                "--wdns=/",
+                "--",
+                _which("sshd"),
+                "-f",
+                str(hd / "sshd_config"),
+                "-E",
+                str(hd / "sshd.log"),
+            ],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "MLXSIM_HOST": host},
+        )
         deadline = time.monotonic() + timeout
         while not (hd / "sshd.pid").exists():
             if time.monotonic() > deadline:
@@ -1122,20 +1378,34 @@ class SimCluster:
                 wire += [f"link set c{c.index}{s} up" for s in "ab"]
             for h in self.spec.hosts:
                 cabled = self.spec.cables_of(h.name)
-                wire += [f"link set {self._wire_end(h.name, h.iface(k))} nomaster" for k in range(1, h.tb_ports + 1)
-                         if h.iface(k) not in cabled]
-                wire += [f"link set {self._wire_end(h.name, h.iface(k))} down" for k in range(1, h.tb_ports + 1)
-                         if h.iface(k) not in cabled]
+                wire += [
+                    f"link set {self._wire_end(h.name, h.iface(k))} nomaster"
+                    for k in range(1, h.tb_ports + 1)
+                    if h.iface(k) not in cabled
+                ]
+                wire += [
+                    f"link set {self._wire_end(h.name, h.iface(k))} down"
+                    for k in range(1, h.tb_ports + 1)
+                    if h.iface(k) not in cabled
+                ]
             _batch(wire, self.wire_ns)
             _batch([f"link set h{i} up" for i in range(len(self.hosts))], self.ctl_ns)  # power cuts
             for h in self.hosts:
                 hd = self.host_dir(h)
                 (hd / "die_on.count").unlink(missing_ok=True)
                 # persistent settings back to the spec's: network, power (pmset), SoftwareUpdate
-                for f in ("netprefs.json", "runtime.json", "pmset.json", "software_update.json", "firewall.json",
-                          "kernel.json", "launchd.json", "command_line_tools.installed"):
+                for f in (
+                    "netprefs.json",
+                    "runtime.json",
+                    "pmset.json",
+                    "software_update.json",
+                    "firewall.json",
+                    "kernel.json",
+                    "launchd.json",
+                    "command_line_tools.installed",
+                ):
                     (hd / f).unlink(missing_ok=True)
-                shutil.rmtree(hd / "Library", ignore_errors=True)   # boot writes the preferences again
+                shutil.rmtree(hd / "Library", ignore_errors=True)  # boot writes the preferences again
                 if (hd / "tmp").exists():
                     shutil.rmtree(hd / "tmp")
                 (hd / "tmp").mkdir()
@@ -1161,8 +1431,7 @@ class SimCluster:
         state = "up" if plugged else "down"
         live = self._live()
         ends = self._ends(live, c)
-        _batch([f"link set {self._wire_end(ends[s]['host'], ends[s]['iface'])} {state}" for s in "ab"],
-               self.wire_ns)
+        _batch([f"link set {self._wire_end(ends[s]['host'], ends[s]['iface'])} {state}" for s in "ab"], self.wire_ns)
         live.setdefault("cables", {}).setdefault(c.id, {})["plugged"] = plugged
         self._write_live(live)
 
@@ -1180,8 +1449,10 @@ class SimCluster:
 
     def _ends(self, live, c) -> dict:
         cur = live.get("cables", {}).get(c.id, {})
-        return {s: cur.get(s) or {"host": e.host, "receptacle": e.receptacle, "iface": e.iface}
-                for s, e in (("a", c.a), ("b", c.b))}
+        return {
+            s: cur.get(s) or {"host": e.host, "receptacle": e.receptacle, "iface": e.iface}
+            for s, e in (("a", c.a), ("b", c.b))
+        }
 
     def move(self, frm, to):
         """Move one end of a cable: `frm` is where that end is plugged now (`m1:en2`), `to` an
@@ -1210,8 +1481,15 @@ class SimCluster:
             c, side, ends = found
             old_wire = self._wire_end(fh, fi)
             new_wire = self._wire_end(th, ti)
-            _batch([f"link set {old_wire} nomaster", f"link set {old_wire} down",
-                    f"link set {new_wire} master w{c.index}", f"link set {new_wire} up"], self.wire_ns)
+            _batch(
+                [
+                    f"link set {old_wire} nomaster",
+                    f"link set {old_wire} down",
+                    f"link set {new_wire} master w{c.index}",
+                    f"link set {new_wire} up",
+                ],
+                self.wire_ns,
+            )
             ends[side] = {"host": th, "receptacle": trec, "iface": ti}
             live.setdefault("cables", {}).setdefault(c.id, {"plugged": True}).update(ends)
             self._write_live(live)
@@ -1249,9 +1527,9 @@ class SimCluster:
         if bad:
             raise SimError(f"set_host: unknown keys {sorted(bad)} (known: {sorted(LIVE_KEYS)})")
         if not isinstance(overrides.get("hang", []), (list, tuple)):
-            raise SimError("set_host: hang is a list of commands (\"ibv_devinfo\", \"networksetup -getinfo\")")
+            raise SimError('set_host: hang is a list of commands ("ibv_devinfo", "networksetup -getinfo")')
         if not isinstance(overrides.get("slow", {}), dict):
-            raise SimError("set_host: slow maps commands to seconds ({\"system_profiler\": 5})")
+            raise SimError('set_host: slow maps commands to seconds ({"system_profiler": 5})')
         live = self._live()
         cur = live.setdefault("hosts", {}).setdefault(host, {})
         cur.update(overrides)
@@ -1279,25 +1557,35 @@ class SimCluster:
         Replaces an earlier block of the same Mac; kept across reboot(), undone by
         unblock_ports() and reset()."""
         self.spec.host(host)
-        if ports != "all" and (not isinstance(ports, (list, tuple)) or not ports
-                               or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)):
+        if ports != "all" and (
+            not isinstance(ports, (list, tuple))
+            or not ports
+            or not all(isinstance(p, int) and 0 < p < 65536 for p in ports)
+        ):
             raise SimError('block_ports: a list of TCP ports, or "all" (every port but 22)')
         self.unblock_ports(host)
         lines = []
         for dev in self._filtered_ifaces(host):
-            lines += [f"qdisc add dev {dev} root handle 1: htb default 10 r2q 100000",
-                      f"class add dev {dev} parent 1: classid 1:10 htb rate 100gbit",
-                      f"class add dev {dev} parent 1: classid 1:20 htb rate 1mbit",
-                      f"qdisc add dev {dev} parent 1:20 handle 20: pfifo limit 0"]
+            lines += [
+                f"qdisc add dev {dev} root handle 1: htb default 10 r2q 100000",
+                f"class add dev {dev} parent 1: classid 1:10 htb rate 100gbit",
+                f"class add dev {dev} parent 1: classid 1:20 htb rate 1mbit",
+                f"qdisc add dev {dev} parent 1:20 handle 20: pfifo limit 0",
+            ]
             if ports == "all":
                 # ssh's answers pass; every other SYN-ACK (IP header 20 bytes, TCP flags at 33) goes
-                lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
-                          f"match ip sport 22 0xffff flowid 1:10",
-                          f"filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip protocol 6 0xff "
-                          f"match u8 0x12 0x12 at 33 flowid 1:20"]
+                lines += [
+                    f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
+                    f"match ip sport 22 0xffff flowid 1:10",
+                    f"filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip protocol 6 0xff "
+                    f"match u8 0x12 0x12 at 33 flowid 1:20",
+                ]
             else:
-                lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
-                          f"match ip sport {p} 0xffff flowid 1:20" for p in ports]
+                lines += [
+                    f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
+                    f"match ip sport {p} 0xffff flowid 1:20"
+                    for p in ports
+                ]
         _tc_batch(lines, self.ns(host))
         live = self._live()
         live.setdefault("hosts", {}).setdefault(host, {})["blocked_ports"] = ports if ports == "all" else list(ports)
@@ -1351,9 +1639,16 @@ class SimCluster:
         for name in self.hosts:
             pid = pids.get(name)
             alive = bool(pid and _alive(pid) and mentions(pid, self.state_dir))
-            entry = {"namespace": self.ns(name), "namespace_exists": self.ns(name) in existing,
-                     "pid": pid, "alive": alive, "mgmt_address": self.mgmt_address(name),
-                     "sshd_pid": None, "sshd_alive": False, "interfaces": {}}
+            entry = {
+                "namespace": self.ns(name),
+                "namespace_exists": self.ns(name) in existing,
+                "pid": pid,
+                "alive": alive,
+                "mgmt_address": self.mgmt_address(name),
+                "sshd_pid": None,
+                "sshd_alive": False,
+                "interfaces": {},
+            }
             if alive:
                 try:
                     sp = self._sshd_pid(name)
@@ -1363,10 +1658,15 @@ class SimCluster:
             if entry["namespace_exists"]:
                 for ifname, d in self.links(name).items():
                     entry["interfaces"][ifname] = {
-                        "up": "UP" in d.get("flags", []), "carrier": "LOWER_UP" in d.get("flags", []),
+                        "up": "UP" in d.get("flags", []),
+                        "carrier": "LOWER_UP" in d.get("flags", []),
                         "master": d.get("master"),
-                        "ipv4": [f"{a['local']}/{a['prefixlen']}" for a in d.get("addr_info", [])
-                                 if a.get("family") == "inet"]}
+                        "ipv4": [
+                            f"{a['local']}/{a['prefixlen']}"
+                            for a in d.get("addr_info", [])
+                            if a.get("family") == "inet"
+                        ],
+                    }
             hosts[name] = entry
         live = {}
         try:
@@ -1378,10 +1678,20 @@ class SimCluster:
             ends = {}
             for side, e in (("a", c.a), ("b", c.b)):
                 i = hosts[e.host]["interfaces"].get(e.iface, {})
-                ends[side] = {"host": e.host, "iface": e.iface, "carrier": i.get("carrier"),
-                              "ipv4": i.get("ipv4", [])}
-            cables[c.id] = {"plugged": live.get(c.id, {}).get("plugged", True), **ends,
-                            "speed": c.speed, "dock": c.dock.name if c.dock else None}
-        return {"name": self.spec.name, "state_dir": str(self.state_dir), "prefix": self.prefix,
-                "status": h.get("status", "absent"), "inventory": str(self.inventory_path),
-                "ssh_config": str(self.ssh_config_path), "hosts": hosts, "cables": cables}
+                ends[side] = {"host": e.host, "iface": e.iface, "carrier": i.get("carrier"), "ipv4": i.get("ipv4", [])}
+            cables[c.id] = {
+                "plugged": live.get(c.id, {}).get("plugged", True),
+                **ends,
+                "speed": c.speed,
+                "dock": c.dock.name if c.dock else None,
+            }
+        return {
+            "name": self.spec.name,
+            "state_dir": str(self.state_dir),
+            "prefix": self.prefix,
+            "status": h.get("status", "absent"),
+            "inventory": str(self.inventory_path),
+            "ssh_config": str(self.ssh_config_path),
+            "hosts": hosts,
+            "cables": cables,
+        }

@@ -55,8 +55,13 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def mount(source, target, fstype=None, flags=0, data=None):
-    rc = _libc.mount(source.encode() if source else None, target.encode(),
-                     fstype.encode() if fstype else None, flags, data.encode() if data else None)
+    rc = _libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
     if rc != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {source} on {target}: {os.strerror(e)}")
@@ -167,18 +172,26 @@ def main():
     signal.signal(signal.SIGINT, stop)
     try:
         setup(state, host, cfg)
-        r = subprocess.run([sys.executable, cfg["shim"], "boot", state, host],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, cfg["shim"], "boot", state, host], capture_output=True, text=True, timeout=60
+        )
         if r.returncode != 0:
             raise RuntimeError(f"boot failed ({r.returncode}): {r.stderr.strip()}")
         pidfile = os.path.join(hostdir, "sshd.pid")
         if os.path.exists(pidfile):
             os.unlink(pidfile)
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-               "MLXSIM_HOST": host, "MLXSIM_NOTE": "simulated Mac (tests/simcluster)"}
-        sshd = subprocess.Popen([cfg["sshd"], "-f", os.path.join(hostdir, "sshd_config"),
-                                 "-E", os.path.join(hostdir, "sshd.log"), "-D"],
-                                env=env, stdin=subprocess.DEVNULL, cwd="/")
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "MLXSIM_HOST": host,
+            "MLXSIM_NOTE": "simulated Mac (tests/simcluster)",
+        }
+        sshd = subprocess.Popen(
+            [cfg["sshd"], "-f", os.path.join(hostdir, "sshd_config"), "-E", os.path.join(hostdir, "sshd.log"), "-D"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            cwd="/",
+        )
         children.add(sshd.pid)
     except Exception as exc:  # noqa: BLE001 - reported to the harness, then exit
         with open(status, "w") as f:

@@ -46,8 +46,10 @@ def pytest_collection_modifyitems(config, items):
     reason = _reason()
     if reason and os.environ.get("MLXSIM_REQUIRED"):
         # CI (.ci/run) must run the simulated tier: a skip there would be a green run of unit tests alone
-        message = (f"the simulated Mac cluster cannot run on this machine ({reason}), and "
-                   "MLXSIM_REQUIRED is set: its tests would all be skipped")
+        message = (
+            f"the simulated Mac cluster cannot run on this machine ({reason}), and "
+            "MLXSIM_REQUIRED is set: its tests would all be skipped"
+        )
         if hasattr(config, "workeroutput"):  # an xdist worker: the controller raises it too
             config.workeroutput["mlxsim_required"] = message
         raise pytest.UsageError(message)

@@ -59,8 +59,12 @@ HOST_DEFAULTS = {
     "pmset": {},
     # /Library/Preferences/com.apple.SoftwareUpdate as a Mac set up with automatic checks and
     # downloads but without automatic macOS installs has it; {} is a Mac where none was written
-    "software_update": {"AutomaticCheckEnabled": True, "AutomaticDownload": True,
-                        "AutomaticallyInstallMacOSUpdates": False, "CriticalUpdateInstall": True},
+    "software_update": {
+        "AutomaticCheckEnabled": True,
+        "AutomaticDownload": True,
+        "AutomaticallyInstallMacOSUpdates": False,
+        "CriticalUpdateInstall": True,
+    },
     # The Command Line Tools installed (their /usr/bin/python3 runs Ansible's modules); false:
     # a Mac fresh out of the box, whose /usr/bin/python3 is only the stub that asks for them
     "command_line_tools": True,
@@ -161,8 +165,7 @@ class ClusterSpec:
         try:
             return self._by_name[name]
         except KeyError:
-            raise SpecError(f"{self.name}: no host named {name!r} "
-                            f"(hosts: {', '.join(self._by_name)})") from None
+            raise SpecError(f"{self.name}: no host named {name!r} (hosts: {', '.join(self._by_name)})") from None
 
     @property
     def gateway(self) -> str:
@@ -267,13 +270,13 @@ class ClusterSpec:
                 "a": {"host": c.a.host, "receptacle": c.a.receptacle, "iface": c.a.iface},
                 "b": {"host": c.b.host, "receptacle": c.b.receptacle, "iface": c.b.iface},
                 "speed": c.speed,
-                "dock": None if c.dock is None else
-                {"name": c.dock.name, "vendor": c.dock.vendor, "seen_by": c.dock.seen_by},
+                "dock": None
+                if c.dock is None
+                else {"name": c.dock.name, "vendor": c.dock.vendor, "seen_by": c.dock.seen_by},
             }
         return {
             "name": self.name,
-            "management": {"cidr": str(self.cidr), "gateway": self.gateway,
-                           "prefix": self.cidr.prefixlen},
+            "management": {"cidr": str(self.cidr), "gateway": self.gateway, "prefix": self.cidr.prefixlen},
             "hosts": hosts,
             "cables": cables,
         }
@@ -333,16 +336,21 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
         for key in ("rdma", "thunderbolt_bridge", "battery", "command_line_tools"):
             if not isinstance(v[key], bool):
                 _fail(where, f"host {hname}: {key} must be true or false, not {v[key]!r}")
-        if not isinstance(v["home"], str) or not re.match(r"^[a-z][a-z0-9_-]{0,31}$", v["home"]) \
-                or v["home"] == "root":
-            _fail(where, f"host {hname}: home must be a user name like alice (the home is "
-                         f"<mount point>/<home>), not {v['home']!r}")
+        if not isinstance(v["home"], str) or not re.match(r"^[a-z][a-z0-9_-]{0,31}$", v["home"]) or v["home"] == "root":
+            _fail(
+                where,
+                f"host {hname}: home must be a user name like alice (the home is "
+                f"<mount point>/<home>), not {v['home']!r}",
+            )
         for key in ("pmset", "software_update"):
             if not isinstance(v[key], dict) or not all(
-                    isinstance(k, str) and isinstance(x, int) and (isinstance(x, bool) or x >= 0)
-                    for k, x in v[key].items()):
-                _fail(where, f"host {hname}: {key} maps setting names to numbers or booleans "
-                             f"(e.g. {{sleep: 1, autorestart: 0}}), not {v[key]!r}")
+                isinstance(k, str) and isinstance(x, int) and (isinstance(x, bool) or x >= 0) for k, x in v[key].items()
+            ):
+                _fail(
+                    where,
+                    f"host {hname}: {key} maps setting names to numbers or booleans "
+                    f"(e.g. {{sleep: 1, autorestart: 0}}), not {v[key]!r}",
+                )
         for key in ("model", "model_id", "chip", "macos", "build"):
             v[key] = str(v[key])
         if not re.match(r"^\d+(\.\d+){0,2}$", v["macos"]):

@@ -97,7 +97,7 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
     def get_bin_path(self, arg, required=False, opt_dirs=None):
         path = bins.get(arg, f"/usr/bin/{arg}")
         if path is None and required:
-            self.fail_json(msg=f"Failed to find required executable \"{arg}\" in paths")
+            self.fail_json(msg=f'Failed to find required executable "{arg}" in paths')
         return path
 
     def spawn(argv, timeout, env_update=None, data=None, on_output=None):
@@ -118,19 +118,25 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         return answer
 
     def run_command(self, argv, **kwargs):
-        raise AssertionError(f"{argv!r} run by AnsibleModule.run_command, which has no time bound: "
-                             f"modules run commands through mlx_run")
+        raise AssertionError(
+            f"{argv!r} run by AnsibleModule.run_command, which has no time bound: modules run commands through mlx_run"
+        )
 
     try:  # importing controller code (ansible.errors, filters) flips this process-wide
         from ansible.module_utils import _internal as ansible_internal
+
         controller_flag = mock.patch.object(ansible_internal, "is_controller", False)
     except (ImportError, AttributeError):
         controller_flag = contextlib.nullcontext()
-    with controller_flag, patch_module_args(args or {}), \
-            mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path), \
-            mock.patch.object(basic.AnsibleModule, "run_command", run_command), \
-            mock.patch.object(mlx_run, "spawn", spawn), \
-            mock.patch.dict("os.environ", env or {}), contextlib.ExitStack() as patched:
+    with (
+        controller_flag,
+        patch_module_args(args or {}),
+        mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path),
+        mock.patch.object(basic.AnsibleModule, "run_command", run_command),
+        mock.patch.object(mlx_run, "spawn", spawn),
+        mock.patch.dict("os.environ", env or {}),
+        contextlib.ExitStack() as patched,
+    ):
         for attr, value in attrs.items():  # undone after the run: the module object is shared
             patched.enter_context(mock.patch.object(module, attr, value))
         capsys.readouterr()

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from hashlib import sha256
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "controller.sh"
@@ -47,8 +47,13 @@ def _standin(directory, name, body):
 
 def _call(snippet, path, **env):
     """Runs `snippet` in bash after sourcing controller.sh, with only `path` as PATH."""
-    return subprocess.run([BASH, "-c", f'source "$1"; {snippet}', "bash", str(SCRIPT)], env=dict(env, PATH=str(path)),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [BASH, "-c", f'source "$1"; {snippet}', "bash", str(SCRIPT)],
+        env=dict(env, PATH=str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("script", ["controller.sh", "bootstrap.sh"])
@@ -145,8 +150,14 @@ def test_no_python_found_names_what_was_found_and_the_fixes(tmp_path):
     (bin_ / "python3.11").unlink()
     res = _call('python_dirs=""; find_python', bin_)
     assert res.returncode == 1 and res.stdout == ""
-    for text in (f"{bin_}/python3 (3.9.6)", "python3.13 (not runnable)", "brew install python@3.13",
-                 "python.org", "apt install python3 python3-venv", "PYTHON="):
+    for text in (
+        f"{bin_}/python3 (3.9.6)",
+        "python3.13 (not runnable)",
+        "brew install python@3.13",
+        "python.org",
+        "apt install python3 python3-venv",
+        "PYTHON=",
+    ):
         assert text in res.stderr
 
 
@@ -156,21 +167,25 @@ def test_a_python_named_by_PYTHON_must_be_new_enough(tmp_path):
     assert res.returncode == 1 and f"PYTHON={bin_}/python3 is 3.9.6; 3.11-3.13 is needed" in res.stderr
 
 
-@pytest.mark.parametrize(("stamp", "hash_", "set_", "covers"), [
-    pytest.param("h1 controller", "h1", "controller", True, id="controller-venv-for-the-controller"),
-    pytest.param("h1 controller", "h1", "dev", False, id="controller-venv-lacks-dev"),
-    pytest.param("h1 dev", "h1", "controller", True, id="dev-venv-serves-the-controller"),
-    pytest.param("h1 dev", "h1", "dev", True, id="dev-venv-for-dev"),
-    pytest.param("h1", "h1", "dev", True, id="old-stamp-was-a-dev-install"),
-    pytest.param("h0 dev", "h1", "dev", False, id="pyproject-changed"),
-    pytest.param("", "h1", "controller", False, id="no-stamp"),
-])
+@pytest.mark.parametrize(
+    ("stamp", "hash_", "set_", "covers"),
+    [
+        pytest.param("h1 controller", "h1", "controller", True, id="controller-venv-for-the-controller"),
+        pytest.param("h1 controller", "h1", "dev", False, id="controller-venv-lacks-dev"),
+        pytest.param("h1 dev", "h1", "controller", True, id="dev-venv-serves-the-controller"),
+        pytest.param("h1 dev", "h1", "dev", True, id="dev-venv-for-dev"),
+        pytest.param("h1", "h1", "dev", True, id="old-stamp-was-a-dev-install"),
+        pytest.param("h0 dev", "h1", "dev", False, id="pyproject-changed"),
+        pytest.param("", "h1", "controller", False, id="no-stamp"),
+    ],
+)
 def test_stamp_covers(tmp_path, stamp, hash_, set_, covers):
     res = _call(f'stamp_covers "{stamp}" {hash_} {set_}', tmp_path)
     assert res.returncode == (0 if covers else 1), res.stderr
 
 
 # --- the whole script, as a user who is not root, in a fresh clone ---------------------------
+
 
 def _user():
     """The user to run as: this one when it is not root, else TEST_USER (made if missing)."""
@@ -183,8 +198,7 @@ def _user():
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     if not os.path.exists(useradd):
         pytest.skip("running as root without useradd: no user who is not root to run controller.sh as")
-    res = subprocess.run([useradd, "--create-home", "--shell", "/bin/bash", TEST_USER], capture_output=True,
-                         text=True)
+    res = subprocess.run([useradd, "--create-home", "--shell", "/bin/bash", TEST_USER], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"running as root and `useradd {TEST_USER}` failed: {res.stderr.strip()}")
     return pwd.getpwnam(TEST_USER)
@@ -203,8 +217,11 @@ def _user_env(user):
         venv_bin = str(Path(sys.prefix) / "bin")
         path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
     # this machine's pip settings (certificates, timeout), not where it looks for packages
-    pip = {k: v for k, v in os.environ.items()
-           if k.startswith("PIP_") and k not in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")}
+    pip = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("PIP_") and k not in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+    }
     return dict(pip, HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name, PATH=path, LANG="C.UTF-8")
 
 
@@ -223,8 +240,12 @@ def _wheelhouse(version):
     here = "%d.%d" % sys.version_info[:2]
     other = [] if version == here else ["--python-version", version, "--only-binary=:all:"]
     partial = Path(tempfile.mkdtemp(dir=parent, prefix=f"{key}.partial-"))
-    res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), *other, *deps,
-                          "setuptools>=77", "pip"], capture_output=True, text=True, timeout=1200)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), *other, *deps, "setuptools>=77", "pip"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert res.returncode == 0, f"pip download of the controller's wheels failed: {res.stderr[-3000:]}"
     partial.chmod(0o755)
     for wheel in partial.iterdir():
@@ -257,9 +278,17 @@ def test_controller_sh_as_a_user_in_a_fresh_clone():
         _chown_tree(work, user)
         work.chmod(0o755)
 
-        which = _as_user(user, [BASH, "-c", 'source scripts/controller.sh; py="$(find_python)" && '
-                                "\"$py\" -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'"],
-                         env, cwd=repo)
+        which = _as_user(
+            user,
+            [
+                BASH,
+                "-c",
+                'source scripts/controller.sh; py="$(find_python)" && '
+                '"$py" -c \'import sys; print("%d.%d" % sys.version_info[:2])\'',
+            ],
+            env,
+            cwd=repo,
+        )
         if which.returncode != 0:
             pytest.skip(f"{user.pw_name} has no Python 3.11-3.13 for controller.sh: {which.stderr.strip()}")
         env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(_wheelhouse(which.stdout.strip())))
@@ -279,9 +308,17 @@ def test_controller_sh_as_a_user_in_a_fresh_clone():
         res = _as_user(user, [str(venv / "mlx.launch"), "--help"], env, cwd=repo)
         assert res.returncode == 0 and "usage: mlx.launch" in res.stdout, res.stderr
         # the controller only: none of the tests' packages
-        res = _as_user(user, [str(venv / "python"), "-c", "import importlib.util as u; print([m for m in "
-                              "('pytest', 'xdist', 'hypothesis', 'ansiblelint', 'matplotlib') if u.find_spec(m)])"],
-                       env, cwd=repo)
+        res = _as_user(
+            user,
+            [
+                str(venv / "python"),
+                "-c",
+                "import importlib.util as u; print([m for m in "
+                "('pytest', 'xdist', 'hypothesis', 'ansiblelint', 'matplotlib') if u.find_spec(m)])",
+            ],
+            env,
+            cwd=repo,
+        )
         assert res.stdout.strip() == "[]", res.stdout + res.stderr
         assert not (venv / "ansible-lint").exists()
         assert (repo / ".venv" / ".mlx-cluster-deps").read_text().endswith(" controller\n")
@@ -296,4 +333,3 @@ def test_controller_sh_as_a_user_in_a_fresh_clone():
         print(f"controller.sh as {user.pw_name}: first run {first_s:.1f} s, second {second_s:.1f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-

@@ -23,15 +23,25 @@ def vermin():
 def test_the_modules_and_their_imports_run_on_the_command_line_tools_python():
     exe = vermin()
     assert exe, "vermin is a dev dependency (pyproject.toml): run scripts/bootstrap.sh"
-    res = subprocess.run([exe, f"-t={MAC_PYTHON}-", "--violations", "--eval-annotations", "--no-tips",
-                          *MAC_SIDE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [exe, f"-t={MAC_PYTHON}-", "--violations", "--eval-annotations", "--no-tips", *MAC_SIDE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_the_check_catches_newer_code(tmp_path):
     """The check can fail: a module using 3.10's `match` and zip(strict=) is refused."""
-    (tmp_path / "newer.py").write_text("def f(x, a, b):\n    match x:\n        case 1:\n"
-                                       "            return list(zip(a, b, strict=True))\n")
-    res = subprocess.run([vermin(), f"-t={MAC_PYTHON}-", "--violations", "--no-tips", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    (tmp_path / "newer.py").write_text(
+        "def f(x, a, b):\n    match x:\n        case 1:\n            return list(zip(a, b, strict=True))\n"
+    )
+    res = subprocess.run(
+        [vermin(), f"-t={MAC_PYTHON}-", "--violations", "--no-tips", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0 and "3.10" in res.stdout, res.stdout

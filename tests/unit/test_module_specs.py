@@ -29,6 +29,7 @@ class _Spec(Exception):
 def argument_spec(module):
     """The argument_spec the module's main() gives AnsibleModule (captured, nothing runs)."""
     import importlib
+
     mod = importlib.import_module(f"ansible_collections.mlx.cluster.plugins.modules.{module}")
     seen = {}
 
@@ -49,8 +50,14 @@ def argument_spec(module):
 @pytest.fixture(scope="module")
 def docs():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1")
-    res = subprocess.run([str(BIN / "ansible-doc"), "-t", "module", "--json"] + [f"mlx.cluster.{m}" for m in MODULES],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", "module", "--json"] + [f"mlx.cluster.{m}" for m in MODULES],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     return {k.split(".")[-1]: v["doc"] for k, v in json.loads(res.stdout).items()}
 
@@ -68,8 +75,10 @@ def _norm(opt):
 
 
 def _spec_norm(spec):
-    return {k: {**_norm(v), "suboptions": ({s: _norm(o) for s, o in v["options"].items()} if v.get("options") else None)}
-            for k, v in spec.items()}
+    return {
+        k: {**_norm(v), "suboptions": ({s: _norm(o) for s, o in v["options"].items()} if v.get("options") else None)}
+        for k, v in spec.items()
+    }
 
 
 @pytest.mark.parametrize("module", MODULES)

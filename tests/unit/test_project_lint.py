@@ -14,24 +14,50 @@ MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
 
 
 def _env():
-    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NO_COLOR="1")
+    return dict(
+        os.environ,
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        NO_COLOR="1",
+    )
 
 
-@pytest.mark.skipif(not (BIN / "ansible-lint").exists() and not shutil.which("ansible-lint"),
-                    reason="ansible-lint is not installed (pip install '.[dev]')")
+@pytest.mark.skipif(
+    not (BIN / "ansible-lint").exists() and not shutil.which("ansible-lint"),
+    reason="ansible-lint is not installed (pip install '.[dev]')",
+)
 def test_ansible_lint_production_profile_is_clean():
-    res = subprocess.run([str(BIN / "ansible-lint") if (BIN / "ansible-lint").exists() else "ansible-lint",
-                          "--profile", "production"], cwd=ROOT, env=_env(), capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [str(BIN / "ansible-lint") if (BIN / "ansible-lint").exists() else "ansible-lint", "--profile", "production"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.parametrize("argv", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
+def test_ruff_is_clean_on_all_python(argv):
+    """All Python of the repository (the rules: pyproject.toml's [tool.ruff])."""
+    ruff = BIN / "ruff" if (BIN / "ruff").exists() else shutil.which("ruff")
+    assert ruff, "ruff is not installed: bash scripts/controller.sh --dev (pyproject's dev extras)"
+    res = subprocess.run([str(ruff), *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")
 def rendered():
     """ansible-doc's text for every module, by module: one ansible-doc for all of them."""
-    res = subprocess.run([str(BIN / "ansible-doc")] + [f"mlx.cluster.{m}" for m in MODULES], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [str(BIN / "ansible-doc")] + [f"mlx.cluster.{m}" for m in MODULES],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     pages = res.stdout.split("> MODULE mlx.cluster.")[1:]
     return {page.split(None, 1)[0]: page for page in pages}
@@ -49,6 +75,7 @@ def test_every_module_documents_itself(module, rendered):
 def _filters():
     """Every filter the collection exports: the names each filter file's FilterModule returns."""
     import ast
+
     names = []
     for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -67,8 +94,15 @@ def test_every_filter_has_its_own_documentation():
     DOCUMENTATION shared by several filters showed one filter's text for all of them)."""
     assert len(FILTERS) >= 15, FILTERS
     import json
-    res = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{f}" for f in FILTERS],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+
+    res = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{f}" for f in FILTERS],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     docs = json.loads(res.stdout)
     for f in FILTERS:
@@ -87,6 +121,7 @@ def test_command_timeout_is_documented_once_and_specified_once():
     import re
 
     import yaml
+
     from ansible_collections.mlx.cluster.plugins.doc_fragments.command_timeout import ModuleDocFragment
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_run
 
@@ -102,4 +137,4 @@ def test_command_timeout_is_documented_once_and_specified_once():
         # the spec is in the module, or in the module_utils it shares with its action plugin
         shared = re.search(r"module_utils\.(\w+) import ARGUMENT_SPEC", text)
         spec = (ROOT / "plugins" / "module_utils" / f"{shared.group(1)}.py").read_text() if shared else text
-        assert "**COMMAND_TIMEOUT_SPEC" in spec and 'command_timeout=dict(' not in spec, m
+        assert "**COMMAND_TIMEOUT_SPEC" in spec and "command_timeout=dict(" not in spec, m

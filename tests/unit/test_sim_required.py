@@ -23,8 +23,9 @@ plugin._CHECKED, plugin._REASON = True, "pretend: no network namespaces"
 
 # CI runs under xdist (scripts/test.sh: -n auto): there the workers collect, and a worker's
 # usage error alone would only be a crashed test (INTERNALERROR, exit 3, the reason lost).
-@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2", "--dist", "worksteal"]],
-                         ids=["no-xdist", "xdist-2"])
+@pytest.mark.parametrize(
+    "workers", [["-p", "no:xdist"], ["-n", "2", "--dist", "worksteal"]], ids=["no-xdist", "xdist-2"]
+)
 @pytest.mark.parametrize("required", [False, True], ids=["skipped", "required"])
 def test_a_machine_without_the_simulation_skips_or_fails_as_told(tmp_path, required, workers):
     (tmp_path / "conftest.py").write_text(CONFTEST)
@@ -32,9 +33,26 @@ def test_a_machine_without_the_simulation_skips_or_fails_as_told(tmp_path, requi
     env = {k: v for k, v in os.environ.items() if k != "MLXSIM_REQUIRED"}
     if required:
         env["MLXSIM_REQUIRED"] = "1"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
-                          "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *workers,
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     if required:
         assert out.returncode == 4, out.stdout + out.stderr  # a usage error: the session fails
         assert "MLXSIM_REQUIRED is set" in out.stdout + out.stderr

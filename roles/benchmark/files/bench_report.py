@@ -7,11 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-COLUMNS = [("backend", "backend"), ("world_size", "ranks"), ("mode", "mode"),
-           ("prompt_tokens", "prompt tok"), ("generation_tokens", "gen tok"),
-           ("num_trials", "trials"), ("prompt_tps", "prompt tok/s (median)"),
-           ("generation_tps", "gen tok/s (median)"), ("gen_spread", "gen tok/s min-max"),
-           ("peak_memory_gb", "peak GB per rank"), ("tokens_sha256", "tokens sha256")]
+COLUMNS = [
+    ("backend", "backend"),
+    ("world_size", "ranks"),
+    ("mode", "mode"),
+    ("prompt_tokens", "prompt tok"),
+    ("generation_tokens", "gen tok"),
+    ("num_trials", "trials"),
+    ("prompt_tps", "prompt tok/s (median)"),
+    ("generation_tps", "gen tok/s (median)"),
+    ("gen_spread", "gen tok/s min-max"),
+    ("peak_memory_gb", "peak GB per rank"),
+    ("tokens_sha256", "tokens sha256"),
+]
 
 
 def cell(key, value):
@@ -44,17 +52,18 @@ def table(runs):
     columns = list(COLUMNS)
     if any(r.get("fallback_from") for r in runs):  # a run that could not bring RDMA up ran on the ring
         columns.insert(1, ("fallback_from", "fell back from"))
-    lines = ["| run | " + " | ".join(h for _, h in columns) + " |",
-             "|---|" + "---|" * len(columns)]
+    lines = ["| run | " + " | ".join(h for _, h in columns) + " |", "|---|" + "---|" * len(columns)]
     for r in runs:
-        lines.append(f"| {r['_file'].split('-')[0][:8]} | "
-                     + " | ".join(cell(k, r.get(k, "")) for k, _ in columns) + " |")
+        lines.append(
+            f"| {r['_file'].split('-')[0][:8]} | " + " | ".join(cell(k, r.get(k, "")) for k, _ in columns) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def chart(runs, out):
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

@@ -72,38 +72,56 @@ def log(msg):
     print(f"{_PREFIX[0]} {msg}", file=sys.stderr, flush=True)
 
 
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--model", required=True, help="local model directory (never downloaded)")
-    p.add_argument("--prompt-tokens", "-p", type=int, default=512,
-                   help="length of the random prompt (mlx_lm.benchmark's default)")
-    p.add_argument("--generation-tokens", "-g", "--max-tokens", dest="generation_tokens", type=int,
-                   default=1024, help="tokens to generate, exactly: EOS does not stop generation")
+    p.add_argument(
+        "--prompt-tokens", "-p", type=int, default=512, help="length of the random prompt (mlx_lm.benchmark's default)"
+    )
+    p.add_argument(
+        "--generation-tokens",
+        "-g",
+        "--max-tokens",
+        dest="generation_tokens",
+        type=int,
+        default=1024,
+        help="tokens to generate, exactly: EOS does not stop generation",
+    )
     p.add_argument("--num-trials", "-n", type=int, default=5, help="timed trials")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first (kernel compilation)")
-    p.add_argument("--prompt", default="",
-                   help="a user message (chat template applied) instead of random token ids")
-    p.add_argument("--mode", choices=("tensor", "pipeline"), default="tensor",
-                   help="tensor parallel or pipeline sharding across the ranks")
-    p.add_argument("--expect-world", type=int, default=1,
-                   help="number of ranks this run must have; anything else fails")
-    p.add_argument("--init-timeout", type=float, default=120.0,
-                   help="seconds to keep retrying distributed init")
-    p.add_argument("--backend", choices=("any", "ring", "jaccl", "mpi", "nccl"), default="any",
-                   help="mx.distributed.init backend (any: the first one the launcher set up)")
+    p.add_argument("--prompt", default="", help="a user message (chat template applied) instead of random token ids")
+    p.add_argument(
+        "--mode",
+        choices=("tensor", "pipeline"),
+        default="tensor",
+        help="tensor parallel or pipeline sharding across the ranks",
+    )
+    p.add_argument(
+        "--expect-world", type=int, default=1, help="number of ranks this run must have; anything else fails"
+    )
+    p.add_argument("--init-timeout", type=float, default=120.0, help="seconds to keep retrying distributed init")
+    p.add_argument(
+        "--backend",
+        choices=("any", "ring", "jaccl", "mpi", "nccl"),
+        default="any",
+        help="mx.distributed.init backend (any: the first one the launcher set up)",
+    )
     p.add_argument("--seed", type=int, default=0, help="mx.random seed")
-    p.add_argument("--ignore-chat-template", action="store_true",
-                   help="tokenize the prompt as is")
+    p.add_argument("--ignore-chat-template", action="store_true", help="tokenize the prompt as is")
     p.add_argument("--json-out", help="rank 0 also writes the JSON line to this file")
-    p.add_argument("--run-id", default="",
-                   help="unique id of this run, so its processes can be found (and only they) for clean-up")
+    p.add_argument(
+        "--run-id", default="", help="unique id of this run, so its processes can be found (and only they) for clean-up"
+    )
     args = p.parse_args(argv)
-    if min(args.generation_tokens, args.prompt_tokens, args.num_trials, args.expect_world) < 1 \
-            or args.warmup < 0 or args.init_timeout <= 0:
-        p.error("--generation-tokens, --prompt-tokens, --num-trials and --expect-world must be >= 1, "
-                "--warmup >= 0, --init-timeout > 0")
+    if (
+        min(args.generation_tokens, args.prompt_tokens, args.num_trials, args.expect_world) < 1
+        or args.warmup < 0
+        or args.init_timeout <= 0
+    ):
+        p.error(
+            "--generation-tokens, --prompt-tokens, --num-trials and --expect-world must be >= 1, "
+            "--warmup >= 0, --init-timeout > 0"
+        )
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
     return args
@@ -124,27 +142,36 @@ def mode_refusal(model_path, mode, size):
     cfg = config.get("text_config", config) if isinstance(config, dict) else {}
     if mode == "pipeline":
         if not (Path(model_path) / "model.safetensors.index.json").is_file():
-            return (f"pipeline mode loads each rank's layers by the model's index, and {model_path} has no "
-                    "model.safetensors.index.json (a single-file model): run it in tensor mode "
-                    "(benchmark_modes: [tensor]), or use a copy of the model saved in several shards "
-                    "(mlx_lm.convert writes the index)")
+            return (
+                f"pipeline mode loads each rank's layers by the model's index, and {model_path} has no "
+                "model.safetensors.index.json (a single-file model): run it in tensor mode "
+                "(benchmark_modes: [tensor]), or use a copy of the model saved in several shards "
+                "(mlx_lm.convert writes the index)"
+            )
         layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
         if isinstance(layers, int) and layers < size:
-            return (f"pipeline mode gives every rank at least one layer, and {model_path} has {layers} "
-                    f"layer(s) for {size} ranks: run it in tensor mode (benchmark_modes: [tensor]) or on "
-                    f"at most {layers} Macs")
+            return (
+                f"pipeline mode gives every rank at least one layer, and {model_path} has {layers} "
+                f"layer(s) for {size} ranks: run it in tensor mode (benchmark_modes: [tensor]) or on "
+                f"at most {layers} Macs"
+            )
         return None
     heads = cfg.get("num_attention_heads")
     kv_heads = cfg.get("num_key_value_heads", heads)
     mlp = cfg.get("intermediate_size")
-    uneven = [f"{n} {what}" for n, what in ((heads, "attention heads"), (kv_heads, "key/value heads"))
-              if isinstance(n, int) and n % size]
+    uneven = [
+        f"{n} {what}"
+        for n, what in ((heads, "attention heads"), (kv_heads, "key/value heads"))
+        if isinstance(n, int) and n % size
+    ]
     if isinstance(mlp, int) and mlp % size:
         uneven.append(f"an MLP width (intermediate_size) of {mlp}")
     if uneven:
-        return (f"tensor mode splits every layer's heads evenly between the ranks, and {model_path} has "
-                f"{' and '.join(uneven)} for {size} ranks: run it in pipeline mode (benchmark_modes: "
-                f"[pipeline]) or on a number of Macs that divides them")
+        return (
+            f"tensor mode splits every layer's heads evenly between the ranks, and {model_path} has "
+            f"{' and '.join(uneven)} for {size} ranks: run it in pipeline mode (benchmark_modes: "
+            f"[pipeline]) or on a number of Macs that divides them"
+        )
     return None
 
 
@@ -163,8 +190,9 @@ def encode_prompt(tokenizer, text, ignore_chat_template):
     """Like mlx_lm.generate: the chat template if the tokenizer has one, then encode."""
     use_template = not ignore_chat_template and tokenizer.has_chat_template
     if use_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
     return tokenizer.encode(text, add_special_tokens=not use_template)
 
 
@@ -203,8 +231,13 @@ def generate_fixed(model, prompt, max_tokens):
 
 def summary(values):
     """median, mean, min, max and (sample) standard deviation of the trials' values."""
-    return {"median": statistics.median(values), "mean": statistics.fmean(values), "min": min(values),
-            "max": max(values), "stdev": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return {
+        "median": statistics.median(values),
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "max": max(values),
+        "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
 
 
 def trials(model, prompt, args):
@@ -221,8 +254,10 @@ def trials(model, prompt, args):
             fault = f"trial {i + 1} generated other tokens than trial 1 (greedy decoding)"
         tokens = got
         timings.append(timing)
-        log(f"trial {i + 1}/{args.num_trials}: prompt_tps={timing['prompt_tps']:.3f}, "
-            f"generation_tps={timing['generation_tps']:.3f}, total_time={timing['total_time']:.3f}")
+        log(
+            f"trial {i + 1}/{args.num_trials}: prompt_tps={timing['prompt_tps']:.3f}, "
+            f"generation_tps={timing['generation_tps']:.3f}, total_time={timing['total_time']:.3f}"
+        )
     return timings, tokens, fault
 
 
@@ -231,14 +266,18 @@ def versions():
 
     import mlx_lm
 
-    return {"mlx": getattr(mx, "__version__", "unknown"), "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
-            "python": platform.python_version()}
+    return {
+        "mlx": getattr(mx, "__version__", "unknown"),
+        "mlx_lm": getattr(mlx_lm, "__version__", "unknown"),
+        "python": platform.python_version(),
+    }
 
 
 def gather_hostnames(group):
     raw = socket.gethostname().encode()[:HOSTNAME_BYTES].ljust(HOSTNAME_BYTES, b"\0")
-    rows = mx.distributed.all_gather(mx.array(list(raw), dtype=mx.uint8), group=group,
-                                     stream=mx.cpu).reshape(group.size(), HOSTNAME_BYTES)
+    rows = mx.distributed.all_gather(mx.array(list(raw), dtype=mx.uint8), group=group, stream=mx.cpu).reshape(
+        group.size(), HOSTNAME_BYTES
+    )
     return [bytes(r).rstrip(b"\0").decode(errors="replace") for r in rows.tolist()]
 
 
@@ -266,11 +305,15 @@ def run(args):
             prompt = random_prompt(args.model, args.prompt_tokens, args.seed)
         timings, tokens, fault = trials(model, prompt, args)
 
-    peaks = mx.distributed.all_gather(mx.array([mx.get_peak_memory() / 1e9], dtype=mx.float32),
-                                      group=group, stream=mx.cpu).tolist()
+    peaks = mx.distributed.all_gather(
+        mx.array([mx.get_peak_memory() / 1e9], dtype=mx.float32), group=group, stream=mx.cpu
+    ).tolist()
     hosts = gather_hostnames(group)
-    every = mx.distributed.all_gather(mx.array(tokens, dtype=mx.int32), group=group,
-                                      stream=mx.cpu).reshape(size, len(tokens)).tolist()
+    every = (
+        mx.distributed.all_gather(mx.array(tokens, dtype=mx.int32), group=group, stream=mx.cpu)
+        .reshape(size, len(tokens))
+        .tolist()
+    )
     mx.eval(mx.distributed.all_sum(mx.array(1), group=group, stream=mx.cpu))  # final barrier
 
     if fault:
@@ -284,27 +327,29 @@ def run(args):
         return 0
     keys = ("prompt_tps", "generation_tps", "total_time")
     stats = {k: {name: round(v, 3) for name, v in summary([t[k] for t in timings]).items()} for k in keys}
-    line = json.dumps({
-        "backend": backend_name(args.backend, size),
-        "world_size": size,
-        "mode": args.mode,
-        "model": args.model,
-        "prompt_tokens": len(prompt),
-        "generation_tokens": len(tokens),
-        "prompt_source": "text" if args.prompt else "random",
-        "warmup": args.warmup,
-        "num_trials": args.num_trials,
-        "prompt_tps": stats["prompt_tps"]["median"],
-        "generation_tps": stats["generation_tps"]["median"],
-        "trials": [{k: round(t[k], 3) for k in keys} for t in timings],
-        "stats": stats,
-        "peak_memory_gb": [round(p, 6) for p in peaks],
-        "fast_synch": os.environ.get("MLX_METAL_FAST_SYNCH") == "1",
-        "versions": versions(),
-        "tokens_sha256": hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest(),
-        "tokens": tokens,
-        "hostname": hosts,
-    })
+    line = json.dumps(
+        {
+            "backend": backend_name(args.backend, size),
+            "world_size": size,
+            "mode": args.mode,
+            "model": args.model,
+            "prompt_tokens": len(prompt),
+            "generation_tokens": len(tokens),
+            "prompt_source": "text" if args.prompt else "random",
+            "warmup": args.warmup,
+            "num_trials": args.num_trials,
+            "prompt_tps": stats["prompt_tps"]["median"],
+            "generation_tps": stats["generation_tps"]["median"],
+            "trials": [{k: round(t[k], 3) for k in keys} for t in timings],
+            "stats": stats,
+            "peak_memory_gb": [round(p, 6) for p in peaks],
+            "fast_synch": os.environ.get("MLX_METAL_FAST_SYNCH") == "1",
+            "versions": versions(),
+            "tokens_sha256": hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest(),
+            "tokens": tokens,
+            "hostname": hosts,
+        }
+    )
     print(line, flush=True)
     if args.json_out:
         Path(args.json_out).write_text(line + "\n")

@@ -35,8 +35,16 @@ import time
 # Variables the MLX launchers set (ring, jaccl, nccl, mpirun): without any of them nothing
 # will ever join this process, so waiting for peers is pointless; and a program started by a
 # supervisor must not inherit them from the shell that started it.
-LAUNCHER_ENV = ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
-                "MLX_JACCL_RING", "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+LAUNCHER_ENV = (
+    "MLX_RANK",
+    "MLX_HOSTFILE",
+    "MLX_IBV_DEVICES",
+    "MLX_JACCL_COORDINATOR",
+    "MLX_JACCL_RING",
+    "MLX_WORLD_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+)
 
 # Runs beside init: an accepting ring rank blocks in accept() holding the GIL, so no Python
 # timer in this process can fire. Ends quietly when its stdin closes (init returned, or this
@@ -67,22 +75,24 @@ RACE_MAX_DELAY = 8.0
 # rdma.h and no_jaccl.cpp, MLX 0.31-0.32; read from the source, not seen on a Mac).
 RDMA_TEXTS = (
     "Cannot initialize jaccl distributed backend",  # this mlx was built without JACCL
-    "[jaccl] Could not open device",                # ibv_open_device failed
-    "[jaccl] Could not find device",                # no such device (RDMA off: 0 available)
+    "[jaccl] Could not open device",  # ibv_open_device failed
+    "[jaccl] Could not find device",  # no such device (RDMA off: 0 available)
     "[jaccl] Couldn't allocate protection domain",
     "[jaccl] Couldn't create completion queue",
-    "[jaccl] Couldn't create queue pair",           # 0.31
-    "[jaccl] Creating the queue pair failed",       # 0.32
-    "[jaccl] No IPv4-mapped GID",                   # the port has no IPv4 address (yet)
-    "[jaccl] Changing queue pair to",               # INIT, RTR or RTS refused
+    "[jaccl] Couldn't create queue pair",  # 0.31
+    "[jaccl] Creating the queue pair failed",  # 0.32
+    "[jaccl] No IPv4-mapped GID",  # the port has no IPv4 address (yet)
+    "[jaccl] Changing queue pair to",  # INIT, RTR or RTS refused
     "[jaccl] Register memory region failed",
-    "[jaccl] Send failed with error code",          # ibv_post_send
-    "[jaccl] Recv failed with error code",          # ibv_post_recv
+    "[jaccl] Send failed with error code",  # ibv_post_send
+    "[jaccl] Recv failed with error code",  # ibv_post_recv
 )
 # MLX's TCP messages (mlx/distributed/utils.cpp, jaccl/lib/jaccl/tcp.cpp): the ring's sockets
 # and JACCL's side channel to the coordinator (rank 0).
-_SOCKET = re.compile(r"\[(ring|jaccl)\] (Couldn't connect|Couldn't bind socket|Couldn't listen|"
-                     r"Accept failed) \(error: (\d+)\)")
+_SOCKET = re.compile(
+    r"\[(ring|jaccl)\] (Couldn't connect|Couldn't bind socket|Couldn't listen|"
+    r"Accept failed) \(error: (\d+)\)"
+)
 _PEER_LOST = re.compile(r"\[(ring|jaccl)\] (Send|Recv) failed with errno=(\d+)")
 _DEVICE = re.compile(r"device (rdma_\S+)")
 
@@ -127,7 +137,7 @@ def rdma_devices(rank, path):
         return []
     out = []
     for peer, names in enumerate(row if isinstance(row, list) else []):
-        for name in ([names] if isinstance(names, str) else names if isinstance(names, list) else []):
+        for name in [names] if isinstance(names, str) else names if isinstance(names, list) else []:
             if isinstance(name, str) and name:
                 out.append((name, peer))
     return out
@@ -148,28 +158,36 @@ def failure_message(kind, who, backend, err, env=None):
     head = f"{who}: distributed init (backend {backend}) failed: {text}{_errno_name(text)}"
     if kind == "rdma":
         if "Cannot initialize jaccl" in text:
-            return (f"{who}: RDMA could not be brought up (backend {backend}): {text}. This Mac's mlx "
-                    "was built without JACCL (RDMA needs macOS 26.2+ and an mlx built for it). Not "
-                    "retried. Fix: update this Mac to macOS 26.2 or later and reinstall mlx (the env "
-                    "stage), or run on the ring backend (mlx_cluster_fallback_backend: ring)")
+            return (
+                f"{who}: RDMA could not be brought up (backend {backend}): {text}. This Mac's mlx "
+                "was built without JACCL (RDMA needs macOS 26.2+ and an mlx built for it). Not "
+                "retried. Fix: update this Mac to macOS 26.2 or later and reinstall mlx (the env "
+                "stage), or run on the ring backend (mlx_cluster_fallback_backend: ring)"
+            )
         devices = rdma_devices(env.get("MLX_RANK", "?"), env.get("MLX_IBV_DEVICES", ""))
         named = _DEVICE.search(text)
         suspects = [d for d in devices if named and d[0] == named.group(1)] or devices
         listed = ", ".join(f"{d} (to rank {p})" for d, p in suspects) or "unknown (no MLX_IBV_DEVICES)"
-        return (f"{who}: RDMA could not be brought up (backend {backend}): {text}. RDMA device(s) "
-                f"concerned: {listed}. Not retried: a failed RDMA link is not a race, and repeated "
-                "attempts can wedge it further. Fix: replug the Thunderbolt cable of each device "
-                "named (both ends); if that does not help, reboot this Mac; check `rdma_ctl status` "
-                "(enabled) and `ibv_devinfo` (PORT_ACTIVE) on it")
+        return (
+            f"{who}: RDMA could not be brought up (backend {backend}): {text}. RDMA device(s) "
+            f"concerned: {listed}. Not retried: a failed RDMA link is not a race, and repeated "
+            "attempts can wedge it further. Fix: replug the Thunderbolt cable of each device "
+            "named (both ends); if that does not help, reboot this Mac; check `rdma_ctl status` "
+            "(enabled) and `ibv_devinfo` (PORT_ACTIVE) on it"
+        )
     if kind == "network":
-        return (f"{head}. Not retried: the address is not reachable from this Mac, or not one of its "
-                "own. Fix: check the cable and its addresses (run the network stage), and that no "
-                "firewall, VPN or Local Network privacy setting blocks the port")
+        return (
+            f"{head}. Not retried: the address is not reachable from this Mac, or not one of its "
+            "own. Fix: check the cable and its addresses (run the network stage), and that no "
+            "firewall, VPN or Local Network privacy setting blocks the port"
+        )
     if kind == "peer":
-        return (f"{head}. A peer ended during init: its own error (in its rank's output) says why")
+        return f"{head}. A peer ended during init: its own error (in its rank's output) says why"
     if kind == "race":
-        return (f"{head}. Still not listening after {RACE_ATTEMPTS} attempts: a peer is not running "
-                "or not reachable; check every host started and the addresses in the hostfile")
+        return (
+            f"{head}. Still not listening after {RACE_ATTEMPTS} attempts: a peer is not running "
+            "or not reachable; check every host started and the addresses in the hostfile"
+        )
     return f"{head}. Fix: check the hostfile and the launcher (mlx.launch --hostfile)"
 
 
@@ -205,14 +223,19 @@ def init_distributed(backend, expect_world, timeout, log=_stderr):
         raise InitError(
             f"{who}: --expect-world {expect_world} but no distributed launcher started this "
             f"process (none of {', '.join(LAUNCHER_ENV)} is set); refusing to run as a "
-            "single rank: start it on every host with mlx.launch")
+            "single rank: start it on every host with mlx.launch"
+        )
     else:
-        msg = (f"{who}: distributed init (backend {backend}) did not complete in {timeout:g}s; "
-               "a peer is not running or not reachable: check every host started and the "
-               "addresses in the hostfile")
-        watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()),
-                                     str(timeout + 1), msg], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL)
+        msg = (
+            f"{who}: distributed init (backend {backend}) did not complete in {timeout:g}s; "
+            "a peer is not running or not reachable: check every host started and the "
+            "addresses in the hostfile"
+        )
+        watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout + 1), msg],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+        )
         try:
             group = _init_with_backoff(mx, backend, time.monotonic() + timeout, who, log)
         finally:
@@ -222,7 +245,8 @@ def init_distributed(backend, expect_world, timeout, log=_stderr):
         raise InitError(
             f"{who}: distributed init (backend {backend}) gave {group.size()} rank(s), "
             f"expected {expect_world}; refusing to run as a silent fallback: check the "
-            "hostfile and the launcher")
+            "hostfile and the launcher"
+        )
     return group
 
 
@@ -240,13 +264,18 @@ def _init_with_backoff(mx, backend, deadline, who, log, sleep=time.sleep, clock=
             if kind != "race" or attempt >= RACE_ATTEMPTS:
                 raise InitError(failure_message(kind, who, backend, err), kind) from err
             if left <= 0:
-                raise InitError(f"{who}: distributed init (backend {backend}) failed until the "
-                                f"deadline ({attempt} attempt(s)): {err}{_errno_name(str(err))}: a "
-                                "peer is not running or not reachable: check every host started and "
-                                "the addresses in the hostfile", kind) from err
+                raise InitError(
+                    f"{who}: distributed init (backend {backend}) failed until the "
+                    f"deadline ({attempt} attempt(s)): {err}{_errno_name(str(err))}: a "
+                    "peer is not running or not reachable: check every host started and "
+                    "the addresses in the hostfile",
+                    kind,
+                ) from err
             wait = min(delay, left)
-            log(f"distributed init: a peer is not listening yet ({err}); attempt {attempt + 1} of "
-                f"{RACE_ATTEMPTS} in {wait:.1f}s")
+            log(
+                f"distributed init: a peer is not listening yet ({err}); attempt {attempt + 1} of "
+                f"{RACE_ATTEMPTS} in {wait:.1f}s"
+            )
             sleep(wait)
             attempt, delay = attempt + 1, min(delay * 2, RACE_MAX_DELAY)
 
@@ -276,6 +305,8 @@ def stall_verdict(progress, now_mono):
     if idle <= bound:
         return ""
     if progress.get("generating"):
-        return (f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
-                f"flight ({progress.get('tokens', 0)} token(s) so far)")
+        return (
+            f"generation stalled: no token for {idle:.0f}s (bound {bound:g}s) with a request in "
+            f"flight ({progress.get('tokens', 0)} token(s) so far)"
+        )
     return f"serving loop stalled: no turn for {idle:.0f}s (bound {bound:g}s) while idle"

@@ -87,7 +87,6 @@ import socket  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from http import HTTPStatus  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -101,8 +100,6 @@ _PREFIX = [f"rank {os.environ.get('MLX_RANK', '?')} {socket.gethostname()}"]
 
 def log(msg):
     print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} {_PREFIX[0]}] {msg}", file=sys.stderr, flush=True)
-
-
 
 
 # --- the request broadcast (pure: encoding and decoding, no collectives) ---
@@ -120,8 +117,7 @@ def encode_request(request):
         raise ValueError(f"request lacks {', '.join(missing)}")
     if not request["tokens"] or not all(isinstance(t, int) and t >= 0 for t in request["tokens"]):
         raise ValueError("tokens must be a non-empty list of token ids")
-    data = json.dumps({k: request[k] for k in REQUEST_KEYS}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    data = json.dumps({k: request[k] for k in REQUEST_KEYS}, sort_keys=True, separators=(",", ":")).encode()
     if len(data) > MAX_PAYLOAD:
         raise ValueError(f"request of {len(data)} bytes exceeds {MAX_PAYLOAD}")
     return data
@@ -160,14 +156,16 @@ def broadcast(group, request_bytes, stop, seq):
     root = group.rank() == 0
     kind = KIND_GENERATE if (root and request_bytes is not None) else KIND_IDLE
     length = len(request_bytes) if kind == KIND_GENERATE else 0
-    hdr = mx.distributed.all_sum(mx.array(header_row(root, kind, length, stop, seq), dtype=mx.int32),
-                                 group=group, stream=mx.cpu)
+    hdr = mx.distributed.all_sum(
+        mx.array(header_row(root, kind, length, stop, seq), dtype=mx.int32), group=group, stream=mx.cpu
+    )
     header = read_header(hdr.tolist())
     if header["kind"] != KIND_GENERATE or header["length"] == 0:
         return header, None
     buf = mx.array(payload_row(root, request_bytes or b"", header["length"]), dtype=mx.uint8)
     summed = mx.distributed.all_sum(buf, group=group, stream=mx.cpu)
     return header, decode_request(bytes(summed.tolist()))
+
 
 # --- end of the request broadcast ---
 
@@ -185,10 +183,18 @@ class RankState:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rank = rank
-        self.data = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
-                     "phase": "starting", "message": "", "started": time.time(),
-                     "updated": time.time(), "settings_hash": settings_hash, "run_id": run_id,
-                     "world_size": None}
+        self.data = {
+            "rank": rank,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "phase": "starting",
+            "message": "",
+            "started": time.time(),
+            "updated": time.time(),
+            "settings_hash": settings_hash,
+            "run_id": run_id,
+            "world_size": None,
+        }
         self.pidfile = self.dir / f"rank{rank}.pid"
         tmp = Path(f"{self.pidfile}.tmp{os.getpid()}")
         tmp.write_text(f"{os.getpid()}\n")
@@ -223,45 +229,79 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--model", required=True, help="local model directory (never downloaded)")
     p.add_argument("--run-dir", required=True, help="directory for pid, state and rank files")
-    p.add_argument("--mode", choices=("tensor", "pipeline"), default="tensor",
-                   help="tensor parallel or pipeline sharding across the ranks")
-    p.add_argument("--expect-world", type=int, default=1,
-                   help="number of ranks this run must have; anything else fails")
-    p.add_argument("--init-timeout", type=float, default=120.0,
-                   help="seconds to keep retrying distributed init")
-    p.add_argument("--backend", choices=("any", "ring", "jaccl", "mpi", "nccl"), default="any",
-                   help="mx.distributed.init backend (any: the first one the launcher set up)")
+    p.add_argument(
+        "--mode",
+        choices=("tensor", "pipeline"),
+        default="tensor",
+        help="tensor parallel or pipeline sharding across the ranks",
+    )
+    p.add_argument(
+        "--expect-world", type=int, default=1, help="number of ranks this run must have; anything else fails"
+    )
+    p.add_argument("--init-timeout", type=float, default=120.0, help="seconds to keep retrying distributed init")
+    p.add_argument(
+        "--backend",
+        choices=("any", "ring", "jaccl", "mpi", "nccl"),
+        default="any",
+        help="mx.distributed.init backend (any: the first one the launcher set up)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address rank 0's HTTP server binds")
     p.add_argument("--port", type=int, default=8080, help="port rank 0's HTTP server binds")
     p.add_argument("--model-id", default="", help="model name in the API (default: the directory name)")
-    p.add_argument("--max-tokens", type=int, default=2048,
-                   help="tokens a request gets when it names none, and the most it may ask for")
-    p.add_argument("--poll-interval", type=float, default=0.5,
-                   help="seconds between idle turns of the serving loop")
-    p.add_argument("--request-timeout", type=float, default=600.0,
-                   help="seconds an HTTP request waits for its generation")
-    p.add_argument("--queue-size", type=int, default=8,
-                   help="requests that may wait while one is generated; more get HTTP 503")
-    p.add_argument("--stall-timeout", type=float, default=120.0,
-                   help="seconds without a turn or a token after which the loop counts as stalled "
-                        "(0: never)")
-    p.add_argument("--allowed-host", action="append", default=[],
-                   help="a name clients may reach rank 0's API by, besides addresses, localhost and "
-                        "this Mac's own names (repeatable)")
-    p.add_argument("--api-key-file", default="",
-                   help="a file (the user's alone) holding the key clients send as `Authorization: Bearer KEY`; "
-                        "without it no key is asked for")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=2048,
+        help="tokens a request gets when it names none, and the most it may ask for",
+    )
+    p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between idle turns of the serving loop")
+    p.add_argument(
+        "--request-timeout", type=float, default=600.0, help="seconds an HTTP request waits for its generation"
+    )
+    p.add_argument(
+        "--queue-size", type=int, default=8, help="requests that may wait while one is generated; more get HTTP 503"
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=120.0,
+        help="seconds without a turn or a token after which the loop counts as stalled (0: never)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a name clients may reach rank 0's API by, besides addresses, localhost and "
+        "this Mac's own names (repeatable)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        default="",
+        help="a file (the user's alone) holding the key clients send as `Authorization: Bearer KEY`; "
+        "without it no key is asked for",
+    )
     p.add_argument("--settings-hash", default="", help="recorded in the state files")
-    p.add_argument("--run-id", default="",
-                   help="unique id of this start, so its processes can be found (and only they)")
+    p.add_argument(
+        "--run-id", default="", help="unique id of this start, so its processes can be found (and only they)"
+    )
     args = p.parse_args(argv)
-    if args.expect_world < 1 or args.init_timeout <= 0 or args.max_tokens < 1 \
-            or args.poll_interval <= 0 or not 0 < args.port < 65536 or args.queue_size < 0:
-        p.error("--expect-world and --max-tokens must be >= 1, --init-timeout and "
-                "--poll-interval > 0, --port in 1..65535, --queue-size >= 0")
+    if (
+        args.expect_world < 1
+        or args.init_timeout <= 0
+        or args.max_tokens < 1
+        or args.poll_interval <= 0
+        or not 0 < args.port < 65536
+        or args.queue_size < 0
+    ):
+        p.error(
+            "--expect-world and --max-tokens must be >= 1, --init-timeout and "
+            "--poll-interval > 0, --port in 1..65535, --queue-size >= 0"
+        )
     if args.stall_timeout and args.stall_timeout < min_stall_timeout(args.poll_interval):
-        p.error(f"--stall-timeout {args.stall_timeout:g} is too short: 0 (off) or at least "
-                f"{min_stall_timeout(args.poll_interval):g}s (5s and 4 poll intervals)")
+        p.error(
+            f"--stall-timeout {args.stall_timeout:g} is too short: 0 (off) or at least "
+            f"{min_stall_timeout(args.poll_interval):g}s (5s and 4 poll intervals)"
+        )
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
     args.model_id = args.model_id or Path(args.model).name
@@ -286,9 +326,12 @@ def authorized(headers, key):
 
 
 def unauthorized():
-    return ApiError(401, "this server asks for its API key: send `Authorization: Bearer <key>` "
-                         "(mlx_server_api_key)", kind="authentication_error",
-                    headers={"WWW-Authenticate": 'Bearer realm="mlx-cluster"'})
+    return ApiError(
+        401,
+        "this server asks for its API key: send `Authorization: Bearer <key>` (mlx_server_api_key)",
+        kind="authentication_error",
+        headers={"WWW-Authenticate": 'Bearer realm="mlx-cluster"'},
+    )
 
 
 def min_stall_timeout(poll_interval):
@@ -310,6 +353,7 @@ def load_shard(model_path, mode, group):
 
 # --- generation (every rank, the same decisions) ---
 
+
 def generate(model, tokenizer, req, on_text=None, on_token=None):
     """Generate for one broadcast request. Every rank runs this with the same request and
     reaches the same stop decision (EOS, max_tokens, a stop string), so every rank runs the
@@ -325,8 +369,9 @@ def generate(model, tokenizer, req, on_text=None, on_token=None):
     # Hold back what could be the start of a stop string before handing text out.
     hold = max((len(s) for s in stops), default=1) - 1
     try:
-        for resp in stream_generate(model, tokenizer, mx.array(req["tokens"]),
-                                    max_tokens=int(req["max_tokens"]), sampler=sampler):
+        for resp in stream_generate(
+            model, tokenizer, mx.array(req["tokens"]), max_tokens=int(req["max_tokens"]), sampler=sampler
+        ):
             if on_token is not None:
                 on_token()
             if resp.finish_reason is None or resp.token not in tokenizer.eos_token_ids:
@@ -355,6 +400,7 @@ def generate(model, tokenizer, req, on_text=None, on_token=None):
 
 # --- HTTP (rank 0 only) ---
 
+
 class ApiError(Exception):
     def __init__(self, status, message, param=None, kind="invalid_request_error", code=None, headers=None):
         super().__init__(message)
@@ -369,8 +415,12 @@ def _number(body, key, default, lo, hi, kind=float):
     value = body.get(key, default)
     if value is None:
         value = default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and not math.isfinite(value)) or (kind is int and int(value) != value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or (kind is int and int(value) != value)
+    ):
         raise ApiError(400, f"'{key}' must be a{'n integer' if kind is int else ' finite number'}", key)
     if not lo <= value <= hi:
         raise ApiError(400, f"'{key}' must be between {lo} and {hi}", key)
@@ -404,11 +454,14 @@ def sampling_params(body, max_tokens_limit):
     seed = body.get("seed")
     if seed is None:
         seed = secrets.randbits(31)
-    seed = _number({"seed": seed}, "seed", 0, -(2 ** 63), 2 ** 63 - 1, int) % (2 ** 31)
-    return {"max_tokens": max_tokens,
-            "temperature": _number(body, "temperature", 0.0, 0.0, 2.0),
-            "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
-            "seed": seed, "stop": stop}
+    seed = _number({"seed": seed}, "seed", 0, -(2**63), 2**63 - 1, int) % (2**31)
+    return {
+        "max_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 0.0, 0.0, 2.0),
+        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
+        "seed": seed,
+        "stop": stop,
+    }
 
 
 def chat_prompt(tokenizer, messages):
@@ -434,7 +487,7 @@ def completion_prompt(tokenizer, prompt, vocab_size=None):
     if isinstance(prompt, str) and prompt:
         return list(tokenizer.encode(prompt))
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        limit = vocab_size or 2 ** 31
+        limit = vocab_size or 2**31
         bad = [t for t in prompt if not 0 <= t < limit]
         if bad:
             raise ApiError(400, f"token id {bad[0]} is outside the model's vocabulary (0 to {limit - 1})", "prompt")
@@ -474,8 +527,11 @@ def check_request_headers(headers, allowed_hosts):
     """None when an HTTP request's headers are acceptable, else the ApiError to answer."""
     origin = headers.get("Origin")
     if origin:
-        return ApiError(403, f"requests from web pages are refused (Origin: {origin}); API clients send no Origin",
-                        kind="permission_error")
+        return ApiError(
+            403,
+            f"requests from web pages are refused (Origin: {origin}); API clients send no Origin",
+            kind="permission_error",
+        )
     refused = check_host(headers, allowed_hosts)
     if refused is not None:
         return refused
@@ -490,13 +546,17 @@ def check_host(headers, allowed_hosts):
     the 403 to answer: what a page that rebound its own name to this address would send."""
     host = (headers.get("Host") or "").strip().lower()
     if host.startswith("[") and "]" in host:
-        name = host[1:host.index("]")]
+        name = host[1 : host.index("]")]
     else:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     if name_allowed(name, allowed_hosts):
         return None
-    return ApiError(403, f"Host {host or '(none)'} is not a name of this server: use its address, or add the "
-                         "name to mlx_server_allowed_hosts", kind="permission_error")
+    return ApiError(
+        403,
+        f"Host {host or '(none)'} is not a name of this server: use its address, or add the "
+        "name to mlx_server_allowed_hosts",
+        kind="permission_error",
+    )
 
 
 def name_allowed(name, allowed_hosts):
@@ -580,9 +640,17 @@ class Progress:
 
     def __init__(self, state, stall_timeout, depth=None, clock=time.monotonic, wall=time.time):
         self.state, self.depth, self.clock, self.wall = state, depth, clock, wall
-        self.data = {"last_turn_at": None, "last_token_at": None, "progress_mono": clock(), "turns": 0,
-                     "generating": False, "tokens": 0, "requests_done": 0, "queue_depth": 0,
-                     "stall_timeout": stall_timeout}
+        self.data = {
+            "last_turn_at": None,
+            "last_token_at": None,
+            "progress_mono": clock(),
+            "turns": 0,
+            "generating": False,
+            "tokens": 0,
+            "requests_done": 0,
+            "queue_depth": 0,
+            "stall_timeout": stall_timeout,
+        }
         self.written = None
 
     def snapshot(self):
@@ -702,19 +770,32 @@ class Server:
         if not detail:
             return (200 if status == "ok" else 503), {"status": status, "message": stalled}
         return (200 if status == "ok" else 503), {
-            "status": status, "message": stalled, "world_size": self.world["size"], "ranks": self.world["ranks"],
-            "model": self.args.model_id, "generating": snap["generating"], "tokens": snap["tokens"],
-            "requests_done": snap["requests_done"], "queue_depth": snap["queue_depth"],
-            "queue_size": self.args.queue_size, "turns": snap["turns"],
-            "last_turn_at": snap["last_turn_at"], "last_token_at": snap["last_token_at"],
+            "status": status,
+            "message": stalled,
+            "world_size": self.world["size"],
+            "ranks": self.world["ranks"],
+            "model": self.args.model_id,
+            "generating": snap["generating"],
+            "tokens": snap["tokens"],
+            "requests_done": snap["requests_done"],
+            "queue_depth": snap["queue_depth"],
+            "queue_size": self.args.queue_size,
+            "turns": snap["turns"],
+            "last_turn_at": snap["last_turn_at"],
+            "last_token_at": snap["last_token_at"],
             "seconds_since_progress": round(self.clock() - snap["progress_mono"], 3),
-            "stall_timeout": snap["stall_timeout"]}
+            "stall_timeout": snap["stall_timeout"],
+        }
 
     def check_model(self, body):
         name = body.get("model")
         if name not in (None, "", self.args.model_id, self.args.model):
-            raise ApiError(404, f"model '{name}' is not served here; this server serves "
-                                f"'{self.args.model_id}'", "model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"model '{name}' is not served here; this server serves '{self.args.model_id}'",
+                "model",
+                code="model_not_found",
+            )
 
     def retry_after(self):
         """Seconds until a place in the queue is likely free: the mean of the last requests'
@@ -730,10 +811,14 @@ class Server:
         waiting = sum(1 for j in self.jobs if not j.abandoned)
         generating = self.current is not None and not self.current.done.is_set()
         if waiting + generating > self.args.queue_size:
-            return ApiError(503, f"the server is busy: one request is being generated and {waiting} "
-                                 f"wait (queue size {self.args.queue_size}); retry later",
-                            kind="server_error", code="server_busy",
-                            headers={"Retry-After": str(self.retry_after())})
+            return ApiError(
+                503,
+                f"the server is busy: one request is being generated and {waiting} "
+                f"wait (queue size {self.args.queue_size}); retry later",
+                kind="server_error",
+                code="server_busy",
+                headers={"Retry-After": str(self.retry_after())},
+            )
         return None
 
     def check_room(self):
@@ -808,7 +893,7 @@ def make_handler(server):
             if path == "/v1/models":
                 self.send_json(200, server.models())
             elif path.startswith("/v1/models/"):
-                if path[len("/v1/models/"):] == server.args.model_id:
+                if path[len("/v1/models/") :] == server.args.model_id:
                     self.send_json(200, server.model_card())
                 else:
                     self.send_json(404, ApiError(404, "no such model", code="model_not_found").body())
@@ -831,8 +916,11 @@ def make_handler(server):
                 params = sampling_params(body, server.args.max_tokens)
                 chat = path == "/v1/chat/completions"
                 server.check_room()  # a full queue answers 503 before the prompt is tokenized
-                tokens = (chat_prompt(server.tokenizer, body.get("messages")) if chat
-                          else completion_prompt(server.tokenizer, body.get("prompt"), server.vocab_size))
+                tokens = (
+                    chat_prompt(server.tokenizer, body.get("messages"))
+                    if chat
+                    else completion_prompt(server.tokenizer, body.get("prompt"), server.vocab_size)
+                )
                 stream = bool(body.get("stream"))
                 job = server.submit(params, tokens, stream)
             except ApiError as err:
@@ -853,16 +941,28 @@ def make_handler(server):
 
         def final_body(self, job, rid, chat):
             res = job.result
-            usage = {"prompt_tokens": len(job.request["tokens"]), "completion_tokens": len(res["tokens"]),
-                     "total_tokens": len(job.request["tokens"]) + len(res["tokens"])}
+            usage = {
+                "prompt_tokens": len(job.request["tokens"]),
+                "completion_tokens": len(res["tokens"]),
+                "total_tokens": len(job.request["tokens"]) + len(res["tokens"]),
+            }
             if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": res["text"]},
-                          "finish_reason": res["finish_reason"], "logprobs": None}
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": res["text"]},
+                    "finish_reason": res["finish_reason"],
+                    "logprobs": None,
+                }
             else:
                 choice = {"index": 0, "text": res["text"], "finish_reason": res["finish_reason"], "logprobs": None}
-            return {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                    "created": int(time.time()), "model": server.args.model_id,
-                    "choices": [choice], "usage": usage}
+            return {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": server.args.model_id,
+                "choices": [choice],
+                "usage": usage,
+            }
 
         def stream(self, job, rid, chat):
             self.send_response(200)
@@ -877,10 +977,19 @@ def make_handler(server):
                 if chat:
                     choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
                 else:
-                    choice = {"index": 0, "text": (delta or {}).get("content", ""), "finish_reason": finish,
-                              "logprobs": None}
-                body = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                        "created": created, "model": server.args.model_id, "choices": [choice]}
+                    choice = {
+                        "index": 0,
+                        "text": (delta or {}).get("content", ""),
+                        "finish_reason": finish,
+                        "logprobs": None,
+                    }
+                body = {
+                    "id": rid,
+                    "object": "chat.completion.chunk" if chat else "text_completion",
+                    "created": created,
+                    "model": server.args.model_id,
+                    "choices": [choice],
+                }
                 self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
                 self.wfile.flush()
 
@@ -911,6 +1020,7 @@ def make_handler(server):
 
 
 # --- the serving loop (every rank) ---
+
 
 class Stop:
     """Set by SIGTERM/SIGINT; read at every turn of the serving loop."""
@@ -964,8 +1074,10 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
         finally:
             progress.end_request(completed)
         took = time.perf_counter() - t0
-        log(f"request {header['seq']}: {len(req['tokens'])} prompt tokens, {len(result['tokens'])} "
-            f"generated ({result['finish_reason']}) in {took:.2f}s")
+        log(
+            f"request {header['seq']}: {len(req['tokens'])} prompt tokens, {len(result['tokens'])} "
+            f"generated ({result['finish_reason']}) in {took:.2f}s"
+        )
         if root:
             server.finished(took)
             job.result = result
@@ -977,10 +1089,12 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
 def gather_ranks(group):
     """[{"rank", "host", "pid"}] of every rank (all_gather of a fixed-size row)."""
     raw = socket.gethostname().encode()[:HOSTNAME_BYTES].ljust(HOSTNAME_BYTES, b"\0")
-    row = mx.array([os.getpid() % (2 ** 31)] + list(raw), dtype=mx.int32)
+    row = mx.array([os.getpid() % (2**31)] + list(raw), dtype=mx.int32)
     rows = mx.distributed.all_gather(row, group=group, stream=mx.cpu).reshape(group.size(), -1).tolist()
-    return [{"rank": r, "host": bytes(x[1:]).rstrip(b"\0").decode(errors="replace"), "pid": x[0]}
-            for r, x in enumerate(rows)]
+    return [
+        {"rank": r, "host": bytes(x[1:]).rstrip(b"\0").decode(errors="replace"), "pid": x[0]}
+        for r, x in enumerate(rows)
+    ]
 
 
 def run(args):
@@ -1033,15 +1147,28 @@ def _run(args, state):
             state.phase("failed", f"cannot serve HTTP on {args.host}:{args.port}: {err}")
             stop.requested = True  # the other ranks leave at the first turn
         else:
-            threading.Thread(target=server.httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                             name="http", daemon=True).start()
-            write_json_atomic(Path(args.run_dir) / "state.json", {
-                "settings_hash": args.settings_hash, "run_id": args.run_id,
-                "started": state.data["started"], "ready_at": time.time(), "model": args.model,
-                "model_id": args.model_id, "mode": args.mode, "backend": backend_name(args.backend, size),
-                "endpoint": f"http://{args.host}:{args.port}/v1", "ranks": ranks})
+            threading.Thread(
+                target=server.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True
+            ).start()
+            write_json_atomic(
+                Path(args.run_dir) / "state.json",
+                {
+                    "settings_hash": args.settings_hash,
+                    "run_id": args.run_id,
+                    "started": state.data["started"],
+                    "ready_at": time.time(),
+                    "model": args.model,
+                    "model_id": args.model_id,
+                    "mode": args.mode,
+                    "backend": backend_name(args.backend, size),
+                    "endpoint": f"http://{args.host}:{args.port}/v1",
+                    "ranks": ranks,
+                },
+            )
     if not stop.requested:
-        state.phase("ready", f"serving {args.model_id}" + (f" on http://{args.host}:{args.port}/v1" if rank == 0 else ""))
+        state.phase(
+            "ready", f"serving {args.model_id}" + (f" on http://{args.host}:{args.port}/v1" if rank == 0 else "")
+        )
     code = 0
     try:
         with contextlib.redirect_stdout(sys.stderr):

@@ -50,15 +50,16 @@ import time
 
 from mlx_cluster_startup import EXIT_RDMA, LAUNCHER_ENV, stall_verdict  # deployed beside this file
 
-EXIT_USAGE = 2          # the rank's bad arguments or model directory: a restart cannot help
-CHECK_EVERY = 1.0       # seconds between two looks at the heartbeat
-THROTTLE = 10.0         # launchd's ThrottleInterval: no start sooner than this after the last
+EXIT_USAGE = 2  # the rank's bad arguments or model directory: a restart cannot help
+CHECK_EVERY = 1.0  # seconds between two looks at the heartbeat
+THROTTLE = 10.0  # launchd's ThrottleInterval: no start sooner than this after the last
 MAX_DELAY = 300.0
 
 
 def log(msg):
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor {socket.gethostname()}] {msg}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{time.strftime('%Y-%m-%d %H:%M:%S')} supervisor {socket.gethostname()}] {msg}", file=sys.stderr, flush=True
+    )
 
 
 def parse_args(argv):
@@ -121,6 +122,7 @@ def read_json(path):
 
 # ---- pure rules (tests/unit/server/test_server_daemon.py) -------------------------------
 
+
 def describe_exit(returncode):
     return f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
 
@@ -138,8 +140,10 @@ def decide(returncode, recent, max_restarts):
     if returncode == EXIT_USAGE:
         return "failed", "the rank refused its arguments or model directory (exit 2): a restart cannot help"
     if returncode == EXIT_RDMA:
-        return "failed", (f"RDMA could not be brought up (exit {EXIT_RDMA}): never retried, as repeated "
-                          "attempts can wedge the link further; the rank's log names the devices and the fix")
+        return "failed", (
+            f"RDMA could not be brought up (exit {EXIT_RDMA}): never retried, as repeated "
+            "attempts can wedge the link further; the rank's log names the devices and the fix"
+        )
     if recent >= max_restarts:
         return "give_up", f"{recent} restart(s) within the window already"
     return "restart", f"restart {recent + 1} of {max_restarts}"
@@ -147,13 +151,16 @@ def decide(returncode, recent, max_restarts):
 
 def give_up_message(host, recent, window, log_path):
     """What follows the rank's own last word when its supervisor gives up."""
-    return (f"on {host} its supervisor gave up after {recent} restart(s) within {window:g}s. "
-            f"Look at {log_path or 'its log'} on {host}; a stalled generation usually means a wedged "
-            f"GPU or RDMA link, a Mac asleep or a model too large: reboot {host} (or replug its "
-            "Thunderbolt cables), then start the server again (ansible-playbook site.yml --tags server)")
+    return (
+        f"on {host} its supervisor gave up after {recent} restart(s) within {window:g}s. "
+        f"Look at {log_path or 'its log'} on {host}; a stalled generation usually means a wedged "
+        f"GPU or RDMA link, a Mac asleep or a model too large: reboot {host} (or replug its "
+        "Thunderbolt cables), then start the server again (ansible-playbook site.yml --tags server)"
+    )
 
 
 # ---- the supervisor ----------------------------------------------------------------------
+
 
 class Keeper:
     def __init__(self, args, env, clock=time.monotonic, wall=time.time):
@@ -162,9 +169,18 @@ class Keeper:
         self.proc = None
         self.stopping = False
         self.restarts = []  # clock() of each restart made
-        self.state = {"pid": os.getpid(), "host": self.host, "child_pid": None, "state": "starting",
-                      "message": "", "restarts": [], "max_restarts": args.max_restarts,
-                      "restart_window": args.restart_window, "started": wall(), "updated": wall()}
+        self.state = {
+            "pid": os.getpid(),
+            "host": self.host,
+            "child_pid": None,
+            "state": "starting",
+            "message": "",
+            "restarts": [],
+            "max_restarts": args.max_restarts,
+            "restart_window": args.restart_window,
+            "started": wall(),
+            "updated": wall(),
+        }
 
     def on_signal(self, signum, _frame):
         if not self.stopping:
@@ -189,8 +205,11 @@ class Keeper:
         if not self.args.heartbeat:
             return
         data = read_json(self.args.heartbeat)
-        if data.get("pid") != pid or data.get("phase") == "stopped" \
-                or (data.get("phase") == "failed" and not (over_failed or after)):
+        if (
+            data.get("pid") != pid
+            or data.get("phase") == "stopped"
+            or (data.get("phase") == "failed" and not (over_failed or after))
+        ):
             return
         if after and data.get("phase") == "failed" and data.get("message"):
             message = f"{data['message']}; {message}"
@@ -375,8 +394,7 @@ def main(argv=None):
     os.close(r)
     said = b"".join(chunks).decode(errors="replace")
     if not said.startswith("started "):
-        print(f"mlx_server_daemon: {said.partition(' ')[2] or 'could not start ' + args.command[0]}",
-              file=sys.stderr)
+        print(f"mlx_server_daemon: {said.partition(' ')[2] or 'could not start ' + args.command[0]}", file=sys.stderr)
         return 1
     supervisor = None
     if args.own_pidfile:
@@ -385,8 +403,17 @@ def main(argv=None):
                 supervisor = int(f.read().strip())
         except (OSError, ValueError):
             supervisor = None
-    print(json.dumps({"pid": int(said.split()[1]), "supervisor": supervisor, "pidfile": args.pidfile,
-                      "log": args.log, "argv": args.command}))
+    print(
+        json.dumps(
+            {
+                "pid": int(said.split()[1]),
+                "supervisor": supervisor,
+                "pidfile": args.pidfile,
+                "log": args.log,
+                "argv": args.command,
+            }
+        )
+    )
     return 0
 
 

@@ -51,23 +51,26 @@ def log(msg):
     print(f"{_PREFIX[0]} {msg}", file=sys.stderr, flush=True)
 
 
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--expect-world", type=int, default=1,
-                   help="number of ranks this run must have; anything else fails")
-    p.add_argument("--init-timeout", type=float, default=120.0,
-                   help="seconds to keep retrying distributed init")
-    p.add_argument("--backend", choices=("any", "ring", "jaccl", "mpi", "nccl"), default="any",
-                   help="mx.distributed.init backend (any: the first one the launcher set up)")
+    p.add_argument(
+        "--expect-world", type=int, default=1, help="number of ranks this run must have; anything else fails"
+    )
+    p.add_argument("--init-timeout", type=float, default=120.0, help="seconds to keep retrying distributed init")
+    p.add_argument(
+        "--backend",
+        choices=("any", "ring", "jaccl", "mpi", "nccl"),
+        default="any",
+        help="mx.distributed.init backend (any: the first one the launcher set up)",
+    )
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest message")
     p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message")
     p.add_argument("--iters", type=int, default=5, help="timed all_sums per size")
     p.add_argument("--warmup", type=int, default=2, help="untimed all_sums per size")
     p.add_argument("--json-out", help="rank 0 also writes the JSON line to this file")
-    p.add_argument("--run-id", default="",
-                   help="unique id of this run, so its processes can be found (and only they) for clean-up")
+    p.add_argument(
+        "--run-id", default="", help="unique id of this run, so its processes can be found (and only they) for clean-up"
+    )
     args = p.parse_args(argv)
     if args.expect_world < 1 or args.init_timeout <= 0 or args.iters < 1 or args.warmup < 0:
         p.error("--expect-world and --iters must be >= 1, --warmup >= 0, --init-timeout > 0")
@@ -121,20 +124,21 @@ def run(args):
         flags = mx.distributed.all_sum(mine, group=group, stream=mx.cpu).tolist()
         bad = [r for r, f in enumerate(flags) if f]
         wrong.update(bad)
-        results.append({
-            "bytes": nbytes,
-            "latency_us_median": round(median * 1e6, 1),
-            # four significant digits: a small message over a slow or busy link is well below
-            # 0.001 Gb/s, which three decimals would round to 0
-            "bus_bandwidth_gbps": float(f"{nbytes * 8 * 2 * (size - 1) / size / median / 1e9:.4g}"),
-            "ok": not bad,
-        })
+        results.append(
+            {
+                "bytes": nbytes,
+                "latency_us_median": round(median * 1e6, 1),
+                # four significant digits: a small message over a slow or busy link is well below
+                # 0.001 Gb/s, which three decimals would round to 0
+                "bus_bandwidth_gbps": float(f"{nbytes * 8 * 2 * (size - 1) / size / median / 1e9:.4g}"),
+                "ok": not bad,
+            }
+        )
         log(f"{nbytes} bytes: {median * 1e6:.1f} us, ok={not bad}")
     mx.eval(mx.distributed.all_sum(mx.array(1), group=group, stream=mx.cpu))  # final barrier
 
     if rank == 0:
-        line = json.dumps({"world_size": size, "backend": backend_name(args.backend, size),
-                           "results": results})
+        line = json.dumps({"world_size": size, "backend": backend_name(args.backend, size), "results": results})
         print(line, flush=True)
         if args.json_out:
             Path(args.json_out).write_text(line + "\n")

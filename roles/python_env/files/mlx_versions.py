@@ -35,9 +35,17 @@ def main():
         wanted = json.loads(os.environ.get("MLX_CLUSTER_REQUIREMENTS") or "[]")
     except ValueError:
         wanted = []
-    print(json.dumps({"python": sys.version.split()[0], "executable": sys.executable,
-                      "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
-                      "in_place": in_place(wanted if isinstance(wanted, list) else [])}))
+    print(
+        json.dumps(
+            {
+                "python": sys.version.split()[0],
+                "executable": sys.executable,
+                "mlx": version("mlx"),
+                "mlx_lm": version("mlx-lm"),
+                "in_place": in_place(wanted if isinstance(wanted, list) else []),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

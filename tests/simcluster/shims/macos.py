@@ -49,11 +49,12 @@ ipaddress = _OnFirstUse("ipaddress")
 subprocess = _OnFirstUse("subprocess")
 re = _OnFirstUse("re")
 signal = _OnFirstUse("signal")
-json = _OnFirstUse("json")   # only where the output must look like json's (indent, separators)
+json = _OnFirstUse("json")  # only where the output must look like json's (indent, separators)
 
 
 class _JSONContext:
     """What json's C scanner reads from a JSONDecoder: json.loads' defaults."""
+
     strict = True
     object_hook = None
     object_pairs_hook = None
@@ -84,9 +85,11 @@ def _json_default(value):
 
 def json_dumps(value, sort_keys=False):
     """json.dumps(value, sort_keys=sort_keys) without importing json (one line, ASCII)."""
-    encode = _json.make_encoder({}, _json_default, _json.encode_basestring_ascii, None,
-                                ": ", ", ", sort_keys, False, True)
+    encode = _json.make_encoder(
+        {}, _json_default, _json.encode_basestring_ascii, None, ": ", ", ", sort_keys, False, True
+    )
     return "".join(encode(value, 0))
+
 
 CMD = os.path.basename(sys.argv[0])
 IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if os.path.exists(p)), "ip")
@@ -120,6 +123,7 @@ def die(text, rc=1):
 # Context: which cluster, which host
 # ---------------------------------------------------------------------------------------
 
+
 class Ctx:
     def __init__(self, state, host):
         self.state = state
@@ -128,8 +132,7 @@ class Ctx:
         with open(os.path.join(state, "cluster.json")) as f:
             self.cluster = json_loads(f.read())
         if host not in self.cluster["hosts"]:
-            die(f"{CMD}: this machine ({host}) is not a host of the simulated cluster "
-                f"{self.cluster.get('name')}", 70)
+            die(f"{CMD}: this machine ({host}) is not a host of the simulated cluster {self.cluster.get('name')}", 70)
         self.live = _read_json(os.path.join(state, "live.json"), {"hosts": {}, "cables": {}})
         self.cfg = dict(self.cluster["hosts"][host])
         self.cfg.update(self.live.get("hosts", {}).get(host, {}))
@@ -250,8 +253,9 @@ def find_state():
     here = os.path.abspath(sys.argv[0])
     bindir = os.path.dirname(here)
     state = os.path.dirname(os.path.dirname(os.path.dirname(bindir)))
-    if os.path.basename(os.path.dirname(os.path.dirname(bindir))) == "hosts" and \
-            os.path.exists(os.path.join(state, "cluster.json")):
+    if os.path.basename(os.path.dirname(os.path.dirname(bindir))) == "hosts" and os.path.exists(
+        os.path.join(state, "cluster.json")
+    ):
         return state
     return None
 
@@ -277,8 +281,10 @@ def _cwd():
 # The real namespace
 # ---------------------------------------------------------------------------------------
 
+
 class Ran:
     """What run_argv() returns: returncode, stdout and stderr (text), as subprocess.run's."""
+
     __slots__ = ("returncode", "stdout", "stderr")
 
     def __init__(self, returncode, stdout, stderr):
@@ -388,6 +394,7 @@ def link_local(mac):
 
 # --- bridge handling (Linux bridge emulating the Thunderbolt Bridge) -----------------------
 
+
 def forget_neighbours(iface):
     """ARP entries of an interface go when its addresses or bridge membership change (as
     on macOS, where they hang off the interface's routes). Linux would keep a half-resolved
@@ -436,6 +443,7 @@ def create_bridge(ctx):
 # Persistent network preferences (the SystemConfiguration preferences of the Mac)
 # ---------------------------------------------------------------------------------------
 
+
 def hardware_ports(ctx, prefs=None, lk=None):
     """[(hardware port, device, MAC)] in the order networksetup lists them."""
     prefs = prefs or ctx.prefs()
@@ -463,12 +471,20 @@ def sc_preferences_doc(ctx, prefs):
             ipv4.update(Addresses=[v4.get("address")], SubnetMasks=[v4.get("subnet") or "255.255.255.0"])
         if v4.get("router"):
             ipv4["Router"] = v4["router"]
-        entry = {"DNS": {}, "IPv4": ipv4, "IPv6": {"ConfigMethod": svc.get("ipv6") or "Automatic"},
-                 "Interface": {"DeviceName": svc["device"], "Hardware": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
-                               "Type": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
-                               "UserDefinedName": svc.get("hardware_port") or svc["name"]},
-                 "Proxies": {"ExceptionsList": ["*.local", "169.254/16"], "FTPPassive": 1}, "SMB": {},
-                 "UserDefinedName": svc["name"]}
+        entry = {
+            "DNS": {},
+            "IPv4": ipv4,
+            "IPv6": {"ConfigMethod": svc.get("ipv6") or "Automatic"},
+            "Interface": {
+                "DeviceName": svc["device"],
+                "Hardware": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
+                "Type": "Bridge" if svc["device"] == BRIDGE else "Ethernet",
+                "UserDefinedName": svc.get("hardware_port") or svc["name"],
+            },
+            "Proxies": {"ExceptionsList": ["*.local", "169.254/16"], "FTPPassive": 1},
+            "SMB": {},
+            "UserDefinedName": svc["name"],
+        }
         if not svc.get("enabled", True):
             entry["__INACTIVE__"] = 1
         services[key] = entry
@@ -477,12 +493,19 @@ def sc_preferences_doc(ctx, prefs):
     doc = {
         "CurrentSet": f"/Sets/{current}",
         "NetworkServices": services,
-        "Sets": {current: {"Network": {"Global": {"IPv4": {"ServiceOrder": order}},
-                                       "Service": {k: {"__LINK__": f"/NetworkServices/{k}"} for k in order}},
-                           "UserDefinedName": "Automatic"}},
+        "Sets": {
+            current: {
+                "Network": {
+                    "Global": {"IPv4": {"ServiceOrder": order}},
+                    "Service": {k: {"__LINK__": f"/NetworkServices/{k}"} for k in order},
+                },
+                "UserDefinedName": "Automatic",
+            }
+        },
         "System": {"Network": {"HostNames": {"LocalHostName": ctx.host}}, "System": {"ComputerName": ctx.host}},
-        "VirtualNetworkInterfaces": {"Bridge": {name: bridge_definition(b)
-                                                for name, b in (prefs.get("bridges") or {}).items()}},
+        "VirtualNetworkInterfaces": {
+            "Bridge": {name: bridge_definition(b) for name, b in (prefs.get("bridges") or {}).items()}
+        },
     }
     return doc
 
@@ -521,12 +544,27 @@ def default_prefs(ctx):
     bridge_on = bool(cfg.get("thunderbolt_bridge", True))
     return {
         "services": [
-            {"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True,
-             "ipv4": {"method": "Manual", "address": cfg["mgmt_address"],
-                      "subnet": prefix_to_mask(mgmt["prefix"]), "router": mgmt["gateway"]},
-             "ipv6": "Automatic"},
-            {"name": TB_BRIDGE_SERVICE, "hardware_port": TB_BRIDGE_SERVICE, "device": BRIDGE,
-             "enabled": bridge_on, "ipv4": {"method": "DHCP"}, "ipv6": "Automatic"},
+            {
+                "name": "Ethernet",
+                "hardware_port": "Ethernet",
+                "device": "en0",
+                "enabled": True,
+                "ipv4": {
+                    "method": "Manual",
+                    "address": cfg["mgmt_address"],
+                    "subnet": prefix_to_mask(mgmt["prefix"]),
+                    "router": mgmt["gateway"],
+                },
+                "ipv6": "Automatic",
+            },
+            {
+                "name": TB_BRIDGE_SERVICE,
+                "hardware_port": TB_BRIDGE_SERVICE,
+                "device": BRIDGE,
+                "enabled": bridge_on,
+                "ipv4": {"method": "DHCP"},
+                "ipv6": "Automatic",
+            },
         ],
         "bridges": {BRIDGE: {"members": ctx.tb_ifaces() if bridge_on else []}},
     }
@@ -556,7 +594,7 @@ def apply_service(ctx, prefs, svc, lk=None):
         # service leaves bridge0 up, forwarding between its members.
         return
     if dev == BRIDGE:
-        ip("link", "set", "dev", BRIDGE, "up")   # inet_attach_interface(..., set_iff_up=TRUE)
+        ip("link", "set", "dev", BRIDGE, "up")  # inet_attach_interface(..., set_iff_up=TRUE)
         sync_bridge(ctx, lk=links())
     if dev != BRIDGE and not is_up(lk[dev]):
         ip("link", "set", "dev", dev, "up")
@@ -672,8 +710,10 @@ def ns_need_admin(ctx):
 
 def cmd_networksetup(ctx, args):
     if not args:
-        out("networksetup Help Information\n-------------------------------\n"
-            "Usage: networksetup -listallnetworkservices ...")
+        out(
+            "networksetup Help Information\n-------------------------------\n"
+            "Usage: networksetup -listallnetworkservices ..."
+        )
         return 0
     op, rest = args[0], args[1:]
     low = op.lower()
@@ -718,16 +758,23 @@ def cmd_networksetup(ctx, args):
         method = v4.get("method", "DHCP")
         lines = []
         if method == "Manual":
-            lines += ["Manual Configuration", f"IP address: {v4.get('address')}",
-                      f"Subnet mask: {v4.get('subnet')}", f"Router: {v4.get('router') or '(null)'}"]
+            lines += [
+                "Manual Configuration",
+                f"IP address: {v4.get('address')}",
+                f"Subnet mask: {v4.get('subnet')}",
+                f"Router: {v4.get('router') or '(null)'}",
+            ]
         elif method == "DHCP":
             lines += ["DHCP Configuration"]
             lk = links()
             link = lk.get(s["device"])
             addrs = ipv4s(link) if (link and s["enabled"]) else []
             if addrs:
-                lines += [f"IP address: {addrs[0]['local']}",
-                          f"Subnet mask: {prefix_to_mask(addrs[0]['prefixlen'])}", "Router: (null)"]
+                lines += [
+                    f"IP address: {addrs[0]['local']}",
+                    f"Subnet mask: {prefix_to_mask(addrs[0]['prefixlen'])}",
+                    "Router: (null)",
+                ]
             lines += ["Client ID: "]
         elif method == "BOOTP":
             lines += ["BOOTP Configuration"]
@@ -762,9 +809,18 @@ def cmd_networksetup(ctx, args):
         ns_need_admin(ctx)
         return 0
 
-    setters = {"-setnetworkserviceenabled", "-createnetworkservice", "-removenetworkservice",
-               "-setmanual", "-setdhcp", "-setv4off", "-setv6off", "-setv6automatic",
-               "-ordernetworkservices", "-renamenetworkservice"}
+    setters = {
+        "-setnetworkserviceenabled",
+        "-createnetworkservice",
+        "-removenetworkservice",
+        "-setmanual",
+        "-setdhcp",
+        "-setv4off",
+        "-setv6off",
+        "-setv6automatic",
+        "-ordernetworkservices",
+        "-renamenetworkservice",
+    }
     if low not in setters:
         out(f"** Error: Unknown command {op}. Use networksetup -help for usage.")
         return 4
@@ -798,7 +854,7 @@ def _ns_set(ctx, prefs, op, rest):
             out(NS_INVALID)
             return 4
         if state == "on" and not s["enabled"] and busy_member(prefs, s["device"]):
-            out(NS_INVALID)   # SCNetworkServiceSetEnabled fails, as for -createnetworkservice
+            out(NS_INVALID)  # SCNetworkServiceSetEnabled fails, as for -createnetworkservice
             return 4
         s["enabled"] = state == "on"
         ctx.save_prefs(prefs)
@@ -819,8 +875,14 @@ def _ns_set(ctx, prefs, op, rest):
             # is not known without a Mac: its usual error line and status
             out(NS_INVALID)
             return 4
-        s = {"name": name, "hardware_port": hwport, "device": ports[hwport], "enabled": True,
-             "ipv4": {"method": "DHCP"}, "ipv6": "Automatic"}
+        s = {
+            "name": name,
+            "hardware_port": hwport,
+            "device": ports[hwport],
+            "enabled": True,
+            "ipv4": {"method": "DHCP"},
+            "ipv6": "Automatic",
+        }
         prefs["services"].append(s)
         ctx.save_prefs(prefs)
         apply_service(ctx, prefs, s)
@@ -833,7 +895,7 @@ def _ns_set(ctx, prefs, op, rest):
         ctx.save_prefs(prefs)
         lk = links()
         if s["device"] in lk:
-            flush_v4(s["device"], lk)   # IP detached; bridge0 stays up with its members
+            flush_v4(s["device"], lk)  # IP detached; bridge0 stays up with its members
         return 0
 
     if op == "-setmanual":
@@ -899,7 +961,7 @@ def _reapply_default_route(ctx, prefs):
 # scutil --prefs (SCPreferences: the only command-line editor of a bridge's definition)
 # ---------------------------------------------------------------------------------------
 
-SC_ERRORS = {"access": "Permission denied", "nokey": "No such key"}   # SCErrorString()
+SC_ERRORS = {"access": "Permission denied", "nokey": "No such key"}  # SCErrorString()
 BRIDGE_PATH = r"^/VirtualNetworkInterfaces/Bridge/([a-z]+[0-9]+)$"
 
 
@@ -914,7 +976,7 @@ def cmd_scutil(ctx, args):
 
     if args != ["--prefs"]:
         die("scutil: the simulated Mac emulates `scutil --prefs` only (commands on standard input)", 64)
-    prefs = ctx.prefs()                 # the session's copy, as SCPreferencesCreate reads it
+    prefs = ctx.prefs()  # the session's copy, as SCPreferencesCreate reads it
     value, fd, changed = None, None, False
     try:
         for line in sys.stdin:
@@ -933,7 +995,7 @@ def cmd_scutil(ctx, args):
                     out(SC_ERRORS["access"])
                 elif fd is None:
                     fd = ctx.lock()
-                    prefs = ctx.prefs()     # locked: nobody changes the file under us now
+                    prefs = ctx.prefs()  # locked: nobody changes the file under us now
             elif cmd == "unlock":
                 if fd is not None:
                     os.close(fd)
@@ -974,11 +1036,13 @@ def cmd_scutil(ctx, args):
             elif cmd == "set" and len(rest) == 1:
                 m = re.match(BRIDGE_PATH, rest[0])
                 if not m:
-                    out(f"  the simulated Mac's scutil sets /VirtualNetworkInterfaces/Bridge/<name> only, not {rest[0]}")
+                    out(
+                        f"  the simulated Mac's scutil sets /VirtualNetworkInterfaces/Bridge/<name> only, not {rest[0]}"
+                    )
                     continue
                 members = (value or {}).get("Interfaces", [])
                 if not isinstance(members, list):
-                    out("  Interfaces must be an array")   # configd would read no member at all
+                    out("  Interfaces must be an array")  # configd would read no member at all
                     continue
                 b = prefs.setdefault("bridges", {}).setdefault(m.group(1), {})
                 b["members"] = list(members)
@@ -994,7 +1058,7 @@ def cmd_scutil(ctx, args):
                     continue
                 held = fd is not None
                 if not held:
-                    fd = ctx.lock()         # SCPreferencesCommitChanges locks for itself
+                    fd = ctx.lock()  # SCPreferencesCommitChanges locks for itself
                 try:
                     ctx.save_prefs(prefs)
                     changed = False
@@ -1017,12 +1081,12 @@ def cmd_scutil(ctx, args):
                         os.close(fd)
                         fd = None
             else:
-                out(f"{cmd}: unknown, type \"help\" for command info")
+                out(f'{cmd}: unknown, type "help" for command info')
     finally:
         if fd is not None:
             os.close(fd)
     if changed:
-        out("preferences have been changed, use \"commit\" to save")   # lost, as scutil loses them
+        out('preferences have been changed, use "commit" to save')  # lost, as scutil loses them
     return 0
 
 
@@ -1054,10 +1118,24 @@ def _sc_show(value):
 # ifconfig
 # ---------------------------------------------------------------------------------------
 
-FLAG_BITS = [(0x1, "UP"), (0x2, "BROADCAST"), (0x4, "DEBUG"), (0x8, "LOOPBACK"),
-             (0x10, "POINTOPOINT"), (0x20, "SMART"), (0x40, "RUNNING"), (0x80, "NOARP"),
-             (0x100, "PROMISC"), (0x200, "ALLMULTI"), (0x400, "OACTIVE"), (0x800, "SIMPLEX"),
-             (0x1000, "LINK0"), (0x2000, "LINK1"), (0x4000, "LINK2"), (0x8000, "MULTICAST")]
+FLAG_BITS = [
+    (0x1, "UP"),
+    (0x2, "BROADCAST"),
+    (0x4, "DEBUG"),
+    (0x8, "LOOPBACK"),
+    (0x10, "POINTOPOINT"),
+    (0x20, "SMART"),
+    (0x40, "RUNNING"),
+    (0x80, "NOARP"),
+    (0x100, "PROMISC"),
+    (0x200, "ALLMULTI"),
+    (0x400, "OACTIVE"),
+    (0x800, "SIMPLEX"),
+    (0x1000, "LINK0"),
+    (0x2000, "LINK1"),
+    (0x4000, "LINK2"),
+    (0x8000, "MULTICAST"),
+]
 
 
 def visible(ctx, lk):
@@ -1105,21 +1183,23 @@ def render_iface(ctx, name, lk, rt):
     else:
         if has_carrier(link) and not (nominal_member and is_up(bridge)):
             secured = " secured" if name == "en0" else ""
-            lines.append(f"\tinet6 {link_local(link['address'])}%{mname} prefixlen 64{secured} "
-                         f"scopeid 0x{scope:x} ")
+            lines.append(f"\tinet6 {link_local(link['address'])}%{mname} prefixlen 64{secured} scopeid 0x{scope:x} ")
         for a in v4:
             line = f"\tinet {a['local']} netmask 0x{_mask_hex(a['prefixlen'])}"
             if a["prefixlen"] < 31:
-                bcast = a.get("broadcast") or str(ipaddress.IPv4Network(
-                    f"{a['local']}/{a['prefixlen']}", strict=False).broadcast_address)
+                bcast = a.get("broadcast") or str(
+                    ipaddress.IPv4Network(f"{a['local']}/{a['prefixlen']}", strict=False).broadcast_address
+                )
                 line += f" broadcast {bcast}"
             lines.append(line)
     if name == BRIDGE:
-        lines += ["\tConfiguration:",
-                  "\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0",
-                  "\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200",
-                  "\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0",
-                  "\t\tipfilter disabled flags 0x0"]
+        lines += [
+            "\tConfiguration:",
+            "\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0",
+            "\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200",
+            "\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0",
+            "\t\tipfilter disabled flags 0x0",
+        ]
         for m in members:
             lines.append(f"\tmember: {m} flags=3<LEARNING,DISCOVER>")
             lines.append(f"\t        ifmaxaddr 0 port {lk[m].get('ifindex', 0)} priority 0 path cost 0")
@@ -1144,9 +1224,27 @@ def _mask_hex(prefix):
     return f"{(0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF:08x}"
 
 
-IFCONFIG_WORDS = {"inet", "inet6", "netmask", "broadcast", "alias", "-alias", "delete", "remove",
-                  "add", "up", "down", "mtu", "addm", "deletem", "create", "destroy", "ether",
-                  "lladdr", "prefixlen"}
+IFCONFIG_WORDS = {
+    "inet",
+    "inet6",
+    "netmask",
+    "broadcast",
+    "alias",
+    "-alias",
+    "delete",
+    "remove",
+    "add",
+    "up",
+    "down",
+    "mtu",
+    "addm",
+    "deletem",
+    "create",
+    "destroy",
+    "ether",
+    "lladdr",
+    "prefixlen",
+}
 
 
 def cmd_ifconfig(ctx, args):
@@ -1170,9 +1268,12 @@ def cmd_ifconfig(ctx, args):
         out(" ".join(mac_name(n) for n in names))
         return 0
     if args[0].startswith("-"):
-        die(f"ifconfig: illegal option -- {args[0][1:2]}\n"
+        die(
+            f"ifconfig: illegal option -- {args[0][1:2]}\n"
             "usage: ifconfig [-C] [-L] interface address_family [address [dest_address]]\n"
-            "\t\t[parameters]", 1)
+            "\t\t[parameters]",
+            1,
+        )
     mname, rest = args[0], args[1:]
     name = linux_name(mname)
     if rest == ["create"]:
@@ -1190,7 +1291,7 @@ def cmd_ifconfig(ctx, args):
 
 def _ifconfig_create(ctx, mname, lk):
     if mname != BRIDGE:
-        die(f"ifconfig: SIOCIFCREATE2: Invalid argument", 1)
+        die("ifconfig: SIOCIFCREATE2: Invalid argument", 1)
     if not ctx.elevated():
         die("ifconfig: SIOCIFCREATE2: Operation not permitted", 1)
     if BRIDGE in lk:
@@ -1209,7 +1310,7 @@ def _ifconfig_create(ctx, mname, lk):
 def _ifconfig_set(ctx, name, mname, rest, lk, rt):
     ops = []
     addr = prefix = None
-    mode = "set"          # set (replace the first address) | alias | delete
+    mode = "set"  # set (replace the first address) | alias | delete
     i = 0
     while i < len(rest):
         w = rest[i]
@@ -1259,8 +1360,11 @@ def _ifconfig_set(ctx, name, mname, rest, lk, rt):
         i += 1
 
     if not ctx.elevated():
-        what = {"delete": "SIOCDIFADDR"}.get(mode, "SIOCAIFADDR") if addr else \
-            {"addm": "BRDGADD", "deletem": "BRDGDEL"}.get(ops[0][0] if ops else "", "SIOCSIFFLAGS")
+        what = (
+            {"delete": "SIOCDIFADDR"}.get(mode, "SIOCAIFADDR")
+            if addr
+            else {"addm": "BRDGADD", "deletem": "BRDGDEL"}.get(ops[0][0] if ops else "", "SIOCSIFFLAGS")
+        )
         if what in ("BRDGADD", "BRDGDEL"):
             die(f"ifconfig: {what} {ops[0][1]}: Operation not permitted", 1)
         die(f"ifconfig: ioctl ({what}): Operation not permitted", 1)
@@ -1297,7 +1401,7 @@ def _ifconfig_set(ctx, name, mname, rest, lk, rt):
                 _bridge_member(ctx, name, op, val, rt)
             elif op == "destroy":
                 if name != BRIDGE:
-                    die(f"ifconfig: SIOCIFDESTROY: Invalid argument", 1)
+                    die("ifconfig: SIOCIFDESTROY: Invalid argument", 1)
                 for m in rt.get("bridge_members", []):
                     release(m, links())
                 ip("link", "del", "dev", BRIDGE)
@@ -1318,8 +1422,12 @@ def _bridge_member(ctx, name, op, member, rt):
         die(f"ifconfig: {word} {member}: Operation not supported", 1)
     lk = links()
     if member not in lk or member in ("lo", BRIDGE):
-        die(f"ifconfig: {word} {member}: No such file or directory" if member not in lk
-            else f"ifconfig: {word} {member}: Invalid argument", 1)
+        die(
+            f"ifconfig: {word} {member}: No such file or directory"
+            if member not in lk
+            else f"ifconfig: {word} {member}: Invalid argument",
+            1,
+        )
     members = rt.setdefault("bridge_members", [])
     if op == "addm":
         if member in members:
@@ -1337,10 +1445,38 @@ def _bridge_member(ctx, name, op, member, rt):
 # route
 # ---------------------------------------------------------------------------------------
 
-ROUTE_FLAGS_WITH_ARG = {"-netmask", "-ifscope", "-mtu", "-hopcount", "-expire", "-recvpipe",
-                        "-sendpipe", "-ssthresh", "-rtt", "-rttvar", "-genmask", "-ifp", "-ifa"}
-ROUTE_FLAGS = {"-net", "-host", "-interface", "-iface", "-link", "-static", "-nostatic", "-reject",
-               "-blackhole", "-proto1", "-proto2", "-cloning", "-xresolve", "-inet", "-llinfo"}
+ROUTE_FLAGS_WITH_ARG = {
+    "-netmask",
+    "-ifscope",
+    "-mtu",
+    "-hopcount",
+    "-expire",
+    "-recvpipe",
+    "-sendpipe",
+    "-ssthresh",
+    "-rtt",
+    "-rttvar",
+    "-genmask",
+    "-ifp",
+    "-ifa",
+}
+ROUTE_FLAGS = {
+    "-net",
+    "-host",
+    "-interface",
+    "-iface",
+    "-link",
+    "-static",
+    "-nostatic",
+    "-reject",
+    "-blackhole",
+    "-proto1",
+    "-proto2",
+    "-cloning",
+    "-xresolve",
+    "-inet",
+    "-llinfo",
+}
 
 
 def _routes():
@@ -1421,7 +1557,7 @@ def cmd_route(ctx, args):
             if linux_name(gw) in lk:
                 dev = linux_name(gw)
             else:
-                owner = next((n for n, l in lk.items() if any(a["local"] == gw for a in ipv4s(l))), None)
+                owner = next((n for n, link in lk.items() if any(a["local"] == gw for a in ipv4s(link))), None)
                 if owner is None:
                     die(f"route: bad address: {gw}", 68)
                 dev = owner
@@ -1527,7 +1663,11 @@ def cmd_netstat(ctx, args):
             i += 2
             continue
         if not (a.startswith("-") and len(a) > 1 and set(a[1:]) <= set("rnaAlsW")):
-            die("usage: netstat [-AaLlnW] [-f address_family | -p protocol]\n       netstat -r [-n] [-f address_family]", 64)
+            die(
+                "usage: netstat [-AaLlnW] [-f address_family | -p protocol]\n"
+                "       netstat -r [-n] [-f address_family]",
+                64,
+            )
         letters |= set(a[1:])
         i += 1
     if "r" not in letters or family not in (None, "inet"):
@@ -1567,10 +1707,14 @@ def cmd_netstat(ctx, args):
 # ipconfig, sw_vers, sysctl
 # ---------------------------------------------------------------------------------------
 
+
 def cmd_ipconfig(ctx, args):
     if not args:
-        die("usage: ipconfig <command> <args>\nwhere <command> is one of ifcount, getifaddr, "
-            "getoption, getpacket, getsummary, set", 64)
+        die(
+            "usage: ipconfig <command> <args>\nwhere <command> is one of ifcount, getifaddr, "
+            "getoption, getpacket, getsummary, set",
+            64,
+        )
     verb = args[0]
     lk = links()
     if verb == "ifcount":
@@ -1688,7 +1832,7 @@ def cmd_sysctl(ctx, args):
                 bare = True
             if "a" in a:
                 names = sorted(values)
-            continue                            # -w: accepted, `name=value` is what writes
+            continue  # -w: accepted, `name=value` is what writes
         names.append(a)
     if not names:
         die("usage: sysctl [-bdehiNnoqx] name[=value] ...\n       sysctl [-bdehNnoqx] -a", 1)
@@ -1742,6 +1886,7 @@ def _mac_file(ctx, path):
 def read_job(ctx, path):
     """(job dict, None) for a plist launchd would load, or (None, why not)."""
     import plistlib  # only launchctl and boot pay for it
+
     try:
         st = os.stat(_mac_file(ctx, path))
         with open(_mac_file(ctx, path), "rb") as f:
@@ -1759,9 +1904,15 @@ def read_job(ctx, path):
         program = [data["Program"]] if isinstance(data.get("Program"), str) else None
     if not program:
         return None, "no Program or ProgramArguments"
-    return {"label": data["Label"], "path": path, "program": data.get("Program") or program[0],
-            "arguments": program, "run_at_load": data.get("RunAtLoad") is True,
-            "runs": 0, "last_exit_code": "(never exited)"}, None
+    return {
+        "label": data["Label"],
+        "path": path,
+        "program": data.get("Program") or program[0],
+        "arguments": program,
+        "run_at_load": data.get("RunAtLoad") is True,
+        "runs": 0,
+        "last_exit_code": "(never exited)",
+    }, None
 
 
 def launchd_jobs(ctx):
@@ -1780,11 +1931,20 @@ def _run_job(ctx, job):
     if not _simulated_command(program):
         _spawn_job_runner(ctx, job["label"])
         return None  # the runner keeps the job's entry from now on
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), "USER": "root", "LOGNAME": "root",
-           "HOME": os.path.join(ctx.mountpoint, "root")}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"),
+        "USER": "root",
+        "LOGNAME": "root",
+        "HOME": os.path.join(ctx.mountpoint, "root"),
+    }
     try:
-        r = subprocess.run([os.path.join(ctx.hostdir, "bin", name), *job["arguments"][1:]], env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        r = subprocess.run(
+            [os.path.join(ctx.hostdir, "bin", name), *job["arguments"][1:]],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
         code = r.returncode
     except subprocess.TimeoutExpired:
         code = -9
@@ -1867,6 +2027,7 @@ def launchd_job(ctx, label):
     import plistlib
     import signal
     import subprocess
+
     job = launchd_jobs(ctx).get(label)
     if job is None:
         return 0
@@ -1904,10 +2065,17 @@ def launchd_job(ctx, label):
         started = time.monotonic()
         out_f, err_f = log("StandardOutPath"), log("StandardErrorPath")
         try:
-            child = subprocess.Popen(job["arguments"], executable=job["program"], env=env,
-                                     cwd=plist.get("WorkingDirectory") or "/", stdin=subprocess.DEVNULL,
-                                     stdout=out_f, stderr=err_f, start_new_session=True,
-                                     preexec_fn=(lambda: os.umask(int(umask))) if umask is not None else None)
+            child = subprocess.Popen(
+                job["arguments"],
+                executable=job["program"],
+                env=env,
+                cwd=plist.get("WorkingDirectory") or "/",
+                stdin=subprocess.DEVNULL,
+                stdout=out_f,
+                stderr=err_f,
+                start_new_session=True,
+                preexec_fn=(lambda: os.umask(int(umask))) if umask is not None else None,
+            )
         except OSError as exc:
             _job_update(ctx, label, runs=job["runs"] + 1, last_exit_code=f"(could not start: {exc.strerror})")
             break
@@ -1957,17 +2125,19 @@ def launchd_boot(ctx):
 def _print_job(job):
     args = "".join(f"\t\t{a}\n" for a in job["arguments"])
     running = job.get("state") == "running" and job.get("pid")
-    return (f"system/{job['label']} = {{\n\tactive count = {1 if running else 0}\n\tpath = {job['path']}\n"
-            f"\ttype = LaunchDaemon\n\tstate = {'running' if running else 'not running'}\n\n"
-            f"\tprogram = {job['program']}\n\targuments = {{\n{args}\t}}\n\n"
-            + (f"\tpid = {job['pid']}\n" if running else "")
-            + f"\truns = {job['runs']}\n\tlast exit code = {job['last_exit_code']}\n}}")
+    return (
+        f"system/{job['label']} = {{\n\tactive count = {1 if running else 0}\n\tpath = {job['path']}\n"
+        f"\ttype = LaunchDaemon\n\tstate = {'running' if running else 'not running'}\n\n"
+        f"\tprogram = {job['program']}\n\targuments = {{\n{args}\t}}\n\n"
+        + (f"\tpid = {job['pid']}\n" if running else "")
+        + f"\truns = {job['runs']}\n\tlast exit code = {job['last_exit_code']}\n}}"
+    )
 
 
 def cmd_launchctl(ctx, args):
     verb, rest = (args[0], args[1:]) if args else ("", [])
     if verb == "print" and len(rest) == 1 and rest[0].startswith("system/"):
-        label = rest[0][len("system/"):]
+        label = rest[0][len("system/") :]
         job = launchd_jobs(ctx).get(label)
         if job is None:
             die(f'Could not find service "{label}" in domain for system', 113)
@@ -1980,7 +2150,7 @@ def cmd_launchctl(ctx, args):
             job, why = read_job(ctx, path)
             if why == "missing":
                 die("Bootstrap failed: 2: No such file or directory", 2)
-            if job is None or job["label"] in launchd_jobs(ctx):   # refused, or loaded already
+            if job is None or job["label"] in launchd_jobs(ctx):  # refused, or loaded already
                 die(LAUNCHCTL_IO, 5)
             launchd_load(ctx, job)
         return 0
@@ -1988,7 +2158,7 @@ def cmd_launchctl(ctx, args):
         if not ctx.elevated():
             die(f"Boot-out failed: 5: Input/output error\n{LAUNCHCTL_AS_ROOT}", 5)
         if rest[0].startswith("system/") and len(rest) == 1:
-            label = rest[0][len("system/"):]
+            label = rest[0][len("system/") :]
         elif rest[0] == "system" and len(rest) == 2:
             job, _why = read_job(ctx, rest[1])
             label = job["label"] if job else None
@@ -2007,6 +2177,7 @@ def cmd_launchctl(ctx, args):
         if runner:
             # launchd ends the job (SIGTERM, then SIGKILL after its ExitTimeOut) before bootout returns
             import signal
+
             try:
                 os.kill(runner, signal.SIGTERM)
             except OSError:
@@ -2029,42 +2200,152 @@ def cmd_launchctl(ctx, args):
 # The stored settings are the Mac's pmset.json (com.apple.PowerManagement.plist on a Mac):
 # they survive a reboot; reset() goes back to the spec's.
 
-PMSET_DESKTOP_AC = [("Sleep On Power Button", 1), ("autorestartatconnect", 0), ("lowpowermode", 0),
-                    ("standby", 0), ("ttyskeepawake", 1), ("powernap", 1), ("displaysleep", 10), ("womp", 1),
-                    ("networkoversleep", 0), ("sleep", 1), ("tcpkeepalive", 1), ("autorestart", 0),
-                    ("disksleep", 10)]
-PMSET_LAPTOP_BATTERY = [("Sleep On Power Button", 1), ("lowpowermode", 0), ("standby", 1), ("ttyskeepawake", 1),
-                        ("hibernatemode", 3), ("powernap", 1), ("hibernatefile", "/var/vm/sleepimage"),
-                        ("displaysleep", 2), ("womp", 0), ("networkoversleep", 0), ("sleep", 1), ("lessbright", 1),
-                        ("tcpkeepalive", 1), ("disksleep", 10)]
-PMSET_LAPTOP_AC = [("Sleep On Power Button", 1), ("lowpowermode", 0), ("standby", 1), ("ttyskeepawake", 1),
-                   ("hibernatemode", 3), ("powernap", 1), ("hibernatefile", "/var/vm/sleepimage"),
-                   ("displaysleep", 10), ("womp", 1), ("networkoversleep", 0), ("sleep", 1), ("tcpkeepalive", 1),
-                   ("disksleep", 10)]
+PMSET_DESKTOP_AC = [
+    ("Sleep On Power Button", 1),
+    ("autorestartatconnect", 0),
+    ("lowpowermode", 0),
+    ("standby", 0),
+    ("ttyskeepawake", 1),
+    ("powernap", 1),
+    ("displaysleep", 10),
+    ("womp", 1),
+    ("networkoversleep", 0),
+    ("sleep", 1),
+    ("tcpkeepalive", 1),
+    ("autorestart", 0),
+    ("disksleep", 10),
+]
+PMSET_LAPTOP_BATTERY = [
+    ("Sleep On Power Button", 1),
+    ("lowpowermode", 0),
+    ("standby", 1),
+    ("ttyskeepawake", 1),
+    ("hibernatemode", 3),
+    ("powernap", 1),
+    ("hibernatefile", "/var/vm/sleepimage"),
+    ("displaysleep", 2),
+    ("womp", 0),
+    ("networkoversleep", 0),
+    ("sleep", 1),
+    ("lessbright", 1),
+    ("tcpkeepalive", 1),
+    ("disksleep", 10),
+]
+PMSET_LAPTOP_AC = [
+    ("Sleep On Power Button", 1),
+    ("lowpowermode", 0),
+    ("standby", 1),
+    ("ttyskeepawake", 1),
+    ("hibernatemode", 3),
+    ("powernap", 1),
+    ("hibernatefile", "/var/vm/sleepimage"),
+    ("displaysleep", 10),
+    ("womp", 1),
+    ("networkoversleep", 0),
+    ("sleep", 1),
+    ("tcpkeepalive", 1),
+    ("disksleep", 10),
+]
 # setting argument -> (stored key, on/off): an on/off setting stores any non-zero number as 1
 PMSET_SETTINGS = {
-    "displaysleep": ("displaysleep", False), "dim": ("displaysleep", False),
-    "disksleep": ("disksleep", False), "spindown": ("disksleep", False), "sleep": ("sleep", False),
-    "womp": ("womp", True), "ring": ("ring", True), "autorestart": ("autorestart", True),
-    "acwake": ("acwake", True), "lidwake": ("lidwake", True), "lessbright": ("lessbright", True),
-    "halfdim": ("halfdim", True), "ttyskeepawake": ("ttyskeepawake", True),
-    "tcpkeepalive": ("tcpkeepalive", True), "powernap": ("powernap", False), "standby": ("standby", False),
-    "hibernatemode": ("hibernatemode", False), "proximitywake": ("proximitywake", False),
+    "displaysleep": ("displaysleep", False),
+    "dim": ("displaysleep", False),
+    "disksleep": ("disksleep", False),
+    "spindown": ("disksleep", False),
+    "sleep": ("sleep", False),
+    "womp": ("womp", True),
+    "ring": ("ring", True),
+    "autorestart": ("autorestart", True),
+    "acwake": ("acwake", True),
+    "lidwake": ("lidwake", True),
+    "lessbright": ("lessbright", True),
+    "halfdim": ("halfdim", True),
+    "ttyskeepawake": ("ttyskeepawake", True),
+    "tcpkeepalive": ("tcpkeepalive", True),
+    "powernap": ("powernap", False),
+    "standby": ("standby", False),
+    "hibernatemode": ("hibernatemode", False),
+    "proximitywake": ("proximitywake", False),
 }
 # real pmset verbs and settings the simulated Mac does not model (it says so, exit 64)
 PMSET_NOT_EMULATED = {
-    "touch", "noidle", "sleepnow", "displaysleepnow", "boot", "unboot", "schedule", "sched", "repeat",
-    "relative", "restoredefaults", "disablesleep", "destroyfvkeyonstandby", "haltlevel", "haltafter",
-    "haltremain", "hibernatefile", "hibernatefreeratio", "hibernatefreetime", "gpuswitch", "networkoversleep",
-    "standbydelay", "standbydelayhigh", "standbydelaylow", "highstandbythreshold", "darkwakes", "autopoweroff",
-    "autopoweroffdelay", "lowpowermode", "powermode", "sms", "motionsensor", "debugflags", "btinterval",
-    "dwlinterval", "bookmark", "clamshell", "acattach", "desktopmode",
+    "touch",
+    "noidle",
+    "sleepnow",
+    "displaysleepnow",
+    "boot",
+    "unboot",
+    "schedule",
+    "sched",
+    "repeat",
+    "relative",
+    "restoredefaults",
+    "disablesleep",
+    "destroyfvkeyonstandby",
+    "haltlevel",
+    "haltafter",
+    "haltremain",
+    "hibernatefile",
+    "hibernatefreeratio",
+    "hibernatefreetime",
+    "gpuswitch",
+    "networkoversleep",
+    "standbydelay",
+    "standbydelayhigh",
+    "standbydelaylow",
+    "highstandbythreshold",
+    "darkwakes",
+    "autopoweroff",
+    "autopoweroffdelay",
+    "lowpowermode",
+    "powermode",
+    "sms",
+    "motionsensor",
+    "debugflags",
+    "btinterval",
+    "dwlinterval",
+    "bookmark",
+    "clamshell",
+    "acattach",
+    "desktopmode",
 }
 PMSET_GETTERS_NOT_EMULATED = {
-    "cap", "sched", "ups", "ac", "adapter", "batt", "ps", "pslog", "accps", "accpslog", "rawbatt", "rawlog",
-    "therm", "thermlog", "assertions", "assertionslog", "sysload", "sysloadlog", "useractivitylog",
-    "useractivity", "log", "listen", "history", "historydetailed", "hidnull", "userclients", "uuid", "uuidlog",
-    "everything", "getters", "powerstate", "powerstatelog", "stats", "systemstate", "sleepblockers", "fba",
+    "cap",
+    "sched",
+    "ups",
+    "ac",
+    "adapter",
+    "batt",
+    "ps",
+    "pslog",
+    "accps",
+    "accpslog",
+    "rawbatt",
+    "rawlog",
+    "therm",
+    "thermlog",
+    "assertions",
+    "assertionslog",
+    "sysload",
+    "sysloadlog",
+    "useractivitylog",
+    "useractivity",
+    "log",
+    "listen",
+    "history",
+    "historydetailed",
+    "hidnull",
+    "userclients",
+    "uuid",
+    "uuidlog",
+    "everything",
+    "getters",
+    "powerstate",
+    "powerstatelog",
+    "stats",
+    "systemstate",
+    "sleepblockers",
+    "fba",
 }
 PMSET_USAGE = "Usage: pmset <options>\nSee pmset(1) for details: 'man pmset'"
 
@@ -2105,7 +2386,7 @@ def _strtol(text):
             return sign * int(s[2:], 16)
         if s.startswith("0") and len(s) > 1:
             return sign * int(s[1:], 8)
-        return sign * int(s) if s else 0   # strtol("") is 0 with nothing left over
+        return sign * int(s) if s else 0  # strtol("") is 0 with nothing left over
     except ValueError:
         return None
 
@@ -2120,12 +2401,12 @@ def _pmset_bad(msg=None):
 def cmd_pmset(ctx, args):
     if not args:
         _pmset_bad()
-    args = [a.lower() for a in args]            # pmset lowercases every argument in place
+    args = [a.lower() for a in args]  # pmset lowercases every argument in place
     fd = ctx.lock()
     try:
         sources = pmset_sources(ctx)
         present = list(sources)
-        apply = list(present)                   # no flag: every source the Mac has
+        apply = list(present)  # no flag: every source the Mac has
         changed = False
         i = 0
         while i < len(args):
@@ -2141,8 +2422,10 @@ def cmd_pmset(ctx, args):
                         out("".join(f"{source}:\n{_pmset_lines(values)}" for source, values in sources.items()))
                     elif what == "live":
                         # the source in use: AC (a simulated laptop is always plugged in)
-                        out("System-wide power settings:\n SleepDisabled\t\t0\nCurrently in use:\n"
-                            + _pmset_lines(sources["AC Power"]))
+                        out(
+                            "System-wide power settings:\n SleepDisabled\t\t0\nCurrently in use:\n"
+                            + _pmset_lines(sources["AC Power"])
+                        )
                     elif what in PMSET_GETTERS_NOT_EMULATED:
                         die(f"pmset: -g {what}: not emulated by the simulated Mac", 64)
                     else:
@@ -2151,7 +2434,7 @@ def cmd_pmset(ctx, args):
                 wanted = {"a": present, "b": ["Battery Power"], "c": ["AC Power"], "u": ["UPS Power"]}.get(flag)
                 if wanted is None:
                     _pmset_bad()
-                apply = [s for s in wanted if s in present]   # -b on a desktop applies to nothing
+                apply = [s for s in wanted if s in present]  # -b on a desktop applies to nothing
                 i += 1
                 continue
             if a in PMSET_SETTINGS:
@@ -2210,7 +2493,7 @@ def software_update_prefs(ctx):
 
 
 def _defaults_domain(name):
-    return name[:-len(".plist")] if name.endswith(".plist") else name
+    return name[: -len(".plist")] if name.endswith(".plist") else name
 
 
 def _defaults_value(value):
@@ -2223,12 +2506,18 @@ def cmd_defaults(ctx, args):
     """`defaults read|write /Library/Preferences/com.apple.SoftwareUpdate [key [value]]`: the
     Mac's SoftwareUpdate preferences (software_update.json, from the spec's `software_update`)."""
     if not args or args[0] not in ("read", "write"):
-        die("defaults: only `defaults read|write /Library/Preferences/com.apple.SoftwareUpdate ...` is "
-            "emulated by the simulated Mac", 64)
+        die(
+            "defaults: only `defaults read|write /Library/Preferences/com.apple.SoftwareUpdate ...` is "
+            "emulated by the simulated Mac",
+            64,
+        )
     verb, rest = args[0], args[1:]
     if not rest or _defaults_domain(rest[0]) != SOFTWARE_UPDATE_DOMAIN:
-        die(f"defaults: {verb} {' '.join(rest[:1])}: only the domain {SOFTWARE_UPDATE_DOMAIN} is emulated by "
-            f"the simulated Mac", 64)
+        die(
+            f"defaults: {verb} {' '.join(rest[:1])}: only the domain {SOFTWARE_UPDATE_DOMAIN} is emulated by "
+            f"the simulated Mac",
+            64,
+        )
     domain = rest[0]
     stamp = time.strftime("%Y-%m-%d %H:%M:%S") + f".000 defaults[{os.getpid()}:{os.getpid() + 1000}] "
     prefs = software_update_prefs(ctx)
@@ -2247,7 +2536,11 @@ def cmd_defaults(ctx, args):
     # write: key then -bool/-int/-integer value, or a plain (string) value
     if len(rest) == 3:
         value = rest[2]
-    elif len(rest) == 4 and rest[2] in ("-bool", "-boolean") and rest[3].lower() in ("true", "yes", "1", "false", "no", "0"):
+    elif (
+        len(rest) == 4
+        and rest[2] in ("-bool", "-boolean")
+        and rest[3].lower() in ("true", "yes", "1", "false", "no", "0")
+    ):
         value = rest[3].lower() in ("true", "yes", "1")
     elif len(rest) == 4 and rest[2] in ("-int", "-integer") and _strtol(rest[3]) is not None:
         value = _strtol(rest[3])
@@ -2270,14 +2563,21 @@ def cmd_defaults(ctx, args):
 # ---------------------------------------------------------------------------------------
 
 # macOS's defaults on a fresh install: the firewall off, signed software allowed (both kinds).
-FIREWALL_DEFAULTS = {"enabled": False, "block_all": False, "stealth": False, "allow_signed": True,
-                     "allow_signed_downloaded": True, "apps": {}}
+FIREWALL_DEFAULTS = {
+    "enabled": False,
+    "block_all": False,
+    "stealth": False,
+    "allow_signed": True,
+    "allow_signed_downloaded": True,
+    "apps": {},
+}
 SOCKETFILTERFW_USAGE = (
     "usage: /usr/libexec/ApplicationFirewall/socketfilterfw [-h] [--getglobalstate] [--setglobalstate on | off] "
     "[--getblockall] [--setblockall on | off] [--listapps] [--getappblocked <path>] [--blockapp <path>] "
     "[--unblockapp <path>] [--add <path>] [--remove <path>] [--getallowsigned] [--setallowsigned on | off] "
     "[--setallowsignedapp on | off] [--getstealthmode] [--setstealthmode on | off] [--getloggingmode] "
-    "[--setloggingmode on | off] [--getloggingopt] [--setloggingopt throttled | brief | detail]")
+    "[--setloggingmode on | off] [--getloggingopt] [--setloggingopt throttled | brief | detail]"
+)
 
 
 def firewall_state(ctx):
@@ -2305,9 +2605,19 @@ def cmd_socketfilterfw(ctx, args):
     i, changed, lines = 0, False, []
     while i < len(args):
         a = args[i]
-        takes = a in ("--setglobalstate", "--setblockall", "--setstealthmode", "--setallowsigned",
-                      "--setallowsignedapp", "--setloggingmode", "--getappblocked", "--blockapp",
-                      "--unblockapp", "--add", "--remove")
+        takes = a in (
+            "--setglobalstate",
+            "--setblockall",
+            "--setstealthmode",
+            "--setallowsigned",
+            "--setallowsignedapp",
+            "--setloggingmode",
+            "--getappblocked",
+            "--blockapp",
+            "--unblockapp",
+            "--add",
+            "--remove",
+        )
         value = args[i + 1] if takes and i + 1 < len(args) else None
         if takes and value is None:
             out(SOCKETFILTERFW_USAGE)
@@ -2317,31 +2627,51 @@ def cmd_socketfilterfw(ctx, args):
                 out("Must be root to change settings.")
                 return 255
         if a == "--getglobalstate":
-            lines.append("Firewall is enabled. (State = 1)" if state["enabled"] else "Firewall is disabled. (State = 0)")
+            lines.append(
+                "Firewall is enabled. (State = 1)" if state["enabled"] else "Firewall is disabled. (State = 0)"
+            )
         elif a == "--getblockall":
             lines.append("Firewall has block all state set to %s." % ("enabled" if state["block_all"] else "disabled"))
         elif a == "--getstealthmode":
             lines.append("Firewall stealth mode is %s" % ("on" if state["stealth"] else "off"))
         elif a == "--getallowsigned":
-            lines.append("Automatically allow built-in signed software %s." % ("ENABLED" if state["allow_signed"] else "DISABLED"))
-            lines.append("Automatically allow downloaded signed software %s."
-                         % ("ENABLED" if state["allow_signed_downloaded"] else "DISABLED"))
+            lines.append(
+                "Automatically allow built-in signed software %s."
+                % ("ENABLED" if state["allow_signed"] else "DISABLED")
+            )
+            lines.append(
+                "Automatically allow downloaded signed software %s."
+                % ("ENABLED" if state["allow_signed_downloaded"] else "DISABLED")
+            )
         elif a == "--getappblocked":
             app = state["apps"].get(value)
-            lines.append("The application is not part of the firewall" if app is None else
-                         "Incoming connection to %s is %s" % (value, "blocked" if app == "blocked" else "permitted"))
+            lines.append(
+                "The application is not part of the firewall"
+                if app is None
+                else "Incoming connection to %s is %s" % (value, "blocked" if app == "blocked" else "permitted")
+            )
         elif a in ("--setglobalstate", "--setblockall", "--setstealthmode", "--setallowsigned", "--setallowsignedapp"):
             if value not in on_off:
                 out(SOCKETFILTERFW_USAGE)
                 return 1
-            key = {"--setglobalstate": "enabled", "--setblockall": "block_all", "--setstealthmode": "stealth",
-                   "--setallowsigned": "allow_signed", "--setallowsignedapp": "allow_signed_downloaded"}[a]
+            key = {
+                "--setglobalstate": "enabled",
+                "--setblockall": "block_all",
+                "--setstealthmode": "stealth",
+                "--setallowsigned": "allow_signed",
+                "--setallowsignedapp": "allow_signed_downloaded",
+            }[a]
             state[key] = on_off[value]
             changed = True
-            lines.append({"enabled": "Firewall is %s. (State = %d)" % (("enabled", 1) if state["enabled"] else ("disabled", 0)),
-                          "block_all": "Firewall has block all state set to %s." % ("enabled" if state["block_all"] else "disabled"),
-                          "stealth": "Firewall stealth mode is %s" % ("on" if state["stealth"] else "off")}.get(
-                key, "Automatically allow signed software %s." % ("ENABLED" if state[key] else "DISABLED")))
+            lines.append(
+                {
+                    "enabled": "Firewall is %s. (State = %d)"
+                    % (("enabled", 1) if state["enabled"] else ("disabled", 0)),
+                    "block_all": "Firewall has block all state set to %s."
+                    % ("enabled" if state["block_all"] else "disabled"),
+                    "stealth": "Firewall stealth mode is %s" % ("on" if state["stealth"] else "off"),
+                }.get(key, "Automatically allow signed software %s." % ("ENABLED" if state[key] else "DISABLED"))
+            )
         elif a in ("--add", "--remove", "--blockapp", "--unblockapp"):
             if a == "--add":
                 state["apps"].setdefault(value, "permitted")
@@ -2353,7 +2683,9 @@ def cmd_socketfilterfw(ctx, args):
                 lines.append("Application at path ( %s ) removed from firewall" % value)
             else:
                 state["apps"][value] = "blocked" if a == "--blockapp" else "permitted"
-                lines.append("Incoming connection to %s is %s" % (value, "blocked" if a == "--blockapp" else "permitted"))
+                lines.append(
+                    "Incoming connection to %s is %s" % (value, "blocked" if a == "--blockapp" else "permitted")
+                )
             changed = True
         elif a in ("--listapps", "--getloggingmode", "--getloggingopt", "--setloggingmode", "--setloggingopt"):
             die(f"socketfilterfw: {a}: not emulated by the simulated Mac", 64)
@@ -2372,14 +2704,18 @@ def cmd_socketfilterfw(ctx, args):
 # RDMA: rdma_ctl, ibv_devices, ibv_devinfo
 # ---------------------------------------------------------------------------------------
 
+
 def cmd_rdma_ctl(ctx, args):
     if args == ["status"]:
         out("enabled" if ctx.cfg["rdma"] else "disabled")
         return 0
     if args and args[0] in ("enable", "disable"):
-        die(f"rdma_ctl: RDMA can only be {args[0]}d from the Recovery OS: restart into "
+        die(
+            f"rdma_ctl: RDMA can only be {args[0]}d from the Recovery OS: restart into "
             f"Recovery (hold the power button), open Terminal and run `rdma_ctl {args[0]}`, "
-            f"then restart.", 1)
+            f"then restart.",
+            1,
+        )
     die("usage: rdma_ctl [status|enable|disable]", 64)
 
 
@@ -2401,15 +2737,17 @@ def node_guid(mac, sep=True):
 
 def cmd_ibv_devices(ctx, args):
     lines = [f"    {'device':<16}\t   node GUID", f"    {'------':<16}\t----------------"]
-    for dev, iface, link, p in rdma_devices(ctx):
+    for dev, _iface, _link, p in rdma_devices(ctx):
         lines.append(f"    {dev:<16}\t{node_guid(p['mac'], sep=False)}")
     out("\n".join(lines))
     return 0
 
 
 def _full_gid(addr):
-    return ":".join(f"{b:04x}" for b in
-                    [int.from_bytes(ipaddress.IPv6Address(addr).packed[i:i + 2], "big") for i in range(0, 16, 2)])
+    return ":".join(
+        f"{b:04x}"
+        for b in [int.from_bytes(ipaddress.IPv6Address(addr).packed[i : i + 2], "big") for i in range(0, 16, 2)]
+    )
 
 
 def cmd_ibv_devinfo(ctx, args):
@@ -2450,32 +2788,47 @@ def cmd_ibv_devinfo(ctx, args):
         # `rdma_port_down` (a live override, a list of interfaces): the cable is seen but the
         # RDMA port stays down, as with a bad cable
         active = (has_carrier(link) if link else False) and iface not in (ctx.cfg.get("rdma_port_down") or [])
-        L = [f"hca_id:\t{dev}",
-             "\ttransport:\t\t\tThunderbolt (100)",
-             f"\tnode_guid:\t\t\t{node_guid(p['mac'])}",
-             "\tsys_image_guid:\t\t\t0000:0000:0000:0000",
-             "\tvendor_id:\t\t\t0x05ac",
-             "\tvendor_part_id:\t\t\t0",
-             "\thw_ver:\t\t\t\t0x0",
-             "\tphys_port_cnt:\t\t\t1"]
+        L = [
+            f"hca_id:\t{dev}",
+            "\ttransport:\t\t\tThunderbolt (100)",
+            f"\tnode_guid:\t\t\t{node_guid(p['mac'])}",
+            "\tsys_image_guid:\t\t\t0000:0000:0000:0000",
+            "\tvendor_id:\t\t\t0x05ac",
+            "\tvendor_part_id:\t\t\t0",
+            "\thw_ver:\t\t\t\t0x0",
+            "\tphys_port_cnt:\t\t\t1",
+        ]
         if verbose:
-            L += ["\tmax_mr_size:\t\t\t0x1000000000", "\tpage_size_cap:\t\t\t0x4000",
-                  "\tmax_qp:\t\t\t\t1024", "\tmax_qp_wr:\t\t\t4096",
-                  "\tdevice_cap_flags:\t\t0x00000000", "\tmax_sge:\t\t\t30",
-                  "\tmax_cq:\t\t\t\t1024", "\tmax_cqe:\t\t\t65535", "\tmax_mr:\t\t\t\t65536",
-                  "\tmax_pd:\t\t\t\t1024", "\tatomic_cap:\t\t\tATOMIC_NONE (0)"]
-        L += ["\t\tport:\t1",
-              f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if active else 'PORT_DOWN (1)'}",
-              "\t\t\tmax_mtu:\t\t4096 (5)",
-              "\t\t\tactive_mtu:\t\t4096 (5)",
-              "\t\t\tsm_lid:\t\t\t0",
-              "\t\t\tport_lid:\t\t0",
-              "\t\t\tport_lmc:\t\t0x00",
-              "\t\t\tlink_layer:\t\tThunderbolt"]
+            L += [
+                "\tmax_mr_size:\t\t\t0x1000000000",
+                "\tpage_size_cap:\t\t\t0x4000",
+                "\tmax_qp:\t\t\t\t1024",
+                "\tmax_qp_wr:\t\t\t4096",
+                "\tdevice_cap_flags:\t\t0x00000000",
+                "\tmax_sge:\t\t\t30",
+                "\tmax_cq:\t\t\t\t1024",
+                "\tmax_cqe:\t\t\t65535",
+                "\tmax_mr:\t\t\t\t65536",
+                "\tmax_pd:\t\t\t\t1024",
+                "\tatomic_cap:\t\t\tATOMIC_NONE (0)",
+            ]
+        L += [
+            "\t\tport:\t1",
+            f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if active else 'PORT_DOWN (1)'}",
+            "\t\t\tmax_mtu:\t\t4096 (5)",
+            "\t\t\tactive_mtu:\t\t4096 (5)",
+            "\t\t\tsm_lid:\t\t\t0",
+            "\t\t\tport_lid:\t\t0",
+            "\t\t\tport_lmc:\t\t0x00",
+            "\t\t\tlink_layer:\t\tThunderbolt",
+        ]
         if verbose:
-            L += ["\t\t\tmax_msg_sz:\t\t0x40000000", "\t\t\tport_cap_flags:\t\t0x00000000",
-                  "\t\t\tgid_tbl_len:\t\t4",
-                  f"\t\t\tphys_state:\t\t{'LINK_UP (5)' if active else 'DISABLED (3)'}"]
+            L += [
+                "\t\t\tmax_msg_sz:\t\t0x40000000",
+                "\t\t\tport_cap_flags:\t\t0x00000000",
+                "\t\t\tgid_tbl_len:\t\t4",
+                f"\t\t\tphys_state:\t\t{'LINK_UP (5)' if active else 'DISABLED (3)'}",
+            ]
             gids = [link_local(p["mac"])]
             gids += [f"::ffff:{a['local']}" for a in ipv4s(link)] if link else []
             for n, g in enumerate(gids[:4]):
@@ -2489,8 +2842,10 @@ def cmd_ibv_devinfo(ctx, args):
 # system_profiler
 # ---------------------------------------------------------------------------------------
 
+
 def _svc_uuid(*parts):
     import uuid
+
     return str(uuid.uuid5(uuid.UUID(UUID_NS), "/".join(str(p) for p in parts))).upper()
 
 
@@ -2503,33 +2858,62 @@ def _tb_speed(ctx, cable):
 def _mac_item(ctx, peer_host, peer_receptacle):
     peer = ctx.hostcfg(peer_host)
     port = peer["ports"][str(peer_receptacle)]
-    services = [{"_name": "service_ip", "protocol_id_key": 1, "protocol_revision_key": 1,
-                 "protocol_version_key": 1, "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "ip")}]
+    services = [
+        {
+            "_name": "service_ip",
+            "protocol_id_key": 1,
+            "protocol_revision_key": 1,
+            "protocol_version_key": 1,
+            "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "ip"),
+        }
+    ]
     if peer["rdma"] and ctx.rdma_supported(peer):
-        services.append({"_name": "unknown_xd_service", "protocol_id_key": 64087,
-                         "protocol_revision_key": 0, "protocol_version_key": 1,
-                         "service_key_key": "rdma",
-                         "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "rdma")})
-    return {"_name": peer["model"], "device_id_key": "0xA", "device_name_key": peer["model_id"],
-            "domain_uuid_key": port["domain_uuid"], "services_title": services,
-            "vendor_id_key": "0x0A27", "vendor_name_key": "Apple Inc."}
+        services.append(
+            {
+                "_name": "unknown_xd_service",
+                "protocol_id_key": 64087,
+                "protocol_revision_key": 0,
+                "protocol_version_key": 1,
+                "service_key_key": "rdma",
+                "service_uuid_key": _svc_uuid(peer_host, peer_receptacle, "rdma"),
+            }
+        )
+    return {
+        "_name": peer["model"],
+        "device_id_key": "0xA",
+        "device_name_key": peer["model_id"],
+        "domain_uuid_key": port["domain_uuid"],
+        "services_title": services,
+        "vendor_id_key": "0x0A27",
+        "vendor_name_key": "Apple Inc.",
+    }
 
 
 def thunderbolt_data(ctx):
     import hashlib
+
     cfg = ctx.cfg
     empty_speed = "Up to 120 Gb/s" if int(cfg["tb_version"]) >= 5 else "Up to 40 Gb/s"
     buses = []
     for k, p in sorted(ctx.ports(), key=lambda kv: -kv[0]):
-        bus = {"_name": f"thunderboltusb4_bus_{k - 1}", "device_name_key": cfg["model"],
-               "domain_uuid_key": p["domain_uuid"], "route_string_key": "0",
-               "switch_uid_key": p["switch_uid"], "vendor_name_key": "Apple Inc."}
+        bus = {
+            "_name": f"thunderboltusb4_bus_{k - 1}",
+            "device_name_key": cfg["model"],
+            "domain_uuid_key": p["domain_uuid"],
+            "route_string_key": "0",
+            "switch_uid_key": p["switch_uid"],
+            "vendor_name_key": "Apple Inc.",
+        }
         cid, cable = ctx.cable_at(k)
         if cable is not None and ctx.plugged(cid):
             speed = _tb_speed(ctx, cable)
-            bus["receptacle_1_tag"] = {"current_speed_key": f"{speed} Gb/s", "link_status_key": "0x2",
-                                       "micro_version_key": "0.0.0", "receptacle_id_key": str(k),
-                                       "receptacle_status_key": "receptacle_connected"}
+            bus["receptacle_1_tag"] = {
+                "current_speed_key": f"{speed} Gb/s",
+                "link_status_key": "0x2",
+                "micro_version_key": "0.0.0",
+                "receptacle_id_key": str(k),
+                "receptacle_status_key": "receptacle_connected",
+            }
             me_a = cable["a"]["host"] == ctx.host and cable["a"]["receptacle"] == k
             peer = cable["b"] if me_a else cable["a"]
             dock = cable.get("dock")
@@ -2537,50 +2921,86 @@ def thunderbolt_data(ctx):
                 bus["_items"] = [_mac_item(ctx, peer["host"], peer["receptacle"])]
             elif dock["seen_by"] == ctx.host:
                 digest = hashlib.sha256(f"dock/{cable['index']}".encode()).hexdigest()
-                bus["_items"] = [{
-                    "_items": [_mac_item(ctx, peer["host"], peer["receptacle"])],
-                    "_name": dock["name"], "device_id_key": "0x00C4", "device_name_key": dock["name"],
-                    "device_revision_key": "0x1", "mode_key": "usb_four",
-                    "receptacle_upstream_ambiguous_tag": {
-                        "current_speed_key": f"{speed} Gb/s", "link_status_key": "0x2",
-                        "micro_version_key": "1.2.0", "receptacle_status_key": "receptacle_connected"},
-                    "route_string_key": "1", "switch_uid_key": "0x" + digest[:16].upper(),
-                    "switch_version_key": "56.1", "vendor_id_key": "0x003D",
-                    "vendor_name_key": dock.get("vendor") or "Unknown"}]
+                bus["_items"] = [
+                    {
+                        "_items": [_mac_item(ctx, peer["host"], peer["receptacle"])],
+                        "_name": dock["name"],
+                        "device_id_key": "0x00C4",
+                        "device_name_key": dock["name"],
+                        "device_revision_key": "0x1",
+                        "mode_key": "usb_four",
+                        "receptacle_upstream_ambiguous_tag": {
+                            "current_speed_key": f"{speed} Gb/s",
+                            "link_status_key": "0x2",
+                            "micro_version_key": "1.2.0",
+                            "receptacle_status_key": "receptacle_connected",
+                        },
+                        "route_string_key": "1",
+                        "switch_uid_key": "0x" + digest[:16].upper(),
+                        "switch_version_key": "56.1",
+                        "vendor_id_key": "0x003D",
+                        "vendor_name_key": dock.get("vendor") or "Unknown",
+                    }
+                ]
             # the far side of a dock it cannot see through: connected, nothing listed
         else:
-            bus["receptacle_1_tag"] = {"current_speed_key": empty_speed, "link_status_key": "0x100",
-                                       "receptacle_id_key": str(k),
-                                       "receptacle_status_key": "receptacle_no_devices_connected"}
+            bus["receptacle_1_tag"] = {
+                "current_speed_key": empty_speed,
+                "link_status_key": "0x100",
+                "receptacle_id_key": str(k),
+                "receptacle_status_key": "receptacle_no_devices_connected",
+            }
         buses.append(bus)
     return buses
 
 
 def hardware_data(ctx):
     import hashlib
+
     cfg = ctx.cfg
     serial = hashlib.sha256(f"serial/{ctx.host}".encode()).hexdigest()[:10].upper()
-    return [{"_name": "hardware_overview", "activation_lock_status": "activation_lock_disabled",
-             "boot_rom_version": "13822.61.10", "chip_type": cfg.get("chip", "Apple M3 Ultra"),
-             "machine_model": cfg["model_id"], "machine_name": cfg["model"],
-             "model_number": "Z1CE000" + serial[:2] + "LL/A",
-             "number_processors": f"proc {cfg['ncpu']}:{cfg['ncpu'] * 3 // 4}:{cfg['ncpu'] // 4}",
-             "os_loader_version": "13822.61.10", "physical_memory": f"{cfg['memory_gb']} GB",
-             "platform_UUID": _svc_uuid(ctx.host, "platform"), "provisioning_UDID": _svc_uuid(ctx.host, "udid"),
-             "serial_number": serial}]
+    return [
+        {
+            "_name": "hardware_overview",
+            "activation_lock_status": "activation_lock_disabled",
+            "boot_rom_version": "13822.61.10",
+            "chip_type": cfg.get("chip", "Apple M3 Ultra"),
+            "machine_model": cfg["model_id"],
+            "machine_name": cfg["model"],
+            "model_number": "Z1CE000" + serial[:2] + "LL/A",
+            "number_processors": f"proc {cfg['ncpu']}:{cfg['ncpu'] * 3 // 4}:{cfg['ncpu'] // 4}",
+            "os_loader_version": "13822.61.10",
+            "physical_memory": f"{cfg['memory_gb']} GB",
+            "platform_UUID": _svc_uuid(ctx.host, "platform"),
+            "provisioning_UDID": _svc_uuid(ctx.host, "udid"),
+            "serial_number": serial,
+        }
+    ]
 
 
 def software_data(ctx):
     cfg = ctx.cfg
-    return [{"_name": "os_overview", "boot_mode": "normal_boot", "boot_volume": "Macintosh HD",
-             "kernel_version": f"Darwin {sysctl_values(ctx)['kern.osrelease']}",
-             "local_host_name": ctx.host, "os_version": f"macOS {cfg['macos']} ({cfg['build']})",
-             "secure_vm": "secure_vm_enabled", "system_integrity": "integrity_enabled",
-             "uptime": "up 0:0:10:0", "user_name": "System Administrator (root)"}]
+    return [
+        {
+            "_name": "os_overview",
+            "boot_mode": "normal_boot",
+            "boot_volume": "Macintosh HD",
+            "kernel_version": f"Darwin {sysctl_values(ctx)['kern.osrelease']}",
+            "local_host_name": ctx.host,
+            "os_version": f"macOS {cfg['macos']} ({cfg['build']})",
+            "secure_vm": "secure_vm_enabled",
+            "system_integrity": "integrity_enabled",
+            "uptime": "up 0:0:10:0",
+            "user_name": "System Administrator (root)",
+        }
+    ]
 
 
-SP_TYPES = {"SPThunderboltDataType": thunderbolt_data, "SPHardwareDataType": hardware_data,
-            "SPSoftwareDataType": software_data}
+SP_TYPES = {
+    "SPThunderboltDataType": thunderbolt_data,
+    "SPHardwareDataType": hardware_data,
+    "SPSoftwareDataType": software_data,
+}
 # How long a Mac's system_profiler works on a data type before it answers (a sleep here: the
 # time is spent in the Mac's reporter and IORegistry walk, not in this process). The one public
 # timing of SPThunderboltDataType: `_SPCompletionInterval` 0.69 s (`_SPResponseTime` 0.78 s) in
@@ -2623,15 +3043,19 @@ def cmd_system_profiler(ctx, args):
             text.append(_tb_text(items))
         elif t == "SPHardwareDataType":
             h = items[0]
-            text.append("Hardware:\n\n    Hardware Overview:\n\n"
-                        f"      Model Name: {h['machine_name']}\n      Model Identifier: {h['machine_model']}\n"
-                        f"      Chip: {h['chip_type']}\n      Memory: {h['physical_memory']}\n"
-                        f"      Serial Number (system): {h['serial_number']}\n")
+            text.append(
+                "Hardware:\n\n    Hardware Overview:\n\n"
+                f"      Model Name: {h['machine_name']}\n      Model Identifier: {h['machine_model']}\n"
+                f"      Chip: {h['chip_type']}\n      Memory: {h['physical_memory']}\n"
+                f"      Serial Number (system): {h['serial_number']}\n"
+            )
         elif t == "SPSoftwareDataType":
             s = items[0]
-            text.append("Software:\n\n    System Software Overview:\n\n"
-                        f"      System Version: {s['os_version']}\n      Kernel Version: {s['kernel_version']}\n"
-                        f"      Computer Name: {s['local_host_name']}\n")
+            text.append(
+                "Software:\n\n    System Software Overview:\n\n"
+                f"      System Version: {s['os_version']}\n      Kernel Version: {s['kernel_version']}\n"
+                f"      Computer Name: {s['local_host_name']}\n"
+            )
     out("\n".join(text))
     return 0
 
@@ -2642,14 +3066,21 @@ def _tb_text(buses):
         n = bus["_name"].rsplit("_", 1)[-1]
         tag = bus["receptacle_1_tag"]
         connected = tag["receptacle_status_key"] == "receptacle_connected"
-        lines += [f"    Thunderbolt/USB4 Bus {n}:", "",
-                  f"      Vendor Name: {bus['vendor_name_key']}", f"      Device Name: {bus['device_name_key']}",
-                  f"      UID: {bus['switch_uid_key']}", "      Route String: 0",
-                  f"      Domain UUID: {bus['domain_uuid_key']}", "      Port:",
-                  f"          Status: {'Device connected' if connected else 'No device connected'}",
-                  f"          Link Status: {tag['link_status_key']}",
-                  f"          Speed: {tag['current_speed_key']}",
-                  f"          Receptacle: {tag['receptacle_id_key']}", ""]
+        lines += [
+            f"    Thunderbolt/USB4 Bus {n}:",
+            "",
+            f"      Vendor Name: {bus['vendor_name_key']}",
+            f"      Device Name: {bus['device_name_key']}",
+            f"      UID: {bus['switch_uid_key']}",
+            "      Route String: 0",
+            f"      Domain UUID: {bus['domain_uuid_key']}",
+            "      Port:",
+            f"          Status: {'Device connected' if connected else 'No device connected'}",
+            f"          Link Status: {tag['link_status_key']}",
+            f"          Speed: {tag['current_speed_key']}",
+            f"          Receptacle: {tag['receptacle_id_key']}",
+            "",
+        ]
         _tb_text_items(bus.get("_items", []), lines, 8)
     return "\n".join(lines)
 
@@ -2657,8 +3088,12 @@ def _tb_text(buses):
 def _tb_text_items(items, lines, indent):
     pad = " " * indent
     for it in items:
-        lines += [f"{pad}{it['_name']}:", "", f"{pad}  Vendor Name: {it.get('vendor_name_key', '')}",
-                  f"{pad}  Device Name: {it.get('device_name_key', '')}"]
+        lines += [
+            f"{pad}{it['_name']}:",
+            "",
+            f"{pad}  Vendor Name: {it.get('vendor_name_key', '')}",
+            f"{pad}  Device Name: {it.get('device_name_key', '')}",
+        ]
         if "domain_uuid_key" in it:
             lines.append(f"{pad}  Domain UUID: {it['domain_uuid_key']}")
         lines.append("")
@@ -2669,18 +3104,43 @@ def _tb_text_items(items, lines, indent):
 # sudo
 # ---------------------------------------------------------------------------------------
 
-SUDO_KEEP = {"TERM", "PATH", "HOME", "MAIL", "SHELL", "LOGNAME", "USER", "DISPLAY", "BLOCKSIZE",
-             "COLORFGBG", "COLORTERM", "CHARSET", "LANG", "LANGUAGE", "LINES", "COLUMNS", "LSCOLORS",
-             "SSH_AUTH_SOCK", "TZ", "EDITOR", "VISUAL", "XAUTHORITY", "XAUTHORIZATION",
-             "__CF_USER_TEXT_ENCODING", "TMPDIR"}
+SUDO_KEEP = {
+    "TERM",
+    "PATH",
+    "HOME",
+    "MAIL",
+    "SHELL",
+    "LOGNAME",
+    "USER",
+    "DISPLAY",
+    "BLOCKSIZE",
+    "COLORFGBG",
+    "COLORTERM",
+    "CHARSET",
+    "LANG",
+    "LANGUAGE",
+    "LINES",
+    "COLUMNS",
+    "LSCOLORS",
+    "SSH_AUTH_SOCK",
+    "TZ",
+    "EDITOR",
+    "VISUAL",
+    "XAUTHORITY",
+    "XAUTHORIZATION",
+    "__CF_USER_TEXT_ENCODING",
+    "TMPDIR",
+}
 SUDO_ARG_OPTS = set("ugpCDhrtTUR")
 
 
 # sudo's texts when the user's sudoers entry wants a password (sudo 1.9's check.c/auth.c:
 # macOS ships sudo 1.9). The default prompt on macOS is "Password:" (sudoers `passprompt`).
 SUDO_NEED_PASSWORD = "sudo: a password is required"
-SUDO_NEED_TERMINAL = ("sudo: a terminal is required to read the password; either use the -S option to read "
-                      "from standard input or configure an askpass helper")
+SUDO_NEED_TERMINAL = (
+    "sudo: a terminal is required to read the password; either use the -S option to read "
+    "from standard input or configure an askpass helper"
+)
 SUDO_TRIES = 3
 
 
@@ -2710,8 +3170,12 @@ def _sudo_authenticate(password, noninteractive, from_stdin, prompt):
         err_raw(prompt)
         line = _sudo_read_line()
         if line is None:
-            die(SUDO_NEED_PASSWORD if attempt == 0 else f"sudo: {attempt} incorrect password attempt"
-                + ("s" if attempt > 1 else ""), 1)
+            die(
+                SUDO_NEED_PASSWORD
+                if attempt == 0
+                else f"sudo: {attempt} incorrect password attempt" + ("s" if attempt > 1 else ""),
+                1,
+            )
         if line == password:
             return
         err("Sorry, try again.")
@@ -2735,8 +3199,9 @@ def _sudo_not_allowed(ctx, cmd, search_path, noninteractive, from_stdin, prompt)
         return
     _sudo_authenticate(ctx.cfg.get("sudo_password"), noninteractive, from_stdin, prompt)
     shown = " ".join([path or cmd[0]] + list(cmd[1:])) if cmd else "a shell"
-    die(f"Sorry, user {os.environ.get('USER') or 'admin'} is not allowed to execute '{shown}' as root on "
-        f"{ctx.host}.", 1)
+    die(
+        f"Sorry, user {os.environ.get('USER') or 'admin'} is not allowed to execute '{shown}' as root on {ctx.host}.", 1
+    )
 
 
 def err_raw(text):
@@ -2754,12 +3219,23 @@ def cmd_sudo(ctx, args):
     while i < len(args):
         a = args[i]
         if a == "--":
-            cmd = args[i + 1:]
+            cmd = args[i + 1 :]
             break
         if a.startswith("--"):
             key, _, val = a[2:].partition("=")
-            takes = key in ("user", "group", "prompt", "close-from", "chdir", "host", "role", "type",
-                            "command-timeout", "other-user", "chroot")
+            takes = key in (
+                "user",
+                "group",
+                "prompt",
+                "close-from",
+                "chdir",
+                "host",
+                "role",
+                "type",
+                "command-timeout",
+                "other-user",
+                "chroot",
+            )
             if takes and not val:
                 i += 1
                 val = args[i] if i < len(args) else ""
@@ -2791,8 +3267,8 @@ def cmd_sudo(ctx, args):
             while j < len(a):
                 c = a[j]
                 if c in SUDO_ARG_OPTS:
-                    val = a[j + 1:] or (args[i + 1] if i + 1 < len(args) else "")
-                    if not a[j + 1:]:
+                    val = a[j + 1 :] or (args[i + 1] if i + 1 < len(args) else "")
+                    if not a[j + 1 :]:
                         i += 1
                     if c == "u":
                         user = val
@@ -2829,21 +3305,34 @@ def cmd_sudo(ctx, args):
     if user not in ("root", "#0", "0", "admin"):
         die(f"sudo: unknown user {user}", 1)
     if not cmd and not (login or shell):
-        die("usage: sudo -h | -K | -k | -V\nusage: sudo -v [-ABkNnS] [-g group] [-h host] [-p prompt] [-u user]\n"
+        die(
+            "usage: sudo -h | -K | -k | -V\nusage: sudo -v [-ABkNnS] [-g group] [-h host] [-p prompt] [-u user]\n"
             "usage: sudo [-ABbEHkNnPS] [-C num] [-D directory] [-g group] [-h host] [-p prompt] [-R directory] "
-            "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]", 1)
+            "[-T timeout] [-u user] [VAR=value] [-i | -s] [command [arg ...]]",
+            1,
+        )
     if ctx.cfg.get("sudo_commands") and user in ("root", "#0", "0"):
-        _sudo_not_allowed(ctx, cmd, os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"),
-                          noninteractive, from_stdin, prompt)
+        _sudo_not_allowed(
+            ctx, cmd, os.environ.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), noninteractive, from_stdin, prompt
+        )
     elif ctx.cfg.get("sudo_password") and user in ("root", "#0", "0"):
         _sudo_authenticate(str(ctx.cfg["sudo_password"]), noninteractive, from_stdin, prompt)
-    env = dict(os.environ) if preserve else {k: v for k, v in os.environ.items()
-                                              if k in SUDO_KEEP or k.startswith("LC_")}
+    env = (
+        dict(os.environ) if preserve else {k: v for k, v in os.environ.items() if k in SUDO_KEEP or k.startswith("LC_")}
+    )
     invoking = os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
     root_home = os.path.join(ctx.mountpoint, "root")
-    env.update({"USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
-                "SUDO_USER": invoking, "SUDO_UID": str(os.getuid()), "SUDO_GID": str(os.getgid()),
-                "SUDO_COMMAND": " ".join(cmd or [])})
+    env.update(
+        {
+            "USER": "root",
+            "LOGNAME": "root",
+            "SHELL": "/bin/bash",
+            "SUDO_USER": invoking,
+            "SUDO_UID": str(os.getuid()),
+            "SUDO_GID": str(os.getgid()),
+            "SUDO_COMMAND": " ".join(cmd or []),
+        }
+    )
     env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
     if set_home or login:
         env["HOME"] = root_home
@@ -2900,6 +3389,7 @@ def _shell_quote(s):
 # ping (macOS flags over iputils ping; macOS output)
 # ---------------------------------------------------------------------------------------
 
+
 def cmd_ping(ctx, args):
     count = timeout = wait_ms = src = bound = interval = size = ttl = None
     quiet = dont_frag = once = False
@@ -2917,7 +3407,7 @@ def cmd_ping(ctx, args):
         while j < len(a):
             c = a[j]
             if c in with_arg:
-                v = a[j + 1:]
+                v = a[j + 1 :]
                 if not v:
                     i += 1
                     if i >= len(args):
@@ -2947,13 +3437,19 @@ def cmd_ping(ctx, args):
             elif c == "o":
                 once = True
             elif c not in "naAdfLQRrvC":
-                die(f"ping: invalid option -- {c}\nusage: ping [-AaDdfnoQqRrv] [-c count] "
-                    f"[-G sweepmaxsize] [-g sweepminsize] [-h sweepincrsize] [-i wait] ... host", 64)
+                die(
+                    f"ping: invalid option -- {c}\nusage: ping [-AaDdfnoQqRrv] [-c count] "
+                    f"[-G sweepmaxsize] [-g sweepminsize] [-h sweepincrsize] [-i wait] ... host",
+                    64,
+                )
             j += 1
         i += 1
     if host is None:
-        die("usage: ping [-AaDdfnoQqRrv] [-c count] [-i wait] [-S src_addr] [-s packetsize] [-t timeout] "
-            "[-W waittime] host", 64)
+        die(
+            "usage: ping [-AaDdfnoQqRrv] [-c count] [-i wait] [-S src_addr] [-s packetsize] [-t timeout] "
+            "[-W waittime] host",
+            64,
+        )
     argv = [PING, "-n"]
     if count:
         argv += ["-c", count]
@@ -3010,7 +3506,7 @@ def cmd_ping(ctx, args):
                 continue
         line = line.rstrip("\n")
         if not line.strip():
-            blanks += 1      # printed only when more output follows (no trailing blank line)
+            blanks += 1  # printed only when more output follows (no trailing blank line)
             continue
         sys.stdout.write("\n" * blanks)
         blanks = 0
@@ -3020,14 +3516,17 @@ def cmd_ping(ctx, args):
             continue
         m = re.match(r"^(\d+) bytes from ([\d.]+): icmp_seq=(\d+) (ttl=\d+) time=([\d.]+) ms", line)
         if m:
-            out(f"{m.group(1)} bytes from {m.group(2)}: icmp_seq={int(m.group(3)) - 1} {m.group(4)} "
-                f"time={float(m.group(5)):.3f} ms")
+            out(
+                f"{m.group(1)} bytes from {m.group(2)}: icmp_seq={int(m.group(3)) - 1} {m.group(4)} "
+                f"time={float(m.group(5)):.3f} ms"
+            )
             sys.stdout.flush()
             continue
         m = re.match(r"^(\d+) packets transmitted, (\d+) received,.*?([\d.]+)% packet loss", line)
         if m:
-            out(f"{m.group(1)} packets transmitted, {m.group(2)} packets received, "
-                f"{float(m.group(3)):.1f}% packet loss")
+            out(
+                f"{m.group(1)} packets transmitted, {m.group(2)} packets received, {float(m.group(3)):.1f}% packet loss"
+            )
             continue
         m = re.match(r"^rtt min/avg/max/mdev = (\S+) ms", line)
         if m:
@@ -3058,7 +3557,7 @@ def cmd_ping(ctx, args):
             if "Network is unreachable" in e:
                 err("ping: sendto: Network is unreachable")
             elif "Cannot assign requested address" in e or "bind" in e:
-                err(f"ping: bind: Can't assign requested address")
+                err("ping: bind: Can't assign requested address")
                 return 64
             else:
                 err(e)
@@ -3068,6 +3567,7 @@ def cmd_ping(ctx, args):
 def cmd_rsync(ctx, args):
     """macOS's /usr/bin/rsync (openrsync), modelled in its own module: shims/openrsync.py."""
     import openrsync  # only rsync pays for compiling it
+
     return openrsync.cmd_rsync(ctx, args)
 
 
@@ -3086,8 +3586,10 @@ CLT_DIR = "/Library/Developer/CommandLineTools"
 CLT_ON_DEMAND = "/tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress"
 CLT_LABEL = "Command Line Tools for Xcode 26.2-26.2"
 CLT_TITLE = "Command Line Tools for Xcode 26.2, Version: 26.2, Size: 798327KiB, Recommended: YES, "
-CLT_NO_UI = ("xcode-select: error: no developer tools were found, and no install could be requested "
-             "(perhaps no UI is present), please install manually from 'developer.apple.com'.")
+CLT_NO_UI = (
+    "xcode-select: error: no developer tools were found, and no install could be requested "
+    "(perhaps no UI is present), please install manually from 'developer.apple.com'."
+)
 
 
 def clt_installed(ctx):
@@ -3099,16 +3601,26 @@ def cmd_xcode_select(ctx, args):
         if clt_installed(ctx):
             out(CLT_DIR)
             return 0
-        die("xcode-select: error: unable to get active developer directory, use `sudo xcode-select --switch "
-            "path/to/Xcode.app` to set one (or see `man xcode-select`)", 2)
+        die(
+            "xcode-select: error: unable to get active developer directory, use `sudo xcode-select --switch "
+            "path/to/Xcode.app` to set one (or see `man xcode-select`)",
+            2,
+        )
     if args == ["--install"]:
         if clt_installed(ctx):
-            die('xcode-select: error: command line tools are already installed, use "Software Update" in System '
-                'Settings to install updates', 1)
+            die(
+                'xcode-select: error: command line tools are already installed, use "Software Update" in System '
+                "Settings to install updates",
+                1,
+            )
         die(CLT_NO_UI, 1)
     if args[:1] in (["-s"], ["--switch"]) and len(args) == 2:
         if not ctx.elevated():
-            die("xcode-select: error: --switch must be run as root (e.g. `sudo xcode-select --switch <xcode_folder_path>`).", 1)
+            die(
+                "xcode-select: error: --switch must be run as root "
+                "(e.g. `sudo xcode-select --switch <xcode_folder_path>`).",
+                1,
+            )
         return 0
     die(f"xcode-select: {' '.join(args)}: not emulated", 64)
 
@@ -3120,7 +3632,10 @@ def cmd_softwareupdate(ctx, args):
     if args in (["-l"], ["--list"]):
         out("Software Update Tool\n\nFinding available software")
         if not clt_installed(ctx) and os.path.exists(CLT_ON_DEMAND):
-            out(f"Software Update found the following new or updated software:\n* Label: {CLT_LABEL}\n\tTitle: {CLT_TITLE}")
+            out(
+                "Software Update found the following new or updated software:\n"
+                f"* Label: {CLT_LABEL}\n\tTitle: {CLT_TITLE}"
+            )
         else:
             err("No new software available.")
         return 0
@@ -3130,7 +3645,10 @@ def cmd_softwareupdate(ctx, args):
             die("softwareupdate: This operation requires root.", 1)  # text unverified
         out("Software Update Tool\n\nFinding available software")
         if CLT_LABEL in labels and not clt_installed(ctx):
-            out(f"\nDownloading {CLT_LABEL}\nDownloaded {CLT_LABEL}\nInstalling {CLT_LABEL}\nDone with {CLT_LABEL}\nDone.")
+            out(
+                f"\nDownloading {CLT_LABEL}\nDownloaded {CLT_LABEL}\nInstalling {CLT_LABEL}\n"
+                f"Done with {CLT_LABEL}\nDone."
+            )
             with open(ctx.path(CLT_INSTALLED), "w") as f:
                 f.write(CLT_LABEL + "\n")
             os.unlink(ctx.path(CLT_MARKER))
@@ -3141,14 +3659,27 @@ def cmd_softwareupdate(ctx, args):
 
 
 COMMANDS = {
-    "system_profiler": cmd_system_profiler, "networksetup": cmd_networksetup,
-    "ifconfig": cmd_ifconfig, "route": cmd_route, "netstat": cmd_netstat, "ipconfig": cmd_ipconfig,
-    "ibv_devices": cmd_ibv_devices, "ibv_devinfo": cmd_ibv_devinfo, "rdma_ctl": cmd_rdma_ctl,
-    "sw_vers": cmd_sw_vers, "sysctl": cmd_sysctl, "ping": cmd_ping, "sudo": cmd_sudo,
+    "system_profiler": cmd_system_profiler,
+    "networksetup": cmd_networksetup,
+    "ifconfig": cmd_ifconfig,
+    "route": cmd_route,
+    "netstat": cmd_netstat,
+    "ipconfig": cmd_ipconfig,
+    "ibv_devices": cmd_ibv_devices,
+    "ibv_devinfo": cmd_ibv_devinfo,
+    "rdma_ctl": cmd_rdma_ctl,
+    "sw_vers": cmd_sw_vers,
+    "sysctl": cmd_sysctl,
+    "ping": cmd_ping,
+    "sudo": cmd_sudo,
     "rsync": cmd_rsync,
     "scutil": cmd_scutil,
-    "pmset": cmd_pmset, "defaults": cmd_defaults, "socketfilterfw": cmd_socketfilterfw, "launchctl": cmd_launchctl,
-    "xcode-select": cmd_xcode_select, "softwareupdate": cmd_softwareupdate,
+    "pmset": cmd_pmset,
+    "defaults": cmd_defaults,
+    "socketfilterfw": cmd_socketfilterfw,
+    "launchctl": cmd_launchctl,
+    "xcode-select": cmd_xcode_select,
+    "softwareupdate": cmd_softwareupdate,
 }
 
 
@@ -3169,8 +3700,10 @@ def main():
         return 127
     state = find_state()
     if state is None:
-        err(f"{CMD}: the macOS shims must be run from <state>/hosts/<host>/bin of a simulated "
-            f"cluster (ran as {sys.argv[0]})")
+        err(
+            f"{CMD}: the macOS shims must be run from <state>/hosts/<host>/bin of a simulated "
+            f"cluster (ran as {sys.argv[0]})"
+        )
         return 70
     ctx = Ctx(state, os.uname().nodename)
     while True:

@@ -12,8 +12,15 @@ import pytest
 def make_action():
     def make(cls, args, transport="local", become=False, check_mode=False, diff=False, module_result=None):
         task = mock.MagicMock(args=args, check_mode=check_mode, diff=diff, async_val=0)
-        action = cls(task, mock.MagicMock(transport=transport), mock.MagicMock(become=become),
-                     loader=None, templar=None, shared_loader_obj=None)
+        action = cls(
+            task,
+            mock.MagicMock(transport=transport),
+            mock.MagicMock(become=become),
+            loader=None,
+            templar=None,
+            shared_loader_obj=None,
+        )
         action._execute_module = mock.MagicMock(return_value=module_result or {"changed": True})
         return action
+
     return make

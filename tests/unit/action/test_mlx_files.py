@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from ansible.errors import AnsibleActionFail
 
@@ -13,6 +12,7 @@ from ansible_collections.mlx.cluster.plugins.action.mlx_files import ActionModul
 def _action(make_action):
     def make(args, **kw):
         return make_action(ActionModule, args, module_result={"changed": True, "files": []}, **kw)
+
     return make
 
 

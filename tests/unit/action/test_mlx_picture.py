@@ -54,15 +54,19 @@ def test_without_graphviz_the_dot_file_is_the_picture(tmp_path, dotfile):
 
 
 def test_check_mode_renders_nothing(tmp_path, dotfile):
-    dot = fake_dot(tmp_path, 'echo x')
+    dot = fake_dot(tmp_path, "echo x")
     res = render(str(dotfile), str(dotfile.with_suffix(".svg")), dot, Runner(10), check_mode=True)
     assert res["changed"] is True and res["rendered"] is False and not dotfile.with_suffix(".svg").exists()
 
 
-@pytest.mark.parametrize("body, words", [
-    ('echo "syntax error in line 1" >&2; exit 1', ["could not render", "exit 1", "syntax error in line 1"]),
-    ("sleep 30", ["did not answer within 1"]),
-], ids=["fails", "hangs"])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ('echo "syntax error in line 1" >&2; exit 1', ["could not render", "exit 1", "syntax error in line 1"]),
+        ("sleep 30", ["did not answer within 1"]),
+    ],
+    ids=["fails", "hangs"],
+)
 def test_a_dot_that_fails_or_hangs_is_named_and_leaves_the_old_picture(tmp_path, dotfile, body, words):
     dest = dotfile.with_suffix(".svg")
     dest.write_text("<svg>before</svg>")
@@ -83,6 +87,7 @@ def test_real_graphviz(dotfile):
 def _action(make_action):
     def make(args, **kw):
         return make_action(ActionModule, args, module_result={"changed": True, "rendered": True}, **kw)
+
     return make
 
 
@@ -92,8 +97,9 @@ def test_the_controllers_picture_is_rendered_in_process(tmp_path, dotfile, _acti
     res = action.run(task_vars={})
     assert res["changed"] and res["rendered"] and os.path.exists(dotfile.with_suffix(".svg"))
     action._execute_module.assert_not_called()
-    failing = _action({"src": str(dotfile), "dest": str(dotfile.with_suffix(".svg")),
-                       "dot": fake_dot(tmp_path, "exit 3")}).run(task_vars={})
+    failing = _action(
+        {"src": str(dotfile), "dest": str(dotfile.with_suffix(".svg")), "dot": fake_dot(tmp_path, "exit 3")}
+    ).run(task_vars={})
     assert failing["failed"] and "exit 3" in failing["msg"]
 
 

@@ -17,9 +17,19 @@ def _opt(target, name):
 
 
 def test_inventory_host_user_port_key_and_args():
-    t = ssh_target("studio-1", {"host": "192.168.1.21", "remote_user": "admin", "port": 2222,
-                                "private_key_file": "/keys/cluster", "ssh_common_args": "-F /etc/sim/ssh_config",
-                                "ssh_extra_args": "-o ProxyJump=bastion", "ssh_args": "", "ssh_executable": "ssh"})
+    t = ssh_target(
+        "studio-1",
+        {
+            "host": "192.168.1.21",
+            "remote_user": "admin",
+            "port": 2222,
+            "private_key_file": "/keys/cluster",
+            "ssh_common_args": "-F /etc/sim/ssh_config",
+            "ssh_extra_args": "-o ProxyJump=bastion",
+            "ssh_args": "",
+            "ssh_executable": "ssh",
+        },
+    )
     assert t["host"] == "192.168.1.21" and t["user"] == "admin" and t["port"] == 2222
     assert t["options"][:2] == ["-o", "BatchMode=yes"]
     assert _opt(t, "User") == "admin" and _opt(t, "Port") == "2222" and _opt(t, "IdentityFile") == "/keys/cluster"
@@ -27,8 +37,14 @@ def test_inventory_host_user_port_key_and_args():
     assert t["options"][i + 1] == "/etc/sim/ssh_config"
     assert t["options"].index("ProxyJump=bastion") > i  # common args before extra args, as Ansible
     # our defaults come last, so what the inventory says wins (ssh keeps the first value)
-    assert t["options"][-6:] == ["-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
-                                 "-o", "ServerAliveCountMax=3"]
+    assert t["options"][-6:] == [
+        "-o",
+        "ConnectTimeout=10",
+        "-o",
+        "ServerAliveInterval=10",
+        "-o",
+        "ServerAliveCountMax=3",
+    ]
 
 
 def test_name_is_the_destination_without_ansible_host_and_nothing_is_invented():
@@ -38,8 +54,13 @@ def test_name_is_the_destination_without_ansible_host_and_nothing_is_invented():
 
 
 def test_connection_reuse_options_of_ansible_are_left_out():
-    t = ssh_target("m1", {"host": "10.0.0.2", "ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s "
-                                                         "-oControlPath=/x -o ServerAliveInterval=5"})
+    t = ssh_target(
+        "m1",
+        {
+            "host": "10.0.0.2",
+            "ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s -oControlPath=/x -o ServerAliveInterval=5",
+        },
+    )
     words = " ".join(t["options"])
     assert "Control" not in words
     assert "-C" in t["options"] and _opt(t, "ServerAliveInterval") == "5"
@@ -51,10 +72,14 @@ def test_host_key_checking_is_never_loosened():
     assert "UserKnownHostsFile" not in " ".join(t["options"])
 
 
-@pytest.mark.parametrize("options, words", [
-    ({"connection": "local"}, "ansible_connection is 'local'"),
-    ({"private_key": "-----BEGIN OPENSSH PRIVATE KEY-----"}, "ansible_ssh_private_key_file"),
-], ids=["not-ssh", "key-as-text"])
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"connection": "local"}, "ansible_connection is 'local'"),
+        ({"private_key": "-----BEGIN OPENSSH PRIVATE KEY-----"}, "ansible_ssh_private_key_file"),
+    ],
+    ids=["not-ssh", "key-as-text"],
+)
 def test_settings_ssh_cannot_use_are_named(options, words):
     with pytest.raises(TargetError, match=words) as exc:
         ssh_target("studio-2", {"host": "10.0.0.3", **options})

@@ -11,13 +11,34 @@ from bench import copy_cable
 MB = 1 << 20
 SIZE = 512 * MB
 # seconds for 512 MB: raw 0.4 s = 1280 MB/s, rsync over ssh 4 s = 128 MB/s
-SECONDS = {"raw": [0.4, 0.5, 0.32], "raw_sha256": [0.8, 0.8, 0.8], "ours_s1": [1.0, 1.1, 0.9],
-           "ours_s4": [0.5, 0.6, 0.4], "rsync_daemon": [2.0, 2.0, 2.0], "rsync_ssh": [4.0, 3.0, 5.0]}
-INFO = {"cpus": 2, "cpu_model": "x", "kernel": "k", "python": "3.11", "ansible_core": "2.19",
-        "date": "today", "loadavg_start": 1.0, "loadavg_end": 2.0}
-CABLE = {"cable": "c1", "m1": "10.0.0.1", "m2": "10.0.0.2", "iface": "en2", "python": "Python 3.9.6",
-         "rsync": "rsync version 3.2.7 protocol version 31", "ssh": "OpenSSH_9.2p1",
-         "mlx_copy": {"commit": "abc1234", "modified": True, "sha256": "0123456789ab"}}
+SECONDS = {
+    "raw": [0.4, 0.5, 0.32],
+    "raw_sha256": [0.8, 0.8, 0.8],
+    "ours_s1": [1.0, 1.1, 0.9],
+    "ours_s4": [0.5, 0.6, 0.4],
+    "rsync_daemon": [2.0, 2.0, 2.0],
+    "rsync_ssh": [4.0, 3.0, 5.0],
+}
+INFO = {
+    "cpus": 2,
+    "cpu_model": "x",
+    "kernel": "k",
+    "python": "3.11",
+    "ansible_core": "2.19",
+    "date": "today",
+    "loadavg_start": 1.0,
+    "loadavg_end": 2.0,
+}
+CABLE = {
+    "cable": "c1",
+    "m1": "10.0.0.1",
+    "m2": "10.0.0.2",
+    "iface": "en2",
+    "python": "Python 3.9.6",
+    "rsync": "rsync version 3.2.7 protocol version 31",
+    "ssh": "OpenSSH_9.2p1",
+    "mlx_copy": {"commit": "abc1234", "modified": True, "sha256": "0123456789ab"},
+}
 
 
 def samples(cpu=1.0):
@@ -25,8 +46,15 @@ def samples(cpu=1.0):
 
 
 def test_methods_expand_ours_by_streams_in_table_order():
-    assert copy_cable.method_names([1, 2, 4]) == ["raw", "raw_sha256", "ours_s1", "ours_s2", "ours_s4",
-                                                  "rsync_daemon", "rsync_ssh"]
+    assert copy_cable.method_names([1, 2, 4]) == [
+        "raw",
+        "raw_sha256",
+        "ours_s1",
+        "ours_s2",
+        "ours_s4",
+        "rsync_daemon",
+        "rsync_ssh",
+    ]
     assert copy_cable.method_names([4, 1], ["rsync_ssh", "ours"]) == ["ours_s4", "ours_s1", "rsync_ssh"]
     assert copy_cable.method_names([1, 2], ["ours_s2", "raw"]) == ["raw", "ours_s2"]
 
@@ -74,20 +102,29 @@ def test_text_table_and_markdown_section(tmp_path):
     assert lines[2].split() == ["raw", "1280", "(1024–1600)", "1.00x", "10.00x", "2.00"]
     assert lines[5].split() == ["ours_s4", "1024", "(853–1280)", "0.80x", "8.00x", "2.00"]
 
-    doc = {"setting": {"size_mb": 512, "rounds": 3, "streams": [1, 2, 4], "spec": "pair"}, "machine": INFO,
-           "cable": CABLE, "methods": methods, "summary": summary}
+    doc = {
+        "setting": {"size_mb": 512, "rounds": 3, "streams": [1, 2, 4], "spec": "pair"},
+        "machine": INFO,
+        "cable": CABLE,
+        "methods": methods,
+        "summary": summary,
+    }
     section = copy_cable.markdown_section(doc, "python bench/copy_cable.py --markdown")
     assert "| ours_s4 | 1024 (853–1280) | 0.80x | 8.00x | 2.00 |" in section
-    assert "ours at its best (ours_s4) copies at 1024 MB/s, 0.80x raw (meets the issue's bar of 0.8x), " \
-           "8.00x rsync over ssh (meets the bar of 3x)." in section.replace("\n  ", " ")
+    assert (
+        "ours at its best (ours_s4) copies at 1024 MB/s, 0.80x raw (meets the issue's bar of 0.8x), "
+        "8.00x rsync over ssh (meets the bar of 3x)." in section.replace("\n  ", " ")
+    )
     assert "every method 3 times in one interleaved run" in section.replace("\n", " ")
     flat = section.replace("\n  ", " ")
     assert "raw_sha256 (hashing as it writes, 640 MB/s, 0.50x raw)" in flat
     assert "ours at its best copies at 1.60x its speed (more: several streams hash" in flat
     assert "openrsync/daemon.c" in section and "rsync-146" in section and "2-core" in section
     assert "- this section: `python bench/copy_cable.py --markdown`" in section and "Python 3.9.6" in section
-    assert "- mlx_copy.py measured: at abc1234, with changes not committed yet (sha256 of the source 0123456789ab...)" \
+    assert (
+        "- mlx_copy.py measured: at abc1234, with changes not committed yet (sha256 of the source 0123456789ab...)"
         in section
+    )
 
     path = tmp_path / "benchmarks.md"
     path.write_text("# Benchmarks\n\n## Time to a configured cluster\n\nkept\n\n## Test suite: workers\n\nkept too\n")
@@ -103,6 +140,8 @@ def test_a_slow_transport_is_said_to_miss_the_bars():
     slow["ours_s1"] = [{"round": 0, "seconds": 2.0, "cpu_seconds": 1.0}]
     del slow["ours_s4"]
     lines = copy_cable.verdict(copy_cable.summarize(slow, SIZE))
-    assert lines[0] == ("- ours at its best (ours_s1) copies at 256 MB/s, 0.20x raw (misses the issue's bar of 0.8x), "
-                        "2.00x rsync over ssh (misses the bar of 3x).")
+    assert lines[0] == (
+        "- ours at its best (ours_s1) copies at 256 MB/s, 0.20x raw (misses the issue's bar of 0.8x), "
+        "2.00x rsync over ssh (misses the bar of 3x)."
+    )
     assert lines[1].endswith("ours at its best copies at 0.40x its speed.")

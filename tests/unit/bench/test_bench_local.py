@@ -33,12 +33,37 @@ BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 NETCHECK = ROOT / "roles" / "net_check" / "files" / "mlx_cluster_netcheck.py"
 PROMPT = "Write a story about a fast computer"
 MAX_TOKENS = 32
-JSON_KEYS = {"backend", "world_size", "mode", "model", "prompt_tokens", "generation_tokens",
-             "prompt_source", "warmup", "num_trials", "prompt_tps", "generation_tps", "trials", "stats",
-             "peak_memory_gb", "fast_synch", "versions", "tokens_sha256", "tokens", "hostname"}
+JSON_KEYS = {
+    "backend",
+    "world_size",
+    "mode",
+    "model",
+    "prompt_tokens",
+    "generation_tokens",
+    "prompt_source",
+    "warmup",
+    "num_trials",
+    "prompt_tps",
+    "generation_tps",
+    "trials",
+    "stats",
+    "peak_memory_gb",
+    "fast_synch",
+    "versions",
+    "tokens_sha256",
+    "tokens",
+    "hostname",
+}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-for _var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR",
-             "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+for _var in (
+    "MLX_RANK",
+    "MLX_HOSTFILE",
+    "MLX_IBV_DEVICES",
+    "MLX_JACCL_COORDINATOR",
+    "MLX_WORLD_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+):
     ENV.pop(_var, None)
 
 
@@ -49,8 +74,7 @@ def _mlx_launch():
     found = shutil.which("mlx.launch")
     if found:
         return [found]
-    return [sys.executable, "-c",
-            "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"]
 
 
 def _free_port_pair():
@@ -70,9 +94,16 @@ def _free_port_pair():
 
 def _run(argv, timeout=180, env=None):
     """Run argv in its own session; on timeout kill that session and fail."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env or ENV, cwd=ROOT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or ENV,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -84,9 +115,19 @@ def _run(argv, timeout=180, env=None):
 
 def _launch2(script, *args):
     """`script args` on two local ranks over the ring backend."""
-    argv = [*_mlx_launch(), "--backend", "ring", "--hosts", "127.0.0.1,127.0.0.1",
-            "--starting-port", str(_free_port_pair()), "--",
-            sys.executable, str(script), *args]
+    argv = [
+        *_mlx_launch(),
+        "--backend",
+        "ring",
+        "--hosts",
+        "127.0.0.1,127.0.0.1",
+        "--starting-port",
+        str(_free_port_pair()),
+        "--",
+        sys.executable,
+        str(script),
+        *args,
+    ]
     return _run(argv)
 
 
@@ -104,12 +145,27 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single_run(tiny_model):
-    result = _run([sys.executable, str(BENCH), "--model", str(tiny_model), "--prompt", PROMPT,
-                   "--max-tokens", str(MAX_TOKENS), "--expect-world", "1", "--num-trials", "2"])
+    result = _run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--model",
+            str(tiny_model),
+            "--prompt",
+            PROMPT,
+            "--max-tokens",
+            str(MAX_TOKENS),
+            "--expect-world",
+            "1",
+            "--num-trials",
+            "2",
+        ]
+    )
     return _one_json_line(result)
 
 
 # --- the tiny model ---
+
 
 def test_tiny_model_is_deterministic_and_sharded(tmp_path):
     def digest(path):
@@ -142,20 +198,21 @@ def test_tiny_model_float16_loads_and_chats(tmp_path):
 
     model, tokenizer = load(str(make_tiny_model(tmp_path / "fp16", dtype="float16")))
     assert model.lm_head.weight.dtype.size == 2
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tokenizer.eos_token_ids == {tokenizer.convert_tokens_to_ids("<|im_end|>")}
 
 
 def test_tiny_model_cli(tmp_path):
-    result = _run([sys.executable, str(ROOT / "tests" / "tinymodel.py"), str(tmp_path / "m"),
-                   "--dtype", "float16"])
+    result = _run([sys.executable, str(ROOT / "tests" / "tinymodel.py"), str(tmp_path / "m"), "--dtype", "float16"])
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "m" / "config.json").read_text())["torch_dtype"] == "float16"
 
 
 # --- the benchmark ---
+
 
 def test_single_process_generates_a_fixed_number_of_tokens(single_run, tiny_model):
     assert set(single_run) == JSON_KEYS
@@ -163,8 +220,7 @@ def test_single_process_generates_a_fixed_number_of_tokens(single_run, tiny_mode
     assert single_run["model"] == str(tiny_model)
     assert single_run["generation_tokens"] == len(single_run["tokens"]) == MAX_TOKENS
     assert single_run["prompt_tokens"] > len(PROMPT.split())  # the chat template was applied
-    assert single_run["tokens_sha256"] == hashlib.sha256(
-        ",".join(map(str, single_run["tokens"])).encode()).hexdigest()
+    assert single_run["tokens_sha256"] == hashlib.sha256(",".join(map(str, single_run["tokens"])).encode()).hexdigest()
     # Varied tokens, or the comparison with the distributed runs would prove little.
     assert len(set(single_run["tokens"])) > MAX_TOKENS // 4
     assert len(single_run["peak_memory_gb"]) == len(single_run["hostname"]) == 1
@@ -174,9 +230,25 @@ def test_single_process_generates_a_fixed_number_of_tokens(single_run, tiny_mode
 @pytest.mark.parametrize("mode", ["tensor", "pipeline"])
 def test_two_ranks_generate_the_single_process_tokens(mode, single_run, tiny_model, tmp_path):
     json_out = tmp_path / "bench.json"
-    result = _launch2(BENCH, "--model", str(tiny_model), "--prompt", PROMPT,
-                      "--max-tokens", str(MAX_TOKENS), "--mode", mode, "--expect-world", "2", "--num-trials", "2",
-                      "--init-timeout", "60", "--json-out", str(json_out))
+    result = _launch2(
+        BENCH,
+        "--model",
+        str(tiny_model),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--mode",
+        mode,
+        "--expect-world",
+        "2",
+        "--num-trials",
+        "2",
+        "--init-timeout",
+        "60",
+        "--json-out",
+        str(json_out),
+    )
     report = _one_json_line(result)
     assert set(report) == JSON_KEYS
     assert (report["world_size"], report["backend"], report["mode"]) == (2, "ring", mode)
@@ -201,8 +273,21 @@ def test_two_ranks_generate_the_single_process_tokens(mode, single_run, tiny_mod
 
 def test_expect_world_two_without_a_launcher_fails_fast(tiny_model):
     tic = time.monotonic()
-    result = _run([sys.executable, str(BENCH), "--model", str(tiny_model), "--prompt", PROMPT,
-                   "--max-tokens", "4", "--expect-world", "2"], timeout=60)
+    result = _run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--model",
+            str(tiny_model),
+            "--prompt",
+            PROMPT,
+            "--max-tokens",
+            "4",
+            "--expect-world",
+            "2",
+        ],
+        timeout=60,
+    )
     assert time.monotonic() - tic < 20
     assert result.returncode == 3
     assert result.stdout == ""
@@ -211,8 +296,9 @@ def test_expect_world_two_without_a_launcher_fails_fast(tiny_model):
 
 
 def test_bench_refuses_a_model_that_is_not_a_local_directory(tmp_path):
-    result = _run([sys.executable, str(BENCH), "--model", "Qwen/Qwen2-0.5B", "--prompt", "x",
-                   "--max-tokens", "1"], timeout=60)
+    result = _run(
+        [sys.executable, str(BENCH), "--model", "Qwen/Qwen2-0.5B", "--prompt", "x", "--max-tokens", "1"], timeout=60
+    )
     assert result.returncode == 2 and "not a local model directory" in result.stderr
 
 
@@ -222,8 +308,11 @@ def test_missing_peer_gives_up_at_the_init_timeout_naming_rank_and_host(rank, tm
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{port}"], [f"127.0.0.1:{port + 1}"]]))
     tic = time.monotonic()
-    result = _run([sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "3"],
-                  timeout=60, env={**ENV, "MLX_RANK": rank, "MLX_HOSTFILE": str(hostfile)})
+    result = _run(
+        [sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "3"],
+        timeout=60,
+        env={**ENV, "MLX_RANK": rank, "MLX_HOSTFILE": str(hostfile)},
+    )
     elapsed = time.monotonic() - tic
     assert result.returncode != 0 and result.stdout == ""
     assert f"rank {rank} on {socket.gethostname()}" in result.stderr
@@ -238,9 +327,16 @@ def test_rdma_that_cannot_come_up_ends_init_at_once_with_the_rdma_exit_code(tmp_
     devices = tmp_path / "devices.json"
     devices.write_text(json.dumps([[None, "rdma_en2"], ["rdma_en2", None]]))
     tic = time.monotonic()
-    result = _run([sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "60"], timeout=60,
-                  env={**ENV, "MLX_RANK": "1", "MLX_IBV_DEVICES": str(devices),
-                       "MLX_JACCL_COORDINATOR": f"127.0.0.1:{_free_port_pair()}"})
+    result = _run(
+        [sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "60"],
+        timeout=60,
+        env={
+            **ENV,
+            "MLX_RANK": "1",
+            "MLX_IBV_DEVICES": str(devices),
+            "MLX_JACCL_COORDINATOR": f"127.0.0.1:{_free_port_pair()}",
+        },
+    )
     assert time.monotonic() - tic < 20
     assert result.returncode == 8 and result.stdout == ""
     assert f"rank 1 on {socket.gethostname()}: RDMA could not be brought up (backend jaccl)" in result.stderr
@@ -250,10 +346,11 @@ def test_rdma_that_cannot_come_up_ends_init_at_once_with_the_rdma_exit_code(tmp_
 
 # --- the network check ---
 
+
 def test_netcheck_two_ranks_all_sizes_ok():
     report = _one_json_line(_launch2(NETCHECK, "--expect-world", "2", "--init-timeout", "60"))
     assert (report["world_size"], report["backend"]) == (2, "ring")
-    assert [r["bytes"] for r in report["results"]] == [4096 * 4 ** i for i in range(8)]
+    assert [r["bytes"] for r in report["results"]] == [4096 * 4**i for i in range(8)]
     for row in report["results"]:
         assert set(row) == {"bytes", "latency_us_median", "bus_bandwidth_gbps", "ok"}
         assert row["ok"] is True
@@ -265,15 +362,19 @@ def test_netcheck_ranks_started_out_of_order(tmp_path):
     port = _free_port_pair()
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{port}"], [f"127.0.0.1:{port + 1}"]]))
-    argv = [sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "60",
-            "--max-bytes", "16384"]
-    late = subprocess.Popen(argv, env={**ENV, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile)},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [sys.executable, str(NETCHECK), "--expect-world", "2", "--init-timeout", "60", "--max-bytes", "16384"]
+    late = subprocess.Popen(
+        argv,
+        env={**ENV, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         time.sleep(2)
-        first = _run(argv, timeout=90,
-                     env={**ENV, "MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile)})
+        first = _run(argv, timeout=90, env={**ENV, "MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile)})
         out, err = late.communicate(timeout=60)
     finally:
         if late.poll() is None:
@@ -311,8 +412,9 @@ def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tm
     bench = _load_script(BENCH)
     model = tmp_path / "m"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
-                                                    "num_key_value_heads": 2}))
+    (model / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})
+    )
     # a single-file model (no index): pipeline mode cannot find each rank's layers
     msg = bench.mode_refusal(model, "pipeline", 2)
     assert msg and "model.safetensors.index.json" in msg and "benchmark_modes: [tensor]" in msg
@@ -322,13 +424,17 @@ def test_a_mode_the_model_cannot_split_over_the_ranks_is_refused_with_the_fix(tm
     msg = bench.mode_refusal(model, "tensor", 4)
     assert msg and "2 key/value heads for 4 ranks" in msg and "attention heads" not in msg
     assert "benchmark_modes: [pipeline]" in msg
-    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 3, "num_attention_heads": 6,
-                                                    "num_key_value_heads": 3, "intermediate_size": 128}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {"num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 3, "intermediate_size": 128}
+        )
+    )
     msg = bench.mode_refusal(model, "tensor", 3)
     assert msg and "an MLP width (intermediate_size) of 128 for 3 ranks" in msg
     assert "attention heads" not in msg and "key/value heads" not in msg
-    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
-                                                    "num_key_value_heads": 2}))
+    (model / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})
+    )
     assert bench.mode_refusal(model, "pipeline", 2) is None
     assert bench.mode_refusal(model, "tensor", 2) is None
     assert bench.mode_refusal(model, "tensor", 1) is None

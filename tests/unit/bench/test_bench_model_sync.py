@@ -9,16 +9,39 @@ from bench import model_sync
 
 
 def result(topology="ring8", hosts=8, depth=4, baselines=True):
-    samples = {"one_copy": [4.0, 4.4, 4.2], "parallel": [4.6, 4.5, 4.8], "tree": [40.0, 42.0, 41.0],
-               "share": [9.0, 9.5, 9.2], "share_fixed": [3.0, 3.1, 2.9], "serial": [1400.0] if baselines else [],
-               "controller": [1650.0] if baselines else []}
-    return {"topology": topology, "hosts": hosts, "cables": hosts, "depth": depth, "rates_mbit": {},
-            "samples": samples, "copy_phase": {"tree": [20.0, 21.0, 22.0], "controller": [1600.0] if baselines else []}}
+    samples = {
+        "one_copy": [4.0, 4.4, 4.2],
+        "parallel": [4.6, 4.5, 4.8],
+        "tree": [40.0, 42.0, 41.0],
+        "share": [9.0, 9.5, 9.2],
+        "share_fixed": [3.0, 3.1, 2.9],
+        "serial": [1400.0] if baselines else [],
+        "controller": [1650.0] if baselines else [],
+    }
+    return {
+        "topology": topology,
+        "hosts": hosts,
+        "cables": hosts,
+        "depth": depth,
+        "rates_mbit": {},
+        "samples": samples,
+        "copy_phase": {"tree": [20.0, 21.0, 22.0], "controller": [1600.0] if baselines else []},
+    }
 
 
 SETTING = {"size_mb": 200, "tb_mbit": 400, "lan_mbit": 8}
-INFO = {"cpus": 2, "cpu_model": "x", "kernel": "k", "python": "3.11", "ansible_core": "2.19", "mlx": "0.3",
-        "mlx_lm": "0.2", "date": "today", "loadavg_start": 1.0, "loadavg_end": 2.0}
+INFO = {
+    "cpus": 2,
+    "cpu_model": "x",
+    "kernel": "k",
+    "python": "3.11",
+    "ansible_core": "2.19",
+    "mlx": "0.3",
+    "mlx_lm": "0.2",
+    "date": "today",
+    "loadavg_start": 1.0,
+    "loadavg_end": 2.0,
+}
 
 
 def test_summary_ratios():
@@ -43,8 +66,10 @@ def test_text_table_and_markdown_section(tmp_path):
 
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## Time to a configured cluster\n\nkept\n\n## Test suite: workers\n\nkept too\n")
-    tables = [(SETTING, INFO, results, ["python bench/model_sync.py --journal a"]),
-              (dict(SETTING, tb_mbit=2000, lan_mbit=40), INFO, results[:1], [])]
+    tables = [
+        (SETTING, INFO, results, ["python bench/model_sync.py --journal a"]),
+        (dict(SETTING, tb_mbit=2000, lan_mbit=40), INFO, results[:1], []),
+    ]
     section = model_sync.markdown_section(tables, "python bench/model_sync.py --report")
     model_sync.write_section(doc, section)
     model_sync.write_section(doc, section.replace("| ring8 |", "| ring8x |"))  # again: replaced, not added
@@ -103,8 +128,9 @@ def test_report_one_table_per_journal(tmp_path, capsys):
         for method, values in r["samples"].items():
             for run, seconds in enumerate(values):
                 copy = r["copy_phase"].get(method)
-                j.add(topology="ring8", method=method, run=run, seconds=seconds,
-                      **({"copy": copy[run]} if copy else {}))
+                j.add(
+                    topology="ring8", method=method, run=run, seconds=seconds, **({"copy": copy[run]} if copy else {})
+                )
         paths.append(str(j.path))
     doc = tmp_path / "benchmarks.md"
     assert model_sync.main(["--report", "--journal", paths[0], "--journal", paths[1], "--markdown", str(doc)]) == 0

@@ -42,6 +42,7 @@ def scripted_generate_step(clock, prompt_seconds, token_seconds, calls):
         for i, seconds in enumerate([prompt_seconds, *token_seconds][:max_tokens]):
             clock.now += seconds
             yield 100 + i, None
+
     return generate_step
 
 
@@ -51,7 +52,7 @@ def mlx_lm_rates(prompt_tokens, generated, prompt_seconds, token_seconds):
     restarts; after the last, `generation_tps = (n + 1) / (time.perf_counter() - tic)` with n + 1 the
     tokens generated (the first one counted, its time not). mlx_lm/benchmark.py `main` reports the
     last response's values (their mean over trials)."""
-    return prompt_tokens / prompt_seconds, generated / sum(token_seconds[:generated - 1])
+    return prompt_tokens / prompt_seconds, generated / sum(token_seconds[: generated - 1])
 
 
 class HFTokenizer:
@@ -91,8 +92,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("prompt_tokens", "prompt_seconds", "token_seconds"), CASES)
-def test_generate_fixed_gives_mlx_lm_tokens_per_second_on_a_fixed_clock(bench, monkeypatch, prompt_tokens,
-                                                                        prompt_seconds, token_seconds):
+def test_generate_fixed_gives_mlx_lm_tokens_per_second_on_a_fixed_clock(
+    bench, monkeypatch, prompt_tokens, prompt_seconds, token_seconds
+):
     import mlx.core as mx
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
@@ -102,8 +104,9 @@ def test_generate_fixed_gives_mlx_lm_tokens_per_second_on_a_fixed_clock(bench, m
     clock = Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
     monkeypatch.setattr(mlx_generate, "wired_limit", lambda *args, **kwargs: contextlib.nullcontext())
-    monkeypatch.setattr(mlx_generate, "generate_step",
-                        scripted_generate_step(clock, prompt_seconds, token_seconds, calls := []))
+    monkeypatch.setattr(
+        mlx_generate, "generate_step", scripted_generate_step(clock, prompt_seconds, token_seconds, calls := [])
+    )
     prompt = list(range(prompt_tokens))
 
     start = clock.now
@@ -116,8 +119,9 @@ def test_generate_fixed_gives_mlx_lm_tokens_per_second_on_a_fixed_clock(bench, m
     assert ours["total_time"] == pytest.approx(prompt_seconds + sum(token_seconds), rel=REL)
 
     # mlx_lm's own code on the same script: what mlx_lm.benchmark reads is the last response
-    *_, theirs = mlx_generate.stream_generate(object(), TokenizerWrapper(HFTokenizer()), mx.array(prompt),
-                                              max_tokens=generated)
+    *_, theirs = mlx_generate.stream_generate(
+        object(), TokenizerWrapper(HFTokenizer()), mx.array(prompt), max_tokens=generated
+    )
     assert (theirs.prompt_tokens, theirs.generation_tokens) == (prompt_tokens, generated)
     assert theirs.prompt_tps == pytest.approx(want_prompt_tps, rel=REL)
     assert theirs.generation_tps == pytest.approx(want_generation_tps, rel=REL)

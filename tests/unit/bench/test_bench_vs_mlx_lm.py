@@ -44,24 +44,58 @@ def tiny(tmp_path_factory):
 
 
 def test_same_definitions_within_2x_of_mlx_lm_benchmark(tiny):
-    theirs = subprocess.run([sys.executable, "-m", "mlx_lm.benchmark", "--model", str(tiny),
-                             "-p", str(PROMPT_TOKENS), "-g", str(GENERATION_TOKENS), "-n", str(TRIALS)],
-                            capture_output=True, text=True, timeout=300, env=ENV)
+    theirs = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.benchmark",
+            "--model",
+            str(tiny),
+            "-p",
+            str(PROMPT_TOKENS),
+            "-g",
+            str(GENERATION_TOKENS),
+            "-n",
+            str(TRIALS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert theirs.returncode == 0, theirs.stderr[-2000:]
     assert len(AVERAGES.findall(theirs.stdout)) == 1, theirs.stdout
     their_trials = [tuple(map(float, t)) for t in TRIAL.findall(theirs.stdout)]
     assert len(their_trials) == TRIALS, theirs.stdout
     their_prompt, their_gen, their_peak = (statistics.median(column) for column in zip(*their_trials))
 
-    ours = subprocess.run([sys.executable, str(program_path("benchmark", "mlx_cluster_bench.py")),
-                           "--model", str(tiny), "--prompt-tokens", str(PROMPT_TOKENS),
-                           "--generation-tokens", str(GENERATION_TOKENS), "--num-trials", str(TRIALS)],
-                          capture_output=True, text=True, timeout=300, env=ENV)
+    ours = subprocess.run(
+        [
+            sys.executable,
+            str(program_path("benchmark", "mlx_cluster_bench.py")),
+            "--model",
+            str(tiny),
+            "--prompt-tokens",
+            str(PROMPT_TOKENS),
+            "--generation-tokens",
+            str(GENERATION_TOKENS),
+            "--num-trials",
+            str(TRIALS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert ours.returncode == 0, ours.stderr[-2000:]
     r = json.loads(ours.stdout.strip().splitlines()[-1])
     # the same work: as many prompt and generated tokens, as many timed trials after one warm-up
-    assert (r["prompt_tokens"], r["generation_tokens"], r["num_trials"], r["warmup"]) == \
-        (PROMPT_TOKENS, GENERATION_TOKENS, TRIALS, 1)
+    assert (r["prompt_tokens"], r["generation_tokens"], r["num_trials"], r["warmup"]) == (
+        PROMPT_TOKENS,
+        GENERATION_TOKENS,
+        TRIALS,
+        1,
+    )
     assert r["prompt_source"] == "random"
     # medians on both sides (mlx_lm.benchmark prints the means, and each trial: medians taken from those)
     for name, theirs_v in (("prompt_tps", their_prompt), ("generation_tps", their_gen)):

@@ -21,8 +21,9 @@ def _plugin_files(kind):
 def test_every_action_and_filter_plugin_is_imported():
     imported, failed = preload.preload()
     assert failed == []
-    expected = [f"{preload.PACKAGES[0]}.{n}" for n in _plugin_files("action")] + \
-               [f"{preload.PACKAGES[1]}.{n}" for n in _plugin_files("filter")]
+    expected = [f"{preload.PACKAGES[0]}.{n}" for n in _plugin_files("action")] + [
+        f"{preload.PACKAGES[1]}.{n}" for n in _plugin_files("filter")
+    ]
     assert sorted(imported) == sorted(expected)
     assert len(expected) >= 8
     assert all(name in sys.modules for name in expected)
@@ -38,7 +39,9 @@ def test_a_plugin_that_fails_to_import_is_reported_not_raised(tmp_path, monkeypa
     imported, failed = preload.preload(("preload_probe_pkg", "no_such_package_anywhere"))
     assert imported == ["preload_probe_pkg.good"]
     assert [(name, type(exc).__name__) for name, exc in failed] == [
-        ("preload_probe_pkg.broken", "RuntimeError"), ("no_such_package_anywhere", "ModuleNotFoundError")]
+        ("preload_probe_pkg.broken", "RuntimeError"),
+        ("no_such_package_anywhere", "ModuleNotFoundError"),
+    ]
     assert "no such dependency" in str(failed[0][1])
 
 
@@ -55,11 +58,23 @@ def _env():
 
 
 def test_the_project_enables_it_and_it_documents_itself():
-    dump = subprocess.run([str(BIN / "ansible-config"), "dump", "--only-changed"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    dump = subprocess.run(
+        [str(BIN / "ansible-config"), "dump", "--only-changed"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dump.returncode == 0, dump.stderr
     line = next(ln for ln in dump.stdout.splitlines() if ln.startswith("CALLBACKS_ENABLED"))
     assert "mlx.cluster.preload" in line, line
-    doc = subprocess.run([str(BIN / "ansible-doc"), "-t", "callback", "mlx.cluster.preload"], cwd=ROOT, env=_env(),
-                         capture_output=True, text=True, timeout=120)
+    doc = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", "callback", "mlx.cluster.preload"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert doc.returncode == 0 and "compiles" in doc.stdout, doc.stderr

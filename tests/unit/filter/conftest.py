@@ -53,4 +53,5 @@ def filter_error():
 def mlx_config():
     """MLX's own mlx.distributed_config implementation (the reference)."""
     from mlx._distributed_utils import config
+
     return config

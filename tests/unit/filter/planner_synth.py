@@ -30,8 +30,14 @@ def tb_uuid(host, iface):
 
 
 def cable(h1, i1, h2, i2, speed=80, via=(), seen_by="both", speed_b=None):
-    return {"a": (h1, i1), "b": (h2, i2), "speed": speed,
-            "speed_b": speed if speed_b is None else speed_b, "via": list(via), "seen_by": seen_by}
+    return {
+        "a": (h1, i1),
+        "b": (h2, i2),
+        "speed": speed,
+        "speed_b": speed if speed_b is None else speed_b,
+        "via": list(via),
+        "seen_by": seen_by,
+    }
 
 
 def _iface_key(iface):
@@ -81,15 +87,15 @@ def make_facts(hosts, cables=(), empty_ports=None, model="Mac Studio"):
             peer = None
             if sees:
                 via = c["via"] if side == "a" else list(reversed(c["via"]))
-                peer = {"domain_uuid": tb_uuid(oh, oi), "name": model, "model_id": "Mac16,9",
-                        "via": list(via)}
-            ports.append(port(iface, r, tb_uuid(h, iface), peer=peer, speed=speed,
-                              status="connected"))
-        facts[h] = {"mac": {"model": model, "model_id": "Mac16,9", "name": model},
-                    "ports": ports, "hardware_ports": {p["hardware_port"]: p["iface"] for p in ports},
-                    "bridge": {"exists": True, "members": [], "service": "Thunderbolt Bridge",
-                               "service_enabled": False},
-                    "warnings": []}
+                peer = {"domain_uuid": tb_uuid(oh, oi), "name": model, "model_id": "Mac16,9", "via": list(via)}
+            ports.append(port(iface, r, tb_uuid(h, iface), peer=peer, speed=speed, status="connected"))
+        facts[h] = {
+            "mac": {"model": model, "model_id": "Mac16,9", "name": model},
+            "ports": ports,
+            "hardware_ports": {p["hardware_port"]: p["iface"] for p in ports},
+            "bridge": {"exists": True, "members": [], "service": "Thunderbolt Bridge", "service_enabled": False},
+            "warnings": [],
+        }
     return facts
 
 
@@ -108,15 +114,23 @@ def find_port(facts, host, iface):
 def system_profiler_json(tb):
     buses = []
     for p in tb["ports"]:
-        bus = {"_name": "thunderbolt_bus_%d" % (p["receptacle"] - 1),
-               "device_name_key": tb["mac"]["name"], "domain_uuid_key": p["domain_uuid"],
-               "receptacle_1_tag": {"receptacle_id_key": str(p["receptacle"]),
-                                    "receptacle_status_key": "receptacle_connected"
-                                    if p["peer"] else "receptacle_no_devices"}}
+        bus = {
+            "_name": "thunderbolt_bus_%d" % (p["receptacle"] - 1),
+            "device_name_key": tb["mac"]["name"],
+            "domain_uuid_key": p["domain_uuid"],
+            "receptacle_1_tag": {
+                "receptacle_id_key": str(p["receptacle"]),
+                "receptacle_status_key": "receptacle_connected" if p["peer"] else "receptacle_no_devices",
+            },
+        }
         peer = p["peer"]
         if peer:
-            item = {"_name": peer["name"], "device_name_key": peer["name"],
-                    "domain_uuid_key": peer["domain_uuid"], "vendor_name_key": "Apple Inc."}
+            item = {
+                "_name": peer["name"],
+                "device_name_key": peer["name"],
+                "domain_uuid_key": peer["domain_uuid"],
+                "vendor_name_key": "Apple Inc.",
+            }
             for hub in reversed(peer.get("via") or []):
                 item = {"_name": hub, "vendor_name_key": "Hub Vendor", "_items": [item]}
             bus["_items"] = [item]
@@ -128,14 +142,19 @@ def networksetup_text(tb):
     lines = ["", "Hardware Port: Ethernet", "Device: en0", "Ethernet Address: 00:00:00:00:00:00", ""]
     for p in tb["ports"]:
         if p["iface"]:
-            lines += ["Hardware Port: %s" % p["hardware_port"], "Device: %s" % p["iface"],
-                      "Ethernet Address: 36:00:00:00:00:0%d" % p["receptacle"], ""]
+            lines += [
+                "Hardware Port: %s" % p["hardware_port"],
+                "Device: %s" % p["iface"],
+                "Ethernet Address: 36:00:00:00:00:0%d" % p["receptacle"],
+                "",
+            ]
     lines += ["Hardware Port: Thunderbolt Bridge", "Device: bridge0", "Ethernet Address: N/A", ""]
     return "\n".join(lines) + "\n"
 
 
 def mlx_config():
     from mlx._distributed_utils import config
+
     return config
 
 
@@ -213,7 +232,7 @@ def torus_cables(rows, cols, prefix="t"):
     cables, seen = [], set()
     for r in range(rows):
         for c in range(cols):
-            for (dr, dc, mine, theirs) in ((0, 1, "en2", "en3"), (1, 0, "en4", "en5")):
+            for dr, dc, mine, theirs in ((0, 1, "en2", "en3"), (1, 0, "en4", "en5")):
                 a, b = name(r, c), name(r + dr, c + dc)
                 key = frozenset(((a, mine), (b, theirs)))
                 if a == b or key in seen:
@@ -240,8 +259,7 @@ def wirings(draw, min_hosts=2, max_hosts=10, max_cables=20, one_sided=False):
     """
     n = draw(st.integers(min_hosts, max_hosts))
     hosts = draw(st.lists(HOST_NAMES, min_size=n, max_size=n, unique=True))
-    pair = st.tuples(st.integers(0, n - 1), st.integers(1, n - 1)).map(
-        lambda t: (t[0], (t[0] + t[1]) % n))
+    pair = st.tuples(st.integers(0, n - 1), st.integers(1, n - 1)).map(lambda t: (t[0], (t[0] + t[1]) % n))
     pairs = []
     if draw(st.booleans()):
         order = draw(st.permutations(range(n)))
@@ -259,9 +277,17 @@ def wirings(draw, min_hosts=2, max_hosts=10, max_cables=20, one_sided=False):
     cables = []
     for i, j in pairs:
         seen_by = draw(st.sampled_from(["both", "both", "a", "b"])) if one_sided else "both"
-        cables.append(cable(hosts[i], ifaces[i].pop(), hosts[j], ifaces[j].pop(),
-                            speed=draw(SPEEDS), seen_by=seen_by,
-                            via=["Dock"] if seen_by != "both" else ()))
+        cables.append(
+            cable(
+                hosts[i],
+                ifaces[i].pop(),
+                hosts[j],
+                ifaces[j].pop(),
+                speed=draw(SPEEDS),
+                seen_by=seen_by,
+                via=["Dock"] if seen_by != "both" else (),
+            )
+        )
     return hosts, cables
 
 
@@ -271,15 +297,15 @@ def multi_meshes(draw, min_hosts=2, max_hosts=6, max_per_pair=3):
     random host names in random order, random interface names (en10 sorts before en2)."""
     n = draw(st.integers(min_hosts, max_hosts))
     hosts = draw(st.lists(HOST_NAMES, min_size=n, max_size=n, unique=True))
-    counts = {(i, j): draw(st.integers(1, max_per_pair))
-              for i, j in itertools.combinations(range(n), 2)}
+    counts = {(i, j): draw(st.integers(1, max_per_pair)) for i, j in itertools.combinations(range(n), 2)}
     need = Counter()
     for (i, j), k in counts.items():
         need[i] += k
         need[j] += k
-    ifaces = {i: ["en%d" % k for k in draw(st.lists(st.integers(1, 64), min_size=need[i],
-                                                       max_size=need[i], unique=True))]
-              for i in range(n)}
+    ifaces = {
+        i: ["en%d" % k for k in draw(st.lists(st.integers(1, 64), min_size=need[i], max_size=need[i], unique=True))]
+        for i in range(n)
+    }
     cables = []
     for (i, j), k in sorted(counts.items()):
         for _ in range(k):

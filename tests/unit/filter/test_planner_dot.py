@@ -16,10 +16,16 @@ needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphvi
 
 def test_edges_labels_and_styles():
     hosts = ["a", "b", "c", "lonely"]
-    links = planner.links(make_facts(hosts, [
-        cable("a", "en2", "b", "en3"),
-        cable("b", "en4", "c", "en4", speed=40),
-        cable("a", "en5", "c", "en6", via=["Dock"], seen_by="a")]))
+    links = planner.links(
+        make_facts(
+            hosts,
+            [
+                cable("a", "en2", "b", "en3"),
+                cable("b", "en4", "c", "en4", speed=40),
+                cable("a", "en5", "c", "en6", via=["Dock"], seen_by="a"),
+            ],
+        )
+    )
     topo = planner.topology(links, hosts)
     plan = planner.ip_plan(links)
     text = planner.dot(links, topo, plan)
@@ -61,8 +67,15 @@ def test_external_peer_is_drawn():
     assert "(not in inventory)" in text
 
 
-NASTY = ['a "quoted" host', "back\\slash\\", "semi;colon {brace}", "-- n1 [color=red]", "new\nline",
-         "tab\there", "ünïcode"]
+NASTY = [
+    'a "quoted" host',
+    "back\\slash\\",
+    "semi;colon {brace}",
+    "-- n1 [color=red]",
+    "new\nline",
+    "tab\there",
+    "ünïcode",
+]
 
 
 def _nasty_links():

@@ -14,8 +14,16 @@ from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
-NAMES = ["mlx_links", "mlx_topology", "mlx_ip_plan", "mlx_hostfile", "mlx_dot", "mlx_discovery_request",
-         "mlx_sync_rounds", "mlx_hostfile_writes"]
+NAMES = [
+    "mlx_links",
+    "mlx_topology",
+    "mlx_ip_plan",
+    "mlx_hostfile",
+    "mlx_dot",
+    "mlx_discovery_request",
+    "mlx_sync_rounds",
+    "mlx_hostfile_writes",
+]
 
 
 def test_exposes_the_plan_filters(filters):
@@ -24,6 +32,7 @@ def test_exposes_the_plan_filters(filters):
 
 def test_the_filters_call_the_controllers_planner(filters):
     from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+
     hosts, cables = mesh_cables(2)
     assert filters["mlx_links"](make_facts(hosts, cables)) == planner.links(make_facts(hosts, cables))
 
@@ -41,24 +50,53 @@ def test_pipeline(filters):
     assert filters["mlx_dot"](links, topo, plan).startswith("graph mlx_cluster {")
 
 
-@pytest.mark.parametrize("name, args, kwargs, match", [
-    pytest.param("mlx_links", ("nope",), {}, "mlx_links: input must be a mapping", id="links-type"),
-    pytest.param("mlx_links", ({"m1": 3},), {}, "mlx_links: facts for m1 must be", id="links-plan-error"),
-    pytest.param("mlx_topology", ({"cables": []}, ["a"]), {}, "mlx_topology: a cluster needs at least 2",
-                 id="topology-plan-error"),
-    pytest.param("mlx_topology", ({"cables": []}, "a,b"), {}, "mlx_topology: hosts must be a list",
-                 id="topology-hosts-type"),
-    pytest.param("mlx_topology", ({"cables": []}, ["a", "b"]), {"rdma": "yes"}, "mlx_topology: rdma must be",
-                 id="topology-rdma-type"),
-    pytest.param("mlx_ip_plan", ({"cables": []},), {"pool": "fd00::/64"}, "mlx_ip_plan: pool fd00::/64 is not IPv4",
-                 id="ip-plan-pool"),
-    pytest.param("mlx_ip_plan", ({"cables": []},), {"exclude": "10.0.0.0/8"}, "mlx_ip_plan: exclude must be a list",
-                 id="ip-plan-exclude-type"),
-    pytest.param("mlx_hostfile", ({"hosts": ["a", "b"], "backend": None, "message": "m"}, {"cables": {}}), {},
-                 "mlx_hostfile: no MLX backend fits", id="hostfile-no-backend"),
-    pytest.param("mlx_hostfile", ({}, []), {}, "mlx_hostfile: plan must be", id="hostfile-plan-type"),
-    pytest.param("mlx_dot", ({"cables": []},), {"topology": "x"}, "mlx_dot: topology must be", id="dot-type"),
-])
+@pytest.mark.parametrize(
+    "name, args, kwargs, match",
+    [
+        pytest.param("mlx_links", ("nope",), {}, "mlx_links: input must be a mapping", id="links-type"),
+        pytest.param("mlx_links", ({"m1": 3},), {}, "mlx_links: facts for m1 must be", id="links-plan-error"),
+        pytest.param(
+            "mlx_topology",
+            ({"cables": []}, ["a"]),
+            {},
+            "mlx_topology: a cluster needs at least 2",
+            id="topology-plan-error",
+        ),
+        pytest.param(
+            "mlx_topology", ({"cables": []}, "a,b"), {}, "mlx_topology: hosts must be a list", id="topology-hosts-type"
+        ),
+        pytest.param(
+            "mlx_topology",
+            ({"cables": []}, ["a", "b"]),
+            {"rdma": "yes"},
+            "mlx_topology: rdma must be",
+            id="topology-rdma-type",
+        ),
+        pytest.param(
+            "mlx_ip_plan",
+            ({"cables": []},),
+            {"pool": "fd00::/64"},
+            "mlx_ip_plan: pool fd00::/64 is not IPv4",
+            id="ip-plan-pool",
+        ),
+        pytest.param(
+            "mlx_ip_plan",
+            ({"cables": []},),
+            {"exclude": "10.0.0.0/8"},
+            "mlx_ip_plan: exclude must be a list",
+            id="ip-plan-exclude-type",
+        ),
+        pytest.param(
+            "mlx_hostfile",
+            ({"hosts": ["a", "b"], "backend": None, "message": "m"}, {"cables": {}}),
+            {},
+            "mlx_hostfile: no MLX backend fits",
+            id="hostfile-no-backend",
+        ),
+        pytest.param("mlx_hostfile", ({}, []), {}, "mlx_hostfile: plan must be", id="hostfile-plan-type"),
+        pytest.param("mlx_dot", ({"cables": []},), {"topology": "x"}, "mlx_dot: topology must be", id="dot-type"),
+    ],
+)
 def test_errors_carry_the_filter_name(filters, filter_error, name, args, kwargs, match):
     with pytest.raises(filter_error, match=match):
         filters[name](*args, **kwargs)
@@ -77,7 +115,9 @@ PLAYBOOK = """
         links: "{{{{ facts | mlx.cluster.mlx_links }}}}"
         topo: "{{{{ links | mlx.cluster.mlx_topology(hostnames, rdma=dict(hostnames | zip([true, true, true]))) }}}}"
         plan: "{{{{ links | mlx.cluster.mlx_ip_plan(interfaces=ifaces, exclude=['10.208.1.0/24']) }}}}"
-        hostfile: "{{{{ topo | mlx.cluster.mlx_hostfile(plan, coordinators={{'m00': '10.1.0.1', 'm01': '10.1.0.2', 'm02': '10.1.0.3'}}) }}}}"
+        hostfile: >-
+          {{{{ topo | mlx.cluster.mlx_hostfile(plan,
+               coordinators={{'m00': '10.1.0.1', 'm01': '10.1.0.2', 'm02': '10.1.0.3'}}) }}}}
       ansible.builtin.copy:
         dest: "{{{{ out }}}}"
         content: "{{{{ {{'links': links, 'topo': topo, 'plan': plan, 'hostfile': hostfile,
@@ -96,9 +136,13 @@ PLAYBOOK = """
 
 
 def _env(tmp_path):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+    )
     return env
 
 
@@ -108,10 +152,25 @@ def test_filters_under_ansible_playbook(tmp_path):
     book = tmp_path / "play.yml"
     book.write_text(PLAYBOOK.format(hosts=json.dumps(hosts), facts=json.dumps(facts)))
     out = tmp_path / "out.json"
-    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", "out=%s" % out, "-e", "ansible_python_interpreter=%s" % sys.executable,
-                          str(book)],
-                         capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=300)
+    run = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "out=%s" % out,
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            str(book),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(out.read_text())
     assert len(result["links"]["cables"]) == 4
@@ -124,8 +183,14 @@ def test_filters_under_ansible_playbook(tmp_path):
 
 
 def test_ansible_doc_renders_every_filter(tmp_path):
-    run = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{n}" for n in NAMES],
-                         capture_output=True, text=True, env=_env(tmp_path), cwd=ROOT, timeout=300)
+    run = subprocess.run(
+        [str(BIN / "ansible-doc"), "-t", "filter", "--json"] + [f"mlx.cluster.{n}" for n in NAMES],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=ROOT,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     docs = json.loads(run.stdout)
     assert len(docs) == len(NAMES)

@@ -12,8 +12,16 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
-LAN = {"m00": "10.1.0.10", "m01": "10.1.0.11", "m02": "10.1.0.12", "m03": "10.1.0.13",
-       "r00": "10.1.0.20", "r01": "10.1.0.21", "r02": "10.1.0.22", "r03": "10.1.0.23"}
+LAN = {
+    "m00": "10.1.0.10",
+    "m01": "10.1.0.11",
+    "m02": "10.1.0.12",
+    "m03": "10.1.0.13",
+    "r00": "10.1.0.20",
+    "r01": "10.1.0.21",
+    "r02": "10.1.0.22",
+    "r03": "10.1.0.23",
+}
 
 
 def build(hosts, cables, rdma=True, order=None, **kw):
@@ -32,23 +40,28 @@ def test_jaccl_shape():
     topo, plan = build(hosts, cables, order=["m01", "m00", "m02"])
     hf = planner.hostfile(topo, plan, LAN, envs=["MLX_METAL_FAST_SYNCH=1"])
     # m00-m01 has two cables, the other pairs one: every pair gets one device (as MLX)
-    assert hf == {"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"], "hosts": [
-        {"ssh": "m01", "ips": ["10.1.0.11"], "rdma": [None, "rdma_en2", "rdma_en4"]},
-        {"ssh": "m00", "ips": ["10.1.0.10"], "rdma": ["rdma_en3", None, "rdma_en4"]},
-        {"ssh": "m02", "ips": ["10.1.0.12"], "rdma": ["rdma_en3", "rdma_en2", None]},
-    ]}
+    assert hf == {
+        "backend": "jaccl",
+        "envs": ["MLX_METAL_FAST_SYNCH=1"],
+        "hosts": [
+            {"ssh": "m01", "ips": ["10.1.0.11"], "rdma": [None, "rdma_en2", "rdma_en4"]},
+            {"ssh": "m00", "ips": ["10.1.0.10"], "rdma": ["rdma_en3", None, "rdma_en4"]},
+            {"ssh": "m02", "ips": ["10.1.0.12"], "rdma": ["rdma_en3", "rdma_en2", None]},
+        ],
+    }
 
 
 def test_jaccl_lists_every_pairs_cables_when_every_pair_has_as_many():
     hosts, cables = mesh_cables(3)
-    cables += [cable("m00", "en7", "m01", "en7"), cable("m00", "en8", "m02", "en8"),
-               cable("m01", "en9", "m02", "en10")]
+    cables += [cable("m00", "en7", "m01", "en7"), cable("m00", "en8", "m02", "en8"), cable("m01", "en9", "m02", "en10")]
     topo, plan = build(hosts, cables, order=["m02", "m00", "m01"])
     rows = [h["rdma"] for h in planner.hostfile(topo, plan, LAN)["hosts"]]
     # m02 ranks first: its interface names order the m02-m01 pair ("en10" < "en3" as strings)
-    assert rows == [[None, ["rdma_en2", "rdma_en8"], ["rdma_en10", "rdma_en3"]],
-                    [["rdma_en4", "rdma_en8"], None, ["rdma_en3", "rdma_en7"]],
-                    [["rdma_en9", "rdma_en4"], ["rdma_en2", "rdma_en7"], None]]
+    assert rows == [
+        [None, ["rdma_en2", "rdma_en8"], ["rdma_en10", "rdma_en3"]],
+        [["rdma_en4", "rdma_en8"], None, ["rdma_en3", "rdma_en7"]],
+        [["rdma_en9", "rdma_en4"], ["rdma_en2", "rdma_en7"], None],
+    ]
 
 
 def test_jaccl_ring_shape():
@@ -96,18 +109,23 @@ def test_two_hosts_ring():
     topo, plan = build(["a", "b"], [cable("a", "en2", "b", "en3")], rdma=False)
     hf = planner.hostfile(topo, plan)
     entry = plan["cables"]["a:en2~b:en3"]
-    assert hf["hosts"] == [{"ssh": "a", "ips": [entry["a"]["address"]], "rdma": []},
-                           {"ssh": "b", "ips": [entry["b"]["address"]], "rdma": []}]
+    assert hf["hosts"] == [
+        {"ssh": "a", "ips": [entry["a"]["address"]], "rdma": []},
+        {"ssh": "b", "ips": [entry["b"]["address"]], "rdma": []},
+    ]
 
 
-@pytest.mark.parametrize("address, match", [
-    pytest.param("169.254.3.4", "link-local", id="link-local"),
-    pytest.param("100.100.1.1", "CGNAT/Tailscale", id="tailscale"),
-    pytest.param("127.0.0.1", "loopback", id="loopback"),
-    pytest.param("fe80::1", "IPv6", id="ipv6"),
-    pytest.param("m00.local", "not an IP address", id="hostname"),
-    pytest.param(None, "no coordinator address", id="missing"),
-])
+@pytest.mark.parametrize(
+    "address, match",
+    [
+        pytest.param("169.254.3.4", "link-local", id="link-local"),
+        pytest.param("100.100.1.1", "CGNAT/Tailscale", id="tailscale"),
+        pytest.param("127.0.0.1", "loopback", id="loopback"),
+        pytest.param("fe80::1", "IPv6", id="ipv6"),
+        pytest.param("m00.local", "not an IP address", id="hostname"),
+        pytest.param(None, "no coordinator address", id="missing"),
+    ],
+)
 def test_coordinator_validation(address, match):
     hosts, cables = mesh_cables(3)
     topo, plan = build(hosts, cables)
@@ -179,8 +197,15 @@ def _launch(hf, tmp_path, backend):
     def fake_launch(_cls, items, _verbose):
         captured["items"] = items
 
-    args = SimpleNamespace(starting_port=32323, connections_per_ip=1, env=list(parsed.envs), cwd=None,
-                           verbose=False, python="python3", backend=backend)
+    args = SimpleNamespace(
+        starting_port=32323,
+        connections_per_ip=1,
+        env=list(parsed.envs),
+        cwd=None,
+        verbose=False,
+        python="python3",
+        backend=backend,
+    )
     run = launch.launch_ring if backend == "ring" else launch.launch_jaccl
     with mock.patch.object(launch, "_launch_with_io", fake_launch):
         run(Parser(), parsed.hosts, args, ["true"])
@@ -188,11 +213,14 @@ def _launch(hf, tmp_path, backend):
     return parsed, files, env
 
 
-@pytest.mark.parametrize("backend, build_args", [
-    pytest.param("jaccl", (mesh3_with_double_pair, True), id="jaccl"),
-    pytest.param("jaccl-ring", (lambda: ring_cables(4, per_hop=2), True), id="jaccl-ring"),
-    pytest.param("ring", (lambda: ring_cables(4, per_hop=2), False), id="ring"),
-])
+@pytest.mark.parametrize(
+    "backend, build_args",
+    [
+        pytest.param("jaccl", (mesh3_with_double_pair, True), id="jaccl"),
+        pytest.param("jaccl-ring", (lambda: ring_cables(4, per_hop=2), True), id="jaccl-ring"),
+        pytest.param("ring", (lambda: ring_cables(4, per_hop=2), False), id="ring"),
+    ],
+)
 def test_mlx_launch_accepts_our_hostfile(tmp_path, backend, build_args):
     make, rdma = build_args
     topo, plan = build(*make(), rdma=rdma)

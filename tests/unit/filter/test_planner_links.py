@@ -20,19 +20,23 @@ def _ids(result):
 def test_direct_cable_seen_from_both_ends():
     facts = make_facts(["m2", "m1"], [cable("m2", "en3", "m1", "en2")])
     result = planner.links(facts)
-    assert result["cables"] == [{
-        "id": "m1:en2~m2:en3",
-        "a": {"host": "m1", "iface": "en2", "domain_uuid": tb_uuid("m1", "en2")},
-        "b": {"host": "m2", "iface": "en3", "domain_uuid": tb_uuid("m2", "en3")},
-        "speed_gbps": 80, "link_class": "TB5", "sighting": "both", "via": [],
-    }]
+    assert result["cables"] == [
+        {
+            "id": "m1:en2~m2:en3",
+            "a": {"host": "m1", "iface": "en2", "domain_uuid": tb_uuid("m1", "en2")},
+            "b": {"host": "m2", "iface": "en3", "domain_uuid": tb_uuid("m2", "en3")},
+            "speed_gbps": 80,
+            "link_class": "TB5",
+            "sighting": "both",
+            "via": [],
+        }
+    ]
     assert result["one_sided"] == result["external"] == result["problems"] == []
     assert result["warnings"] == []
 
 
 def test_one_sided_dock_cable():
-    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3", via=["CalDigit TS4"],
-                                            seen_by="b")])
+    facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3", via=["CalDigit TS4"], seen_by="b")])
     result = planner.links(facts)
     [c] = result["cables"]
     assert c["sighting"] == "one-sided"
@@ -54,17 +58,21 @@ def test_external_peer():
     facts["m1"]["ports"].append(ext)
     result = planner.links(facts)
     assert _ids(result) == ["m1:en2~m2:en2"]
-    assert result["external"] == [{"host": "m1", "iface": "en3", "peer_name": "Mac Studio",
-                                   "peer_uuid": tb_uuid("m9", "en2")}]
+    assert result["external"] == [
+        {"host": "m1", "iface": "en3", "peer_name": "Mac Studio", "peer_uuid": tb_uuid("m9", "en2")}
+    ]
     assert any("not in the inventory" in w and "m1:en3" in w for w in result["warnings"])
 
 
 def test_miswired_or_stale_sighting():
     # m1:en2 says it sees m2:en3, but m2:en3 sees m3:en2 (and m3:en2 sees m2:en3 back).
-    facts = make_facts(["m1", "m2", "m3"], [cable("m2", "en3", "m3", "en2")],
-                       empty_ports={"m1": ["en2"]})
-    find_port(facts, "m1", "en2")["peer"] = {"domain_uuid": tb_uuid("m2", "en3"), "name": "Mac Studio",
-                                             "model_id": None, "via": []}
+    facts = make_facts(["m1", "m2", "m3"], [cable("m2", "en3", "m3", "en2")], empty_ports={"m1": ["en2"]})
+    find_port(facts, "m1", "en2")["peer"] = {
+        "domain_uuid": tb_uuid("m2", "en3"),
+        "name": "Mac Studio",
+        "model_id": None,
+        "via": [],
+    }
     result = planner.links(facts)
     assert _ids(result) == ["m2:en3~m3:en2"]
     [problem] = result["problems"]
@@ -94,15 +102,18 @@ def test_empty_port_without_iface_is_only_a_warning():
     assert any("harmless while the port is empty" in w for w in result["warnings"])
 
 
-@pytest.mark.parametrize("speed_a, speed_b, speed, link_class", [
-    pytest.param(80, 80, 80, "TB5", id="tb5"),
-    pytest.param(120, 80, 80, "TB5", id="min-of-ends"),
-    pytest.param(80, 40, 40, "TB4", id="tb4-end"),
-    pytest.param(40, 40, 40, "TB4", id="tb4"),
-    pytest.param(20, 40, 20, "TB3", id="tb3"),
-    pytest.param(None, 40, 40, "TB4", id="one-end-unknown"),
-    pytest.param(None, None, None, None, id="unknown"),
-])
+@pytest.mark.parametrize(
+    "speed_a, speed_b, speed, link_class",
+    [
+        pytest.param(80, 80, 80, "TB5", id="tb5"),
+        pytest.param(120, 80, 80, "TB5", id="min-of-ends"),
+        pytest.param(80, 40, 40, "TB4", id="tb4-end"),
+        pytest.param(40, 40, 40, "TB4", id="tb4"),
+        pytest.param(20, 40, 20, "TB3", id="tb3"),
+        pytest.param(None, 40, 40, "TB4", id="one-end-unknown"),
+        pytest.param(None, None, None, None, id="unknown"),
+    ],
+)
 def test_speed_is_the_slower_end(speed_a, speed_b, speed, link_class):
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2", speed=speed_a, speed_b=speed_b)])
     [c] = planner.links(facts)["cables"]
@@ -110,9 +121,16 @@ def test_speed_is_the_slower_end(speed_a, speed_b, speed, link_class):
 
 
 def test_independent_of_dict_and_port_order():
-    facts = make_facts(["a", "b", "c", "d"], [
-        cable("a", "en2", "b", "en2"), cable("b", "en3", "c", "en2"), cable("c", "en3", "d", "en2"),
-        cable("d", "en3", "a", "en3", seen_by="a", via=["Dock"]), cable("a", "en4", "c", "en4")])
+    facts = make_facts(
+        ["a", "b", "c", "d"],
+        [
+            cable("a", "en2", "b", "en2"),
+            cable("b", "en3", "c", "en2"),
+            cable("c", "en3", "d", "en2"),
+            cable("d", "en3", "a", "en3", seen_by="a", via=["Dock"]),
+            cable("a", "en4", "c", "en4"),
+        ],
+    )
     expected = planner.links(facts)
     rnd = random.Random(7)
     for _ in range(10):
@@ -148,10 +166,15 @@ def test_duplicate_domain_uuid():
 
 
 def test_two_one_sided_sightings_of_one_port():
-    facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en2", seen_by="a", via=["Hub"])],
-                       empty_ports={"m3": ["en2"]})
-    find_port(facts, "m3", "en2")["peer"] = {"domain_uuid": tb_uuid("m2", "en2"), "name": "x",
-                                             "model_id": None, "via": ["Hub"]}
+    facts = make_facts(
+        ["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en2", seen_by="a", via=["Hub"])], empty_ports={"m3": ["en2"]}
+    )
+    find_port(facts, "m3", "en2")["peer"] = {
+        "domain_uuid": tb_uuid("m2", "en2"),
+        "name": "x",
+        "model_id": None,
+        "via": ["Hub"],
+    }
     result = planner.links(facts)
     assert result["cables"] == []
     [problem] = result["problems"]
@@ -166,14 +189,19 @@ def test_host_without_facts_is_a_warning():
     assert any(w.startswith("m3: no Thunderbolt facts") for w in result["warnings"])
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param([], id="list"),
-    pytest.param({"m1": "nope"}, id="facts-not-mapping"),
-    pytest.param({"m1": {"ports": "nope"}}, id="ports-not-list"),
-    pytest.param({"": {"ports": []}}, id="empty-host"),
-    pytest.param({"m1": {"ports": [{"iface": "en2", "receptacle": 1}, {"iface": "en2", "receptacle": 2}]}},
-                 id="duplicate-iface"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param([], id="list"),
+        pytest.param({"m1": "nope"}, id="facts-not-mapping"),
+        pytest.param({"m1": {"ports": "nope"}}, id="ports-not-list"),
+        pytest.param({"": {"ports": []}}, id="empty-host"),
+        pytest.param(
+            {"m1": {"ports": [{"iface": "en2", "receptacle": 1}, {"iface": "en2", "receptacle": 2}]}},
+            id="duplicate-iface",
+        ),
+    ],
+)
 def test_bad_input(bad):
     with pytest.raises(PlanError):
         planner.links(bad)
@@ -182,12 +210,14 @@ def test_bad_input(bad):
 def test_real_captures_through_mlx_tb(read_fixture):
     """Cross-layer: two captured Mac Studios cabled together, through the real fact parser."""
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
+
     hw = read_fixture("networksetup_hwports_studio_with_bridge.txt")
-    facts = {"studio-a": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), hw),
-             "studio-b": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_b.json"), hw)}
+    facts = {
+        "studio-a": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), hw),
+        "studio-b": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_b.json"), hw),
+    }
     result = planner.links(facts)
-    assert [(c["id"], c["sighting"]) for c in result["cables"]] == [
-        ("studio-a:en2~studio-b:en3", "both")]
+    assert [(c["id"], c["sighting"]) for c in result["cables"]] == [("studio-a:en2~studio-b:en3", "both")]
     assert result["problems"] == []
 
 
@@ -211,8 +241,11 @@ def test_port_without_uuid_or_peer_is_named_not_dropped():
     """Neither its UUID nor its peer: the cable cannot be placed. It does not vanish: it is
     an `unmatched` entry, the other end's 'external' warning points at it, preflight names it."""
     from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import preflight
-    facts = make_facts(["m1", "m2", "m3"], [cable("m1", "en2", "m2", "en3"), cable("m1", "en3", "m3", "en2"),
-                                            cable("m2", "en2", "m3", "en3")])
+
+    facts = make_facts(
+        ["m1", "m2", "m3"],
+        [cable("m1", "en2", "m2", "en3"), cable("m1", "en3", "m3", "en2"), cable("m2", "en2", "m3", "en3")],
+    )
     port = find_port(facts, "m2", "en3")
     port["domain_uuid"], port["peer"] = None, None
     links = planner.links(facts)
@@ -222,13 +255,18 @@ def test_port_without_uuid_or_peer_is_named_not_dropped():
     assert "m2:en3 is cabled but system_profiler gave no domain UUID" in u["msg"]
     assert "domain_uuid_key" in u["fix"] and "m2" in u["fix"]
     assert [e["iface"] for e in links["external"]] == ["en2"]
-    assert any("m1:en2: cable to a Mac not in the inventory" in w and "or to m2:en3, whose domain UUID is unknown" in w
-               for w in links["warnings"])
+    assert any(
+        "m1:en2: cable to a Mac not in the inventory" in w and "or to m2:en3, whose domain UUID is unknown" in w
+        for w in links["warnings"]
+    )
     # the planner goes on (ring over the rest), and preflight names the port
     topo = planner.topology(links, ["m1", "m2", "m3"], rdma=True)
     assert topo["backend"] is None and topo["missing"] == [["m1", "m2"]]
-    found = [p for p in preflight({h: {} for h in ("m1", "m2", "m3")}, links, topo) if p["port"] == "en3"
-             and p["host"] == "m2"]
+    found = [
+        p
+        for p in preflight({h: {} for h in ("m1", "m2", "m3")}, links, topo)
+        if p["port"] == "en3" and p["host"] == "m2"
+    ]
     assert [(p["severity"], p["check"]) for p in found] == [("warning", "wiring")]
 
 

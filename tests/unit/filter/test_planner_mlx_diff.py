@@ -17,47 +17,63 @@ from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
-from tests.unit.filter.planner_synth import (cable, find_port, make_facts, mesh_cables, mlx_connectivity, multi_meshes,
-                           tb_uuid, weights, wirings)
+from tests.unit.filter.planner_synth import (
+    cable,
+    find_port,
+    make_facts,
+    mesh_cables,
+    mlx_connectivity,
+    multi_meshes,
+    tb_uuid,
+    weights,
+    wirings,
+)
 
 INTENDED_DIFFERENCES = {
     "docks": (
         "A Mac behind a dock or hub (nested _items) is a cable for us; MLX only looks at the "
         "first level of _items and misses it.",
-        "test_difference_docks"),
+        "test_difference_docks",
+    ),
     "rdma_capable_links": (
         "RDMA runs only over cables that carry it (TB5 link, device PORT_ACTIVE at both ends, no "
         "dock unless opted in); MLX picks jaccl whenever the Thunderbolt graph is a mesh and every "
         "host lists some rdma_ device, whatever the cable's speed, dock or port state.",
-        "test_difference_rdma_capable_links"),
+        "test_difference_rdma_capable_links",
+    ),
     "pool": (
         "Addresses come from 10.208.0.0/16 (configurable), one hashed /30 per cable, stable "
         "across runs; MLX numbers 192.168.x.y/30 sequentially, colliding with home/office LANs.",
-        "test_difference_pool"),
+        "test_difference_pool",
+    ),
     "bottleneck_ring": (
         "Among full rings we pick the one whose weakest hop has the most cables; MLX takes the "
         "first longest ring its DFS enumerates, whatever its width.",
-        "test_difference_bottleneck_ring"),
+        "test_difference_bottleneck_ring",
+    ),
     "ring_search_speed": (
         "Our ring search prunes and is polynomial on real wirings; MLX's extract_rings "
         "enumerates every simple cycle (seconds from 9 hosts on; see bench/planner.py).",
-        "test_difference_ring_search_speed"),
+        "test_difference_ring_search_speed",
+    ),
     "inconsistent_sightings": (
         "A sees B but B sees C: we report a 'miswired' problem and make no cable; MLX counts "
         "the stale one-way sighting (an asymmetric connectivity matrix).",
-        "test_difference_inconsistent_sightings"),
+        "test_difference_inconsistent_sightings",
+    ),
     "missing_iface": (
-        "A cabled port without a networksetup entry is a problem with its fix; MLX crashes "
-        "with a KeyError.",
-        "test_difference_missing_iface"),
+        "A cabled port without a networksetup entry is a problem with its fix; MLX crashes with a KeyError.",
+        "test_difference_missing_iface",
+    ),
     "external_peer": (
-        "A cable to a Mac outside the inventory is reported in 'external'; MLX ignores it "
-        "silently.",
-        "test_difference_external_peer"),
+        "A cable to a Mac outside the inventory is reported in 'external'; MLX ignores it silently.",
+        "test_difference_external_peer",
+    ),
     "coordinator": (
         "The coordinator address comes from the inventory and is refused when link-local, "
         "CGNAT/Tailscale or loopback; MLX takes whatever `ipconfig getifaddr en0` (or en1) says.",
-        "test_difference_coordinator"),
+        "test_difference_coordinator",
+    ),
 }
 
 
@@ -209,16 +225,18 @@ def uneven(pairs, n=3):
     return hosts, cables
 
 
-@pytest.mark.parametrize("pairs, n, order, count", [
-    pytest.param({(0, 1): 2}, 3, None, 1, id="one-pair-2-others-1"),
-    pytest.param({(0, 1): 2}, 4, None, 1, id="mesh4_double"),
-    pytest.param({(0, 1): 2, (2, 3): 2}, 4, [3, 1, 0, 2], 1, id="two-pairs-2-others-1-shuffled"),
-    pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, None, 2, id="3-vs-2"),
-    pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, [2, 0, 1], 2, id="3-vs-2-shuffled"),
-    pytest.param({(0, 1): 2, (0, 2): 2, (1, 2): 2}, 3, [1, 2, 0], 2, id="all-2"),
-    pytest.param({(0, 1): 3, (0, 2): 3, (0, 3): 2, (1, 2): 3, (1, 3): 3, (2, 3): 3}, 4, None, 2,
-                 id="3-vs-2-mesh4"),
-])
+@pytest.mark.parametrize(
+    "pairs, n, order, count",
+    [
+        pytest.param({(0, 1): 2}, 3, None, 1, id="one-pair-2-others-1"),
+        pytest.param({(0, 1): 2}, 4, None, 1, id="mesh4_double"),
+        pytest.param({(0, 1): 2, (2, 3): 2}, 4, [3, 1, 0, 2], 1, id="two-pairs-2-others-1-shuffled"),
+        pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, None, 2, id="3-vs-2"),
+        pytest.param({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3, [2, 0, 1], 2, id="3-vs-2-shuffled"),
+        pytest.param({(0, 1): 2, (0, 2): 2, (1, 2): 2}, 3, [1, 2, 0], 2, id="all-2"),
+        pytest.param({(0, 1): 3, (0, 2): 3, (0, 3): 2, (1, 2): 3, (1, 3): 3, (2, 3): 3}, 4, None, 2, id="3-vs-2-mesh4"),
+    ],
+)
 def test_jaccl_rdma_matrix_matches_mlx_with_uneven_cabling(mlx_config, pairs, n, order, count):
     hosts, cables = uneven(pairs, n)
     order = [hosts[i] for i in order] if order else hosts
@@ -249,8 +267,9 @@ def test_jaccl_pair_lists_the_same_cables_at_both_ends():
     for i, hi in enumerate(hosts):
         for j, hj in enumerate(hosts):
             if i != j:
-                assert [ends[(hi, d[len("rdma_"):])] for d in rows[i][j]] == \
-                    [(hj, d[len("rdma_"):]) for d in rows[j][i]]
+                assert [ends[(hi, d[len("rdma_") :])] for d in rows[i][j]] == [
+                    (hj, d[len("rdma_") :]) for d in rows[j][i]
+                ]
 
 
 @settings(max_examples=60, deadline=None)
@@ -294,9 +313,11 @@ def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
 
 def test_difference_docks(mlx_config):
     hosts = ["m1", "m2", "m3"]
-    cables = [cable("m1", "en2", "m2", "en2"),
-              cable("m2", "en3", "m3", "en3", via=["CalDigit TS4"], seen_by="a"),
-              cable("m3", "en4", "m1", "en4", via=["OWC Hub", "CalDigit TS4"])]
+    cables = [
+        cable("m1", "en2", "m2", "en2"),
+        cable("m2", "en3", "m3", "en3", via=["CalDigit TS4"], seen_by="a"),
+        cable("m3", "en4", "m1", "en4", via=["OWC Hub", "CalDigit TS4"]),
+    ]
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     theirs = mlx_config.make_connectivity_matrix(tb_hosts, rev)
@@ -308,8 +329,7 @@ def test_difference_docks(mlx_config):
 
 def test_difference_rdma_capable_links(mlx_config):
     hosts, cables = mesh_cables(3)
-    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} == {"m00", "m02"} else c
-              for c in cables]
+    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} == {"m00", "m02"} else c for c in cables]
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     # MLX: a mesh (it never reads the link speed) and RDMA devices everywhere -> configure_jaccl
@@ -337,8 +357,18 @@ def test_difference_pool(mlx_config):
 def test_difference_bottleneck_ring(mlx_config):
     # Ring a-b-c-d has 1 cable per hop; ring a-c-b-d has 2 per hop.
     hosts = ["a", "b", "c", "d"]
-    pairs = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a"),
-             ("a", "c"), ("a", "c"), ("b", "c"), ("b", "d"), ("b", "d"), ("a", "d")]
+    pairs = [
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "d"),
+        ("d", "a"),
+        ("a", "c"),
+        ("a", "c"),
+        ("b", "c"),
+        ("b", "d"),
+        ("b", "d"),
+        ("a", "d"),
+    ]
     cables = [cable(x, "en%d" % (2 + k), y, "en%d" % (20 + k)) for k, (x, y) in enumerate(pairs)]
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
@@ -363,8 +393,12 @@ def test_difference_ring_search_speed(mlx_config):
 def test_difference_inconsistent_sightings(mlx_config):
     hosts = ["m1", "m2", "m3"]
     facts = make_facts(hosts, [cable("m2", "en3", "m3", "en2")], empty_ports={"m1": ["en2"]})
-    find_port(facts, "m1", "en2")["peer"] = {"domain_uuid": tb_uuid("m2", "en3"), "name": "Mac Studio",
-                                             "model_id": None, "via": []}
+    find_port(facts, "m1", "en2")["peer"] = {
+        "domain_uuid": tb_uuid("m2", "en3"),
+        "name": "Mac Studio",
+        "model_id": None,
+        "via": [],
+    }
     links = planner.links(facts)
     assert [p["code"] for p in links["problems"]] == ["miswired"]
     assert our_matrix(hosts, links) == [[0, 0, 0], [0, 0, 1], [0, 1, 0]]

@@ -75,20 +75,21 @@ def test_links_recover_the_wiring(wiring):
 
 
 @SETTINGS
-@given(wirings(), st.integers(20, 28), st.lists(st.tuples(st.integers(0, 255), st.integers(24, 30)),
-                                                 max_size=4), st.data())
+@given(
+    wirings(), st.integers(20, 28), st.lists(st.tuples(st.integers(0, 255), st.integers(24, 30)), max_size=4), st.data()
+)
 def test_ip_plan_invariants(wiring, pool_prefix, holes, data):
     hosts, cables = wiring
     links = planner.links(make_facts(hosts, cables))
     pool = ipaddress.ip_network("10.208.0.0/%d" % pool_prefix)
-    excluded = [str(ipaddress.ip_network("10.208.%d.0/%d" % (third, prefix), strict=False))
-                for third, prefix in holes]
+    excluded = [str(ipaddress.ip_network("10.208.%d.0/%d" % (third, prefix), strict=False)) for third, prefix in holes]
     # some exclusions come as a LAN on a non-cable interface instead
     lan_host = data.draw(st.sampled_from(hosts))
     interfaces = {lan_host: {"en0": {"ipv4": [{"address": "10.208.1.77", "prefix": 26}]}}}
     all_excluded = excluded + ["10.208.1.64/26"]
-    free = {s for s in pool.subnets(new_prefix=30)
-            if not any(s.overlaps(ipaddress.ip_network(x)) for x in all_excluded)}
+    free = {
+        s for s in pool.subnets(new_prefix=30) if not any(s.overlaps(ipaddress.ip_network(x)) for x in all_excluded)
+    }
     try:
         plan = planner.ip_plan(links, pool=str(pool), interfaces=interfaces, exclude=excluded)
     except PlanError as exc:
@@ -100,12 +101,13 @@ def test_ip_plan_invariants(wiring, pool_prefix, holes, data):
 
 
 @SETTINGS
-@given(wirings(one_sided=True), st.integers(0, 2 ** 32))
+@given(wirings(one_sided=True), st.integers(0, 2**32))
 def test_deterministic_under_shuffles(wiring, seed):
     hosts, cables = wiring
     facts = make_facts(hosts, cables)
-    interfaces = {h: {"en0": {"ipv4": [{"address": "192.168.1.%d" % (i + 2), "prefix": 24}]}}
-                  for i, h in enumerate(hosts)}
+    interfaces = {
+        h: {"en0": {"ipv4": [{"address": "192.168.1.%d" % (i + 2), "prefix": 24}]}} for i, h in enumerate(hosts)
+    }
     links = planner.links(facts)
     plan = planner.ip_plan(links, interfaces=interfaces)
     topo = planner.topology(links, hosts)
@@ -138,7 +140,7 @@ def test_adding_or_removing_a_cable_keeps_the_others(wiring, data):
         assert after["cables"][c["id"]] == dict(plan["cables"][c["id"]], kept=True)
     check_plan(after, more)
     # without current addresses the hash alone keeps the others, unless home slots collide
-    slots = 2 ** 14
+    slots = 2**14
     homes = [planner._slot_home(c["id"], slots) for c in more["cables"]]
     if len(set(homes)) == len(homes):
         fresh = planner.ip_plan(more)
@@ -164,8 +166,9 @@ def test_ring_found_is_a_real_ring(wiring):
     if topo["ring"]:
         assert topo["ring"][0] == hosts[0]
         assert ring_is_valid(topo["ring"], hosts, w, idx) == topo["ring_width"]
-    assert topo["missing"] == [[hosts[i], hosts[j]] for i in range(len(hosts))
-                               for j in range(i + 1, len(hosts)) if not w[i][j]]
+    assert topo["missing"] == [
+        [hosts[i], hosts[j]] for i in range(len(hosts)) for j in range(i + 1, len(hosts)) if not w[i][j]
+    ]
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,27 +14,43 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
-LAN = {"m00": "10.1.0.10", "m01": "10.1.0.11", "m02": "10.1.0.12", "m03": "10.1.0.13",
-       "r00": "10.1.0.20", "r01": "10.1.0.21", "r02": "10.1.0.22", "r03": "10.1.0.23"}
+LAN = {
+    "m00": "10.1.0.10",
+    "m01": "10.1.0.11",
+    "m02": "10.1.0.12",
+    "m03": "10.1.0.13",
+    "r00": "10.1.0.20",
+    "r01": "10.1.0.21",
+    "r02": "10.1.0.22",
+    "r03": "10.1.0.23",
+}
 
 
 def rdma_facts(facts, down=(), missing=(), disabled=False):
     """{host: mlx_rdma facts}: a device per Thunderbolt port, PORT_ACTIVE unless in `down`."""
     out = {}
     for host, tb in facts.items():
-        devices = [{"name": "rdma_%s" % p["iface"], "iface": p["iface"],
-                    "port_state": "PORT_DOWN" if (host, p["iface"]) in down else "PORT_ACTIVE"}
-                   for p in tb["ports"] if (host, p["iface"]) not in missing]
-        out[host] = {"rdma_ctl": "disabled" if disabled == host else "enabled",
-                     "usable": disabled != host and bool(devices), "devices": devices}
+        devices = [
+            {
+                "name": "rdma_%s" % p["iface"],
+                "iface": p["iface"],
+                "port_state": "PORT_DOWN" if (host, p["iface"]) in down else "PORT_ACTIVE",
+            }
+            for p in tb["ports"]
+            if (host, p["iface"]) not in missing
+        ]
+        out[host] = {
+            "rdma_ctl": "disabled" if disabled == host else "enabled",
+            "usable": disabled != host and bool(devices),
+            "devices": devices,
+        }
     return out
 
 
 def plan(hosts, cables, order=None, rdma=None, **kw):
     facts = make_facts(hosts, cables)
     links = planner.links(facts)
-    topo = planner.topology(links, order or hosts, rdma=rdma_facts(facts) if rdma is None else rdma(facts),
-                            **kw)
+    topo = planner.topology(links, order or hosts, rdma=rdma_facts(facts) if rdma is None else rdma(facts), **kw)
     return links, topo, planner.ip_plan(links)
 
 
@@ -56,14 +72,22 @@ def test_tb5_mesh_with_active_devices_is_jaccl_and_says_why():
     assert topo["backend_reason"].startswith("jaccl: RDMA on every host")
 
 
-@pytest.mark.parametrize("kw, reason, fix", [
-    pytest.param({"speed": 40}, "TB4 40 Gb/s", "Thunderbolt 5 cable", id="tb4-cable"),
-    pytest.param({"via": ["CalDigit TS4"]}, "through CalDigit TS4", "mlx_cluster_rdma_through_docks",
-                 id="dock-both-sides"),
-    pytest.param({"via": ["CalDigit TS4"], "seen_by": "a"}, "through CalDigit TS4", "cable the two Macs directly",
-                 id="dock-one-sided"),
-    pytest.param({"speed": None}, "link speed unknown", "gather facts again", id="speed-unknown"),
-])
+@pytest.mark.parametrize(
+    "kw, reason, fix",
+    [
+        pytest.param({"speed": 40}, "TB4 40 Gb/s", "Thunderbolt 5 cable", id="tb4-cable"),
+        pytest.param(
+            {"via": ["CalDigit TS4"]}, "through CalDigit TS4", "mlx_cluster_rdma_through_docks", id="dock-both-sides"
+        ),
+        pytest.param(
+            {"via": ["CalDigit TS4"], "seen_by": "a"},
+            "through CalDigit TS4",
+            "cable the two Macs directly",
+            id="dock-one-sided",
+        ),
+        pytest.param({"speed": None}, "link speed unknown", "gather facts again", id="speed-unknown"),
+    ],
+)
 def test_a_cable_that_cannot_carry_rdma_keeps_jaccl_out_and_is_named(kw, reason, fix):
     hosts, cables = mesh_with(3, 0, 2, **kw)
     _links, topo, ip = plan(hosts, cables)
@@ -78,8 +102,12 @@ def test_a_cable_that_cannot_carry_rdma_keeps_jaccl_out_and_is_named(kw, reason,
     # asked for explicitly: a clear failure naming the cable and the fix, no hostfile
     for backend in ("jaccl", "jaccl-ring"):
         with pytest.raises(PlanError, match="backend %s needs .*m00:en4 <-> m02:en2.*fix: .*%s" % (backend, fix)):
-            planner.topology(planner.links(make_facts(hosts, cables)), hosts,
-                             rdma=rdma_facts(make_facts(hosts, cables)), backend=backend)
+            planner.topology(
+                planner.links(make_facts(hosts, cables)),
+                hosts,
+                rdma=rdma_facts(make_facts(hosts, cables)),
+                backend=backend,
+            )
 
 
 def test_rdma_through_docks_is_an_opt_in():
@@ -93,24 +121,35 @@ def test_rdma_through_docks_is_an_opt_in():
     assert topo["backend"] == "ring" and topo["no_rdma"][0]["reasons"] == ["TB4 40 Gb/s"]
 
 
-@pytest.mark.parametrize("where, reason", [
-    pytest.param("down", "rdma_en2 on m02 is PORT_DOWN", id="port-down"),
-    pytest.param("missing", "no RDMA device rdma_en2 on m02", id="no-device"),
-])
+@pytest.mark.parametrize(
+    "where, reason",
+    [
+        pytest.param("down", "rdma_en2 on m02 is PORT_DOWN", id="port-down"),
+        pytest.param("missing", "no RDMA device rdma_en2 on m02", id="no-device"),
+    ],
+)
 def test_an_end_without_an_active_device_is_named_with_its_host(where, reason):
     hosts, cables = mesh_cables(3)
     _links, topo, _ip = plan(hosts, cables, rdma=lambda f: rdma_facts(f, **{where: {("m02", "en2")}}))
     assert topo["backend"] == "ring"
-    assert topo["no_rdma"] == [{"cable": "m00:en4~m02:en2", "name": "m00:en4 <-> m02:en2",
-                                "reasons": [reason], "fix": topo["no_rdma"][0]["fix"]}]
+    assert topo["no_rdma"] == [
+        {
+            "cable": "m00:en4~m02:en2",
+            "name": "m00:en4 <-> m02:en2",
+            "reasons": [reason],
+            "fix": topo["no_rdma"][0]["fix"],
+        }
+    ]
     assert "m02" in topo["no_rdma"][0]["fix"] or "Thunderbolt 5 port" in topo["no_rdma"][0]["fix"]
 
 
 def test_a_ring_of_rdma_cables_inside_a_mesh_is_jaccl_ring():
     # 4 hosts, full mesh; both diagonals are TB4: the TB5 cables still form the ring 0-1-2-3
     hosts, cables = mesh_cables(4)
-    cables = [cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} in ({"m00", "m02"}, {"m01", "m03"})
-              else c for c in cables]
+    cables = [
+        cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} in ({"m00", "m02"}, {"m01", "m03"}) else c
+        for c in cables
+    ]
     _links, topo, ip = plan(hosts, cables)
     assert topo["backend"] == "jaccl-ring" and topo["rdma_ring"] == ["m00", "m01", "m02", "m03"]
     assert topo["backend_reason"].startswith("jaccl-ring, not jaccl: m00-m02, m01-m03 have no cable that carries RDMA")
@@ -129,8 +168,11 @@ def test_a_ring_of_rdma_cables_inside_a_mesh_is_jaccl_ring():
 
 def test_a_tb4_second_cable_stays_out_of_the_jaccl_matrix_and_is_named():
     hosts, cables = mesh_cables(3)
-    cables += [cable("m00", "en7", "m01", "en7", speed=40), cable("m00", "en8", "m02", "en8"),
-               cable("m01", "en9", "m02", "en9")]
+    cables += [
+        cable("m00", "en7", "m01", "en7", speed=40),
+        cable("m00", "en8", "m02", "en8"),
+        cable("m01", "en9", "m02", "en9"),
+    ]
     _links, topo, ip = plan(hosts, cables)
     assert topo["backend"] == "jaccl"
     assert "not used for RDMA: m00:en7 <-> m01:en7 (TB4 40 Gb/s)" in topo["backend_reason"]
@@ -143,7 +185,9 @@ def test_rdma_required_leaves_no_backend_and_names_the_cable_and_fix():
     hosts, cables = mesh_with(3, 0, 2, speed=40)
     _links, topo, _ip = plan(hosts, cables, rdma_required=True)
     assert topo["backend"] is None
-    assert "RDMA is required" in topo["backend_reason"] and "m00:en4 <-> m02:en2 (TB4 40 Gb/s)" in topo["backend_reason"]
+    assert (
+        "RDMA is required" in topo["backend_reason"] and "m00:en4 <-> m02:en2 (TB4 40 Gb/s)" in topo["backend_reason"]
+    )
     assert "Thunderbolt 5 cable" in topo["backend_fix"]
     with pytest.raises(PlanError, match="backend ring needs RDMA"):
         plan(hosts, cables, rdma_required=True, backend="ring")

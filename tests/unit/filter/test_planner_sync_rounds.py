@@ -114,8 +114,7 @@ def test_mesh4_is_one_round_from_rank0_over_its_own_cables():
 def test_ring4_goes_both_ways_in_two_rounds():
     hosts, cables = ring(4)
     result = rounds_of(hosts, cables)
-    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")],
-                             [("m2", "m3", "thunderbolt")]]
+    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")], [("m2", "m3", "thunderbolt")]]
 
 
 @pytest.mark.parametrize("n", [3, 4, 5, 8, 9, 16])
@@ -141,9 +140,11 @@ def test_ring8_depth_four_each_round_one_copy_each_way():
 
 def test_mesh3_dock_goes_round_the_docked_leg_over_full_speed_cables():
     hosts = names(3)
-    cables = [cable("m1", "en2", "m2", "en2", speed=80),
-              cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
-              cable("m2", "en3", "m3", "en3", speed=80)]
+    cables = [
+        cable("m1", "en2", "m2", "en2", speed=80),
+        cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
+        cable("m2", "en3", "m3", "en3", speed=80),
+    ]
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1")
     assert pairs(result) == [[("m1", "m2", "thunderbolt")], [("m2", "m3", "thunderbolt")]]
@@ -156,16 +157,22 @@ def test_mesh3_dock_goes_round_the_docked_leg_over_full_speed_cables():
 
 def mesh3_dock():
     hosts = names(3)
-    return hosts, [cable("m1", "en2", "m2", "en2", speed=80),
-                   cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
-                   cable("m2", "en3", "m3", "en3", speed=80)]
+    return hosts, [
+        cable("m1", "en2", "m2", "en2", speed=80),
+        cable("m1", "en3", "m3", "en2", speed=40, via=["CalDigit TS4"], seen_by="a"),
+        cable("m2", "en3", "m3", "en3", speed=80),
+    ]
 
 
-MODEL = {"config.json": {"size": 2_000, "mtime": 1}, "model-00001-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
-         "model-00002-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
-         "model-00003-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
-         "model-00004-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
-         "model.safetensors.index.json": {"size": 30_000, "mtime": 1}, "tokenizer.json": {"size": 7_000_000, "mtime": 1}}
+MODEL = {
+    "config.json": {"size": 2_000, "mtime": 1},
+    "model-00001-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+    "model-00002-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+    "model-00003-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+    "model-00004-of-00004.safetensors": {"size": 50_000_000, "mtime": 1},
+    "model.safetensors.index.json": {"size": 30_000, "mtime": 1},
+    "tokenizer.json": {"size": 7_000_000, "mtime": 1},
+}
 
 
 def test_mesh3_dock_the_docked_mac_gets_a_third_straight_over_the_dock_leg_the_rest_relayed():
@@ -177,8 +184,12 @@ def test_mesh3_dock_the_docked_mac_gets_a_third_straight_over_the_dock_leg_the_r
     assert split["src"] == "m1" and split["share"] == 0.5 and split["speed_gbps"] == 40
     assert split["address"] in address_of(plan, "m3", "m1") and split["src_address"] in address_of(plan, "m1", "m3")
     # from the last file rsync sends, each that fits in half the bytes (104 MB of 207 MB, 2 % over at most)
-    assert split["files"] == ["config.json", "model-00004-of-00004.safetensors", "model.safetensors.index.json",
-                              "tokenizer.json"]
+    assert split["files"] == [
+        "config.json",
+        "model-00004-of-00004.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+    ]
     assert split["bytes"] == 57_032_000
     assert result["direct"] == dict(split, dest="m3")
     # without the files: the share alone; the tree itself is unchanged
@@ -196,9 +207,14 @@ def test_no_split_where_no_relayed_mac_has_a_cable_from_the_source(wiring):
 def test_one_split_per_tree_the_nearest_then_first_relayed_mac():
     # m3 and m4 both through m2 (80) and both with a dock leg from m1 (40): m3 alone is split
     hosts = names(4)
-    cables = [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m3", "en2", speed=40),
-              cable("m1", "en4", "m4", "en2", speed=40), cable("m2", "en3", "m3", "en3"),
-              cable("m2", "en4", "m4", "en3"), cable("m3", "en4", "m4", "en4")]
+    cables = [
+        cable("m1", "en2", "m2", "en2"),
+        cable("m1", "en3", "m3", "en2", speed=40),
+        cable("m1", "en4", "m4", "en2", speed=40),
+        cable("m2", "en3", "m3", "en3"),
+        cable("m2", "en4", "m4", "en3"),
+        cable("m3", "en4", "m4", "en4"),
+    ]
     result = rounds_of(hosts, cables)
     assert [(c["src"], c["dest"]) for c in result["rounds"][1]] == [("m2", "m3"), ("m2", "m4")]
     assert result["direct"]["dest"] == "m3" and result["copies"]["m3"]["split"]["src"] == "m1"
@@ -230,8 +246,12 @@ def test_split_files_takes_the_last_files_that_fit_and_never_all_of_them():
 def test_a_wider_path_wins_over_fewer_hops_and_equal_widths_take_fewer_hops():
     # m1-m4 direct at 20; m1-m2-m3-m4 at 80: three hops at 80 beat one at 20
     hosts = names(4)
-    cables = [cable("m1", "en2", "m2", "en2", speed=80), cable("m2", "en3", "m3", "en2", speed=80),
-              cable("m3", "en3", "m4", "en2", speed=80), cable("m1", "en3", "m4", "en3", speed=20)]
+    cables = [
+        cable("m1", "en2", "m2", "en2", speed=80),
+        cable("m2", "en3", "m3", "en2", speed=80),
+        cable("m3", "en3", "m4", "en2", speed=80),
+        cable("m1", "en3", "m4", "en3", speed=20),
+    ]
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1")
     assert result["copies"]["m4"]["path"] == ["m1", "m2", "m3"] and result["depth"] == 3
@@ -250,9 +270,14 @@ def test_a_wider_path_wins_over_fewer_hops_and_equal_widths_take_fewer_hops():
 def test_equal_widths_and_hops_spread_the_senders_load():
     # m1 to m2 and m3; m4 and m5 each cabled to both m2 and m3: one each, not both from m2
     hosts = names(5)
-    cables = [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m3", "en2"),
-              cable("m2", "en3", "m4", "en2"), cable("m3", "en3", "m4", "en3"),
-              cable("m2", "en4", "m5", "en2"), cable("m3", "en4", "m5", "en3")]
+    cables = [
+        cable("m1", "en2", "m2", "en2"),
+        cable("m1", "en3", "m3", "en2"),
+        cable("m2", "en3", "m4", "en2"),
+        cable("m3", "en3", "m4", "en3"),
+        cable("m2", "en4", "m5", "en2"),
+        cable("m3", "en4", "m5", "en3"),
+    ]
     result = rounds_of(hosts, cables)
     assert result["copies"]["m4"]["src"] == "m2" and result["copies"]["m5"]["src"] == "m3"
 
@@ -263,7 +288,8 @@ def test_a_chain_is_passed_down_one_hop_per_round():
     # from the middle: both ways at once
     assert pairs(rounds_of(hosts, cables, source="m3")) == [
         [("m3", "m2", "thunderbolt"), ("m3", "m4", "thunderbolt")],
-        [("m2", "m1", "thunderbolt"), ("m4", "m5", "thunderbolt")]]
+        [("m2", "m1", "thunderbolt"), ("m4", "m5", "thunderbolt")],
+    ]
 
 
 def test_two_islands_the_other_one_seeded_over_the_lan_at_its_centre():
@@ -271,8 +297,10 @@ def test_two_islands_the_other_one_seeded_over_the_lan_at_its_centre():
     cables = [cable("m1", "en2", "m2", "en2"), cable("m3", "en2", "m4", "en2"), cable("m4", "en3", "m5", "en2")]
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1")
-    assert pairs(result) == [[("m1", "m2", "thunderbolt"), ("m1", "m4", "lan")],
-                             [("m4", "m3", "thunderbolt"), ("m4", "m5", "thunderbolt")]]
+    assert pairs(result) == [
+        [("m1", "m2", "thunderbolt"), ("m1", "m4", "lan")],
+        [("m4", "m3", "thunderbolt"), ("m4", "m5", "thunderbolt")],
+    ]
     assert result["lan"] == ["m4"]
     assert result["islands"] == [["m1", "m2"], ["m3", "m4", "m5"]]
     assert len(result["warnings"]) == 1
@@ -293,16 +321,20 @@ def test_one_mac_alone():
 def test_macs_without_any_cable_each_get_a_lan_copy_named_in_a_warning():
     result = rounds_of(names(3), [])
     assert pairs(result) == [[("m1", "m2", "lan"), ("m1", "m3", "lan")]]
-    assert [w.split(":")[0] for w in result["warnings"]] == ["no Thunderbolt path from m1 to m2",
-                                                            "no Thunderbolt path from m1 to m3"]
+    assert [w.split(":")[0] for w in result["warnings"]] == [
+        "no Thunderbolt path from m1 to m2",
+        "no Thunderbolt path from m1 to m3",
+    ]
 
 
 def test_from_the_controller_one_lan_copy_then_the_cables():
     hosts, cables = ring(4)
     result = rounds_of(hosts, cables, source=None)
-    assert pairs(result) == [[(None, "m1", "lan")],
-                             [("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")],
-                             [("m2", "m3", "thunderbolt")]]
+    assert pairs(result) == [
+        [(None, "m1", "lan")],
+        [("m1", "m2", "thunderbolt"), ("m1", "m4", "thunderbolt")],
+        [("m2", "m3", "thunderbolt")],
+    ]
     assert result["warnings"] == []
 
 
@@ -310,8 +342,11 @@ def test_fanout_one_makes_a_mesh_a_chain_and_a_star_goes_over_it():
     hosts, cables = mesh(4)
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1", fanout=1)
-    assert pairs(result) == [[("m1", "m2", "thunderbolt")], [("m2", "m3", "thunderbolt")],
-                             [("m3", "m4", "thunderbolt")]]
+    assert pairs(result) == [
+        [("m1", "m2", "thunderbolt")],
+        [("m2", "m3", "thunderbolt")],
+        [("m3", "m4", "thunderbolt")],
+    ]
     check_tree(result, plan, hosts, "m1", fanout=1)
     # a star: only m1 reaches the others, so it sends to all three, over the limit
     hosts = names(4)
@@ -322,8 +357,12 @@ def test_fanout_one_makes_a_mesh_a_chain_and_a_star_goes_over_it():
 
 def test_the_fastest_of_two_cables_and_the_least_loaded_sender():
     hosts = names(3)
-    cables = [cable("m1", "en2", "m2", "en2", speed=40), cable("m1", "en3", "m2", "en3", speed=80),
-              cable("m2", "en4", "m3", "en2", speed=80), cable("m1", "en4", "m3", "en3", speed=80)]
+    cables = [
+        cable("m1", "en2", "m2", "en2", speed=40),
+        cable("m1", "en3", "m2", "en3", speed=80),
+        cable("m2", "en4", "m3", "en2", speed=80),
+        cable("m1", "en4", "m3", "en3", speed=80),
+    ]
     plan = plan_of(hosts, cables)
     result = sync_plan.plan_rounds(plan, source="m1")
     assert result["copies"]["m2"]["speed_gbps"] == 80
@@ -355,12 +394,16 @@ def test_the_same_wiring_in_any_order_gives_the_same_rounds():
         assert sync_plan.plan_rounds(plan, source="m1") == want
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"source": "m9"}, "the model's source 'm9' is not one of the Macs"),
-    ({"source": "m1", "fanout": -1}, "fanout must be 0"),
-    ({"source": "m1", "fanout": True}, "fanout must be 0"),
-    ({"source": "m1", "hosts": ["m1", "x"]}, "x not in the plan's hosts"),
-], ids=["source", "fanout-negative", "fanout-bool", "hosts"])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"source": "m9"}, "the model's source 'm9' is not one of the Macs"),
+        ({"source": "m1", "fanout": -1}, "fanout must be 0"),
+        ({"source": "m1", "fanout": True}, "fanout must be 0"),
+        ({"source": "m1", "hosts": ["m1", "x"]}, "x not in the plan's hosts"),
+    ],
+    ids=["source", "fanout-negative", "fanout-bool", "hosts"],
+)
 def test_bad_arguments_say_what_is_wrong(kwargs, words):
     hosts, cables = ring(3)
     with pytest.raises(PlanError, match=words):
@@ -438,8 +481,11 @@ def test_the_filter_is_the_same_function_and_names_itself_in_errors(filters, fil
     plan = plan_of(hosts, cables)
     assert filters["mlx_sync_rounds"](plan, "m1") == sync_plan.plan_rounds(plan, source="m1")
     # empty or null: the controller (model_sync_tree_from: controller)
-    assert filters["mlx_sync_rounds"](plan, "") == filters["mlx_sync_rounds"](plan, None) \
+    assert (
+        filters["mlx_sync_rounds"](plan, "")
+        == filters["mlx_sync_rounds"](plan, None)
         == sync_plan.plan_rounds(plan, source=None)
+    )
     with pytest.raises(filter_error, match="^mlx_sync_rounds: the model's source 'm9'"):
         filters["mlx_sync_rounds"](plan, "m9")
     with pytest.raises(filter_error, match="^mlx_sync_rounds: fanout must be"):

@@ -17,8 +17,7 @@ def links_of(hosts, cables):
 
 def chain(names, **kw):
     """Cables a-b, b-c, ... with distinct ifaces."""
-    return [cable(x, "en%d" % (10 + i), y, "en%d" % (30 + i), **kw)
-            for i, (x, y) in enumerate(zip(names, names[1:]))]
+    return [cable(x, "en%d" % (10 + i), y, "en%d" % (30 + i), **kw) for i, (x, y) in enumerate(zip(names, names[1:]))]
 
 
 def test_full_mesh_with_rdma_is_jaccl():
@@ -78,8 +77,11 @@ def test_path_nothing_fits_says_what_is_missing():
 
 def test_two_triangles_sharing_a_host():
     hosts = ["a", "b", "c", "d", "e"]
-    cables = chain(["a", "b", "c", "a"]) + [cable("c", "en50", "d", "en50"), cable("d", "en51", "e", "en51"),
-                                            cable("e", "en52", "c", "en52")]
+    cables = chain(["a", "b", "c", "a"]) + [
+        cable("c", "en50", "d", "en50"),
+        cable("d", "en51", "e", "en51"),
+        cable("e", "en52", "c", "en52"),
+    ]
     topo = planner.topology(links_of(hosts, cables), hosts)
     assert topo["ring"] is None
     assert "pass c twice" in topo["message"]
@@ -93,8 +95,23 @@ def test_disconnected_groups():
     assert "2 separate groups: {a, b, c}; {d, e, f}" in topo["message"]
 
 
-PETERSEN = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 5), (1, 6), (2, 7), (3, 8), (4, 9),
-            (5, 7), (7, 9), (9, 6), (6, 8), (8, 5)]
+PETERSEN = [
+    (0, 1),
+    (1, 2),
+    (2, 3),
+    (3, 4),
+    (4, 0),
+    (0, 5),
+    (1, 6),
+    (2, 7),
+    (3, 8),
+    (4, 9),
+    (5, 7),
+    (7, 9),
+    (9, 6),
+    (6, 8),
+    (8, 5),
+]
 
 
 def test_petersen_graph_has_no_ring_exhaustive():
@@ -123,11 +140,14 @@ def test_cables_to_hosts_outside_the_plan_are_ignored():
     assert "2 cables to hosts outside this plan ignored" in topo["message"]
 
 
-@pytest.mark.parametrize("backend, rdma, match", [
-    pytest.param("jaccl", True, "needs a full mesh \\(no cable between r00-r02, r01-r03\\)", id="jaccl-no-mesh"),
-    pytest.param("jaccl-ring", {"r00": True}, "needs RDMA on r01, r02, r03", id="jaccl-ring-no-rdma"),
-    pytest.param("jaccl", False, "full mesh .* and RDMA on r00, r01, r02, r03", id="jaccl-neither"),
-])
+@pytest.mark.parametrize(
+    "backend, rdma, match",
+    [
+        pytest.param("jaccl", True, "needs a full mesh \\(no cable between r00-r02, r01-r03\\)", id="jaccl-no-mesh"),
+        pytest.param("jaccl-ring", {"r00": True}, "needs RDMA on r01, r02, r03", id="jaccl-ring-no-rdma"),
+        pytest.param("jaccl", False, "full mesh .* and RDMA on r00, r01, r02, r03", id="jaccl-neither"),
+    ],
+)
 def test_explicit_backend_must_fit(backend, rdma, match):
     hosts, cables = ring_cables(4)
     with pytest.raises(PlanError, match=match):
@@ -146,14 +166,17 @@ def test_explicit_backend_that_fits():
     assert topo["backend"] == "jaccl-ring"
 
 
-@pytest.mark.parametrize("hosts, kw, match", [
-    pytest.param(["a"], {}, "at least 2 hosts", id="one-host"),
-    pytest.param(["a", "a"], {}, "lists a more than once", id="duplicate"),
-    pytest.param("ab", {}, "must be a list", id="string"),
-    pytest.param(["a", "b"], {"backend": "mpi"}, "backend must be", id="backend"),
-    pytest.param(["a", "b"], {"rdma": "yes"}, "rdma must be", id="rdma"),
-    pytest.param(["a", "b"], {"rdma": {"a": "yes"}}, "rdma\\[a\\] must be", id="rdma-map"),
-])
+@pytest.mark.parametrize(
+    "hosts, kw, match",
+    [
+        pytest.param(["a"], {}, "at least 2 hosts", id="one-host"),
+        pytest.param(["a", "a"], {}, "lists a more than once", id="duplicate"),
+        pytest.param("ab", {}, "must be a list", id="string"),
+        pytest.param(["a", "b"], {"backend": "mpi"}, "backend must be", id="backend"),
+        pytest.param(["a", "b"], {"rdma": "yes"}, "rdma must be", id="rdma"),
+        pytest.param(["a", "b"], {"rdma": {"a": "yes"}}, "rdma\\[a\\] must be", id="rdma-map"),
+    ],
+)
 def test_bad_arguments(hosts, kw, match):
     with pytest.raises(PlanError, match=match):
         planner.topology({"cables": []}, hosts, **kw)
@@ -199,13 +222,16 @@ def _fastest_ms(fn, runs=3):
     return best
 
 
-@pytest.mark.parametrize("case, build", [
-    pytest.param("ring64", lambda: ring_cables(64), id="ring-64"),
-    pytest.param("torus8x8", lambda: torus_cables(8, 8), id="torus-8x8"),
-    pytest.param("torus4x5", lambda: torus_cables(4, 5), id="torus-4x5"),
-    pytest.param("mesh8", lambda: mesh_cables(8), id="mesh-8"),
-    pytest.param("mesh9", lambda: mesh_cables(9), id="mesh-9"),
-])
+@pytest.mark.parametrize(
+    "case, build",
+    [
+        pytest.param("ring64", lambda: ring_cables(64), id="ring-64"),
+        pytest.param("torus8x8", lambda: torus_cables(8, 8), id="torus-8x8"),
+        pytest.param("torus4x5", lambda: torus_cables(4, 5), id="torus-4x5"),
+        pytest.param("mesh8", lambda: mesh_cables(8), id="mesh-8"),
+        pytest.param("mesh9", lambda: mesh_cables(9), id="mesh-9"),
+    ],
+)
 def test_fast_on_large_clusters(case, build):
     hosts, cables = build()
     links = links_of(hosts, cables)

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import yaml
+
 from tests.unit.filter.controller import ROOT, controller_imports
 
 
@@ -17,18 +18,36 @@ def play_hosts(checks_filters):
     return checks_filters["mlx_play_hosts"]
 
 
-PLAY_TAGS = [["network"], ["preflight", "rdma_check"], ["env", "benchmark", "net_check", "server"],
-             ["net_check", "never"], ["server_stop", "never"]]
-SELECTIONS = [[], ["all"], ["tagged"], ["untagged"], ["network"], ["network", "hostfile"], ["server"],
-              ["net_check"], ["server_stop"], ["always"], ["never"], ["rdma_check"]]
+PLAY_TAGS = [
+    ["network"],
+    ["preflight", "rdma_check"],
+    ["env", "benchmark", "net_check", "server"],
+    ["net_check", "never"],
+    ["server_stop", "never"],
+]
+SELECTIONS = [
+    [],
+    ["all"],
+    ["tagged"],
+    ["untagged"],
+    ["network"],
+    ["network", "hostfile"],
+    ["server"],
+    ["net_check"],
+    ["server_stop"],
+    ["always"],
+    ["never"],
+    ["rdma_check"],
+]
 
 
 @functools.cache
 def _plugins_ready():
     """Ansible's plugin loader, once per process (a Play resolves its tasks' actions)."""
     from ansible.plugins.loader import init_plugin_loader
+
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # already configured by another test module: fine
+        warnings.simplefilter("ignore")  # already configured by another test module: fine
         init_plugin_loader()
 
 
@@ -38,11 +57,19 @@ def ansible_runs(tags, only, skip):
         from ansible.parsing.dataloader import DataLoader
         from ansible.playbook.play import Play
         from ansible.vars.manager import VariableManager
+
         _plugins_ready()
         loader = DataLoader()
-        play = Play.load({"hosts": "x", "gather_facts": False, "tags": list(tags),
-                          "tasks": [{"name": "the task", "ansible.builtin.debug": {"msg": "x"}}]},
-                         loader=loader, variable_manager=VariableManager(loader=loader))
+        play = Play.load(
+            {
+                "hosts": "x",
+                "gather_facts": False,
+                "tags": list(tags),
+                "tasks": [{"name": "the task", "ansible.builtin.debug": {"msg": "x"}}],
+            },
+            loader=loader,
+            variable_manager=VariableManager(loader=loader),
+        )
         task = next(t for b in play.compile() for t in b.block if t.name == "the task")
         return task.evaluate_tags(only, skip, {})
 
@@ -67,7 +94,7 @@ def test_every_play_passes_its_own_tags():
     for path in sorted((ROOT / "playbooks").glob("*.yml")):
         for play in yaml.safe_load(path.read_text()):
             hosts, tags = play["hosts"], play.get("tags", [])
-            if tags == ["always"]:      # discovery and planning: every run
+            if tags == ["always"]:  # discovery and planning: every run
                 assert "mlx_play_hosts" not in hosts, path
                 continue
             found += 1

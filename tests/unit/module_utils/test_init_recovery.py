@@ -23,32 +23,43 @@ daemon = load_program("mlx_server", "mlx_server_daemon.py")
 REFUSED = errno.ECONNREFUSED  # the errno MLX prints is this OS's (61 on macOS, 111 on Linux)
 
 
-@pytest.mark.parametrize("text, kind", [
-    pytest.param(f"[ring] Couldn't connect (error: {REFUSED})", "race", id="ring-peer-not-listening"),
-    pytest.param(f"[jaccl] Couldn't connect (error: {REFUSED})", "race", id="coordinator-not-listening"),
-    pytest.param(f"[ring] Couldn't bind socket (error: {errno.EADDRINUSE})", "race", id="port-still-held"),
-    pytest.param("Cannot initialize jaccl distributed backend.", "rdma", id="mlx-without-jaccl"),
-    pytest.param("[jaccl] Could not open device rdma_en2", "rdma", id="open-device"),
-    pytest.param("[jaccl] Could not find device rdma_en3 (0 available)", "rdma", id="no-device"),
-    pytest.param("[jaccl] Couldn't allocate protection domain", "rdma", id="pd"),
-    pytest.param("[jaccl] Couldn't create completion queue", "rdma", id="cq"),
-    pytest.param("[jaccl] Couldn't create queue pair", "rdma", id="qp-0.31"),
-    pytest.param("[jaccl] Creating the queue pair failed with 'Resource busy (16)'.", "rdma", id="qp-0.32"),
-    pytest.param("[jaccl] Changing queue pair to INIT failed with errno 22", "rdma", id="qp-init"),
-    pytest.param("[jaccl] Changing queue pair to RTR failed with errno 110", "rdma", id="qp-rtr"),
-    pytest.param("[jaccl] Changing queue pair to RTS failed with errno 22", "rdma", id="qp-rts"),
-    pytest.param("[jaccl] No IPv4-mapped GID for this device. Thunderbolt RDMA ports only publish one "
-                 "once the interface has an IPv4 address", "rdma", id="gid"),
-    pytest.param("[jaccl] Register memory region failed", "rdma", id="mr"),
-    pytest.param("[jaccl] Recv failed with error code 12", "rdma", id="post-recv"),
-    pytest.param(f"[ring] Couldn't connect (error: {errno.ETIMEDOUT})", "network", id="timed-out"),
-    pytest.param(f"[jaccl] Couldn't connect (error: {errno.EHOSTUNREACH})", "network", id="unreachable"),
-    pytest.param(f"[ring] Couldn't bind socket (error: {errno.EADDRNOTAVAIL})", "network", id="not-my-address"),
-    pytest.param("[jaccl] Recv failed with errno=0", "peer", id="side-channel-peer-hung-up"),
-    pytest.param("[jaccl] The devices do not form a valid mesh.", "config", id="bad-device-file"),
-    pytest.param('[ring] You need to provide via environment variables both a rank (MLX_RANK) and a '
-                 'hostfile (MLX_HOSTFILE) but provided MLX_RANK="" and MLX_HOSTFILE=""', "config", id="no-env"),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        pytest.param(f"[ring] Couldn't connect (error: {REFUSED})", "race", id="ring-peer-not-listening"),
+        pytest.param(f"[jaccl] Couldn't connect (error: {REFUSED})", "race", id="coordinator-not-listening"),
+        pytest.param(f"[ring] Couldn't bind socket (error: {errno.EADDRINUSE})", "race", id="port-still-held"),
+        pytest.param("Cannot initialize jaccl distributed backend.", "rdma", id="mlx-without-jaccl"),
+        pytest.param("[jaccl] Could not open device rdma_en2", "rdma", id="open-device"),
+        pytest.param("[jaccl] Could not find device rdma_en3 (0 available)", "rdma", id="no-device"),
+        pytest.param("[jaccl] Couldn't allocate protection domain", "rdma", id="pd"),
+        pytest.param("[jaccl] Couldn't create completion queue", "rdma", id="cq"),
+        pytest.param("[jaccl] Couldn't create queue pair", "rdma", id="qp-0.31"),
+        pytest.param("[jaccl] Creating the queue pair failed with 'Resource busy (16)'.", "rdma", id="qp-0.32"),
+        pytest.param("[jaccl] Changing queue pair to INIT failed with errno 22", "rdma", id="qp-init"),
+        pytest.param("[jaccl] Changing queue pair to RTR failed with errno 110", "rdma", id="qp-rtr"),
+        pytest.param("[jaccl] Changing queue pair to RTS failed with errno 22", "rdma", id="qp-rts"),
+        pytest.param(
+            "[jaccl] No IPv4-mapped GID for this device. Thunderbolt RDMA ports only publish one "
+            "once the interface has an IPv4 address",
+            "rdma",
+            id="gid",
+        ),
+        pytest.param("[jaccl] Register memory region failed", "rdma", id="mr"),
+        pytest.param("[jaccl] Recv failed with error code 12", "rdma", id="post-recv"),
+        pytest.param(f"[ring] Couldn't connect (error: {errno.ETIMEDOUT})", "network", id="timed-out"),
+        pytest.param(f"[jaccl] Couldn't connect (error: {errno.EHOSTUNREACH})", "network", id="unreachable"),
+        pytest.param(f"[ring] Couldn't bind socket (error: {errno.EADDRNOTAVAIL})", "network", id="not-my-address"),
+        pytest.param("[jaccl] Recv failed with errno=0", "peer", id="side-channel-peer-hung-up"),
+        pytest.param("[jaccl] The devices do not form a valid mesh.", "config", id="bad-device-file"),
+        pytest.param(
+            "[ring] You need to provide via environment variables both a rank (MLX_RANK) and a "
+            'hostfile (MLX_HOSTFILE) but provided MLX_RANK="" and MLX_HOSTFILE=""',
+            "config",
+            id="no-env",
+        ),
+    ],
+)
 def test_init_failures_are_classified_by_mlxs_own_texts(text, kind):
     assert startup.init_failure_kind(RuntimeError(text)) == kind
 
@@ -92,8 +103,9 @@ def _init(errors, deadline=600.0):
     clock, lines = Clock(), []
     mx = FakeMx(errors, clock)
     try:
-        group = startup._init_with_backoff(mx, "jaccl", deadline, "rank 1 on studio-2", lines.append,
-                                           sleep=clock.sleep, clock=clock)
+        group = startup._init_with_backoff(
+            mx, "jaccl", deadline, "rank 1 on studio-2", lines.append, sleep=clock.sleep, clock=clock
+        )
         return group, None, mx, clock, lines
     except startup.InitError as err:
         return None, err, mx, clock, lines
@@ -125,15 +137,19 @@ def test_a_race_never_waits_past_the_deadline():
     assert clock.now <= 2.0 and clock.sleeps == [0.5, 1.0, 0.5]
 
 
-@pytest.mark.parametrize("text", [
-    "[jaccl] Changing queue pair to RTR failed with errno 110",
-    "[jaccl] Could not open device rdma_en3",
-    "Cannot initialize jaccl distributed backend.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[jaccl] Changing queue pair to RTR failed with errno 110",
+        "[jaccl] Could not open device rdma_en3",
+        "Cannot initialize jaccl distributed backend.",
+    ],
+)
 def test_an_rdma_failure_is_never_retried(text, tmp_path, monkeypatch):
     devices = tmp_path / "devices.json"
-    devices.write_text(json.dumps([[None, "rdma_en2", "rdma_en3"], ["rdma_en2", None, "rdma_en4"],
-                                   ["rdma_en3", "rdma_en4", None]]))
+    devices.write_text(
+        json.dumps([[None, "rdma_en2", "rdma_en3"], ["rdma_en2", None, "rdma_en4"], ["rdma_en3", "rdma_en4", None]])
+    )
     monkeypatch.setenv("MLX_RANK", "0")
     monkeypatch.setenv("MLX_IBV_DEVICES", str(devices))
     group, err, mx, clock, _lines = _init([text] * 5)
@@ -152,11 +168,14 @@ def test_an_rdma_failure_is_never_retried(text, tmp_path, monkeypatch):
         assert "replug" in msg and "reboot this Mac" in msg and "rdma_ctl status" in msg
 
 
-@pytest.mark.parametrize("text, kind", [
-    (f"[ring] Couldn't connect (error: {errno.EHOSTUNREACH})", "network"),
-    ("[jaccl] Recv failed with errno=0", "peer"),
-    ("[jaccl] The devices do not form a valid mesh.", "config"),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        (f"[ring] Couldn't connect (error: {errno.EHOSTUNREACH})", "network"),
+        ("[jaccl] Recv failed with errno=0", "peer"),
+        ("[jaccl] The devices do not form a valid mesh.", "config"),
+    ],
+)
 def test_other_failures_end_init_at_once_too(text, kind):
     group, err, mx, clock, _lines = _init([text] * 5)
     assert (err.kind, len(mx.calls), clock.sleeps) == (kind, 1, [])
@@ -174,22 +193,29 @@ def test_the_servers_supervisor_never_restarts_a_rank_whose_rdma_failed():
 
 # --- the controller's side -------------------------------------------------------------------
 
-JACCL3 = {"backend": "jaccl", "envs": [], "hosts": [
-    {"ssh": "m1", "ips": ["10.99.0.2"], "rdma": [None, "rdma_en2", "rdma_en3"]},
-    {"ssh": "m2", "ips": ["10.99.0.3"], "rdma": ["rdma_en2", None, "rdma_en4"]},
-    {"ssh": "m3", "ips": ["10.99.0.4"], "rdma": ["rdma_en5", "rdma_en3", None]},
-]}
+JACCL3 = {
+    "backend": "jaccl",
+    "envs": [],
+    "hosts": [
+        {"ssh": "m1", "ips": ["10.99.0.2"], "rdma": [None, "rdma_en2", "rdma_en3"]},
+        {"ssh": "m2", "ips": ["10.99.0.3"], "rdma": ["rdma_en2", None, "rdma_en4"]},
+        {"ssh": "m3", "ips": ["10.99.0.4"], "rdma": ["rdma_en5", "rdma_en3", None]},
+    ],
+}
 
 
 def test_rank_cables_read_both_ends_from_the_hostfile():
     assert rank_cables(JACCL3, 2) == [
         {"device": "rdma_en5", "host": "m3", "port": "en5", "peer": "m1", "peer_port": "en3"},
-        {"device": "rdma_en3", "host": "m3", "port": "en3", "peer": "m2", "peer_port": "en4"}]
+        {"device": "rdma_en3", "host": "m3", "port": "en3", "peer": "m2", "peer_port": "en4"},
+    ]
 
 
 def test_an_rdma_failure_names_the_mac_and_its_cables_and_the_fix():
-    failed = [{"rank": 1, "host": "m2", "code": RDMA_EXIT, "killed": False},
-              {"rank": 0, "host": "m1", "code": None, "killed": True}]
+    failed = [
+        {"rank": 1, "host": "m2", "code": RDMA_EXIT, "killed": False},
+        {"rank": 0, "host": "m1", "code": None, "killed": True},
+    ]
     got = rdma_failure(failed, JACCL3, "loading...\r\n")
     assert got["hosts"] == ["m2"]
     assert got["cables"] == ["m2:en2 <-> m1:en2", "m2:en4 <-> m3:en3"]
@@ -199,19 +225,31 @@ def test_an_rdma_failure_names_the_mac_and_its_cables_and_the_fix():
 
 
 def test_the_device_mlx_named_narrows_the_cables():
-    stdout = ("\x1b[31mrank 2 on studio-3: RDMA could not be brought up (backend jaccl): [jaccl] Could not "
-              "open device rdma_en3. RDMA device(s) concerned: rdma_en3 (to rank 1). Not retried\r\n")
+    stdout = (
+        "\x1b[31mrank 2 on studio-3: RDMA could not be brought up (backend jaccl): [jaccl] Could not "
+        "open device rdma_en3. RDMA device(s) concerned: rdma_en3 (to rank 1). Not retried\r\n"
+    )
     got = rdma_failure([{"rank": 2, "host": "m3", "code": RDMA_EXIT, "killed": False}], JACCL3, stdout)
     assert got["cables"] == ["m3:en3 <-> m2:en4"]
     assert got["ranks"][0]["reason"].startswith("rank 2 on studio-3: RDMA")
 
 
-@pytest.mark.parametrize("failed, hostfile", [
-    pytest.param([{"rank": 1, "host": "m2", "code": 3, "killed": False}], JACCL3, id="another-failure"),
-    pytest.param([{"rank": 1, "host": "m2", "code": RDMA_EXIT, "killed": False}],
-                 {"backend": "ring", "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
-                                               {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]},
-                 id="ring-backend"),
-])
+@pytest.mark.parametrize(
+    "failed, hostfile",
+    [
+        pytest.param([{"rank": 1, "host": "m2", "code": 3, "killed": False}], JACCL3, id="another-failure"),
+        pytest.param(
+            [{"rank": 1, "host": "m2", "code": RDMA_EXIT, "killed": False}],
+            {
+                "backend": "ring",
+                "hosts": [
+                    {"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+                    {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []},
+                ],
+            },
+            id="ring-backend",
+        ),
+    ],
+)
 def test_other_failures_are_not_rdma_failures(failed, hostfile):
     assert rdma_failure(failed, hostfile) is None

@@ -12,7 +12,6 @@ import threading
 
 import pytest
 
-from tests.unit.conftest import random_files
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_copy
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     HASHES,
@@ -24,6 +23,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import (
     rel_problem,
     send_order,
 )
+from tests.unit.conftest import random_files
 
 TOKEN = "t" * 32
 
@@ -56,8 +56,12 @@ def copy(src, dest, files, streams=2, **kw):
     return sent, out
 
 
-SIZES = {"config.json": 300, "model-00001-of-00002.safetensors": 3_000_000,
-         "model-00002-of-00002.safetensors": 2_000_001, "sub/tokenizer.json": 70_000}
+SIZES = {
+    "config.json": 300,
+    "model-00001-of-00002.safetensors": 3_000_000,
+    "model-00002-of-00002.safetensors": 2_000_001,
+    "sub/tokenizer.json": 70_000,
+}
 
 
 def test_copies_every_file_verified_with_its_source_time(tmp_path):
@@ -208,7 +212,9 @@ def test_a_stranger_without_the_token_is_refused_and_named(tmp_path):
     assert got["strangers"] == ["127.0.0.1", "127.0.0.1"]
 
 
-@pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a", HASHES, ".w" + mlx_copy.PART_SUFFIX])
+@pytest.mark.parametrize(
+    "rel", ["../x", "/etc/passwd", "a/../../b", "", "a//b", "./a", HASHES, ".w" + mlx_copy.PART_SUFFIX]
+)
 def test_paths_that_lead_out_or_that_the_copy_keeps_are_refused(rel):
     assert rel_problem(rel)
     with pytest.raises(CopyError, match="refusing to receive"):
@@ -249,7 +255,7 @@ def test_a_relay_passes_a_file_on_while_it_is_still_arriving(tmp_path):
     def arrive():  # the relay's own copy: in pieces, then renamed, as its receiver does
         with open(part, "wb") as fh:
             for k in range(0, len(data), 250_000):
-                fh.write(data[k:k + 250_000])
+                fh.write(data[k : k + 250_000])
                 fh.flush()
                 written.wait(0.02)
         os.replace(part, relay / "w.safetensors")

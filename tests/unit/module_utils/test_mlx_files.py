@@ -41,10 +41,14 @@ def test_check_mode_writes_nothing_and_diff_says_what(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
-@pytest.mark.parametrize("spec, words", [
-    ({"path": "relative/f", "content": ""}, "must be absolute"),
-    ({"path": "/tmp/x", "content": "", "mode": "rw"}, "octal string"),
-], ids=["relative", "bad-mode"])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({"path": "relative/f", "content": ""}, "must be absolute"),
+        ({"path": "/tmp/x", "content": "", "mode": "rw"}, "octal string"),
+    ],
+    ids=["relative", "bad-mode"],
+)
 def test_bad_input_is_named(spec, words):
     with pytest.raises(FilesError, match=words):
         write_files([spec])
@@ -101,11 +105,11 @@ def test_root_writes_only_in_directories_of_root_or_of_the_user_and_not_shared(t
     os.chown(theirs, OTHER, OTHER)
     with pytest.raises(FilesError, match=r"theirs belongs to uid 4242, not to this user \(uid 1000\) or root"):
         write_files([{"path": str(theirs / "f"), "content": "x"}], owner=(1000, 1000))
-    out = write_files([{"path": str(theirs / "f"), "content": "x"}], owner=(OTHER, OTHER))   # the user's own
+    out = write_files([{"path": str(theirs / "f"), "content": "x"}], owner=(OTHER, OTHER))  # the user's own
     assert out["changed"] and (theirs / "f").stat().st_uid == OTHER
     shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o777)   # world-writable, not sticky: anyone could swap what is in it
+    shared.chmod(0o777)  # world-writable, not sticky: anyone could swap what is in it
     with pytest.raises(FilesError, match=r"shared is writable by group or others \(mode 0777\)"):
         write_files([{"path": str(shared / "f"), "content": "x"}], owner=(1000, 1000))
     shared.chmod(0o1777)  # root's and sticky, as /tmp and /Users/Shared: a directory of one's own below it is fine

@@ -9,36 +9,46 @@ from ansible_collections.mlx.cluster.plugins.filter.python_filters import mlx_un
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_label, unsafe_path
 
 
-@pytest.mark.parametrize("path, home", [
-    ("/opt/mlx-cluster", False), ("/Users/admin/mlx-cluster/venv/bin/python3.13", False),
-    ("/Volumes/Models_2/m@v1,a=b:c%2B+", False), ("~/mlx-cluster", True), ("~", True), ("/", False),
-    ("/Users/admin/.ssh/x", False),
-])
+@pytest.mark.parametrize(
+    "path, home",
+    [
+        ("/opt/mlx-cluster", False),
+        ("/Users/admin/mlx-cluster/venv/bin/python3.13", False),
+        ("/Volumes/Models_2/m@v1,a=b:c%2B+", False),
+        ("~/mlx-cluster", True),
+        ("~", True),
+        ("/", False),
+        ("/Users/admin/.ssh/x", False),
+    ],
+)
 def test_safe_paths_pass(path, home):
     assert unsafe_path(path, "s", home=home) is None
 
 
-@pytest.mark.parametrize("path, home, match", [
-    ("", False, "s is empty"),
-    (None, False, "s is empty"),
-    ("mlx-cluster", False, "is not an absolute path: give one"),
-    ("~/mlx-cluster", False, "is not an absolute path: give one"),
-    ("~alice/x", True, "(nor one under ~)"),
-    ("/opt/mlx cluster", False, "holds whitespace"),
-    ("/opt/x\ty", False, "holds whitespace"),
-    ("/opt/x\ny", False, "holds whitespace"),
-    ("/opt/x\n", False, "holds whitespace"),
-    ("/opt/$HOME", False, "characters a shell reads"),
-    ("/opt/`id`", False, "characters a shell reads"),
-    ("/opt/x;rm", False, "characters a shell reads"),
-    ("/opt/x'y", False, "characters a shell reads"),
-    ('/opt/x"y', False, "characters a shell reads"),
-    ("/opt/x*", False, "characters a shell reads"),
-    ("/opt/\u00e9", False, "characters a shell reads"),
-    ("/opt/../etc", False, "'.' or '..' components"),
-    ("/opt/./x", False, "'.' or '..' components"),
-    ("~/..", True, "'.' or '..' components"),
-])
+@pytest.mark.parametrize(
+    "path, home, match",
+    [
+        ("", False, "s is empty"),
+        (None, False, "s is empty"),
+        ("mlx-cluster", False, "is not an absolute path: give one"),
+        ("~/mlx-cluster", False, "is not an absolute path: give one"),
+        ("~alice/x", True, "(nor one under ~)"),
+        ("/opt/mlx cluster", False, "holds whitespace"),
+        ("/opt/x\ty", False, "holds whitespace"),
+        ("/opt/x\ny", False, "holds whitespace"),
+        ("/opt/x\n", False, "holds whitespace"),
+        ("/opt/$HOME", False, "characters a shell reads"),
+        ("/opt/`id`", False, "characters a shell reads"),
+        ("/opt/x;rm", False, "characters a shell reads"),
+        ("/opt/x'y", False, "characters a shell reads"),
+        ('/opt/x"y', False, "characters a shell reads"),
+        ("/opt/x*", False, "characters a shell reads"),
+        ("/opt/\u00e9", False, "characters a shell reads"),
+        ("/opt/../etc", False, "'.' or '..' components"),
+        ("/opt/./x", False, "'.' or '..' components"),
+        ("~/..", True, "'.' or '..' components"),
+    ],
+)
 def test_unsafe_paths_are_named_with_the_setting(path, home, match):
     why = unsafe_path(path, "s", home=home)
     assert why and why.startswith("s ") and match in why
@@ -59,4 +69,5 @@ def test_the_filter_answers_empty_for_a_safe_path_and_the_reason_otherwise():
     assert mlx_unsafe_path("/opt/v/bin/python", "python_env_venv_dir") == ""
     assert mlx_unsafe_path("~/v", "python_env_venv_dir", True) == ""
     assert mlx_unsafe_path("/opt/my venv/bin/python", "python_env_venv_dir").startswith(
-        "python_env_venv_dir '/opt/my venv/bin/python' holds whitespace")
+        "python_env_venv_dir '/opt/my venv/bin/python' holds whitespace"
+    )

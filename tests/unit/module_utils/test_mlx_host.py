@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_cluster, collect_rdma, collect_thunderbolt
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
+    collect_cluster,
+    collect_rdma,
+    collect_thunderbolt,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     ParseError,
     cabled_ifaces,
@@ -16,6 +20,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     parse_sysctl_hw,
     ssh_server_address,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
 
 
 def test_parse_sw_vers(read_fixture):
@@ -30,28 +35,38 @@ def test_parse_sw_vers_incomplete():
 
 def test_parse_sysctl_hw(read_fixture):
     assert parse_sysctl_hw(read_fixture("sysctl_hw_studio_m4max.txt")) == {
-        "memsize": 137438953472, "model": "Mac16,9", "ncpu": 16}
+        "memsize": 137438953472,
+        "model": "Mac16,9",
+        "ncpu": 16,
+    }
 
 
-@pytest.mark.parametrize("text", ["", "1\n2\n", "lots\nMac16,9\n16\n",
-                                  "sysctl: unknown oid 'hw.memsize'\nMac16,9\n16\n"])
+@pytest.mark.parametrize(
+    "text", ["", "1\n2\n", "lots\nMac16,9\n16\n", "sysctl: unknown oid 'hw.memsize'\nMac16,9\n16\n"]
+)
 def test_parse_sysctl_hw_bad(text):
     with pytest.raises(ParseError) as info:
         parse_sysctl_hw(text)
     assert info.value.command == "sysctl -n hw.memsize hw.model hw.ncpu"
 
 
-@pytest.mark.parametrize("fixture, iface", [("route_get_default_en0.txt", "en0"),
-                                            ("route_get_default_not_in_table.txt", None)])
+@pytest.mark.parametrize(
+    "fixture, iface", [("route_get_default_en0.txt", "en0"), ("route_get_default_not_in_table.txt", None)]
+)
 def test_parse_route_default(read_fixture, fixture, iface):
     assert parse_route_default(read_fixture(fixture)) == iface
 
 
-@pytest.mark.parametrize("value, address", [
-    ("10.1.2.99 52144 10.1.2.3 22", "10.1.2.3"),
-    ("fe80::1%en0 52144 fe80::2%en0 22", None),
-    ("10.1.2.99 52144", None), (None, None), ("", None),
-])
+@pytest.mark.parametrize(
+    "value, address",
+    [
+        ("10.1.2.99 52144 10.1.2.3 22", "10.1.2.3"),
+        ("fe80::1%en0 52144 fe80::2%en0 22", None),
+        ("10.1.2.99 52144", None),
+        (None, None),
+        ("", None),
+    ],
+)
 def test_ssh_server_address(value, address):
     assert ssh_server_address(value) == address
 
@@ -68,14 +83,19 @@ def test_mgmt_selection(read_fixture):
 
 def test_interfaces_facts_keys(read_fixture):
     interfaces = interfaces_facts(read_fixture("ifconfig_all_studio.txt"))
-    assert interfaces["en0"] == {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": True, "mtu": 1500,
-                                 "status": "active", "members": []}
+    assert interfaces["en0"] == {
+        "ipv4": [{"address": "10.1.2.3", "prefix": 24}],
+        "up": True,
+        "mtu": 1500,
+        "status": "active",
+        "members": [],
+    }
 
 
 def test_cabled_ifaces_are_ports_with_a_mac_behind():
     ports = [
         {"iface": "en2", "status": "connected", "peer": {"domain_uuid": "x"}},
-        {"iface": "en3", "status": "connected", "peer": None},      # a drive
+        {"iface": "en3", "status": "connected", "peer": None},  # a drive
         {"iface": None, "status": "connected", "peer": {"domain_uuid": "y"}},
         {"iface": "en5", "status": "empty", "peer": None},
     ]
@@ -198,27 +218,48 @@ SU = "/Library/Preferences/com.apple.SoftwareUpdate"
 POWER_ANSWERS = {
     ("pmset", "-g", "custom"): (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
     # CriticalUpdateInstall never written: absent from the domain
-    ("defaults", "read", SU): (0, "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n"
-                                  "    AutomaticallyInstallMacOSUpdates = 1;\n}\n", ""),
+    ("defaults", "read", SU): (
+        0,
+        "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n    AutomaticallyInstallMacOSUpdates = 1;\n}\n",
+        "",
+    ),
 }
 
 
 def test_collect_cluster(read_fixture):
-    answers = {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
-               ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
-               ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
-               ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
-               ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
-               ("route", "-n", "get", "default"): (0, "route_get_default_en0.txt", "")}
+    answers = {
+        **TB_ANSWERS,
+        **RDMA_ANSWERS,
+        **POWER_ANSWERS,
+        ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+        ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
+        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
+        ("route", "-n", "get", "default"): (0, "route_get_default_en0.txt", ""),
+    }
     disk = {"path": "/Users/admin", "free_bytes": 5}
     run = FakeRun(read_fixture, answers)
     facts, warnings = collect_cluster(run, "10.1.2.99 50000 10.1.2.3 22", disk)
-    assert set(facts) == {"thunderbolt", "rdma", "interfaces", "services", "mgmt", "os", "hw", "disk", "power",
-                          "updates"}
+    assert set(facts) == {
+        "thunderbolt",
+        "rdma",
+        "interfaces",
+        "services",
+        "mgmt",
+        "os",
+        "hw",
+        "disk",
+        "power",
+        "updates",
+    }
     assert facts["power"]["AC Power"]["sleep"] == 0 and facts["power"]["AC Power"]["autorestart"] == 1
     # a key never written is unknown, not off, and not a warning
-    assert facts["updates"] == {"automatic_check": True, "automatic_download": True, "install_macos_updates": True,
-                                "critical_update_install": None}
+    assert facts["updates"] == {
+        "automatic_check": True,
+        "automatic_download": True,
+        "install_macos_updates": True,
+        "critical_update_install": None,
+    }
     assert facts["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
     assert ["route", "-n", "get", "default"] not in run.calls  # SSH_CONNECTION was enough
     assert facts["thunderbolt"]["mac"]["model_id"] == "Mac16,9"
@@ -229,13 +270,17 @@ def test_collect_cluster(read_fixture):
 
 
 def test_collect_cluster_falls_back_to_default_route(read_fixture):
-    answers = {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
-               ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
-               # an older macOS: no such oid (sysctl exits 1)
-               ("sysctl", "-n", "iogpu.wired_limit_mb"): (1, None, "sysctl: unknown oid 'iogpu.wired_limit_mb'\n"),
-               ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
-               ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
-               ("route", "-n", "get", "default"): (1, None, "route: writing to routing socket: not in table\n")}
+    answers = {
+        **TB_ANSWERS,
+        **RDMA_ANSWERS,
+        **POWER_ANSWERS,
+        ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+        # an older macOS: no such oid (sysctl exits 1)
+        ("sysctl", "-n", "iogpu.wired_limit_mb"): (1, None, "sysctl: unknown oid 'iogpu.wired_limit_mb'\n"),
+        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
+        ("route", "-n", "get", "default"): (1, None, "route: writing to routing socket: not in table\n"),
+    }
     facts, warnings = collect_cluster(FakeRun(read_fixture, answers), None, {"path": "/", "free_bytes": 1})
     assert facts["mgmt"] == {"iface": None, "address": None}
     assert "management interface is unknown" in warnings[0]
@@ -243,18 +288,25 @@ def test_collect_cluster_falls_back_to_default_route(read_fixture):
 
 
 def _cluster_answers():
-    return {**TB_ANSWERS, **RDMA_ANSWERS, **POWER_ANSWERS,
-               ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
-               ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
-               ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
-               ("sw_vers",): (0, "sw_vers_26_2.txt", "")}
+    return {
+        **TB_ANSWERS,
+        **RDMA_ANSWERS,
+        **POWER_ANSWERS,
+        ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
+        ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
+        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
+    }
 
 
-@pytest.mark.parametrize("answer, says", [
-    pytest.param((1, None, "pmset: error\n"), "`pmset -g custom` exited with 1", id="fails"),
-    pytest.param((0, "garbage\n", ""), "cannot read `pmset -g custom`", id="garbage"),
-    pytest.param(CommandTimeout(["/usr/bin/pmset", "-g", "custom"], 30), "did not answer within 30 s", id="hangs"),
-])
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        pytest.param((1, None, "pmset: error\n"), "`pmset -g custom` exited with 1", id="fails"),
+        pytest.param((0, "garbage\n", ""), "cannot read `pmset -g custom`", id="garbage"),
+        pytest.param(CommandTimeout(["/usr/bin/pmset", "-g", "custom"], 30), "did not answer within 30 s", id="hangs"),
+    ],
+)
 def test_unreadable_power_settings_are_unknown_not_a_failed_mac(read_fixture, answer, says):
     run = FakeRun(read_fixture, {**_cluster_answers(), ("pmset", "-g", "custom"): answer})
     facts, warnings = collect_cluster(run, "10.1.2.99 50000 10.1.2.3 22", {"path": "/", "free_bytes": 1})
@@ -263,13 +315,13 @@ def test_unreadable_power_settings_are_unknown_not_a_failed_mac(read_fixture, an
 
 
 def test_update_settings_that_hang_or_are_missing_are_unknown(read_fixture):
-    answers = {**_cluster_answers(),
-               ("defaults", "read", SU): CommandTimeout(["/usr/bin/defaults", "read", SU], 30)}
+    answers = {**_cluster_answers(), ("defaults", "read", SU): CommandTimeout(["/usr/bin/defaults", "read", SU], 30)}
     ssh = "10.1.2.99 50000 10.1.2.3 22"
     facts, warnings = collect_cluster(FakeRun(read_fixture, answers), ssh, {"path": "/", "free_bytes": 1})
     assert set(facts["updates"].values()) == {None}
     assert any("defaults read" in w and "unknown" in w for w in warnings)
     # without the tool at all: every one unknown, no warning about it
-    facts, warnings = collect_cluster(FakeRun(read_fixture, _cluster_answers(), missing={"defaults"}), ssh,
-                                      {"path": "/", "free_bytes": 1})
+    facts, warnings = collect_cluster(
+        FakeRun(read_fixture, _cluster_answers(), missing={"defaults"}), ssh, {"path": "/", "free_bytes": 1}
+    )
     assert set(facts["updates"].values()) == {None} and warnings == []

@@ -1,7 +1,6 @@
 """mlx_launch helpers: failures name hosts, leftovers are found by run id only."""
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,19 +18,41 @@ HOSTS = ["m1", "m2", "m3"]
 
 
 def test_launch_argv_is_a_list_with_the_script_after_the_separator():
-    argv = launch_argv("/v/bin/mlx.launch", "/a/hostfile.json", "ring", "/v/bin/python", "/h/bench.py",
-                       ["--model", "/h/m y"], ["HF_HUB_OFFLINE=1"])
-    assert argv == ["/v/bin/mlx.launch", "--hostfile", "/a/hostfile.json", "--backend", "ring", "--python",
-                    "/v/bin/python", "--env", "HF_HUB_OFFLINE=1", "--", "/h/bench.py", "--model", "/h/m y"]
+    argv = launch_argv(
+        "/v/bin/mlx.launch",
+        "/a/hostfile.json",
+        "ring",
+        "/v/bin/python",
+        "/h/bench.py",
+        ["--model", "/h/m y"],
+        ["HF_HUB_OFFLINE=1"],
+    )
+    assert argv == [
+        "/v/bin/mlx.launch",
+        "--hostfile",
+        "/a/hostfile.json",
+        "--backend",
+        "ring",
+        "--python",
+        "/v/bin/python",
+        "--env",
+        "HF_HUB_OFFLINE=1",
+        "--",
+        "/h/bench.py",
+        "--model",
+        "/h/m y",
+    ]
 
 
 def test_read_result_takes_the_json_line_and_maps_ranks_to_hosts():
-    out = "loading\n{\"world_size\": 3, \"ok\": true}\n"
+    out = 'loading\n{"world_size": 3, "ok": true}\n'
     err = "[WARN] Node with rank 2 exited with code 3\n[WARN] Node with rank 1 was killed\n"
     res = read_result(out, err, HOSTS)
     assert res["result"] == {"world_size": 3, "ok": True}
-    assert res["failed"] == [{"rank": 2, "host": "m3", "code": 3, "killed": False},
-                             {"rank": 1, "host": "m2", "code": None, "killed": True}]
+    assert res["failed"] == [
+        {"rank": 2, "host": "m3", "code": 3, "killed": False},
+        {"rank": 1, "host": "m2", "code": None, "killed": True},
+    ]
     assert read_result("{not json}\n", "", HOSTS) == {"result": None, "failed": []}
 
 
@@ -42,12 +63,14 @@ def test_read_result_takes_the_json_line_and_maps_ranks_to_hosts():
 KILLED_OUT = (
     "[rank 0/2 m1] generating 3000 tokens from a 35-token prompt\r\n"
     "[rank 1/2 m2] generating 3000 tokens from a 35-token prompt\r\n"
-    + "[ring] Socket 3 was closed by the peer\r\n" * 10
+    + "[ring] Socket 3 was closed by the peer\r\n"
+    * 10
     + "[ring] Too many send/recv errors. Failing pending tasks...\r\n"
     "Traceback (most recent call last):\r\n"
     '  File "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py", line 237, in run\r\n'
     "    tokens, timing = generate_fixed(model, prompt, args.max_tokens)\r\n"
-    "RuntimeError: [ring] connection to a peer was lost\r\n")
+    "RuntimeError: [ring] connection to a peer was lost\r\n"
+)
 KILLED_ERR = (
     "\x1b[33m[WARN] Node with rank 1 exited with code 255 \x1b[0m\n"
     "Exception in thread Thread-1 (_thread_fn):\n"
@@ -56,7 +79,8 @@ KILLED_ERR = (
     "    c = run(\n"
     "subprocess.CalledProcessError: Command 'ssh m1 'pid=$(cat /tmp/tmp.s9V2UIQUxb\r\n"
     "); if ps -p $pid >/dev/null; then     kill $pid;     echo 1; else     echo 0; fi; rm /tmp/tmp.s9V2UIQUxb\r\n"
-    "'' returned non-zero exit status 1.\n")
+    "'' returned non-zero exit status 1.\n"
+)
 
 
 def test_a_rank_killed_mid_run_is_named_with_what_the_ranks_said_not_the_launchers_traceback():
@@ -64,26 +88,35 @@ def test_a_rank_killed_mid_run_is_named_with_what_the_ranks_said_not_the_launche
     assert res["result"] is None
     assert res["failed"] == [{"rank": 1, "host": "m2", "code": 255, "killed": False}]
     assert describe_failed(res["failed"]) == (
-        "rank 1 (m2) exited with 255 (its process was killed on the Mac, or the SSH connection to the Mac was lost)")
+        "rank 1 (m2) exited with 255 (its process was killed on the Mac, or the SSH connection to the Mac was lost)"
+    )
     ranks, launcher = failure_lines(KILLED_OUT, KILLED_ERR)
     assert len(ranks) == 8 and ranks[-1] == "RuntimeError: [ring] connection to a peer was lost"
     assert launcher == []  # neither the per-rank summary nor the clean-up thread's traceback
 
 
 def test_failure_lines_keep_the_launchers_own_errors_and_leave_out_the_result():
-    out = "[rank 0/2 m1] loading\n{\"world_size\": 2}\n\n"
-    err = ("\x1b[33m[WARN] Node with rank 0 exited with code 3 \x1b[0m\n"
-           "Exception in thread Thread-2 (_thread_fn):\nTraceback (most recent call last):\n  File \"x\", line 1\n"
-           "OSError: boom\nsecond line of the thread's error\n"
-           "\x1b[31m[ERROR] The ring backend requires IPs \x1b[0m\n"
-           "Traceback (most recent call last):\n  File \"launch\", line 9\nValueError: bad hostfile\n")
+    out = '[rank 0/2 m1] loading\n{"world_size": 2}\n\n'
+    err = (
+        "\x1b[33m[WARN] Node with rank 0 exited with code 3 \x1b[0m\n"
+        'Exception in thread Thread-2 (_thread_fn):\nTraceback (most recent call last):\n  File "x", line 1\n'
+        "OSError: boom\nsecond line of the thread's error\n"
+        "\x1b[31m[ERROR] The ring backend requires IPs \x1b[0m\n"
+        'Traceback (most recent call last):\n  File "launch", line 9\nValueError: bad hostfile\n'
+    )
     ranks, launcher = failure_lines(out, err, n=3)
     assert ranks == ["[rank 0/2 m1] loading"]
     assert launcher == ["Traceback (most recent call last):", '  File "launch", line 9', "ValueError: bad hostfile"]
     assert failure_lines(out, err)[1][0] == "[ERROR] The ring backend requires IPs"
-    assert describe_failed([{"rank": 0, "host": "m1", "code": 3, "killed": False},
-                            {"rank": 2, "host": "m3", "code": None, "killed": True}]) == \
-        "rank 0 (m1) exited with 3, rank 2 (m3) was killed"
+    assert (
+        describe_failed(
+            [
+                {"rank": 0, "host": "m1", "code": 3, "killed": False},
+                {"rank": 2, "host": "m3", "code": None, "killed": True},
+            ]
+        )
+        == "rank 0 (m1) exited with 3, rank 2 (m3) was killed"
+    )
 
 
 def test_hostfile_hosts_validates():
@@ -96,12 +129,14 @@ def test_hostfile_hosts_validates():
 
 def test_run_processes_matches_the_run_id_as_a_whole_argument_only():
     rid = "k3j4h5g6f7d8s9a0q1w2e3r4"
-    ps = (f"  101 /v/bin/python /h/bench.py --model /m --run-id {rid}\n"
-          f"  102 bash -c stty -echo; exec python bench.py --run-id {rid}\n"
-          f"  103 /v/bin/python /h/bench.py --run-id {rid}x\n"
-          f"  104 python other.py --note prefix{rid}\n"
-          f"  105 /usr/bin/python3 ansible-module {rid}\n"
-          "garbage line\n")
+    ps = (
+        f"  101 /v/bin/python /h/bench.py --model /m --run-id {rid}\n"
+        f"  102 bash -c stty -echo; exec python bench.py --run-id {rid}\n"
+        f"  103 /v/bin/python /h/bench.py --run-id {rid}x\n"
+        f"  104 python other.py --note prefix{rid}\n"
+        f"  105 /usr/bin/python3 ansible-module {rid}\n"
+        "garbage line\n"
+    )
     assert [p["pid"] for p in run_processes(ps, rid, own_pid=105)] == [101, 102]
 
 
@@ -124,13 +159,19 @@ def test_launch_progress_keeps_each_ranks_latest_step():
     assert p.feed(BENCH_OUT) is True
     s = p.state()
     assert s["seq"] == 4 and s["done"] is False
-    assert s["ranks"]["0"] == {"size": 2, "host": "m1", "kind": "trial", "step": 1, "of": 3,
-                               "line": "trial 1/3: prompt_tps=812.000, generation_tps=95.100, total_time=0.713"}
+    assert s["ranks"]["0"] == {
+        "size": 2,
+        "host": "m1",
+        "kind": "trial",
+        "step": 1,
+        "of": 3,
+        "line": "trial 1/3: prompt_tps=812.000, generation_tps=95.100, total_time=0.713",
+    }
     assert s["ranks"]["1"]["step"] == 1 and s["ranks"]["1"]["kind"] == "trial"
     # the cut line counts once it is whole
     assert p.feed("eration_tps=96.000, total_time=0.70\r\n") is True
     assert p.state(done=True)["ranks"]["0"]["step"] == 2 and p.state(done=True)["done"] is True
-    assert p.feed("[rank 0/2 m1] generating\r\n{\"world_size\": 2}\n") is False
+    assert p.feed('[rank 0/2 m1] generating\r\n{"world_size": 2}\n') is False
 
 
 def test_launch_progress_keeps_the_pipes_apart():

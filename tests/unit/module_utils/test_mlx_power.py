@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     AC,
     BATTERY,
@@ -13,31 +14,57 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
     SETTINGS,
     ParseError,
     check_settings,
+    parse_defaults_domain,
     parse_pmset_custom,
     plan_power,
     pmset_set_argv,
     settings_text,
-    parse_defaults_domain,
     updates_facts,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("fixture, sources, ac, battery", [
-    pytest.param("pmset_g_custom_mini_never_sleeps.txt", [AC],
-                 {"sleep": 0, "disksleep": 10, "displaysleep": 0, "autorestart": 1, "Sleep On Power Button": 1,
-                  "autorestartatconnect": 0}, None, id="mac-mini"),
-    pytest.param("pmset_g_custom_macbook_air.txt", [BATTERY, AC],
-                 {"sleep": 1, "displaysleep": 30, "womp": 1, "hibernatefile": "/var/vm/sleepimage"},
-                 {"sleep": 1, "displaysleep": 2, "womp": 0, "lessbright": 1}, id="macbook-air"),
-    pytest.param("pmset_g_custom_macbook_pro_powermode.txt", [BATTERY, AC],
-                 {"sleep": 0, "powermode": 0, "SleepServices": 0}, {"powermode": 0, "standby": 1},
-                 id="macbook-pro-powermode"),
-    pytest.param("pmset_g_custom_macbook_pro_intel.txt", [BATTERY, AC],
-                 {"highstandbythreshold": 50, "standbydelayhigh": 86400, "sleep": 1},  # a name of 20 columns
-                 {"lowpowermode": 1, "acwake": 0}, id="laptop-20-column-name"),
-])
+@pytest.mark.parametrize(
+    "fixture, sources, ac, battery",
+    [
+        pytest.param(
+            "pmset_g_custom_mini_never_sleeps.txt",
+            [AC],
+            {
+                "sleep": 0,
+                "disksleep": 10,
+                "displaysleep": 0,
+                "autorestart": 1,
+                "Sleep On Power Button": 1,
+                "autorestartatconnect": 0,
+            },
+            None,
+            id="mac-mini",
+        ),
+        pytest.param(
+            "pmset_g_custom_macbook_air.txt",
+            [BATTERY, AC],
+            {"sleep": 1, "displaysleep": 30, "womp": 1, "hibernatefile": "/var/vm/sleepimage"},
+            {"sleep": 1, "displaysleep": 2, "womp": 0, "lessbright": 1},
+            id="macbook-air",
+        ),
+        pytest.param(
+            "pmset_g_custom_macbook_pro_powermode.txt",
+            [BATTERY, AC],
+            {"sleep": 0, "powermode": 0, "SleepServices": 0},
+            {"powermode": 0, "standby": 1},
+            id="macbook-pro-powermode",
+        ),
+        pytest.param(
+            "pmset_g_custom_macbook_pro_intel.txt",
+            [BATTERY, AC],
+            {"highstandbythreshold": 50, "standbydelayhigh": 86400, "sleep": 1},  # a name of 20 columns
+            {"lowpowermode": 1, "acwake": 0},
+            id="laptop-20-column-name",
+        ),
+    ],
+)
 def test_parse_pmset_custom(read_fixture, fixture, sources, ac, battery):
     parsed = parse_pmset_custom(read_fixture(fixture))
     assert list(parsed) == sources
@@ -53,12 +80,15 @@ def test_parse_pmset_custom_with_a_ups_section():
     assert parsed == {"AC Power": {"displaysleep": 10}, "UPS Power": {"displaysleep": 0}}
 
 
-@pytest.mark.parametrize("text, says", [
-    ("", "no power source"),
-    ("pmset: command not found\n", "not under a power source"),
-    (" sleep                1\nAC Power:\n", "not under a power source"),
-    ("AC Power:\n 1\n", "no value"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("", "no power source"),
+        ("pmset: command not found\n", "not under a power source"),
+        (" sleep                1\nAC Power:\n", "not under a power source"),
+        ("AC Power:\n 1\n", "no value"),
+    ],
+)
 def test_unreadable_output_names_the_command(text, says):
     with pytest.raises(ParseError) as info:
         parse_pmset_custom(text)
@@ -67,18 +97,26 @@ def test_unreadable_output_names_the_command(text, says):
 
 
 def test_a_desktop_at_macos_defaults_gets_three_changes_in_one_pmset_run(read_fixture):
-    text = read_fixture("pmset_g_custom_mini_never_sleeps.txt").replace(
-        " sleep                0", " sleep                1").replace(" autorestart          1", " autorestart          0")
+    text = (
+        read_fixture("pmset_g_custom_mini_never_sleeps.txt")
+        .replace(" sleep                0", " sleep                1")
+        .replace(" autorestart          1", " autorestart          0")
+    )
     plan = plan_power(parse_pmset_custom(text), DEFAULT_SETTINGS)
-    assert plan["changes"] == {"sleep": {"before": 1, "after": 0}, "disksleep": {"before": 10, "after": 0},
-                               "autorestart": {"before": 0, "after": 1}}
+    assert plan["changes"] == {
+        "sleep": {"before": 1, "after": 0},
+        "disksleep": {"before": 10, "after": 0},
+        "autorestart": {"before": 0, "after": 1},
+    }
     assert plan["unsupported"] == []
     assert pmset_set_argv(plan["changes"]) == ["pmset", "-c", "sleep", "0", "disksleep", "0", "autorestart", "1"]
 
 
 def test_a_desktop_already_right_changes_nothing(read_fixture):
-    plan = plan_power(parse_pmset_custom(read_fixture("pmset_g_custom_mini_never_sleeps.txt")),
-                      {"sleep": 0, "autorestart": 1, "displaysleep": 0})
+    plan = plan_power(
+        parse_pmset_custom(read_fixture("pmset_g_custom_mini_never_sleeps.txt")),
+        {"sleep": 0, "autorestart": 1, "displaysleep": 0},
+    )
     assert plan["changes"] == {} and plan["unsupported"] == []
     assert plan["current"] == {"sleep": 0, "autorestart": 1, "displaysleep": 0}
 
@@ -97,13 +135,16 @@ def test_no_ac_section_is_an_error():
         plan_power({"UPS Power": {"sleep": 1}}, {"sleep": 0})
 
 
-@pytest.mark.parametrize("desired, says", [
-    ({"hibernatemode": 0}, "'hibernatemode' is not a pmset setting"),
-    ({"sleep": -1}, "minutes from 0"),
-    ({"sleep": "never"}, "minutes from 0"),
-    ({"autorestart": -1}, "0 or 1"),
-    ([("sleep", 0)], "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "desired, says",
+    [
+        ({"hibernatemode": 0}, "'hibernatemode' is not a pmset setting"),
+        ({"sleep": -1}, "minutes from 0"),
+        ({"sleep": "never"}, "minutes from 0"),
+        ({"autorestart": -1}, "0 or 1"),
+        ([("sleep", 0)], "must be a mapping"),
+    ],
+)
 def test_bad_settings_are_named(desired, says):
     with pytest.raises(ValueError, match=says):
         check_settings(desired)
@@ -131,7 +172,9 @@ def test_the_role_default_is_the_module_default():
 
 # `defaults read /Library/Preferences/com.apple.SoftwareUpdate` on a Mac (trimmed capture shape):
 # nested values over deeper-indented lines, quoted keys, strings
-DOMAIN = (0, """{
+DOMAIN = (
+    0,
+    """{
     AutomaticCheckEnabled = 1;
     AutomaticDownload = 0;
     LastAttemptSystemVersion = "26.2 (25C56)";
@@ -145,21 +188,38 @@ DOMAIN = (0, """{
     );
     "Odd Key" = 1;
 }
-""", "")
-NO_DOMAIN = (1, "", "2026-09-23 12:35:20.603 defaults[69266:2988063] \nDomain /Library/Preferences/"
-                    "com.apple.SoftwareUpdate does not exist\n")
+""",
+    "",
+)
+NO_DOMAIN = (
+    1,
+    "",
+    "2026-09-23 12:35:20.603 defaults[69266:2988063] \nDomain /Library/Preferences/"
+    "com.apple.SoftwareUpdate does not exist\n",
+)
 
 
 def test_updates_facts_reads_the_domain_once_and_a_missing_key_is_unknown():
     facts = updates_facts(DOMAIN)
-    assert facts == {"automatic_check": True, "automatic_download": False, "install_macos_updates": None,
-                     "critical_update_install": None}
-    assert parse_defaults_domain(*DOMAIN) == {"AutomaticCheckEnabled": 1, "AutomaticDownload": 0,
-                                              "LastRecommendedUpdatesAvailable": 0, "Odd Key": 1}
+    assert facts == {
+        "automatic_check": True,
+        "automatic_download": False,
+        "install_macos_updates": None,
+        "critical_update_install": None,
+    }
+    assert parse_defaults_domain(*DOMAIN) == {
+        "AutomaticCheckEnabled": 1,
+        "AutomaticDownload": 0,
+        "LastRecommendedUpdatesAvailable": 0,
+        "Odd Key": 1,
+    }
 
 
-@pytest.mark.parametrize("result", [NO_DOMAIN, None, (0, "{\n    AutomaticallyInstallMacOSUpdates = maybe;\n}\n", "")],
-                         ids=["domain-never-written", "not-read", "garbage"])
+@pytest.mark.parametrize(
+    "result",
+    [NO_DOMAIN, None, (0, "{\n    AutomaticallyInstallMacOSUpdates = maybe;\n}\n", "")],
+    ids=["domain-never-written", "not-read", "garbage"],
+)
 def test_updates_unknown_is_not_off(result):
     facts = updates_facts(result)
     assert facts["install_macos_updates"] is None

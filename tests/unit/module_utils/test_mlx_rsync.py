@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.conftest import FIXTURES
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     OUT_FORMAT,
     PROGRESS_OPTION,
@@ -22,6 +21,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     ssh_command,
     without_progress,
 )
+from tests.unit.conftest import FIXTURES
 
 # Captured from GNU rsync 3.5.0 (`--out-format=%i %n%L`), the runs of tests/unit/modules/
 # test_model_rsync_local.py; the openrsync lines follow Apple's openrsync log.c (tag rsync-182,
@@ -50,13 +50,17 @@ OPENRSYNC_DIRS = "cd....... ./\ncd..t.... sub/\n"
 # A re-run pushed by openrsync as issue #11 reads it: every unchanged file as `<f.......`; the
 # --check run after one file changed (size and time), and a new one added.
 OPENRSYNC_SENDER_RERUN = "<f....... config.json\n<f....... model.safetensors\n<f....... sub/tokenizer.json\n"
-OPENRSYNC_SENDER_CHECK = ("<f....... config.json\n<f.st.... model.safetensors\n<f+++++++ new.json\n"
-                          "<f....... sub/tokenizer.json\n.d..t.... ./\n*deleting old.npz\n")
+OPENRSYNC_SENDER_CHECK = (
+    "<f....... config.json\n<f.st.... model.safetensors\n<f+++++++ new.json\n"
+    "<f....... sub/tokenizer.json\n.d..t.... ./\n*deleting old.npz\n"
+)
 # GNU rsync pushing with -ii: unchanged items with blank flags (not items of the regex).
 GNU_SENDER_II = ".d          ./\n.f          config.json\n<f..t...... model.safetensors\n"
 OPENRSYNC_BLANK = ".d        ./\n.f        config.json\n"
-LINKS = "cL+++++++++ link.safetensors -> model.safetensors\nhf+++++++++ b.bin => a.bin\n" \
-        "cL......... relink -> elsewhere\n.L..t...... same-link -> target\n"
+LINKS = (
+    "cL+++++++++ link.safetensors -> model.safetensors\nhf+++++++++ b.bin => a.bin\n"
+    "cL......... relink -> elsewhere\n.L..t...... same-link -> target\n"
+)
 
 
 def items(**kw):
@@ -66,40 +70,84 @@ def items(**kw):
     return out
 
 
-@pytest.mark.parametrize("text, expected", [
-    pytest.param(GNU_FIRST, items(created=["./", "sub/"], transferred=[
-        "config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-        "sub/tokenizer.json"]), id="gnu-first-copy"),
-    pytest.param("", items(), id="gnu-nothing-to-do"),
-    pytest.param(GNU_UPDATE, items(deleted=["old.npz"], transferred=["config.json"],
-                                   attrs_only=["sub/a.bin", "sub/"]), id="gnu-delete-and-update"),
-    pytest.param(GNU_CHECKSUM_DRY, items(transferred=["model.safetensors"]), id="gnu-checksum-dry-run"),
-    pytest.param(GNU_ATTRS, items(attrs_only=["model.safetensors", "./", "tokenizer.json", "x.bin"]),
-                 id="gnu-attributes-only"),
-    pytest.param(OPENRSYNC_FIRST, items(created=["./", "sub/"],
-                                        transferred=["config.json", "model.safetensors"]), id="openrsync-first"),
-    pytest.param(OPENRSYNC_DIRS, items(attrs_only=["sub/"]), id="openrsync-unchanged-directories"),
-    pytest.param("<f+++++++++ model.safetensors\n<f.st...... config.json\n",
-                 items(transferred=["model.safetensors", "config.json"]), id="gnu-push-sender-side"),
-    pytest.param(OPENRSYNC_SENDER_RERUN, items(unchanged=["config.json", "model.safetensors",
-                                                          "sub/tokenizer.json"]), id="openrsync-sender-rerun"),
-    pytest.param(OPENRSYNC_SENDER_CHECK, items(transferred=["model.safetensors", "new.json"], deleted=["old.npz"],
-                                               attrs_only=["./"],
-                                               unchanged=["config.json", "sub/tokenizer.json"]),
-                 id="openrsync-sender-check"),
-    pytest.param(">f....... config.json\n", items(unchanged=["config.json"]), id="openrsync-receiver-no-reason"),
-    pytest.param(GNU_SENDER_II, items(transferred=["model.safetensors"]), id="gnu-sender-ii"),
-    pytest.param(OPENRSYNC_BLANK, items(), id="openrsync-blank-flags"),
-    pytest.param(LINKS, items(created=["link.safetensors", "b.bin", "relink"], attrs_only=["same-link"]),
-                 id="links"),
-    pytest.param(">f+++++++++ my model.safetensors\r\n*deleting   old dir/\r\n",
-                 items(transferred=["my model.safetensors"], deleted=["old dir/"]), id="spaces-and-crlf"),
-    pytest.param(".Lc........ changed-link -> new\n.D.s....... dev\n",
-                 items(transferred=["changed-link", "dev"]), id="in-place-content-change"),
-    pytest.param("sending incremental file list\nsent 1,234 bytes  received 35 bytes\n"
-                 "total size is 9  speedup is 0.01 (DRY RUN)\nrsync: warning: some files vanished\n",
-                 items(), id="non-item-lines-ignored"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param(
+            GNU_FIRST,
+            items(
+                created=["./", "sub/"],
+                transferred=[
+                    "config.json",
+                    "model-00001-of-00002.safetensors",
+                    "model-00002-of-00002.safetensors",
+                    "sub/tokenizer.json",
+                ],
+            ),
+            id="gnu-first-copy",
+        ),
+        pytest.param("", items(), id="gnu-nothing-to-do"),
+        pytest.param(
+            GNU_UPDATE,
+            items(deleted=["old.npz"], transferred=["config.json"], attrs_only=["sub/a.bin", "sub/"]),
+            id="gnu-delete-and-update",
+        ),
+        pytest.param(GNU_CHECKSUM_DRY, items(transferred=["model.safetensors"]), id="gnu-checksum-dry-run"),
+        pytest.param(
+            GNU_ATTRS,
+            items(attrs_only=["model.safetensors", "./", "tokenizer.json", "x.bin"]),
+            id="gnu-attributes-only",
+        ),
+        pytest.param(
+            OPENRSYNC_FIRST,
+            items(created=["./", "sub/"], transferred=["config.json", "model.safetensors"]),
+            id="openrsync-first",
+        ),
+        pytest.param(OPENRSYNC_DIRS, items(attrs_only=["sub/"]), id="openrsync-unchanged-directories"),
+        pytest.param(
+            "<f+++++++++ model.safetensors\n<f.st...... config.json\n",
+            items(transferred=["model.safetensors", "config.json"]),
+            id="gnu-push-sender-side",
+        ),
+        pytest.param(
+            OPENRSYNC_SENDER_RERUN,
+            items(unchanged=["config.json", "model.safetensors", "sub/tokenizer.json"]),
+            id="openrsync-sender-rerun",
+        ),
+        pytest.param(
+            OPENRSYNC_SENDER_CHECK,
+            items(
+                transferred=["model.safetensors", "new.json"],
+                deleted=["old.npz"],
+                attrs_only=["./"],
+                unchanged=["config.json", "sub/tokenizer.json"],
+            ),
+            id="openrsync-sender-check",
+        ),
+        pytest.param(">f....... config.json\n", items(unchanged=["config.json"]), id="openrsync-receiver-no-reason"),
+        pytest.param(GNU_SENDER_II, items(transferred=["model.safetensors"]), id="gnu-sender-ii"),
+        pytest.param(OPENRSYNC_BLANK, items(), id="openrsync-blank-flags"),
+        pytest.param(
+            LINKS, items(created=["link.safetensors", "b.bin", "relink"], attrs_only=["same-link"]), id="links"
+        ),
+        pytest.param(
+            ">f+++++++++ my model.safetensors\r\n*deleting   old dir/\r\n",
+            items(transferred=["my model.safetensors"], deleted=["old dir/"]),
+            id="spaces-and-crlf",
+        ),
+        pytest.param(
+            ".Lc........ changed-link -> new\n.D.s....... dev\n",
+            items(transferred=["changed-link", "dev"]),
+            id="in-place-content-change",
+        ),
+        pytest.param(
+            "sending incremental file list\nsent 1,234 bytes  received 35 bytes\n"
+            "total size is 9  speedup is 0.01 (DRY RUN)\nrsync: warning: some files vanished\n",
+            items(),
+            id="non-item-lines-ignored",
+        ),
+    ],
+)
 def test_parse_itemized(text, expected):
     assert parse_itemized(text) == expected
 
@@ -115,13 +163,20 @@ def test_the_brief_examples():
     assert parse_itemized("*deleting   x")["deleted"] == ["x"]
 
 
-_NAME = st.text(alphabet=st.characters(whitelist_categories=("L", "N"), whitelist_characters="._- /"),
-                min_size=1, max_size=20).map(str.strip).filter(lambda s: s and " -> " not in s
-                                                                  and " => " not in s)
+_NAME = (
+    st.text(
+        alphabet=st.characters(whitelist_categories=("L", "N"), whitelist_characters="._- /"), min_size=1, max_size=20
+    )
+    .map(str.strip)
+    .filter(lambda s: s and " -> " not in s and " => " not in s)
+)
 _ATTR = st.sampled_from(["..t......", "...p.....", "....og...", "..T......"])
 _ENTRY = st.one_of(
-    st.tuples(st.just("transferred"), st.sampled_from([">f+++++++++", "<f+++++++++", ">f.st......",
-                                                       ">fc........", ">f+++++++", ">f..t......"]), _NAME),
+    st.tuples(
+        st.just("transferred"),
+        st.sampled_from([">f+++++++++", "<f+++++++++", ">f.st......", ">fc........", ">f+++++++", ">f..t......"]),
+        _NAME,
+    ),
     st.tuples(st.just("created"), st.sampled_from(["cd+++++++++", "cd+++++++", "cL+++++++++"]), _NAME),
     st.tuples(st.just("deleted"), st.just("*deleting  "), _NAME),
     st.tuples(st.just("attrs_only"), _ATTR.map(lambda a: ".f" + a), _NAME),
@@ -149,33 +204,53 @@ def test_parse_itemized_never_raises(text):
 
 # --- argv -----------------------------------------------------------------------------------
 
-BASE = ["/usr/bin/rsync", "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
-        f"--out-format={OUT_FORMAT}"]
+BASE = [
+    "/usr/bin/rsync",
+    "--recursive",
+    "--copy-links",
+    "--perms",
+    "--times",
+    "--whole-file",
+    f"--out-format={OUT_FORMAT}",
+]
 
 
 # the own transport's record and part files are never copied (nor deleted by --delete)
 OWN = ["--exclude=.mlx-cluster-*", "--exclude=.*.mlxpart"]
 
 
-@pytest.mark.parametrize("kwargs, options, after", [
-    pytest.param({}, [], [], id="local"),
-    pytest.param({"dry_run": True}, ["--dry-run"], [], id="dry-run"),
-    pytest.param({"delete": True, "checksum": True}, ["--checksum", "--delete"], [], id="delete-checksum"),
-    pytest.param({"log_file": "/tmp/sync.log"}, ["--log-file=/tmp/sync.log"], [], id="log-file"),
-    pytest.param({"ssh_command": "/usr/bin/ssh -o BatchMode=yes"}, [], ["--rsh", "/usr/bin/ssh -o BatchMode=yes"],
-                 id="ssh"),
-    pytest.param({"rsync_path": "/opt/homebrew/bin/rsync"}, [], ["--rsync-path=/opt/homebrew/bin/rsync"],
-                 id="rsync-path"),
-])
+@pytest.mark.parametrize(
+    "kwargs, options, after",
+    [
+        pytest.param({}, [], [], id="local"),
+        pytest.param({"dry_run": True}, ["--dry-run"], [], id="dry-run"),
+        pytest.param({"delete": True, "checksum": True}, ["--checksum", "--delete"], [], id="delete-checksum"),
+        pytest.param({"log_file": "/tmp/sync.log"}, ["--log-file=/tmp/sync.log"], [], id="log-file"),
+        pytest.param(
+            {"ssh_command": "/usr/bin/ssh -o BatchMode=yes"}, [], ["--rsh", "/usr/bin/ssh -o BatchMode=yes"], id="ssh"
+        ),
+        pytest.param(
+            {"rsync_path": "/opt/homebrew/bin/rsync"}, [], ["--rsync-path=/opt/homebrew/bin/rsync"], id="rsync-path"
+        ),
+    ],
+)
 def test_rsync_argv(kwargs, options, after):
     assert rsync_argv("/usr/bin/rsync", "/src", "/dest", **kwargs) == BASE + options + OWN + after + ["/src/", "/dest/"]
 
 
 def test_rsync_argv_remote_and_trailing_slashes():
-    argv = rsync_argv("/usr/bin/rsync", "/src/", remote_spec("admin@10.208.0.2", "/Users/admin/m/x"),
-                      ssh_command=ssh_command("/usr/bin/ssh", ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"]))
-    assert argv[-4:] == ["--rsh", "/usr/bin/ssh -o HostKeyAlias=m2 -o BatchMode=yes", "/src/",
-                         "admin@10.208.0.2:/Users/admin/m/x/"]
+    argv = rsync_argv(
+        "/usr/bin/rsync",
+        "/src/",
+        remote_spec("admin@10.208.0.2", "/Users/admin/m/x"),
+        ssh_command=ssh_command("/usr/bin/ssh", ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"]),
+    )
+    assert argv[-4:] == [
+        "--rsh",
+        "/usr/bin/ssh -o HostKeyAlias=m2 -o BatchMode=yes",
+        "/src/",
+        "admin@10.208.0.2:/Users/admin/m/x/",
+    ]
     assert "--delete" not in argv and "--dry-run" not in argv
 
 
@@ -191,41 +266,50 @@ def test_ssh_command_refuses_words_rsync_would_split(word):
 
 
 def test_ssh_command_joins_plain_words():
-    assert ssh_command("/usr/bin/ssh", ["-F", "/tmp/sim/ssh_config", "-p", "2222"]) == \
-        "/usr/bin/ssh -F /tmp/sim/ssh_config -p 2222"
+    assert (
+        ssh_command("/usr/bin/ssh", ["-F", "/tmp/sim/ssh_config", "-p", "2222"])
+        == "/usr/bin/ssh -F /tmp/sim/ssh_config -p 2222"
+    )
 
 
 # --- destination safety ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, home, fragment", [
-    pytest.param("/", "/Users/admin", "whole disk", id="root"),
-    pytest.param("//", "/Users/admin", "whole disk", id="root-slashes"),
-    pytest.param("/Users/admin", "/Users/admin", "home directory itself", id="home"),
-    pytest.param("/Users/admin/", "/Users/admin", "home directory itself", id="home-slash"),
-    pytest.param("/Users", "/Users/admin", "above the home", id="above-home"),
-    pytest.param("/Users/admin/models", "/Users/admin", "only 1 level below", id="one-below-home"),
-    pytest.param("/Users/admin/mlx/../x/y", "/Users/admin", "'..'", id="dotdot"),
-    pytest.param("relative/models/x", "/Users/admin", "not an absolute", id="relative"),
-    pytest.param("/Users/admin/my models/x", "/Users/admin", "shell characters", id="space"),
-    pytest.param("/Users/admin/m/$(reboot)", "/Users/admin", "shell characters", id="shell"),
-    pytest.param("/Users/admin/mlx/models/x\n", "/Users/admin", "shell characters", id="last-newline"),
-    pytest.param("~/mlx/models/x", "/Users/admin", "not an absolute", id="tilde"),
-    pytest.param("/tmp", "/Users/admin", "top-level", id="top-level"),
-    pytest.param("/Users/admin/x", None, "fewer than four", id="home-unknown-short"),
-    pytest.param("", "/Users/admin", "empty", id="empty"),
-])
+
+@pytest.mark.parametrize(
+    "path, home, fragment",
+    [
+        pytest.param("/", "/Users/admin", "whole disk", id="root"),
+        pytest.param("//", "/Users/admin", "whole disk", id="root-slashes"),
+        pytest.param("/Users/admin", "/Users/admin", "home directory itself", id="home"),
+        pytest.param("/Users/admin/", "/Users/admin", "home directory itself", id="home-slash"),
+        pytest.param("/Users", "/Users/admin", "above the home", id="above-home"),
+        pytest.param("/Users/admin/models", "/Users/admin", "only 1 level below", id="one-below-home"),
+        pytest.param("/Users/admin/mlx/../x/y", "/Users/admin", "'..'", id="dotdot"),
+        pytest.param("relative/models/x", "/Users/admin", "not an absolute", id="relative"),
+        pytest.param("/Users/admin/my models/x", "/Users/admin", "shell characters", id="space"),
+        pytest.param("/Users/admin/m/$(reboot)", "/Users/admin", "shell characters", id="shell"),
+        pytest.param("/Users/admin/mlx/models/x\n", "/Users/admin", "shell characters", id="last-newline"),
+        pytest.param("~/mlx/models/x", "/Users/admin", "not an absolute", id="tilde"),
+        pytest.param("/tmp", "/Users/admin", "top-level", id="top-level"),
+        pytest.param("/Users/admin/x", None, "fewer than four", id="home-unknown-short"),
+        pytest.param("", "/Users/admin", "empty", id="empty"),
+    ],
+)
 def test_check_dest_refuses(path, home, fragment):
     problem = check_dest(path, home)
     assert problem is not None and fragment in problem
 
 
-@pytest.mark.parametrize("path, home", [
-    pytest.param("/Users/admin/mlx-cluster/models/Qwen3-4B", "/Users/admin", id="default-layout"),
-    pytest.param("/Users/admin/models/Qwen3-4B/", "/Users/admin/", id="two-below-home"),
-    pytest.param("/Volumes/Models/Qwen3-4B", "/Users/admin", id="outside-home"),
-    pytest.param("/Users/admin/mlx-cluster/models/x", None, id="home-unknown-long"),
-    pytest.param("/srv/admin/mlx-cluster/models/tiny", "/srv/admin", id="simulated-mac"),
-])
+@pytest.mark.parametrize(
+    "path, home",
+    [
+        pytest.param("/Users/admin/mlx-cluster/models/Qwen3-4B", "/Users/admin", id="default-layout"),
+        pytest.param("/Users/admin/models/Qwen3-4B/", "/Users/admin/", id="two-below-home"),
+        pytest.param("/Volumes/Models/Qwen3-4B", "/Users/admin", id="outside-home"),
+        pytest.param("/Users/admin/mlx-cluster/models/x", None, id="home-unknown-long"),
+        pytest.param("/srv/admin/mlx-cluster/models/tiny", "/srv/admin", id="simulated-mac"),
+    ],
+)
 def test_check_dest_accepts(path, home):
     assert check_dest(path, home) is None
 
@@ -237,7 +321,7 @@ def test_check_dest_never_accepts_home_or_above(parts):
     if check_dest(path, "/Users/admin") is None:
         assert ".." not in parts and "." not in parts
         home = ["Users", "admin"]
-        assert home[:len(parts)] != parts  # neither home nor a directory above it
+        assert home[: len(parts)] != parts  # neither home nor a directory above it
         if parts[:2] == home:
             assert len(parts) >= 4  # at least two levels below home
         assert len(parts) >= 2
@@ -245,8 +329,11 @@ def test_check_dest_never_accepts_home_or_above(parts):
 
 # --- manifests ------------------------------------------------------------------------------
 
-SOURCE = {"config.json": {"size": 10}, "model.safetensors": {"size": 1000, "sha256": "a" * 64},
-          "sub/tokenizer.json": {"size": 20}}
+SOURCE = {
+    "config.json": {"size": 10},
+    "model.safetensors": {"size": 1000, "sha256": "a" * 64},
+    "sub/tokenizer.json": {"size": 20},
+}
 
 
 def test_compare_identical_is_clean():
@@ -286,7 +373,9 @@ def test_compare_sha256_only_where_both_have_one():
 _MANIFEST = st.dictionaries(
     st.from_regex(r"[a-z]{1,8}(/[a-z]{1,8})?\.(json|safetensors|bin|txt)", fullmatch=True),
     st.fixed_dictionaries({"size": st.integers(0, 10**12), "sha256": st.from_regex(r"[0-9a-f]{64}", fullmatch=True)}),
-    min_size=1, max_size=8)
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -300,37 +389,80 @@ def test_compare_finds_exactly_the_changed_file(source, data):
     assert compare_manifests(source, {host: dict(source)}) == []
 
 
-@pytest.mark.parametrize("rel, weight", [
-    ("model.safetensors", True), ("x/model-00001-of-00004.SAFETENSORS", True), ("m.gguf", True),
-    ("w.npz", True), ("pytorch_model.bin", True), ("config.json", False), ("tokenizer.model", False),
-    ("model.safetensors.index.json", False),
-])
+@pytest.mark.parametrize(
+    "rel, weight",
+    [
+        ("model.safetensors", True),
+        ("x/model-00001-of-00004.SAFETENSORS", True),
+        ("m.gguf", True),
+        ("w.npz", True),
+        ("pytorch_model.bin", True),
+        ("config.json", False),
+        ("tokenizer.model", False),
+        ("model.safetensors.index.json", False),
+    ],
+)
 def test_is_weight_file(rel, weight):
     assert is_weight_file(rel) is weight
 
 
 # --- failures and versions ------------------------------------------------------------------
 
-@pytest.mark.parametrize("rc, stderr, fragments", [
-    pytest.param(255, "admin@10.208.0.2: Permission denied (publickey,password,keyboard-interactive).\n"
-                      "rsync: connection unexpectedly closed (0 bytes received so far) [sender]\n",
-                 ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "refused the key", "authorized_keys"],
-                 id="no-key"),
-    pytest.param(255, "Host key verification failed.\nrsync: connection unexpectedly closed\n",
-                 ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "known_hosts"], id="host-key"),
-    pytest.param(255, "ssh: connect to host 10.208.0.2 port 22: Connection refused\n",
-                 ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "Remote Login"], id="refused"),
-    pytest.param(12, "sh: rsync: command not found\nrsync: connection unexpectedly closed\n",
-                 ["rsync is not installed on admin@10.208.0.2"], id="no-remote-rsync"),
-    pytest.param(255, "kex_exchange_identification: read: Connection reset by peer\n",
-                 ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "does not answer"], id="other-255"),
-    pytest.param(1, "rsync: on remote machine: --log-format=%i: unknown option\n",
-                 ["does not understand an option", "model_sync_rsync_path"], id="openrsync-server-option"),
-    pytest.param(11, "rsync: write failed on \"/x/model.safetensors\": No space left on device (28)\n",
-                 ["the disk is full", "admin@10.208.0.2:/Users/admin/m/x"], id="disk-full"),
-    pytest.param(23, "rsync: some error\n", ["rsync into admin@10.208.0.2:/Users/admin/m/x failed with exit code 23",
-                                             "some error"], id="other"),
-])
+
+@pytest.mark.parametrize(
+    "rc, stderr, fragments",
+    [
+        pytest.param(
+            255,
+            "admin@10.208.0.2: Permission denied (publickey,password,keyboard-interactive).\n"
+            "rsync: connection unexpectedly closed (0 bytes received so far) [sender]\n",
+            ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "refused the key", "authorized_keys"],
+            id="no-key",
+        ),
+        pytest.param(
+            255,
+            "Host key verification failed.\nrsync: connection unexpectedly closed\n",
+            ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "known_hosts"],
+            id="host-key",
+        ),
+        pytest.param(
+            255,
+            "ssh: connect to host 10.208.0.2 port 22: Connection refused\n",
+            ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "Remote Login"],
+            id="refused",
+        ),
+        pytest.param(
+            12,
+            "sh: rsync: command not found\nrsync: connection unexpectedly closed\n",
+            ["rsync is not installed on admin@10.208.0.2"],
+            id="no-remote-rsync",
+        ),
+        pytest.param(
+            255,
+            "kex_exchange_identification: read: Connection reset by peer\n",
+            ["ssh from m1 to admin@10.208.0.2 (admin@10.208.0.2) failed", "does not answer"],
+            id="other-255",
+        ),
+        pytest.param(
+            1,
+            "rsync: on remote machine: --log-format=%i: unknown option\n",
+            ["does not understand an option", "model_sync_rsync_path"],
+            id="openrsync-server-option",
+        ),
+        pytest.param(
+            11,
+            'rsync: write failed on "/x/model.safetensors": No space left on device (28)\n',
+            ["the disk is full", "admin@10.208.0.2:/Users/admin/m/x"],
+            id="disk-full",
+        ),
+        pytest.param(
+            23,
+            "rsync: some error\n",
+            ["rsync into admin@10.208.0.2:/Users/admin/m/x failed with exit code 23", "some error"],
+            id="other",
+        ),
+    ],
+)
 def test_explain_failure(rc, stderr, fragments):
     msg = explain_failure(rc, stderr, "admin@10.208.0.2", "/Users/admin/m/x", "m1")
     for fragment in fragments:
@@ -341,17 +473,32 @@ def test_explain_failure_local():
     assert explain_failure(11, "", "", "/d/x/y", "m1") == "rsync into /d/x/y failed with exit code 11: exit code 11"
 
 
-@pytest.mark.parametrize("text, expected", [
-    pytest.param("rsync  version 3.5.0  protocol version 32\nCopyright (C) 1996-2026\n",
-                 {"flavour": "rsync", "version": "3.5.0", "log_file": True}, id="gnu-3.5"),
-    pytest.param("rsync  version v3.2.7  protocol version 31\n",
-                 {"flavour": "rsync", "version": "3.2.7", "log_file": True}, id="gnu-3.2.7"),
-    pytest.param("rsync  version 2.6.9  protocol version 29\n",
-                 {"flavour": "rsync", "version": "2.6.9", "log_file": False}, id="apple-2.6.9"),
-    pytest.param("openrsync: protocol version 29\nrsync version 2.6.9 compatible\n",
-                 {"flavour": "openrsync", "version": "2.6.9", "log_file": None}, id="openrsync"),
-    pytest.param("", {"flavour": "unknown", "version": None, "log_file": False}, id="empty"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param(
+            "rsync  version 3.5.0  protocol version 32\nCopyright (C) 1996-2026\n",
+            {"flavour": "rsync", "version": "3.5.0", "log_file": True},
+            id="gnu-3.5",
+        ),
+        pytest.param(
+            "rsync  version v3.2.7  protocol version 31\n",
+            {"flavour": "rsync", "version": "3.2.7", "log_file": True},
+            id="gnu-3.2.7",
+        ),
+        pytest.param(
+            "rsync  version 2.6.9  protocol version 29\n",
+            {"flavour": "rsync", "version": "2.6.9", "log_file": False},
+            id="apple-2.6.9",
+        ),
+        pytest.param(
+            "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n",
+            {"flavour": "openrsync", "version": "2.6.9", "log_file": None},
+            id="openrsync",
+        ),
+        pytest.param("", {"flavour": "unknown", "version": None, "log_file": False}, id="empty"),
+    ],
+)
 def test_parse_rsync_version(text, expected):
     assert parse_rsync_version(text) == expected
 
@@ -385,7 +532,7 @@ def test_copy_progress_reads_gnu_rsync_in_any_pieces():
     for size in (1, 7, 64, len(text)):
         p = CopyProgress(total=GNU_PROGRESS_BYTES)
         for i in range(0, len(text), size):
-            p.feed(text[i:i + size], i / 1000)
+            p.feed(text[i : i + size], i / 1000)
         state = p.state(len(text) / 1000)
         assert (state["bytes"], state["files"], state["total"]) == (GNU_PROGRESS_BYTES, 3, GNU_PROGRESS_BYTES), size
 
@@ -434,8 +581,10 @@ def test_itemized_output_is_read_alike_with_progress():
     items = parse_itemized(text)
     assert items["transferred"] == ["config.json", "model.safetensors", "sub/tok.bin"]
     assert items["created"] == ["sub/"] and items["attrs_only"] == ["./"]
-    assert without_progress(text) == ("sending incremental file list\n.d..t...... ./\n>f+++++++++ config.json\n"
-                                      ">f+++++++++ model.safetensors\ncd+++++++++ sub/\n>f+++++++++ sub/tok.bin\n")
+    assert without_progress(text) == (
+        "sending incremental file list\n.d..t...... ./\n>f+++++++++ config.json\n"
+        ">f+++++++++ model.safetensors\ncd+++++++++ sub/\n>f+++++++++ sub/tok.bin\n"
+    )
 
 
 def test_progress_option_in_the_argv():
@@ -444,7 +593,9 @@ def test_progress_option_in_the_argv():
     assert PROGRESS_OPTION not in rsync_argv("rsync", "/a", "m2:/b")
 
 
-@given(pieces=st.lists(st.text(alphabet=st.sampled_from(list("0123456789,. %\r\nxfer#()abc")), max_size=40), max_size=30))
+@given(
+    pieces=st.lists(st.text(alphabet=st.sampled_from(list("0123456789,. %\r\nxfer#()abc")), max_size=40), max_size=30)
+)
 @settings(max_examples=200)
 def test_copy_progress_takes_any_output(pieces):
     p = CopyProgress(total=10)
@@ -468,13 +619,14 @@ def test_stall_timeout_is_rsyncs_io_timeout():
     assert not any(a.startswith("--timeout") for a in rsync_argv("rsync", "/a", "m2:/b"))
 
 
-GNU_STALL = ("[sender] io timeout after 120 seconds -- exiting\n"
-             "rsync error: timeout in data send/receive (code 30) at io.c(248) [sender=3.5.0]\n")
+GNU_STALL = (
+    "[sender] io timeout after 120 seconds -- exiting\n"
+    "rsync error: timeout in data send/receive (code 30) at io.c(248) [sender=3.5.0]\n"
+)
 
 
 def test_a_stalled_copy_names_both_ends_and_says_it_resumes():
-    msg = explain_failure(30, GNU_STALL, "admin@10.208.0.2", "/Users/admin/m", "m1", name="m2",
-                          stall_timeout=120)
+    msg = explain_failure(30, GNU_STALL, "admin@10.208.0.2", "/Users/admin/m", "m1", name="m2", stall_timeout=120)
     assert msg.startswith("rsync into admin@10.208.0.2:/Users/admin/m from m1 stalled: no data moved for 120 s")
     assert "between m1 and m2" in msg and "resumes" in msg and "model_sync_stall_timeout" in msg
     # without a stall bound the same exit code is not called a stall

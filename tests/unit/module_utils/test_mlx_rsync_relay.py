@@ -19,16 +19,22 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
 )
 
 T = 1764130000
-WANT = {"config.json": {"size": 10, "mtime": T}, "model.safetensors": {"size": 1000, "mtime": T},
-        "sub/tokenizer.json": {"size": 5, "mtime": T + 1}}
+WANT = {
+    "config.json": {"size": 10, "mtime": T},
+    "model.safetensors": {"size": 1000, "mtime": T},
+    "sub/tokenizer.json": {"size": 5, "mtime": T + 1},
+}
 
 
-@pytest.mark.parametrize("have, complete", [
-    pytest.param((1000, T + 0.9), True, id="size-and-second"),
-    pytest.param((1000, T + 1.0), False, id="next-second"),
-    pytest.param((999, T), False, id="short"),
-    pytest.param(None, False, id="absent"),
-])
+@pytest.mark.parametrize(
+    "have, complete",
+    [
+        pytest.param((1000, T + 0.9), True, id="size-and-second"),
+        pytest.param((1000, T + 1.0), False, id="next-second"),
+        pytest.param((999, T), False, id="short"),
+        pytest.param(None, False, id="absent"),
+    ],
+)
 def test_a_file_is_complete_with_the_sources_size_and_time(have, complete):
     assert file_complete(WANT["model.safetensors"], have) is complete
 
@@ -38,15 +44,22 @@ def test_a_source_entry_without_a_time_is_never_complete():
 
 
 def test_complete_files_ignores_temporaries_and_files_the_source_lacks():
-    stats = {"config.json": (10, T), ".model.safetensors.Ab12Cd": (400, T + 50), "extra.txt": (1, T),
-             "sub/tokenizer.json": (5, T + 1.2)}
+    stats = {
+        "config.json": (10, T),
+        ".model.safetensors.Ab12Cd": (400, T + 50),
+        "extra.txt": (1, T),
+        "sub/tokenizer.json": (5, T + 1.2),
+    }
     assert complete_files(WANT, stats) == {"config.json", "sub/tokenizer.json"}
 
 
 def test_excludes_are_anchored_and_cover_the_temporary_names():
     assert relay_excludes({"sub/model-00002-of-00002.safetensors", "top.bin"}) == [
-        "--exclude=/sub/model-00002-of-00002.safetensors", "--exclude=/sub/.model-00002-of-00002.safetensors.*",
-        "--exclude=/top.bin", "--exclude=/.top.bin.*"]
+        "--exclude=/sub/model-00002-of-00002.safetensors",
+        "--exclude=/sub/.model-00002-of-00002.safetensors.*",
+        "--exclude=/top.bin",
+        "--exclude=/.top.bin.*",
+    ]
     # wildcard characters in a name are escaped (rsync honours the backslash in a wildcard pattern)
     assert relay_excludes({"a[1]*.json"}) == ["--exclude=/a\\[1\\]\\*.json", "--exclude=/.a\\[1\\]\\*.json.*"]
     assert relay_excludes(set()) == []
@@ -83,21 +96,25 @@ class FakeCopy:
 
 def arriving():
     """config.json complete first, then the weights grow and complete, then the tokenizer."""
-    return [{},
-            {"config.json": (10, T)},
-            {"config.json": (10, T), ".model.safetensors.X1": (300, T + 9)},
-            {"config.json": (10, T), ".model.safetensors.X1": (700, T + 9)},
-            {"config.json": (10, T), "model.safetensors": (1000, T)},
-            {"config.json": (10, T), "model.safetensors": (1000, T), "sub/tokenizer.json": (5, T + 1)}]
+    return [
+        {},
+        {"config.json": (10, T)},
+        {"config.json": (10, T), ".model.safetensors.X1": (300, T + 9)},
+        {"config.json": (10, T), ".model.safetensors.X1": (700, T + 9)},
+        {"config.json": (10, T), "model.safetensors": (1000, T)},
+        {"config.json": (10, T), "model.safetensors": (1000, T), "sub/tokenizer.json": (5, T + 1)},
+    ]
 
 
 def test_each_file_is_passed_on_once_complete_then_a_last_pass_without_excludes():
     copy = FakeCopy(arriving())
     results = relay_passes(WANT, copy.look, copy.run_pass, copy.clock, copy.sleep, wait_limit=10, poll=0.5)
     excluded = [sorted(e for e in ex if not e.endswith(".*")) for _, ex in copy.passes]
-    assert excluded == [["--exclude=/model.safetensors", "--exclude=/sub/tokenizer.json"],
-                        ["--exclude=/sub/tokenizer.json"],
-                        []]
+    assert excluded == [
+        ["--exclude=/model.safetensors", "--exclude=/sub/tokenizer.json"],
+        ["--exclude=/sub/tokenizer.json"],
+        [],
+    ]
     assert [r[0] for r in results] == [0, 0, 0]
     # nothing ran before the first file was complete
     assert copy.passes[0][0] >= 0.5
@@ -139,9 +156,16 @@ def test_nothing_ever_arriving_raises_after_the_limit():
 
 def test_the_stall_message_names_both_macs_and_the_fix():
     msg = stall_message("m2", "m3", "m1", ["config.json"], ["a.safetensors", "b.safetensors", "c", "d"], 120.2)
-    for words in ("m2 stopped waiting to pass the model on to m3", "its own copy from m1",
-                  "has not grown for 120 s", "1 of 5 files complete", "a.safetensors, b.safetensors, c, ...",
-                  "m2's copy from m1", "re-run the models stage", "resumes"):
+    for words in (
+        "m2 stopped waiting to pass the model on to m3",
+        "its own copy from m1",
+        "has not grown for 120 s",
+        "1 of 5 files complete",
+        "a.safetensors, b.safetensors, c, ...",
+        "m2's copy from m1",
+        "re-run the models stage",
+        "resumes",
+    ):
         assert words in msg, (words, msg)
 
 

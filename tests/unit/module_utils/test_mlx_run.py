@@ -13,7 +13,13 @@ import time
 import pytest
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_run
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout, Runner, command_text, fix_for, run_bounded
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    CommandTimeout,
+    Runner,
+    command_text,
+    fix_for,
+    run_bounded,
+)
 
 
 def running(pid):
@@ -94,17 +100,25 @@ def test_a_process_that_escapes_the_group_with_the_pipes_does_not_hold_the_calle
             os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the one process this test escaped
 
 
-@pytest.mark.parametrize("argv, words", [
-    pytest.param(["/usr/bin/ibv_devinfo", "-v"], ["RDMA looks wedged", "replug", "reboot the Mac"], id="ibv_devinfo"),
-    pytest.param(["/usr/bin/ibv_devices"], ["RDMA looks wedged", "replug"], id="ibv_devices"),
-    pytest.param(["/usr/bin/rdma_ctl", "status"], ["RDMA looks wedged"], id="rdma_ctl"),
-    pytest.param(["/usr/sbin/system_profiler", "SPThunderboltDataType", "-json"],
-                 ["cannot read the Thunderbolt bus", "unplug the Thunderbolt cables", "reboot the Mac"],
-                 id="system_profiler"),
-    pytest.param(["/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1"], ["configd", "reboot the Mac"],
-                 id="networksetup"),
-    pytest.param(["/sbin/ifconfig"], ["by hand", "mlx_cluster_command_timeout"], id="generic"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        pytest.param(
+            ["/usr/bin/ibv_devinfo", "-v"], ["RDMA looks wedged", "replug", "reboot the Mac"], id="ibv_devinfo"
+        ),
+        pytest.param(["/usr/bin/ibv_devices"], ["RDMA looks wedged", "replug"], id="ibv_devices"),
+        pytest.param(["/usr/bin/rdma_ctl", "status"], ["RDMA looks wedged"], id="rdma_ctl"),
+        pytest.param(
+            ["/usr/sbin/system_profiler", "SPThunderboltDataType", "-json"],
+            ["cannot read the Thunderbolt bus", "unplug the Thunderbolt cables", "reboot the Mac"],
+            id="system_profiler",
+        ),
+        pytest.param(
+            ["/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1"], ["configd", "reboot the Mac"], id="networksetup"
+        ),
+        pytest.param(["/sbin/ifconfig"], ["by hand", "mlx_cluster_command_timeout"], id="generic"),
+    ],
+)
 def test_the_message_names_the_command_the_bound_and_a_fix(argv, words):
     exc = CommandTimeout(argv, 5)
     name = command_text(argv)
@@ -116,7 +130,9 @@ def test_the_message_names_the_command_the_bound_and_a_fix(argv, words):
 
 def test_the_runner_applies_its_bound_and_a_longer_one_when_asked(monkeypatch):
     seen = []
-    monkeypatch.setattr(mlx_run, "spawn", lambda argv, timeout, env=None, data=None: seen.append(timeout) or (0, "", ""))
+    monkeypatch.setattr(
+        mlx_run, "spawn", lambda argv, timeout, env=None, data=None: seen.append(timeout) or (0, "", "")
+    )
     runner = Runner(7)
     runner.run(["sw_vers"])
     runner.run(["launchctl", "bootout", "system/x"], timeout=40)
@@ -133,8 +149,9 @@ def test_standard_output_is_handed_over_as_it_arrives():
     seen = []
     start = time.monotonic()
     script = "import sys, time; print('a', flush=True); sys.stderr.write('e'); time.sleep(1); print('b')"
-    rc, out, err = run_bounded([sys.executable, "-c", script], 10,
-                               on_output=lambda text: seen.append((time.monotonic() - start, text)))
+    rc, out, err = run_bounded(
+        [sys.executable, "-c", script], 10, on_output=lambda text: seen.append((time.monotonic() - start, text))
+    )
     assert (rc, out, err) == (0, "a\nb\n", "e")
     assert "".join(t for _, t in seen) == "a\nb\n"
     # what was said before the 1 s pause arrived well before what came after it (in any pieces)
@@ -149,8 +166,6 @@ def test_a_streamed_command_that_does_not_answer_keeps_what_it_said(tmp_path):
         run_bounded(["sh", "-c", "echo 12% ; echo half >&2; sleep 30 & wait"], 0.5, on_output=seen.append)
     assert time.monotonic() - start < 0.5 + mlx_run.KILL_GRACE + 1
     assert seen == ["12%\n"] and info.value.stdout == "12%\n" and info.value.stderr == "half\n"
-
-
 
 
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="a zombie is told from /proc (Linux)")

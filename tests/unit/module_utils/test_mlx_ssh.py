@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 import subprocess
 import sys
 
@@ -13,8 +11,11 @@ import pytest
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure, wrapper_files
 
 TARGETS = {
-    "m1": {"host": "10.99.0.2", "ssh": "FAKE", "options": ["-o", "BatchMode=yes", "-o", "User=admin",
-                                                            "-F", "/state/ssh_config"]},
+    "m1": {
+        "host": "10.99.0.2",
+        "ssh": "FAKE",
+        "options": ["-o", "BatchMode=yes", "-o", "User=admin", "-F", "/state/ssh_config"],
+    },
     "m2": {"host": "10.99.0.3", "ssh": "FAKE", "options": ["-o", "BatchMode=yes", "-o", "User=admin"]},
 }
 
@@ -35,20 +36,38 @@ def wrapper(tmp_path):
     def run(*args):
         out = subprocess.run([str(d / "ssh"), *args], capture_output=True, text=True, check=True).stdout
         return json.loads(out)
+
     return run
 
 
 def test_the_launchers_call_becomes_ansibles_destination_and_options(wrapper):
     # exactly how mlx.launch starts a rank, and how it ends one
-    assert wrapper("-tt", "-o", "LogLevel=QUIET", "m1", "cd /x; python y.py") == \
-        ["-o", "BatchMode=yes", "-o", "User=admin", "-F", "/state/ssh_config",
-         "-tt", "-o", "LogLevel=QUIET", "10.99.0.2", "cd /x; python y.py"]
+    assert wrapper("-tt", "-o", "LogLevel=QUIET", "m1", "cd /x; python y.py") == [
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "User=admin",
+        "-F",
+        "/state/ssh_config",
+        "-tt",
+        "-o",
+        "LogLevel=QUIET",
+        "10.99.0.2",
+        "cd /x; python y.py",
+    ]
     assert wrapper("m2", "kill 12") == ["-o", "BatchMode=yes", "-o", "User=admin", "10.99.0.3", "kill 12"]
 
 
-@pytest.mark.parametrize("args", [
-    ["-p22", "m2", "true"], ["-l", "someone", "m2", "true"], ["-vv", "-i", "/k", "m2"], ["--", "m2", "true"],
-], ids=["glued-value", "option-value", "flags-then-option", "double-dash"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-p22", "m2", "true"],
+        ["-l", "someone", "m2", "true"],
+        ["-vv", "-i", "/k", "m2"],
+        ["--", "m2", "true"],
+    ],
+    ids=["glued-value", "option-value", "flags-then-option", "double-dash"],
+)
 def test_options_before_the_destination_are_skipped(wrapper, args):
     out = wrapper(*args)
     assert "10.99.0.3" in out and "m2" not in out
@@ -67,18 +86,33 @@ def test_malformed_targets_are_refused():
         wrapper_files({"m1": {"host": "h", "ssh": "ssh", "options": []}}, sys.executable, "/usr/bin/ssh")
 
 
-@pytest.mark.parametrize("stderr, rc, words", [
-    ("ssh: Could not resolve hostname studio-1: Name or service not known", 255,
-     ["does not resolve on the controller", "set ansible_host of studio-1"]),
-    ("admin@10.0.0.2: Permission denied (publickey,password,keyboard-interactive).", 255,
-     ["refused the key", "ssh-copy-id admin@10.0.0.2", "ansible_ssh_private_key_file"]),
-    ("Host key verification failed.", 255, ["not in the controller's known_hosts", "ssh admin@10.0.0.2 true"]),
-    ("ssh: connect to host 10.0.0.2 port 22: Connection refused", 255, ["Remote Login"]),
-    ("ssh: connect to host 10.0.0.2 port 22: Operation timed out", 255, ["does not answer at 10.0.0.2", "powered on"]),
-], ids=["unresolvable-name", "refused-key", "unknown-host-key", "remote-login-off", "down"])
+@pytest.mark.parametrize(
+    "stderr, rc, words",
+    [
+        (
+            "ssh: Could not resolve hostname studio-1: Name or service not known",
+            255,
+            ["does not resolve on the controller", "set ansible_host of studio-1"],
+        ),
+        (
+            "admin@10.0.0.2: Permission denied (publickey,password,keyboard-interactive).",
+            255,
+            ["refused the key", "ssh-copy-id admin@10.0.0.2", "ansible_ssh_private_key_file"],
+        ),
+        ("Host key verification failed.", 255, ["not in the controller's known_hosts", "ssh admin@10.0.0.2 true"]),
+        ("ssh: connect to host 10.0.0.2 port 22: Connection refused", 255, ["Remote Login"]),
+        (
+            "ssh: connect to host 10.0.0.2 port 22: Operation timed out",
+            255,
+            ["does not answer at 10.0.0.2", "powered on"],
+        ),
+    ],
+    ids=["unresolvable-name", "refused-key", "unknown-host-key", "remote-login-off", "down"],
+)
 def test_each_ssh_failure_gets_its_own_fix(stderr, rc, words):
-    msg = explain_ssh_failure(stderr, rc, "the controller", "studio-1", "10.0.0.2" if "studio-1:" not in stderr
-                              else "studio-1", user="admin")
+    msg = explain_ssh_failure(
+        stderr, rc, "the controller", "studio-1", "10.0.0.2" if "studio-1:" not in stderr else "studio-1", user="admin"
+    )
     assert msg.startswith("ssh from the controller to studio-1 (")
     for w in words:
         assert w in msg, (w, msg)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
+
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     SP_COMMAND,
@@ -19,8 +20,19 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     thunderbolt_facts,
 )
 
-PORT_KEYS = {"receptacle", "bus", "domain_uuid", "hardware_port", "iface", "status", "speed_gbps",
-             "capability_gbps", "link_class", "peer", "devices"}
+PORT_KEYS = {
+    "receptacle",
+    "bus",
+    "domain_uuid",
+    "hardware_port",
+    "iface",
+    "status",
+    "speed_gbps",
+    "capability_gbps",
+    "link_class",
+    "peer",
+    "devices",
+}
 PEER_KEYS = {"domain_uuid", "name", "model_id", "via"}
 DEVICE_KEYS = {"name", "vendor", "depth", "kind"}
 BRIDGE_KEYS = {"exists", "members", "service", "service_enabled"}
@@ -31,52 +43,111 @@ TB5 = ("connected", 80, None, "TB5")
 # fixture -> {receptacle: ((status, speed, capability, class), peer (name, model_id, via) or None,
 #                          [(device name, depth, kind), ...])}, number of warnings
 SP_CASES = [
-    pytest.param("sp_direct_studio_a.json", {
-        1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        2: (EMPTY, None, []), 3: (EMPTY, None, []), 4: (EMPTY, None, []),
-    }, 0, id="direct-cable-studio-a"),
-    pytest.param("sp_direct_studio_b.json", {
-        1: (EMPTY, None, []),
-        2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        3: (EMPTY, None, []), 4: (EMPTY, None, []),
-    }, 0, id="direct-cable-studio-b"),
-    pytest.param("sp_peer_behind_dock_two_levels.json", {
-        1: (EMPTY, None, []),
-        2: (TB5, ("Mac Studio", "Mac16,9", ["CalDigit TS5 Plus", "OWC Thunderbolt 5 Hub"]),
-            [("CalDigit TS5 Plus", 1, "hub"), ("OWC Thunderbolt 5 Hub", 2, "hub"),
-             ("Mac Studio", 3, "mac"), ("LaCie Rugged SSD Pro5", 2, "device")]),
-        3: (EMPTY, None, []),
-    }, 0, id="peer-behind-dock-and-hub"),
-    pytest.param("sp_tb4_beside_tb5.json", {
-        1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        3: (("connected", 40, None, "TB4"), ("Mac mini", "Mac16,10", []), [("Mac mini", 1, "mac")]),
-        4: (EMPTY, None, []), 5: (EMPTY, None, []), 6: (EMPTY, None, []),
-    }, 0, id="tb4-link-beside-tb5"),
-    pytest.param("sp_empty_receptacles.json", {
-        1: (EMPTY, None, []), 2: (EMPTY, None, []), 3: (EMPTY, None, []),
-    }, 0, id="all-receptacles-empty-usb-only-bus-skipped"),
-    pytest.param("sp_drive_not_peer.json", {
-        1: (TB5, None, [("Envoy Ultra", 1, "device")]),
-        2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        3: (("connected", 40, None, "TB4"), None, [("Thunderbolt 3 Dock", 1, "device")]),
-        4: (EMPTY, None, []),
-    }, 0, id="drive-is-not-a-peer"),
-    pytest.param("sp_two_cables_same_pair.json", {
-        1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        3: (EMPTY, None, []),
-    }, 0, id="two-cables-same-pair"),
-    pytest.param("sp_partial_data.json", {
-        1: (EMPTY, None, []),
-        2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
-        3: (TB5, None, []),
-    }, 3, id="partial-data-warns"),
-    pytest.param("sp_no_domain_uuid.json", {
-        1: (TB5, None, []),
-        2: (("connected", 40, None, "TB4"), ("Mac mini", "Mac16,10", []), [("Mac mini", 1, "mac")]),
-        3: (EMPTY, None, []),
-    }, 3, id="no-domain-uuid-keeps-the-ports"),
+    pytest.param(
+        "sp_direct_studio_a.json",
+        {
+            1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            2: (EMPTY, None, []),
+            3: (EMPTY, None, []),
+            4: (EMPTY, None, []),
+        },
+        0,
+        id="direct-cable-studio-a",
+    ),
+    pytest.param(
+        "sp_direct_studio_b.json",
+        {
+            1: (EMPTY, None, []),
+            2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            3: (EMPTY, None, []),
+            4: (EMPTY, None, []),
+        },
+        0,
+        id="direct-cable-studio-b",
+    ),
+    pytest.param(
+        "sp_peer_behind_dock_two_levels.json",
+        {
+            1: (EMPTY, None, []),
+            2: (
+                TB5,
+                ("Mac Studio", "Mac16,9", ["CalDigit TS5 Plus", "OWC Thunderbolt 5 Hub"]),
+                [
+                    ("CalDigit TS5 Plus", 1, "hub"),
+                    ("OWC Thunderbolt 5 Hub", 2, "hub"),
+                    ("Mac Studio", 3, "mac"),
+                    ("LaCie Rugged SSD Pro5", 2, "device"),
+                ],
+            ),
+            3: (EMPTY, None, []),
+        },
+        0,
+        id="peer-behind-dock-and-hub",
+    ),
+    pytest.param(
+        "sp_tb4_beside_tb5.json",
+        {
+            1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            3: (("connected", 40, None, "TB4"), ("Mac mini", "Mac16,10", []), [("Mac mini", 1, "mac")]),
+            4: (EMPTY, None, []),
+            5: (EMPTY, None, []),
+            6: (EMPTY, None, []),
+        },
+        0,
+        id="tb4-link-beside-tb5",
+    ),
+    pytest.param(
+        "sp_empty_receptacles.json",
+        {
+            1: (EMPTY, None, []),
+            2: (EMPTY, None, []),
+            3: (EMPTY, None, []),
+        },
+        0,
+        id="all-receptacles-empty-usb-only-bus-skipped",
+    ),
+    pytest.param(
+        "sp_drive_not_peer.json",
+        {
+            1: (TB5, None, [("Envoy Ultra", 1, "device")]),
+            2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            3: (("connected", 40, None, "TB4"), None, [("Thunderbolt 3 Dock", 1, "device")]),
+            4: (EMPTY, None, []),
+        },
+        0,
+        id="drive-is-not-a-peer",
+    ),
+    pytest.param(
+        "sp_two_cables_same_pair.json",
+        {
+            1: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            3: (EMPTY, None, []),
+        },
+        0,
+        id="two-cables-same-pair",
+    ),
+    pytest.param(
+        "sp_partial_data.json",
+        {
+            1: (EMPTY, None, []),
+            2: (TB5, ("Mac Studio", "Mac16,9", []), [("Mac Studio", 1, "mac")]),
+            3: (TB5, None, []),
+        },
+        3,
+        id="partial-data-warns",
+    ),
+    pytest.param(
+        "sp_no_domain_uuid.json",
+        {
+            1: (TB5, None, []),
+            2: (("connected", 40, None, "TB4"), ("Mac mini", "Mac16,10", []), [("Mac mini", 1, "mac")]),
+            3: (EMPTY, None, []),
+        },
+        3,
+        id="no-domain-uuid-keeps-the-ports",
+    ),
 ]
 
 
@@ -144,24 +215,36 @@ def test_a_bus_without_domain_uuid_key_is_still_a_port_with_a_warning(read_fixtu
     assert [(p["receptacle"], p["domain_uuid"]) for p in facts["ports"]] == [(1, None), (2, None), (3, None)]
     assert len(facts["warnings"]) == 3
     for receptacle, warning in zip((1, 2, 3), facts["warnings"]):
-        assert warning.startswith(f"receptacle {receptacle} (Thunderbolt/USB4 Bus {receptacle - 1}) "
-                                  f"has no domain_uuid_key")
+        assert warning.startswith(
+            f"receptacle {receptacle} (Thunderbolt/USB4 Bus {receptacle - 1}) has no domain_uuid_key"
+        )
         assert "matched from the other Mac's side" in warning
-    hwports = "Hardware Port: Thunderbolt 1\nDevice: en2\n\nHardware Port: Thunderbolt 2\nDevice: en3\n" \
-              "\nHardware Port: Thunderbolt 3\nDevice: en4\n"
+    hwports = (
+        "Hardware Port: Thunderbolt 1\nDevice: en2\n\nHardware Port: Thunderbolt 2\nDevice: en3\n"
+        "\nHardware Port: Thunderbolt 3\nDevice: en4\n"
+    )
     tb = thunderbolt_facts(read_fixture("sp_no_domain_uuid.json"), hwports)
     assert [(p["iface"], p["speed_gbps"], p["link_class"]) for p in tb["ports"]] == [
-        ("en2", 80, "TB5"), ("en3", 40, "TB4"), ("en4", None, None)]
+        ("en2", 80, "TB5"),
+        ("en3", 40, "TB4"),
+        ("en4", None, None),
+    ]
 
 
 def test_only_buses_without_a_port_give_zero_ports_and_say_so():
-    data = {"SPThunderboltDataType": [{"_name": "thunderboltusb4_bus_0", "device_name_key": "Mac Studio"},
-                                      {"_name": "thunderboltusb4_bus_1", "device_name_key": "Mac Studio"}]}
+    data = {
+        "SPThunderboltDataType": [
+            {"_name": "thunderboltusb4_bus_0", "device_name_key": "Mac Studio"},
+            {"_name": "thunderboltusb4_bus_1", "device_name_key": "Mac Studio"},
+        ]
+    }
     facts = parse_system_profiler(json.dumps(data))
     assert facts["ports"] == []
-    assert facts["warnings"] == ["no Thunderbolt port in the output: 2 bus entries have neither "
-                                 "domain_uuid_key nor receptacle_1_tag (partial output?); run "
-                                 "`system_profiler SPThunderboltDataType -json` again"]
+    assert facts["warnings"] == [
+        "no Thunderbolt port in the output: 2 bus entries have neither "
+        "domain_uuid_key nor receptacle_1_tag (partial output?); run "
+        "`system_profiler SPThunderboltDataType -json` again"
+    ]
 
 
 def test_an_internal_bus_beside_real_ports_stays_silent(read_fixture):
@@ -169,10 +252,16 @@ def test_an_internal_bus_beside_real_ports_stays_silent(read_fixture):
 
 
 def _one_bus(**overrides):
-    bus = {"_name": "thunderboltusb4_bus_0", "device_name_key": "Mac Studio",
-           "domain_uuid_key": "11111111-2222-4333-8444-555555555555",
-           "receptacle_1_tag": {"receptacle_id_key": "1", "receptacle_status_key": "receptacle_connected",
-                                "current_speed_key": "80 Gb/s"}}
+    bus = {
+        "_name": "thunderboltusb4_bus_0",
+        "device_name_key": "Mac Studio",
+        "domain_uuid_key": "11111111-2222-4333-8444-555555555555",
+        "receptacle_1_tag": {
+            "receptacle_id_key": "1",
+            "receptacle_status_key": "receptacle_connected",
+            "current_speed_key": "80 Gb/s",
+        },
+    }
     bus.update(overrides)
     return json.dumps({"SPThunderboltDataType": [bus]})
 
@@ -216,15 +305,18 @@ def test_surrogate_escaped_text_is_replaced():
     assert facts["ports"][0]["devices"][0]["name"] == "Drive \ufffd"
 
 
-@pytest.mark.parametrize("text, fragment", [
-    pytest.param("", "empty output", id="empty"),
-    pytest.param("{\"SPThunderboltDataType\": [", "not JSON", id="truncated"),
-    pytest.param("[1, 2]", "not an object", id="top-level-list"),
-    pytest.param("{\"SPUSBDataType\": []}", "no SPThunderboltDataType", id="missing-key"),
-    pytest.param("{\"SPThunderboltDataType\": {}}", "not a list", id="buses-not-a-list"),
-    pytest.param(None, "expected text", id="none"),
-    pytest.param(42, "expected text", id="int"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        pytest.param("", "empty output", id="empty"),
+        pytest.param('{"SPThunderboltDataType": [', "not JSON", id="truncated"),
+        pytest.param("[1, 2]", "not an object", id="top-level-list"),
+        pytest.param('{"SPUSBDataType": []}', "no SPThunderboltDataType", id="missing-key"),
+        pytest.param('{"SPThunderboltDataType": {}}', "not a list", id="buses-not-a-list"),
+        pytest.param(None, "expected text", id="none"),
+        pytest.param(42, "expected text", id="int"),
+    ],
+)
 def test_system_profiler_parse_errors_name_the_command(text, fragment):
     with pytest.raises(ParseError) as info:
         parse_system_profiler(text)
@@ -233,17 +325,27 @@ def test_system_profiler_parse_errors_name_the_command(text, fragment):
     assert str(info.value).startswith(SP_COMMAND)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("80 Gb/s", (80, False)), ("Up to 120 Gb/s", (120, True)), ("Up to 40 Gb/s", (40, True)),
-    ("40 Gb/s", (40, False)), ("20 Gb/s", (20, False)), ("2.5 Gb/s", (2.5, False)),
-    ("fast", (None, False)), (None, (None, False)), (80, (None, False)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("80 Gb/s", (80, False)),
+        ("Up to 120 Gb/s", (120, True)),
+        ("Up to 40 Gb/s", (40, True)),
+        ("40 Gb/s", (40, False)),
+        ("20 Gb/s", (20, False)),
+        ("2.5 Gb/s", (2.5, False)),
+        ("fast", (None, False)),
+        (None, (None, False)),
+        (80, (None, False)),
+    ],
+)
 def test_parse_speed(text, expected):
     assert parse_speed(text) == expected
 
 
-@pytest.mark.parametrize("speed, expected", [(120, "TB5"), (80, "TB5"), (41, "TB5"), (40, "TB4"),
-                                             (20, "TB3"), (10, "TB3"), (None, None)])
+@pytest.mark.parametrize(
+    "speed, expected", [(120, "TB5"), (80, "TB5"), (41, "TB5"), (40, "TB4"), (20, "TB3"), (10, "TB3"), (None, None)]
+)
 def test_link_class(speed, expected):
     assert link_class(speed) == expected
 
@@ -251,16 +353,39 @@ def test_link_class(speed, expected):
 # ----------------------------------------------------------------------- networksetup
 
 HWPORT_CASES = [
-    pytest.param("networksetup_hwports_studio_with_bridge.txt", {
-        "Ethernet": "en0", "Thunderbolt Bridge": "bridge0", "Wi-Fi": "en1", "Thunderbolt 1": "en2",
-        "Thunderbolt 2": "en3", "Thunderbolt 3": "en4", "Thunderbolt 4": "en5"}, id="with-bridge"),
-    pytest.param("networksetup_hwports_mini_without_bridge.txt", {
-        "Ethernet": "en0", "Wi-Fi": "en1", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3",
-        "Thunderbolt 3": "en4"}, id="without-bridge"),
-    pytest.param("networksetup_hwports_ultra_missing_tb6.txt", {
-        "Ethernet": "en0", "Thunderbolt Bridge": "bridge0", "Wi-Fi": "en1", "Thunderbolt 1": "en2",
-        "Thunderbolt 2": "en3", "Thunderbolt 3": "en4", "Thunderbolt 4": "en5", "Thunderbolt 5": "en6",
-        "Ethernet Adapter (en7)": "en7"}, id="missing-tb6-and-vlan-section"),
+    pytest.param(
+        "networksetup_hwports_studio_with_bridge.txt",
+        {
+            "Ethernet": "en0",
+            "Thunderbolt Bridge": "bridge0",
+            "Wi-Fi": "en1",
+            "Thunderbolt 1": "en2",
+            "Thunderbolt 2": "en3",
+            "Thunderbolt 3": "en4",
+            "Thunderbolt 4": "en5",
+        },
+        id="with-bridge",
+    ),
+    pytest.param(
+        "networksetup_hwports_mini_without_bridge.txt",
+        {"Ethernet": "en0", "Wi-Fi": "en1", "Thunderbolt 1": "en2", "Thunderbolt 2": "en3", "Thunderbolt 3": "en4"},
+        id="without-bridge",
+    ),
+    pytest.param(
+        "networksetup_hwports_ultra_missing_tb6.txt",
+        {
+            "Ethernet": "en0",
+            "Thunderbolt Bridge": "bridge0",
+            "Wi-Fi": "en1",
+            "Thunderbolt 1": "en2",
+            "Thunderbolt 2": "en3",
+            "Thunderbolt 3": "en4",
+            "Thunderbolt 4": "en5",
+            "Thunderbolt 5": "en6",
+            "Ethernet Adapter (en7)": "en7",
+        },
+        id="missing-tb6-and-vlan-section",
+    ),
 ]
 
 
@@ -276,24 +401,35 @@ def test_hardware_ports_empty_and_garbage():
     assert info.value.command == "networksetup -listallhardwareports"
 
 
-@pytest.mark.parametrize("fixture, bridge_enabled, n_services", [
-    pytest.param("networksetup_order_bridge_enabled.txt", True, 4, id="bridge-enabled"),
-    pytest.param("networksetup_order_bridge_disabled.txt", False, 5, id="bridge-disabled"),
-])
+@pytest.mark.parametrize(
+    "fixture, bridge_enabled, n_services",
+    [
+        pytest.param("networksetup_order_bridge_enabled.txt", True, 4, id="bridge-enabled"),
+        pytest.param("networksetup_order_bridge_disabled.txt", False, 5, id="bridge-disabled"),
+    ],
+)
 def test_parse_service_order(read_fixture, fixture, bridge_enabled, n_services):
     services = parse_service_order(read_fixture(fixture))
     assert len(services) == n_services
     assert all(set(s) == {"name", "hardware_port", "device", "enabled"} for s in services)
     bridge = next(s for s in services if s["device"] == "bridge0")
-    assert bridge == {"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge",
-                      "device": "bridge0", "enabled": bridge_enabled}
+    assert bridge == {
+        "name": "Thunderbolt Bridge",
+        "hardware_port": "Thunderbolt Bridge",
+        "device": "bridge0",
+        "enabled": bridge_enabled,
+    }
     assert services[0] == {"name": "Ethernet", "hardware_port": "Ethernet", "device": "en0", "enabled": True}
 
 
 def test_service_without_device(read_fixture):
     services = parse_service_order(read_fixture("networksetup_order_bridge_enabled.txt"))
-    assert services[-1] == {"name": "Tailscale", "hardware_port": "io.tailscale.ipn.macsys",
-                            "device": None, "enabled": True}
+    assert services[-1] == {
+        "name": "Tailscale",
+        "hardware_port": "io.tailscale.ipn.macsys",
+        "device": None,
+        "enabled": True,
+    }
 
 
 def test_service_order_garbage():
@@ -305,12 +441,18 @@ def test_service_order_garbage():
 
 # ----------------------------------------------------------------------------- ifconfig
 
+
 def test_ifconfig_bridge_members(read_fixture):
     parsed = parse_ifconfig(read_fixture("ifconfig_bridge0_members.txt"))
     assert list(parsed) == ["bridge0"]
     assert parsed["bridge0"] == {
-        "flags": ["UP", "BROADCAST", "SMART", "RUNNING", "SIMPLEX", "MULTICAST"], "up": True, "mtu": 1500,
-        "ipv4": [], "members": ["en2", "en3"], "status": "active"}
+        "flags": ["UP", "BROADCAST", "SMART", "RUNNING", "SIMPLEX", "MULTICAST"],
+        "up": True,
+        "mtu": 1500,
+        "ipv4": [],
+        "members": ["en2", "en3"],
+        "status": "active",
+    }
 
 
 def test_ifconfig_bridge_down_without_members(read_fixture):
@@ -328,8 +470,10 @@ def test_ifconfig_all(read_fixture):
     parsed = parse_ifconfig(read_fixture("ifconfig_all_studio.txt"))
     assert {"lo0", "en0", "en1", "en2", "en3", "bridge0", "utun0", "utun4", "stf0"} <= set(parsed)
     assert parsed["en0"]["ipv4"] == [{"address": "10.1.2.3", "prefix": 24}]
-    assert parsed["en2"]["ipv4"] == [{"address": "10.208.0.1", "prefix": 30},
-                                     {"address": "169.254.17.42", "prefix": 16}]
+    assert parsed["en2"]["ipv4"] == [
+        {"address": "10.208.0.1", "prefix": 30},
+        {"address": "169.254.17.42", "prefix": 16},
+    ]
     assert parsed["lo0"]["ipv4"] == [{"address": "127.0.0.1", "prefix": 8}] and parsed["lo0"]["mtu"] == 16384
     assert parsed["utun4"]["ipv4"] == [{"address": "100.101.7.12", "prefix": 32}]
     assert parsed["utun0"]["ipv4"] == []  # inet6 only
@@ -339,55 +483,89 @@ def test_ifconfig_all(read_fixture):
     assert "PROMISC" in parsed["en3"]["flags"]
 
 
-@pytest.mark.parametrize("mask, prefix", [("0xfffffffc", 30), ("0xffffff00", 24), ("0xffffffff", 32),
-                                          ("0x00000000", 0), ("255.255.0.0", 16), ("0xff00ff00", None),
-                                          ("0x1ffffffff", None), ("banana", None), ("1.2.3", None)])
+@pytest.mark.parametrize(
+    "mask, prefix",
+    [
+        ("0xfffffffc", 30),
+        ("0xffffff00", 24),
+        ("0xffffffff", 32),
+        ("0x00000000", 0),
+        ("255.255.0.0", 16),
+        ("0xff00ff00", None),
+        ("0x1ffffffff", None),
+        ("banana", None),
+        ("1.2.3", None),
+    ],
+)
 def test_netmask_prefix(mask, prefix):
     assert netmask_prefix(mask) == prefix
 
 
 # ------------------------------------------------------------------- thunderbolt_facts
 
+
 def test_thunderbolt_facts_direct_with_bridge(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_direct_studio_a.json"),
-                              read_fixture("networksetup_hwports_studio_with_bridge.txt"),
-                              read_fixture("ifconfig_bridge0_members.txt"),
-                              read_fixture("networksetup_order_bridge_enabled.txt"))
+    facts = thunderbolt_facts(
+        read_fixture("sp_direct_studio_a.json"),
+        read_fixture("networksetup_hwports_studio_with_bridge.txt"),
+        read_fixture("ifconfig_bridge0_members.txt"),
+        read_fixture("networksetup_order_bridge_enabled.txt"),
+    )
     assert set(facts) == {"mac", "ports", "hardware_ports", "bridge", "warnings"}
     assert all(set(p) == PORT_KEYS for p in facts["ports"])
     assert [(p["hardware_port"], p["iface"]) for p in facts["ports"]] == [
-        ("Thunderbolt 1", "en2"), ("Thunderbolt 2", "en3"), ("Thunderbolt 3", "en4"), ("Thunderbolt 4", "en5")]
-    assert facts["bridge"] == {"exists": True, "members": ["en2", "en3"], "service": "Thunderbolt Bridge",
-                               "service_enabled": True}
+        ("Thunderbolt 1", "en2"),
+        ("Thunderbolt 2", "en3"),
+        ("Thunderbolt 3", "en4"),
+        ("Thunderbolt 4", "en5"),
+    ]
+    assert facts["bridge"] == {
+        "exists": True,
+        "members": ["en2", "en3"],
+        "service": "Thunderbolt Bridge",
+        "service_enabled": True,
+    }
     assert facts["hardware_ports"]["Thunderbolt Bridge"] == "bridge0"
     assert facts["warnings"] == []
 
 
 def test_thunderbolt_facts_no_bridge_service_disabled(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_peer_behind_dock_two_levels.json"),
-                              read_fixture("networksetup_hwports_mini_without_bridge.txt"),
-                              None, read_fixture("networksetup_order_bridge_disabled.txt"))
+    facts = thunderbolt_facts(
+        read_fixture("sp_peer_behind_dock_two_levels.json"),
+        read_fixture("networksetup_hwports_mini_without_bridge.txt"),
+        None,
+        read_fixture("networksetup_order_bridge_disabled.txt"),
+    )
     assert set(facts["bridge"]) == BRIDGE_KEYS
-    assert facts["bridge"] == {"exists": False, "members": [], "service": "Thunderbolt Bridge",
-                               "service_enabled": False}
+    assert facts["bridge"] == {
+        "exists": False,
+        "members": [],
+        "service": "Thunderbolt Bridge",
+        "service_enabled": False,
+    }
 
 
 def test_thunderbolt_facts_without_service_order(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_direct_studio_a.json"),
-                              read_fixture("networksetup_hwports_studio_with_bridge.txt"))
-    assert facts["bridge"] == {"exists": False, "members": [], "service": "Thunderbolt Bridge",
-                               "service_enabled": None}
+    facts = thunderbolt_facts(
+        read_fixture("sp_direct_studio_a.json"), read_fixture("networksetup_hwports_studio_with_bridge.txt")
+    )
+    assert facts["bridge"] == {"exists": False, "members": [], "service": "Thunderbolt Bridge", "service_enabled": None}
 
 
 def test_thunderbolt_facts_no_bridge_anywhere(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_empty_receptacles.json"),
-                              read_fixture("networksetup_hwports_mini_without_bridge.txt"), None, "")
+    facts = thunderbolt_facts(
+        read_fixture("sp_empty_receptacles.json"),
+        read_fixture("networksetup_hwports_mini_without_bridge.txt"),
+        None,
+        "",
+    )
     assert facts["bridge"] == {"exists": False, "members": [], "service": None, "service_enabled": None}
 
 
 def test_missing_hardware_port_gives_null_iface_and_the_fix(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_tb4_beside_tb5.json"),
-                              read_fixture("networksetup_hwports_ultra_missing_tb6.txt"))
+    facts = thunderbolt_facts(
+        read_fixture("sp_tb4_beside_tb5.json"), read_fixture("networksetup_hwports_ultra_missing_tb6.txt")
+    )
     port6 = next(p for p in facts["ports"] if p["receptacle"] == 6)
     assert port6["iface"] is None
     [warning] = facts["warnings"]
@@ -395,8 +573,11 @@ def test_missing_hardware_port_gives_null_iface_and_the_fix(read_fixture):
 
 
 def test_model_id_is_filled_in_when_known(read_fixture):
-    facts = thunderbolt_facts(read_fixture("sp_direct_studio_a.json"),
-                              read_fixture("networksetup_hwports_studio_with_bridge.txt"), model_id="Mac16,9")
+    facts = thunderbolt_facts(
+        read_fixture("sp_direct_studio_a.json"),
+        read_fixture("networksetup_hwports_studio_with_bridge.txt"),
+        model_id="Mac16,9",
+    )
     assert facts["mac"] == {"model": "Mac Studio", "model_id": "Mac16,9", "name": "Mac Studio"}
 
 

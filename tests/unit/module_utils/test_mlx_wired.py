@@ -27,15 +27,15 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
 def test_safe_limit_leaves_macos_a_share(mem_gb):
     mem = mem_gb * GIB
     safe = safe_wired_limit_mb(mem) * MIB
-    assert safe > default_limit_bytes(mem) - MIB            # never below macOS's own default (whole MB)
-    assert mem - safe <= 16 * GIB and safe < mem             # strictly below memory (MLX's rule)
+    assert safe > default_limit_bytes(mem) - MIB  # never below macOS's own default (whole MB)
+    assert mem - safe <= 16 * GIB and safe < mem  # strictly below memory (MLX's rule)
 
 
 def test_safe_limit_values():
-    assert safe_wired_limit_mb(512 * GIB) == 496 * 1024     # at most 16 GB kept
-    assert safe_wired_limit_mb(128 * GIB) == 112 * 1024     # 1/8 = 16 GB kept
-    assert safe_wired_limit_mb(64 * GIB) == 56 * 1024       # 1/8 of 64 GB = 8 GB kept
-    assert safe_wired_limit_mb(32 * GIB) == 26 * 1024       # 6 GB kept (1/8 would be 4)
+    assert safe_wired_limit_mb(512 * GIB) == 496 * 1024  # at most 16 GB kept
+    assert safe_wired_limit_mb(128 * GIB) == 112 * 1024  # 1/8 = 16 GB kept
+    assert safe_wired_limit_mb(64 * GIB) == 56 * 1024  # 1/8 of 64 GB = 8 GB kept
+    assert safe_wired_limit_mb(32 * GIB) == 26 * 1024  # 6 GB kept (1/8 would be 4)
     assert safe_wired_limit_mb(16 * GIB) == int(16 * GIB * 2 / 3) // MIB
 
 
@@ -59,8 +59,10 @@ def test_the_daemon_runs_sysctl_at_boot_and_is_read_back():
     assert daemon_bytes(4096) == daemon_bytes(4096) != daemon_bytes(4097)
     assert daemon_limit(daemon_bytes(4096)) == 4096
     assert daemon_limit(None) is None
-    assert daemon_limit(b"<plist><dict><key>Label</key>") is None             # malformed
-    other = plistlib.dumps({"Label": "com.example.x", "ProgramArguments": ["/usr/sbin/sysctl", "iogpu.wired_limit_mb=1"]})
+    assert daemon_limit(b"<plist><dict><key>Label</key>") is None  # malformed
+    other = plistlib.dumps(
+        {"Label": "com.example.x", "ProgramArguments": ["/usr/sbin/sysctl", "iogpu.wired_limit_mb=1"]}
+    )
     assert daemon_limit(other) is None
 
 
@@ -108,30 +110,38 @@ def test_plan_bad_owner_rewrites():
 def test_plan_off_undoes_each_part_only_when_there():
     assert plan_wired(None, 0, None, None, False)["changes"] == []
     plan = plan_wired(None, 4096, daemon_bytes(4096), None, True)
-    assert (plan["bootout"], plan["remove"], plan["live"], plan["write"], plan["bootstrap"]) == (True, True, 0, False, False)
-    manual = plan_wired(None, 9000, None, None, False)      # set by hand, no daemon: back to 0
+    assert (plan["bootout"], plan["remove"], plan["live"], plan["write"], plan["bootstrap"]) == (
+        True,
+        True,
+        0,
+        False,
+        False,
+    )
+    manual = plan_wired(None, 9000, None, None, False)  # set by hand, no daemon: back to 0
     assert (manual["remove"], manual["live"]) == (False, 0)
 
 
 def test_plan_loads_a_right_plist_launchd_does_not_hold():
-    plan = plan_wired(4096, 4096, daemon_bytes(4096), None, False)    # written, never bootstrapped
+    plan = plan_wired(4096, 4096, daemon_bytes(4096), None, False)  # written, never bootstrapped
     assert (plan["write"], plan["bootout"], plan["bootstrap"], plan["live"]) == (False, False, True, None)
     assert plan["changes"] == [f"load the LaunchDaemon {LABEL} (launchctl bootstrap system)"]
 
 
 def test_discovered_in_place_needs_the_value_and_the_plist_read_by_discovery():
     import hashlib
+
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import discovered_in_place
+
     mem = 64 * GIB
     auto = safe_wired_limit_mb(mem)
     right = {PLIST_PATH: {"sha256": hashlib.sha256(daemon_bytes(auto)).hexdigest(), "mode": "0644"}}
     hw = {"memsize": mem, "wired_limit_mb": auto}
     assert discovered_in_place("auto", hw, right) and discovered_in_place(str(auto), hw, right)
-    assert not discovered_in_place("auto", dict(hw, wired_limit_mb=0), right)          # lost at a reboot
-    assert not discovered_in_place("auto", hw, {})                                       # plist not read
-    assert not discovered_in_place("auto", hw, {PLIST_PATH: None})                       # no plist
+    assert not discovered_in_place("auto", dict(hw, wired_limit_mb=0), right)  # lost at a reboot
+    assert not discovered_in_place("auto", hw, {})  # plist not read
+    assert not discovered_in_place("auto", hw, {PLIST_PATH: None})  # no plist
     assert not discovered_in_place("auto", hw, {PLIST_PATH: dict(right[PLIST_PATH], mode="0664")})
-    assert not discovered_in_place("40000", hw, right)                                   # another value
+    assert not discovered_in_place("40000", hw, right)  # another value
     assert not discovered_in_place("lots", hw, right) and not discovered_in_place("auto", None, right)
     assert discovered_in_place("off", {"memsize": mem, "wired_limit_mb": 0}, {PLIST_PATH: None})
     assert not discovered_in_place("off", hw, {PLIST_PATH: None})

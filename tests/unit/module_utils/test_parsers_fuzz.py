@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_host
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_rdma
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_tb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_host, mlx_rdma, mlx_tb
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -39,8 +38,10 @@ PARSERS = {
 # Which captures each text parser is fuzzed from.
 TEXT_FIXTURES = {
     "parse_system_profiler": SP_FIXTURES,
-    "parse_hardware_ports": ["networksetup_hwports_studio_with_bridge.txt",
-                             "networksetup_hwports_ultra_missing_tb6.txt"],
+    "parse_hardware_ports": [
+        "networksetup_hwports_studio_with_bridge.txt",
+        "networksetup_hwports_ultra_missing_tb6.txt",
+    ],
     "parse_service_order": ["networksetup_order_bridge_enabled.txt", "networksetup_order_bridge_disabled.txt"],
     "parse_ifconfig": ["ifconfig_all_studio.txt", "ifconfig_bridge0_members.txt"],
     "parse_ibv_devices": ["ibv_devices_6.txt", "ibv_devices_header_only.txt"],
@@ -70,22 +71,27 @@ def raw(name):
 
 # ------------------------------------------------------------------------- any text
 
+
 @pytest.mark.parametrize("name", sorted(PARSERS))
 @FUZZ
-@given(data=st.one_of(st.text(), st.binary(), st.text(alphabet=st.characters(min_codepoint=0xD800,
-                                                                               max_codepoint=0xDFFF))))
+@given(
+    data=st.one_of(st.text(), st.binary(), st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)))
+)
 def test_random_text_and_bytes(name, data):
     outcome(PARSERS[name], data)
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
-@pytest.mark.parametrize("value", [None, 0, 1.5, [], {}, ["a"], object()], ids=lambda v: type(v).__name__ if type(v) is object else repr(v))
+@pytest.mark.parametrize(
+    "value", [None, 0, 1.5, [], {}, ["a"], object()], ids=lambda v: type(v).__name__ if type(v) is object else repr(v)
+)
 def test_non_text_input_is_a_parse_error(name, value):
     with pytest.raises(ParseError):
         PARSERS[name](value)
 
 
 # ---------------------------------------------------------------- mangled captures
+
 
 @pytest.mark.parametrize("name, fixture", CASES)
 @FUZZ
@@ -98,8 +104,11 @@ def test_truncated_capture(name, fixture, cut):
 
 @pytest.mark.parametrize("name, fixture", CASES)
 @FUZZ
-@given(junk=st.lists(st.tuples(st.floats(min_value=0, max_value=1), st.binary(min_size=1, max_size=4)),
-                     min_size=1, max_size=5))
+@given(
+    junk=st.lists(
+        st.tuples(st.floats(min_value=0, max_value=1), st.binary(min_size=1, max_size=4)), min_size=1, max_size=5
+    )
+)
 def test_capture_with_bytes_that_are_not_utf8(name, fixture, junk):
     data = bytearray(raw(fixture))
     for where, blob in junk:
@@ -111,8 +120,13 @@ def test_capture_with_bytes_that_are_not_utf8(name, fixture, junk):
 
 @pytest.mark.parametrize("name, fixture", CASES)
 @FUZZ
-@given(edits=st.lists(st.tuples(st.sampled_from(["drop", "dup", "swap", "indent", "strip"]),
-                                st.floats(min_value=0, max_value=1)), min_size=1, max_size=6))
+@given(
+    edits=st.lists(
+        st.tuples(st.sampled_from(["drop", "dup", "swap", "indent", "strip"]), st.floats(min_value=0, max_value=1)),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_capture_with_lines_moved_about(name, fixture, edits):
     lines = raw(fixture).decode("utf-8").splitlines()
     for op, where in edits:
@@ -136,10 +150,27 @@ def test_capture_with_lines_moved_about(name, fixture, edits):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.sampled_from(["_items", "_name", "domain_uuid_key", "receptacle_1_tag", "receptacle_id_key",
-                         "receptacle_status_key", "current_speed_key", "device_name_key", "vendor_name_key"])
-        | st.text(max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "_items",
+                    "_name",
+                    "domain_uuid_key",
+                    "receptacle_1_tag",
+                    "receptacle_id_key",
+                    "receptacle_status_key",
+                    "current_speed_key",
+                    "device_name_key",
+                    "vendor_name_key",
+                ]
+            )
+            | st.text(max_size=8),
+            children,
+            max_size=5,
+        )
+    ),
     max_leaves=20,
 )
 
@@ -186,9 +217,16 @@ def test_deep_hub_chains(items, depth):
     node = {"_name": "Mac Studio", "domain_uuid_key": "AAAAAAAA-0000-4000-8000-000000000001"}
     for level in range(depth):
         node = {"_name": f"hub {level}", "_items": [node] + items}
-    bus = {"_name": "thunderboltusb4_bus_0", "domain_uuid_key": "BBBBBBBB-0000-4000-8000-000000000002",
-           "receptacle_1_tag": {"receptacle_id_key": "1", "receptacle_status_key": "receptacle_connected",
-                                "current_speed_key": "80 Gb/s"}, "_items": [node]}
+    bus = {
+        "_name": "thunderboltusb4_bus_0",
+        "domain_uuid_key": "BBBBBBBB-0000-4000-8000-000000000002",
+        "receptacle_1_tag": {
+            "receptacle_id_key": "1",
+            "receptacle_status_key": "receptacle_connected",
+            "current_speed_key": "80 Gb/s",
+        },
+        "_items": [node],
+    }
     result = outcome(mlx_tb.parse_system_profiler, json.dumps({"SPThunderboltDataType": [bus]}))
     assert result is not None
 
@@ -200,18 +238,26 @@ def test_json_nested_beyond_the_recursion_limit():
 
 # --------------------------------------------------------------- the assemblers
 
+
 @FUZZ
-@given(sp=st.sampled_from(SP_FIXTURES), cut=st.floats(min_value=0, max_value=1),
-       bridge=st.one_of(st.none(), st.text(max_size=200)), order=st.one_of(st.none(), st.text(max_size=200)))
+@given(
+    sp=st.sampled_from(SP_FIXTURES),
+    cut=st.floats(min_value=0, max_value=1),
+    bridge=st.one_of(st.none(), st.text(max_size=200)),
+    order=st.one_of(st.none(), st.text(max_size=200)),
+)
 def test_thunderbolt_facts(sp, cut, bridge, order):
     hw = raw("networksetup_hwports_studio_with_bridge.txt").decode()
     outcome(mlx_tb.thunderbolt_facts, raw(sp).decode(), hw[: int(len(hw) * cut)], bridge, order)
 
 
 @FUZZ
-@given(devices=st.one_of(st.none(), st.text(max_size=200)), devinfo=st.one_of(st.none(), st.text(max_size=300)),
-       ctl=st.one_of(st.none(), st.sampled_from(["enabled", "disabled"]), st.text(max_size=20)),
-       cabled=st.lists(st.text(max_size=5), max_size=3))
+@given(
+    devices=st.one_of(st.none(), st.text(max_size=200)),
+    devinfo=st.one_of(st.none(), st.text(max_size=300)),
+    ctl=st.one_of(st.none(), st.sampled_from(["enabled", "disabled"]), st.text(max_size=20)),
+    cabled=st.lists(st.text(max_size=5), max_size=3),
+)
 def test_rdma_facts(devices, devinfo, ctl, cabled):
     result = outcome(mlx_rdma.rdma_facts, devices, devinfo, ctl, cabled)
     if result is not None:
@@ -220,12 +266,23 @@ def test_rdma_facts(devices, devinfo, ctl, cabled):
 
 # ------------------------------------------------- edge cases found by thinking, kept
 
+
 def _sp_one_bus(receptacle_id):
     """system_profiler output: one connected bus whose link speed has 400 digits."""
-    return json.dumps({"SPThunderboltDataType": [{
-        "domain_uuid_key": "X", "receptacle_1_tag": {"receptacle_id_key": receptacle_id,
-                                                     "current_speed_key": "1" * 400 + " Gb/s",
-                                                     "receptacle_status_key": "receptacle_connected"}}]})
+    return json.dumps(
+        {
+            "SPThunderboltDataType": [
+                {
+                    "domain_uuid_key": "X",
+                    "receptacle_1_tag": {
+                        "receptacle_id_key": receptacle_id,
+                        "current_speed_key": "1" * 400 + " Gb/s",
+                        "receptacle_status_key": "receptacle_connected",
+                    },
+                }
+            ]
+        }
+    )
 
 
 class Refused:
@@ -236,43 +293,92 @@ class Refused:
 
 
 _NO_MAC = {"model": None, "model_id": None, "name": None}
-_DEVICE_ONLY = {"name": "rdma_en2", "transport": None, "link_layer": None, "port_state": None,
-                "active_mtu": None, "gids": []}
+_DEVICE_ONLY = {
+    "name": "rdma_en2",
+    "transport": None,
+    "link_layer": None,
+    "port_state": None,
+    "active_mtu": None,
+    "gids": [],
+}
 
 
 # Each case and what the parser must make of it: a value, or Refused (ParseError naming the command).
 # Numbers beyond small_int's 18 digits are no number: an optional field (mtu, port,
 # active_mtu) becomes None, a required one (memsize) fails the parse.
-@pytest.mark.parametrize("name, text, expected", [
-    pytest.param("parse_ifconfig", "en0: flags=8863<UP> mtu " + "9" * 5000 + "\n",
-                 {"en0": {"flags": ["UP"], "up": True, "mtu": None, "ipv4": [], "members": [],
-                          "status": None}},
-                 id="mtu-5000-digits"),
-    # "²".isdigit() but not isdecimal(): no number
-    pytest.param("parse_sysctl_hw", "\u00b2\nMac16,9\n16\n", Refused(mlx_host.SYSCTL_COMMAND),
-                 id="superscript-memsize"),
-    pytest.param("parse_sysctl_hw", "9" * 5000 + "\nMac16,9\n16\n", Refused(mlx_host.SYSCTL_COMMAND),
-                 id="memsize-5000-digits"),
-    pytest.param("parse_ibv_devinfo", "hca_id:\trdma_en2\n\t\tport:\t" + "1" * 5000 + "\n", [_DEVICE_ONLY],
-                 id="port-5000-digits"),
-    pytest.param("parse_ibv_devinfo", "hca_id:\trdma_en2\n\t\t\tactive_mtu:\t" + "4" * 5000 + " (5)\n",
-                 [_DEVICE_ONLY], id="mtu-5000-digits-devinfo"),
-    # a receptacle that is no number: the port is skipped, with a warning
-    pytest.param("parse_system_profiler", _sp_one_bus("\u00b9"),
-                 {"mac": _NO_MAC, "ports": [], "warnings": [
-                     "a Thunderbolt bus (domain X) has no usable receptacle_id_key ('\u00b9'); "
-                     "the port is skipped"]},
-                 id="superscript-receptacle-and-infinite-speed"),
-    # a speed that overflows a float: connected, no link speed, with a warning
-    pytest.param("parse_system_profiler", _sp_one_bus("1"),
-                 {"mac": _NO_MAC, "ports": [{
-                     "receptacle": 1, "bus": None, "domain_uuid": "X", "hardware_port": "Thunderbolt 1",
-                     "status": "connected", "speed_gbps": None, "capability_gbps": None,
-                     "link_class": None, "peer": None, "devices": []}],
-                  "warnings": ["receptacle 1 (a Thunderbolt bus): connected but no link speed in "
-                               "current_speed_key '" + "1" * 56 + "..."]},
-                 id="infinite-speed"),
-])
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        pytest.param(
+            "parse_ifconfig",
+            "en0: flags=8863<UP> mtu " + "9" * 5000 + "\n",
+            {"en0": {"flags": ["UP"], "up": True, "mtu": None, "ipv4": [], "members": [], "status": None}},
+            id="mtu-5000-digits",
+        ),
+        # "²".isdigit() but not isdecimal(): no number
+        pytest.param(
+            "parse_sysctl_hw", "\u00b2\nMac16,9\n16\n", Refused(mlx_host.SYSCTL_COMMAND), id="superscript-memsize"
+        ),
+        pytest.param(
+            "parse_sysctl_hw",
+            "9" * 5000 + "\nMac16,9\n16\n",
+            Refused(mlx_host.SYSCTL_COMMAND),
+            id="memsize-5000-digits",
+        ),
+        pytest.param(
+            "parse_ibv_devinfo",
+            "hca_id:\trdma_en2\n\t\tport:\t" + "1" * 5000 + "\n",
+            [_DEVICE_ONLY],
+            id="port-5000-digits",
+        ),
+        pytest.param(
+            "parse_ibv_devinfo",
+            "hca_id:\trdma_en2\n\t\t\tactive_mtu:\t" + "4" * 5000 + " (5)\n",
+            [_DEVICE_ONLY],
+            id="mtu-5000-digits-devinfo",
+        ),
+        # a receptacle that is no number: the port is skipped, with a warning
+        pytest.param(
+            "parse_system_profiler",
+            _sp_one_bus("\u00b9"),
+            {
+                "mac": _NO_MAC,
+                "ports": [],
+                "warnings": [
+                    "a Thunderbolt bus (domain X) has no usable receptacle_id_key ('\u00b9'); the port is skipped"
+                ],
+            },
+            id="superscript-receptacle-and-infinite-speed",
+        ),
+        # a speed that overflows a float: connected, no link speed, with a warning
+        pytest.param(
+            "parse_system_profiler",
+            _sp_one_bus("1"),
+            {
+                "mac": _NO_MAC,
+                "ports": [
+                    {
+                        "receptacle": 1,
+                        "bus": None,
+                        "domain_uuid": "X",
+                        "hardware_port": "Thunderbolt 1",
+                        "status": "connected",
+                        "speed_gbps": None,
+                        "capability_gbps": None,
+                        "link_class": None,
+                        "peer": None,
+                        "devices": [],
+                    }
+                ],
+                "warnings": [
+                    "receptacle 1 (a Thunderbolt bus): connected but no link speed in "
+                    "current_speed_key '" + "1" * 56 + "..."
+                ],
+            },
+            id="infinite-speed",
+        ),
+    ],
+)
 def test_edge_cases(name, text, expected):
     if isinstance(expected, Refused):
         with pytest.raises(ParseError) as caught:

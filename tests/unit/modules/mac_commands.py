@@ -49,8 +49,12 @@ STUDIO_A = {
     SYSCTL: (0, "sysctl_hw_studio_m4max.txt", ""),
     WIRED_LIMIT: (0, "sysctl_wired_limit_0.txt", ""),
     PMSET: (0, "pmset_g_custom_mini_never_sleeps.txt", ""),
-    UPDATES: (0, "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n"
-                 "    AutomaticallyInstallMacOSUpdates = 0;\n    CriticalUpdateInstall = 1;\n}\n", ""),
+    UPDATES: (
+        0,
+        "{\n    AutomaticCheckEnabled = 1;\n    AutomaticDownload = 1;\n"
+        "    AutomaticallyInstallMacOSUpdates = 0;\n    CriticalUpdateInstall = 1;\n}\n",
+        "",
+    ),
 }
 
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
@@ -62,5 +66,7 @@ def answers(read_fixture, table, **overrides):
     table = dict(table)
     for name, value in overrides.items():
         table[globals()[name.upper()]] = value
-    return {argv: (rc, (read_fixture(out) if out.endswith((".txt", ".json")) else out) if out else "", err)
-            for argv, (rc, out, err) in table.items()}
+    return {
+        argv: (rc, (read_fixture(out) if out.endswith((".txt", ".json")) else out) if out else "", err)
+        for argv, (rc, out, err) in table.items()
+    }

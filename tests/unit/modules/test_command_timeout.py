@@ -5,6 +5,7 @@ message naming the command, the bound and the fix. Commands answered at mlx_run.
 from __future__ import annotations
 
 import pytest
+
 from tests.unit.modules.mac_commands import (
     BINS,
     HWPORTS,
@@ -30,8 +31,9 @@ def cluster_facts(module_runner, read_fixture, tmp_path, hung, args=None):
     commands = answers(read_fixture, STUDIO_A)
     for argv in hung:
         commands[argv] = HANG
-    return module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path), **(args or {})}, bins=BINS,
-                         env=SSH, commands=commands)
+    return module_runner(
+        "mlx_cluster_facts", args={"disk_path": str(tmp_path), **(args or {})}, bins=BINS, env=SSH, commands=commands
+    )
 
 
 def test_hang_is_the_answer_run_module_knows(hang):
@@ -46,13 +48,17 @@ def test_the_bound_is_the_module_option(module_runner, read_fixture, tmp_path):
     assert set(default.timeouts) == {30}
 
 
-@pytest.mark.parametrize("hung, command", [
-    pytest.param([IBV_DEVINFO], "ibv_devinfo -v", id="ibv_devinfo"),
-    pytest.param([IBV_DEVICES, IBV_DEVINFO, RDMA_CTL], "ibv_devices", id="all-rdma-probes"),
-    pytest.param([RDMA_CTL], "rdma_ctl status", id="rdma_ctl"),
-])
+@pytest.mark.parametrize(
+    "hung, command",
+    [
+        pytest.param([IBV_DEVINFO], "ibv_devinfo -v", id="ibv_devinfo"),
+        pytest.param([IBV_DEVICES, IBV_DEVINFO, RDMA_CTL], "ibv_devices", id="all-rdma-probes"),
+        pytest.param([RDMA_CTL], "rdma_ctl status", id="rdma_ctl"),
+    ],
+)
 def test_a_hung_rdma_probe_makes_rdma_unusable_on_that_mac_and_nothing_fails(
-        module_runner, read_fixture, tmp_path, hung, command):
+    module_runner, read_fixture, tmp_path, hung, command
+):
     out = cluster_facts(module_runner, read_fixture, tmp_path, hung, args={"command_timeout": 5})
     assert not out.failed, out.result
     facts = out.result["ansible_facts"]["mlx_cluster"]
@@ -79,17 +85,25 @@ def test_after_a_hung_probe_the_next_ones_are_not_run(module_runner, read_fixtur
     assert [p["code"] for p in facts["problems"]] == ["no_answer"]
 
 
-@pytest.mark.parametrize("hung, command, fix", [
-    pytest.param(SP, "system_profiler SPThunderboltDataType -json",
-                 "System Information cannot read the Thunderbolt bus", id="system_profiler"),
-    pytest.param(HWPORTS, "networksetup -listallhardwareports", "configd", id="networksetup"),
-    pytest.param(ORDER, "networksetup -listnetworkserviceorder", "configd", id="networksetup-optional"),
-    pytest.param(SW_VERS, "sw_vers", "run it by hand on the Mac", id="generic"),
-    pytest.param(SYSCTL, "sysctl -n hw.memsize hw.model hw.ncpu", "run it by hand on the Mac", id="sysctl"),
-    pytest.param(IFCONFIG, "ifconfig", "raise mlx_cluster_command_timeout", id="ifconfig"),
-])
+@pytest.mark.parametrize(
+    "hung, command, fix",
+    [
+        pytest.param(
+            SP,
+            "system_profiler SPThunderboltDataType -json",
+            "System Information cannot read the Thunderbolt bus",
+            id="system_profiler",
+        ),
+        pytest.param(HWPORTS, "networksetup -listallhardwareports", "configd", id="networksetup"),
+        pytest.param(ORDER, "networksetup -listnetworkserviceorder", "configd", id="networksetup-optional"),
+        pytest.param(SW_VERS, "sw_vers", "run it by hand on the Mac", id="generic"),
+        pytest.param(SYSCTL, "sysctl -n hw.memsize hw.model hw.ncpu", "run it by hand on the Mac", id="sysctl"),
+        pytest.param(IFCONFIG, "ifconfig", "raise mlx_cluster_command_timeout", id="ifconfig"),
+    ],
+)
 def test_any_other_hung_command_fails_the_mac_naming_it_and_the_fix(
-        module_runner, read_fixture, tmp_path, hung, command, fix):
+    module_runner, read_fixture, tmp_path, hung, command, fix
+):
     out = cluster_facts(module_runner, read_fixture, tmp_path, [hung], args={"command_timeout": 5})
     assert out.failed
     msg = out.result["msg"]
@@ -116,15 +130,25 @@ def test_a_command_that_cannot_start_fails_named(module_runner, read_fixture, tm
     assert out.failed and out.result["msg"].startswith("cannot read `sw_vers`: could not be started")
 
 
-LINK = {"cable": "m1:en2~m2:en2", "iface": "en2", "address": "10.208.0.1", "peer_address": "10.208.0.2",
-        "peer_host": "m2", "peer_iface": "en2"}
+LINK = {
+    "cable": "m1:en2~m2:en2",
+    "iface": "en2",
+    "address": "10.208.0.1",
+    "peer_address": "10.208.0.2",
+    "peer_host": "m2",
+    "peer_iface": "en2",
+}
 
 
 def test_thunderbolt_links_fails_on_a_hung_networksetup(module_runner, read_fixture):
     commands = answers(read_fixture, {HWPORTS: STUDIO_A[HWPORTS], ORDER: STUDIO_A[ORDER], IFCONFIG: STUDIO_A[IFCONFIG]})
     commands[HWPORTS] = HANG
-    out = module_runner("thunderbolt_links", args={"links": [LINK], "host_routes": False, "command_timeout": 6},
-                        bins=BINS, commands=commands)
+    out = module_runner(
+        "thunderbolt_links",
+        args={"links": [LINK], "host_routes": False, "command_timeout": 6},
+        bins=BINS,
+        commands=commands,
+    )
     assert out.failed
     assert out.result["msg"].startswith("`networksetup -listallhardwareports` did not answer within 6 s")
     assert "configd" in out.result["msg"]
@@ -132,8 +156,12 @@ def test_thunderbolt_links_fails_on_a_hung_networksetup(module_runner, read_fixt
 
 def test_thunderbolt_ping_counts_a_hung_ping_as_no_answer(module_runner):
     argv = ("/sbin/ping", "-q", "-o", "-c", "2", "-t", "3", "-S", LINK["address"], LINK["peer_address"])
-    out = module_runner("thunderbolt_ping", args={"links": [LINK], "fail_on_no_answer": False},
-                        bins={"ping": "/sbin/ping"}, commands={argv: HANG})
+    out = module_runner(
+        "thunderbolt_ping",
+        args={"links": [LINK], "fail_on_no_answer": False},
+        bins={"ping": "/sbin/ping"},
+        commands={argv: HANG},
+    )
     assert not out.failed
     assert out.result["results"][0]["ok"] is False
     assert out.timeouts == [30]  # the module's bound (above the ping's own -t 3 + 10)
@@ -141,8 +169,12 @@ def test_thunderbolt_ping_counts_a_hung_ping_as_no_answer(module_runner):
 
 
 def test_run_cleanup_fails_on_a_hung_ps(module_runner):
-    out = module_runner("mlx_run_cleanup", args={"run_id": "0123456789abcdef0123", "command_timeout": 2},
-                        bins={"ps": "/bin/ps"}, commands={("/bin/ps", "-ax", "-o", "pid=,args="): HANG})
+    out = module_runner(
+        "mlx_run_cleanup",
+        args={"run_id": "0123456789abcdef0123", "command_timeout": 2},
+        bins={"ps": "/bin/ps"},
+        commands={("/bin/ps", "-ax", "-o", "pid=,args="): HANG},
+    )
     assert out.failed
     assert out.result["msg"].startswith("`ps -ax -o pid=,args=` did not answer within 2 s on this Mac")
 
@@ -150,12 +182,25 @@ def test_run_cleanup_fails_on_a_hung_ps(module_runner):
 def test_server_stop_gives_launchctl_bootout_the_grace_and_more(module_runner, tmp_path):
     plist = tmp_path / "x.plist"
     plist.write_text("")
-    out = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "launchd",
-                                                 "plist": str(plist), "grace": 40, "command_timeout": 5},
-                        bins={"launchctl": "/usr/bin/launchctl", "ps": "/bin/ps"},
-                        commands={("/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"):
-                                  (0, "system/org.mlx-cluster.server = {\n\tstate = running\n\tpid = 4242\n}\n", ""),
-                                  ("/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"): HANG})
+    out = module_runner(
+        "mlx_server_stop",
+        args={
+            "run_dir": str(tmp_path),
+            "supervisor": "launchd",
+            "plist": str(plist),
+            "grace": 40,
+            "command_timeout": 5,
+        },
+        bins={"launchctl": "/usr/bin/launchctl", "ps": "/bin/ps"},
+        commands={
+            ("/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"): (
+                0,
+                "system/org.mlx-cluster.server = {\n\tstate = running\n\tpid = 4242\n}\n",
+                "",
+            ),
+            ("/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"): HANG,
+        },
+    )
     assert out.failed
     assert out.timeouts == [5, 70]
     assert out.result["msg"].startswith("`launchctl bootout system/org.mlx-cluster.server` did not answer within 70 s")

@@ -6,15 +6,18 @@ from tests.unit.modules.mac_commands import C_LOCALE
 
 PMSET = "/usr/bin/pmset"
 READ = (PMSET, "-g", "custom")
-MINI = "pmset_g_custom_mini_never_sleeps.txt"     # sleep 0, disksleep 10, autorestart 1
-LAPTOP = "pmset_g_custom_macbook_air.txt"         # AC sleep 1, disksleep 10, no autorestart
+MINI = "pmset_g_custom_mini_never_sleeps.txt"  # sleep 0, disksleep 10, autorestart 1
+LAPTOP = "pmset_g_custom_macbook_air.txt"  # AC sleep 1, disksleep 10, no autorestart
 ROOT_REFUSAL = (1, "'/usr/bin/pmset' must be run as root...\n", "")
 
 
 def at_defaults(read_fixture):
     """The Mac mini capture with macOS's defaults back: sleeps after 1 minute, no autorestart."""
-    return read_fixture(MINI).replace(" sleep                0", " sleep                1").replace(
-        " autorestart          1", " autorestart          0")
+    return (
+        read_fixture(MINI)
+        .replace(" sleep                0", " sleep                1")
+        .replace(" autorestart          1", " autorestart          0")
+    )
 
 
 def run(module_runner, reads, set_answer=(0, "", ""), set_argv=None, check=False, diff=False, **args):
@@ -94,13 +97,19 @@ def test_check_mode_reports_the_diff_and_changes_nothing(module_runner, read_fix
 
 
 def test_a_laptop_changes_ac_only_and_names_what_it_lacks(module_runner, read_fixture):
-    fixed = read_fixture(LAPTOP).replace(" disksleep            10\nAC", "@").replace(
-        " sleep                1\n tcpkeepalive         1\n disksleep            10\n",
-        " sleep                0\n tcpkeepalive         1\n disksleep            0\n").replace("@", " disksleep            10\nAC")
+    fixed = (
+        read_fixture(LAPTOP)
+        .replace(" disksleep            10\nAC", "@")
+        .replace(
+            " sleep                1\n tcpkeepalive         1\n disksleep            10\n",
+            " sleep                0\n tcpkeepalive         1\n disksleep            0\n",
+        )
+        .replace("@", " disksleep            10\nAC")
+    )
     argv = (PMSET, "-c", "sleep", "0", "disksleep", "0")
     out = run(module_runner, [read_fixture(LAPTOP), fixed], set_argv=argv)
     assert not out.failed, out.result
-    assert out.calls[1] == list(argv)            # -c: the battery settings stay as they are
+    assert out.calls[1] == list(argv)  # -c: the battery settings stay as they are
     assert out.result["unsupported"] == ["autorestart"]
     assert any("no `autorestart` setting on AC power" in w for w in out.warnings)
 

@@ -108,8 +108,11 @@ def test_a_new_value_reloads_the_job(module_runner, plist):
     mac = Mac(plist, live=AUTO, loaded=True)
     out = run(module_runner, plist, mac, limit_mb="40000")
     assert not out.failed, out.result
-    assert changes_of(out) == [list(BOOTOUT), [LAUNCHCTL, "bootstrap", "system", str(plist)],
-                               [SYSCTL, "iogpu.wired_limit_mb=40000"]]
+    assert changes_of(out) == [
+        list(BOOTOUT),
+        [LAUNCHCTL, "bootstrap", "system", str(plist)],
+        [SYSCTL, "iogpu.wired_limit_mb=40000"],
+    ]
     assert plist.read_bytes() == daemon_bytes(40000) and mac.live == 40000
 
 
@@ -138,8 +141,10 @@ def test_a_refused_bootstrap_names_launchds_rules(module_runner, plist):
     mac = Mac(plist, refuse={(LAUNCHCTL, "bootstrap", "system", str(plist)): refused})
     out = run(module_runner, plist, mac)
     assert out.failed
-    assert "Bootstrap failed: 5: Input/output error" in out.result["msg"] and "root:wheel, mode 0644" in out.result["msg"]
-    assert out.calls.count([LAUNCHCTL, "bootstrap", "system", str(plist)]) == 1   # no retry without a bootout
+    assert (
+        "Bootstrap failed: 5: Input/output error" in out.result["msg"] and "root:wheel, mode 0644" in out.result["msg"]
+    )
+    assert out.calls.count([LAUNCHCTL, "bootstrap", "system", str(plist)]) == 1  # no retry without a bootout
 
 
 def test_sysctl_without_root_names_become(module_runner, plist):

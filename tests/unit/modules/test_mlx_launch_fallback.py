@@ -32,12 +32,19 @@ if backend == "jaccl":
 print(json.dumps({{"backend": "ring", "world_size": 2, "mode": "tensor"}}))
 """
 
-JACCL = {"backend": "jaccl", "envs": [], "hosts": [
-    {"ssh": "m1", "ips": ["10.99.0.2"], "rdma": [None, "rdma_en2"]},
-    {"ssh": "m2", "ips": ["10.99.0.3"], "rdma": ["rdma_en2", None]}]}
-RING = {"backend": "ring", "envs": [], "hosts": [
-    {"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
-    {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
+JACCL = {
+    "backend": "jaccl",
+    "envs": [],
+    "hosts": [
+        {"ssh": "m1", "ips": ["10.99.0.2"], "rdma": [None, "rdma_en2"]},
+        {"ssh": "m2", "ips": ["10.99.0.3"], "rdma": ["rdma_en2", None]},
+    ],
+}
+RING = {
+    "backend": "ring",
+    "envs": [],
+    "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []}, {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}],
+}
 
 
 @pytest.fixture
@@ -52,8 +59,15 @@ def files(tmp_path):
 
 
 def _launch(capsys, files, **extra):
-    args = dict(hostfile=files["jaccl"], python="/usr/bin/python3", script="/srv/bench/mlx_cluster_bench.py",
-                launcher=files["launcher"], ssh_check_timeout=0, timeout=60, **extra)
+    args = dict(
+        hostfile=files["jaccl"],
+        python="/usr/bin/python3",
+        script="/srv/bench/mlx_cluster_bench.py",
+        launcher=files["launcher"],
+        ssh_check_timeout=0,
+        timeout=60,
+        **extra,
+    )
     return run_module(capsys, "mlx_launch", args)
 
 
@@ -62,10 +76,17 @@ def test_without_a_fallback_rdma_fails_at_once_naming_the_cable_and_the_fix(caps
     assert run.failed
     assert files["log"].read_text().splitlines() == [files["jaccl"]]  # launched once: no retry
     msg = run.result["msg"]
-    assert msg.startswith("mlx_cluster_bench.py: RDMA could not be brought up (backend jaccl) on m2 (rank 1): "
-                          "cable(s) m2:en2 <-> m1:en2.")
-    for words in ("Not retried", "replug", "reboot", "rdma_ctl status", "mlx_cluster_fallback_backend: ring",
-                  "Changing queue pair to RTR failed"):
+    assert msg.startswith(
+        "mlx_cluster_bench.py: RDMA could not be brought up (backend jaccl) on m2 (rank 1): cable(s) m2:en2 <-> m1:en2."
+    )
+    for words in (
+        "Not retried",
+        "replug",
+        "reboot",
+        "rdma_ctl status",
+        "mlx_cluster_fallback_backend: ring",
+        "Changing queue pair to RTR failed",
+    ):
         assert words in msg
     assert run.result["rdma_failure"]["hosts"] == ["m2"]
     assert run.result["fallback"] is None

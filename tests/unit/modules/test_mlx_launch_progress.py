@@ -45,19 +45,53 @@ def launch(tmp_path):
         pytest.skip("no ansible command beside this Python")
     hostfile = tmp_path / "hostfile.json"
     hostfile.write_text(json.dumps({"backend": "ring", "hosts": [{"ssh": "m1", "ips": []}, {"ssh": "m2", "ips": []}]}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="minimal",
-               ANSIBLE_CALLBACK_RESULT_FORMAT="json", HOME=str(tmp_path), NO_COLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="minimal",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        HOME=str(tmp_path),
+        NO_COLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"),
+    )
 
     def _launch(text, **extra):
         launcher = tmp_path / "mlx.launch"
         launcher.write_text(text.format(python=sys.executable, pause=extra.pop("pause", 1.0)))
         launcher.chmod(0o755)
-        args = dict({"hostfile": str(hostfile), "python": "/usr/bin/python3", "script": "/x/mlx_cluster_bench.py",
-                     "launcher": str(launcher), "ssh_check_timeout": 0, "timeout": 60}, **extra)
-        proc = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local",
-                               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "mlx.cluster.mlx_launch",
-                               "-a", json.dumps(args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        args = dict(
+            {
+                "hostfile": str(hostfile),
+                "python": "/usr/bin/python3",
+                "script": "/x/mlx_cluster_bench.py",
+                "launcher": str(launcher),
+                "ssh_check_timeout": 0,
+                "timeout": 60,
+            },
+            **extra,
+        )
+        proc = subprocess.run(
+            [
+                str(ansible),
+                "localhost",
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                f"ansible_python_interpreter={sys.executable}",
+                "-m",
+                "mlx.cluster.mlx_launch",
+                "-a",
+                json.dumps(args),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         before, _, body = proc.stdout.rpartition("localhost | ")
         head, _, body = body.partition(" => ")
         assert head in ("SUCCESS", "CHANGED", "FAILED!"), proc.stdout + proc.stderr

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.conftest import HANG, run_module
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import marker_lines
+from tests.unit.conftest import HANG, run_module
 
 MARKER = "# {mark} mlx-cluster: keys of the Macs that copy to this one (ssh_trust_state=absent removes it)"
 BEGIN, END = marker_lines(MARKER)
@@ -30,8 +30,13 @@ def keygen_argv(home, comment="mlx-cluster"):
 
 def test_a_first_read_on_a_mac_that_copies_makes_the_key_and_reads_the_host_keys(capsys, mac):
     argv = keygen_argv(mac["home"], "mlx-cluster m1")
-    run = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], make_key=True, comment="mlx-cluster m1"),
-                     commands={argv: (0, "", "")}, env=mac["env"])
+    run = run_module(
+        capsys,
+        "mlx_ssh_trust",
+        dict(mac["args"], make_key=True, comment="mlx-cluster m1"),
+        commands={argv: (0, "", "")},
+        env=mac["env"],
+    )
     assert not run.failed, run.result
     assert run.calls == [list(argv)]
     assert (mac["home"] / ".ssh").stat().st_mode & 0o777 == 0o700
@@ -63,13 +68,21 @@ def test_writes_the_block_and_known_hosts_keeping_the_users_lines(capsys, mac, c
     ssh.mkdir(mode=0o700)
     user = "ssh-ed25519 AAAAuser laptop\n"
     (ssh / "authorized_keys").write_text(user)
-    args = dict(mac["args"], authorized_keys=["ssh-ed25519 AAAAm1 mlx-cluster m1"],
-                known_hosts="m1,10.208.0.1 ssh-ed25519 AAAAhostm1\n", _ansible_check_mode=check, _ansible_diff=True)
+    args = dict(
+        mac["args"],
+        authorized_keys=["ssh-ed25519 AAAAm1 mlx-cluster m1"],
+        known_hosts="m1,10.208.0.1 ssh-ed25519 AAAAhostm1\n",
+        _ansible_check_mode=check,
+        _ansible_diff=True,
+    )
     run = run_module(capsys, "mlx_ssh_trust", args, env=mac["env"])
     assert not run.failed, run.result
     r = run.result
     assert r["changed"] and r["authorized_keys"] == ["ssh-ed25519 AAAAm1 mlx-cluster m1"]
-    assert [d["before_header"] for d in r["diff"]] == [str(ssh / "authorized_keys"), str(ssh / "mlx_cluster_known_hosts")]
+    assert [d["before_header"] for d in r["diff"]] == [
+        str(ssh / "authorized_keys"),
+        str(ssh / "mlx_cluster_known_hosts"),
+    ]
     if check:
         assert (ssh / "authorized_keys").read_text() == user
         assert not (ssh / "mlx_cluster_known_hosts").exists()
@@ -91,8 +104,13 @@ def test_no_host_key_names_the_directory_and_the_fix(capsys, mac, tmp_path):
 
 def test_keygen_that_fails_or_hangs_is_named(capsys, mac):
     argv = keygen_argv(mac["home"])
-    failed = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], make_key=True),
-                        commands={argv: (1, "", "Saving key failed: Permission denied")}, env=mac["env"])
+    failed = run_module(
+        capsys,
+        "mlx_ssh_trust",
+        dict(mac["args"], make_key=True),
+        commands={argv: (1, "", "Saving key failed: Permission denied")},
+        env=mac["env"],
+    )
     assert failed.failed and "ssh-keygen could not make the cluster key" in failed.result["msg"]
     assert "Permission denied" in failed.result["msg"]
     hung = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], make_key=True), commands={argv: HANG}, env=mac["env"])
@@ -101,9 +119,14 @@ def test_keygen_that_fails_or_hangs_is_named(capsys, mac):
 
 def test_a_line_that_runs_the_forced_command_brings_it_and_an_empty_block_takes_it_away(capsys, mac):
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_trust import RECEIVE_ONLY, authorized_line
+
     ssh = mac["home"] / ".ssh"
-    line = authorized_line("ssh-ed25519 AAAAm1 mlx-cluster m1", ["10.0.0.11"], "~/.ssh/mlx_cluster_receive_only",
-                           "/Users/admin/mlx-cluster/models/tiny")
+    line = authorized_line(
+        "ssh-ed25519 AAAAm1 mlx-cluster m1",
+        ["10.0.0.11"],
+        "~/.ssh/mlx_cluster_receive_only",
+        "/Users/admin/mlx-cluster/models/tiny",
+    )
     run = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[line]), env=mac["env"])
     assert not run.failed, run.result
     assert run.result["changed"] and run.result["command_file_ok"]
@@ -111,7 +134,7 @@ def test_a_line_that_runs_the_forced_command_brings_it_and_an_empty_block_takes_
     assert (ssh / "mlx_cluster_receive_only").stat().st_mode & 0o777 == 0o600
     read = run_module(capsys, "mlx_ssh_trust", dict(mac["args"]), env=mac["env"])
     assert not read.result["changed"] and read.result["command_file_ok"] and read.result["authorized_keys"] == [line]
-    (ssh / "mlx_cluster_receive_only").write_text("exec \"$@\"\n")  # changed behind our back: put back
+    (ssh / "mlx_cluster_receive_only").write_text('exec "$@"\n')  # changed behind our back: put back
     fixed = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[line]), env=mac["env"])
     assert fixed.result["changed"] and (ssh / "mlx_cluster_receive_only").read_text() == RECEIVE_ONLY
     gone = run_module(capsys, "mlx_ssh_trust", dict(mac["args"], authorized_keys=[]), env=mac["env"])

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.unit.conftest import random_files
 from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import copy_line
+from tests.unit.conftest import random_files
 
 RUN_ID = "copy-run-0123456789abcdef"
 TOKEN = "k" * 32
@@ -35,8 +35,16 @@ def alive(pid):
 
 
 def started(module_runner, dest, files, **extra):
-    args = {"state": "started", "path": str(dest), "files": files, "addresses": ["127.0.0.1"], "token": TOKEN,
-            "run_id": RUN_ID, "stall_timeout": 10, "idle_timeout": 20}
+    args = {
+        "state": "started",
+        "path": str(dest),
+        "files": files,
+        "addresses": ["127.0.0.1"],
+        "token": TOKEN,
+        "run_id": RUN_ID,
+        "stall_timeout": 10,
+        "idle_timeout": 20,
+    }
     args.update(extra)
     return module_runner("model_receive", args=args)
 
@@ -62,12 +70,25 @@ def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_aft
     assert r["changed"] and r["port"] and r["todo"][0] == "a.safetensors" and r["todo_bytes"] == 1_505_200
     pid = r["pid"]
     assert alive(pid)
-    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
-                                             "token": TOKEN, "label": "m2", "streams": 2})
+    sent = module_runner(
+        "model_send",
+        args={
+            "path": str(src),
+            "files": files,
+            "address": "127.0.0.1",
+            "port": r["port"],
+            "token": TOKEN,
+            "label": "m2",
+            "streams": 2,
+        },
+    )
     assert not sent.failed, sent.result
     assert sent.result["bytes"] == 1_505_200 and sent.result["changed"]
-    done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
-                         commands=ps(pid) if alive(pid) else {})
+    done = module_runner(
+        "model_receive",
+        args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
+        commands=ps(pid) if alive(pid) else {},
+    )
     assert not done.failed, done.result
     assert done.result["copied"] == sorted(files) and done.result["problems"] == [] and done.result["missing"] == []
     for rel in files:
@@ -86,18 +107,30 @@ def test_collecting_compares_the_directory_with_the_source_when_asked(module_run
     src, dest = dirs
     files = random_files(src, {"a.safetensors": 4000, "config.json": 100})
     r = started(module_runner, dest, files).result
-    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
-                                             "token": TOKEN, "label": "m2"})
+    sent = module_runner(
+        "model_send",
+        args={
+            "path": str(src),
+            "files": files,
+            "address": "127.0.0.1",
+            "port": r["port"],
+            "token": TOKEN,
+            "label": "m2",
+        },
+    )
     assert not sent.failed, sent.result
     (dest / "stale.safetensors").write_bytes(b"old shard")  # left by an older model
     expected = dict(files, **{"b.safetensors": {"size": 10, "sha256": "0" * 64}})  # one the sender never had
     args = {"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10, "label": "m2"}
-    done = module_runner("model_receive", args=dict(args, expected=expected),
-                         commands=ps(r["pid"]) if alive(r["pid"]) else {})
+    done = module_runner(
+        "model_receive", args=dict(args, expected=expected), commands=ps(r["pid"]) if alive(r["pid"]) else {}
+    )
     assert not done.failed, done.result
     assert done.result["copied"] == sorted(files)
     assert [(p["host"], p["file"], p["kind"]) for p in done.result["compare"]] == [
-        ("m2", "b.safetensors", "missing"), ("m2", "stale.safetensors", "extra_weight")]
+        ("m2", "b.safetensors", "missing"),
+        ("m2", "stale.safetensors", "extra_weight"),
+    ]
     # without `expected`: no listing
     assert module_runner("model_receive", args=args).result["compare"] is None
 
@@ -116,8 +149,9 @@ def test_a_receiver_no_sender_reaches_is_ended_by_pid(module_runner, dirs):
     files = random_files(src, {"a.safetensors": 1000})
     pid = started(module_runner, dest, files).result["pid"]
     assert alive(pid)
-    done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
-                         commands=ps(pid))
+    done = module_runner(
+        "model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0}, commands=ps(pid)
+    )
     assert done.result["changed"] and [p["kind"] for p in done.result["problems"]] == ["stopped"]
     assert done.result["missing"] == [] or "a.safetensors" in done.result["missing"]
     time.sleep(0.3)
@@ -129,8 +163,11 @@ def test_a_pid_whose_arguments_no_longer_name_the_copy_is_left_alone(module_runn
     files = random_files(src, {"a.safetensors": 1000})
     pid = started(module_runner, dest, files).result["pid"]
     try:
-        done = module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
-                             commands={("ps", "-ww", "-o", "args=", "-p", str(pid)): (0, "/usr/bin/vim notes\n", "")})
+        done = module_runner(
+            "model_receive",
+            args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 0},
+            commands={("ps", "-ww", "-o", "args=", "-p", str(pid)): (0, "/usr/bin/vim notes\n", "")},
+        )
         assert alive(pid)  # not ours any more (a reused PID): not killed
         assert done.result["changed"] is False
     finally:
@@ -149,8 +186,19 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runn
 def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runner, dirs):
     src, _ = dirs
     files = random_files(src, {"a.safetensors": 10})
-    out = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": 1,
-                                            "token": TOKEN, "label": "m2", "source_name": "m1", "cable": "m1 en2 <-> m2 en3"})
+    out = module_runner(
+        "model_send",
+        args={
+            "path": str(src),
+            "files": files,
+            "address": "127.0.0.1",
+            "port": 1,
+            "token": TOKEN,
+            "label": "m2",
+            "source_name": "m1",
+            "cable": "m1 en2 <-> m2 en3",
+        },
+    )
     assert out.failed
     assert out.result["msg"].startswith("copy m1 -> m2 over m1 en2 <-> m2 en3 (127.0.0.1:1): nothing listens")
     assert "its receiver is not running" in out.result["msg"]
@@ -178,16 +226,29 @@ def test_the_sender_keeps_its_progress_file_for_the_lines_a_user_sees(module_run
     files = random_files(src, {"a.safetensors": 1_500_000, "config.json": 200})
     r = started(module_runner, dest, files).result
     progress = tmp_path / "progress.json"
-    sent = module_runner("model_send", args={"path": str(src), "files": files, "address": "127.0.0.1", "port": r["port"],
-                                             "token": TOKEN, "label": "m2", "what": "wheels",
-                                             "progress_file": str(progress)})
+    sent = module_runner(
+        "model_send",
+        args={
+            "path": str(src),
+            "files": files,
+            "address": "127.0.0.1",
+            "port": r["port"],
+            "token": TOKEN,
+            "label": "m2",
+            "what": "wheels",
+            "progress_file": str(progress),
+        },
+    )
     assert not sent.failed, sent.result
     state = json.loads(progress.read_text())
     assert state["done"] is True and state["what"] == "wheels"
     assert state["bytes"] == state["total"] == 1_500_200 and state["files"] == 2
     assert copy_line(state).startswith("wheels: 1.5/1.5 MB (100%)")
-    module_runner("model_receive", args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
-                  commands=ps(r["pid"]) if alive(r["pid"]) else {})
+    module_runner(
+        "model_receive",
+        args={"state": "finished", "path": str(dest), "run_id": RUN_ID, "wait": 10},
+        commands=ps(r["pid"]) if alive(r["pid"]) else {},
+    )
 
 
 class SlowSender:
@@ -207,8 +268,8 @@ class SlowSender:
 
 
 def test_the_progress_file_moves_while_the_copy_runs(tmp_path, monkeypatch):
-    from ansible_collections.mlx.cluster.plugins.modules import model_send
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_progress
+    from ansible_collections.mlx.cluster.plugins.modules import model_send
 
     seen = []
     real = mlx_progress.ProgressWriter.update

@@ -9,8 +9,14 @@ import pytest
 
 
 def make_model(root, files=None):
-    files = files or {"config.json": b"{}", "model.safetensors": b"weights-1", "sub/tokenizer.json": b"tok",
-                      "sub/w.npz": b"npz", "adapter.bin": b"bin", "m.gguf": b"gguf"}
+    files = files or {
+        "config.json": b"{}",
+        "model.safetensors": b"weights-1",
+        "sub/tokenizer.json": b"tok",
+        "sub/w.npz": b"npz",
+        "adapter.bin": b"bin",
+        "m.gguf": b"gguf",
+    }
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,9 +45,14 @@ def test_sizes_only_by_default(module_runner, tmp_path):
     r = out.result
     assert r["changed"] is False and r["exists"] is True and r["problems"] == []
     assert {e["mtime"] for e in r["files"].values()} == {MTIME}  # whole seconds, what wait_for compares
-    assert without_mtime(r["files"]) == {"adapter.bin": {"size": 3}, "config.json": {"size": 2}, "m.gguf": {"size": 4},
-                          "model.safetensors": {"size": 9}, "sub/tokenizer.json": {"size": 3},
-                          "sub/w.npz": {"size": 3}}
+    assert without_mtime(r["files"]) == {
+        "adapter.bin": {"size": 3},
+        "config.json": {"size": 2},
+        "m.gguf": {"size": 4},
+        "model.safetensors": {"size": 9},
+        "sub/tokenizer.json": {"size": 3},
+        "sub/w.npz": {"size": 3},
+    }
     assert r["total_bytes"] == 24
 
 
@@ -93,15 +104,15 @@ def test_a_link_loop_is_walked_once(module_runner, tmp_path):
 
 
 def test_compare_with_the_source_names_host_and_file(module_runner, tmp_path):
-    source = module_runner("model_manifest", args={"path": str(make_model(tmp_path / "src")),
-                                                   "sha256": True}).result["files"]
+    source = module_runner("model_manifest", args={"path": str(make_model(tmp_path / "src")), "sha256": True}).result[
+        "files"
+    ]
     copy = make_model(tmp_path / "copy")
     (copy / "model.safetensors").write_bytes(b"weights-2")  # same size, other content
     (copy / "sub" / "tokenizer.json").write_bytes(b"tokenizer")
     (copy / "config.json").unlink()
     (copy / "stale.safetensors").write_bytes(b"old")
-    out = module_runner("model_manifest", args={"path": str(copy), "sha256": True, "expected": source,
-                                                "label": "m3"})
+    out = module_runner("model_manifest", args={"path": str(copy), "sha256": True, "expected": source, "label": "m3"})
     assert not out.failed  # problems are data; the role decides
     assert [(p["host"], p["file"], p["kind"]) for p in out.result["problems"]] == [
         ("m3", "config.json", "missing"),
@@ -112,23 +123,29 @@ def test_compare_with_the_source_names_host_and_file(module_runner, tmp_path):
 
 
 def test_compare_when_the_copy_is_missing(module_runner, tmp_path):
-    out = module_runner("model_manifest", args={"path": str(tmp_path / "absent"), "label": "m2",
-                                                "expected": {"model.safetensors": {"size": 9}}})
+    out = module_runner(
+        "model_manifest",
+        args={"path": str(tmp_path / "absent"), "label": "m2", "expected": {"model.safetensors": {"size": 9}}},
+    )
     [problem] = out.result["problems"]
     assert (problem["host"], problem["kind"]) == ("m2", "missing_dir")
 
 
-@pytest.mark.parametrize("rel, ok", [
-    pytest.param("mlx-cluster/models/qwen", True, id="default-layout"),
-    pytest.param("models", False, id="one-below-home"),
-    pytest.param("", False, id="home-itself"),
-])
+@pytest.mark.parametrize(
+    "rel, ok",
+    [
+        pytest.param("mlx-cluster/models/qwen", True, id="default-layout"),
+        pytest.param("models", False, id="one-below-home"),
+        pytest.param("", False, id="home-itself"),
+    ],
+)
 def test_safe_dest_uses_this_users_home(module_runner, tmp_path, rel, ok):
     home = tmp_path / "home"
     home.mkdir()
     path = str(home / rel) if rel else str(home)
-    out = module_runner("model_manifest", args={"path": path, "safe_dest": True, "label": "m2"},
-                        env={"HOME": str(home)})
+    out = module_runner(
+        "model_manifest", args={"path": path, "safe_dest": True, "label": "m2"}, env={"HOME": str(home)}
+    )
     assert out.failed is not ok
     assert out.result.get("home", str(home)) == str(home)
     if not ok:
@@ -154,8 +171,11 @@ def test_make_parent_makes_the_models_directory_once(module_runner, tmp_path, ch
 def test_make_parent_checks_the_destination_first(module_runner, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    out = module_runner("model_manifest", args={"path": str(home / "models"),
-                                                "make_parent": True, "label": "m2"}, env={"HOME": str(home)})
+    out = module_runner(
+        "model_manifest",
+        args={"path": str(home / "models"), "make_parent": True, "label": "m2"},
+        env={"HOME": str(home)},
+    )
     assert out.failed and out.result["msg"].startswith(f"refusing to sync the model into {home / 'models'} on m2")
 
 
@@ -164,7 +184,8 @@ def test_make_parent_names_the_mac_when_it_cannot(module_runner, tmp_path):
     (home / "ro").mkdir(parents=True)
     (home / "ro" / "in-the-way").write_text("a file, not a directory")
     path = home / "ro" / "in-the-way" / "models" / "qwen"
-    out = module_runner("model_manifest", args={"path": str(path), "make_parent": True, "label": "m2"},
-                        env={"HOME": str(home)})
+    out = module_runner(
+        "model_manifest", args={"path": str(path), "make_parent": True, "label": "m2"}, env={"HOME": str(home)}
+    )
     assert out.failed and out.result["msg"].startswith(f"cannot create {path.parent} on m2:")
     assert "Fix:" in out.result["msg"]

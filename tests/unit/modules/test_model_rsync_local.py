@@ -60,6 +60,7 @@ def run(capsys):
             getattr(ansible_warnings, store, {}).clear()
         try:
             from ansible.module_utils import _internal as ansible_internal
+
             controller_flag = mock.patch.object(ansible_internal, "is_controller", False)
         except (ImportError, AttributeError):
             controller_flag = contextlib.nullcontext()
@@ -69,6 +70,7 @@ def run(capsys):
             with pytest.raises(SystemExit):
                 module.main()
         return json.loads(capsys.readouterr().out)
+
     return _run
 
 
@@ -148,7 +150,9 @@ def test_a_corrupted_copy_is_named_then_repaired_with_checksum(run, tree):
 
     problems = manifest(run, dest, expected=source, label="m3")["problems"]
     assert [(p["host"], p["file"], p["kind"]) for p in problems] == [
-        ("m3", "model.safetensors", "sha256"), ("m3", "sub/tokenizer.json", "size")]
+        ("m3", "model.safetensors", "sha256"),
+        ("m3", "sub/tokenizer.json", "size"),
+    ]
     assert all(p["msg"].startswith("m3: ") for p in problems)
 
     quick = sync(run, src, home, dest)
@@ -201,18 +205,32 @@ def fake_ssh(tmp_path, home):
 def test_push_through_ssh(run, tree, tmp_path):
     src, home, dest = tree
     bindir, log, env = fake_ssh(tmp_path, home)
-    args = {"src": str(src), "dest": str(dest), "host": "admin@10.208.0.2", "dest_home": str(home),
-            "ssh_args": ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"], "source_name": "m1"}
+    args = {
+        "src": str(src),
+        "dest": str(dest),
+        "host": "admin@10.208.0.2",
+        "dest_home": str(home),
+        "ssh_args": ["-o", "HostKeyAlias=m2", "-o", "BatchMode=yes"],
+        "source_name": "m1",
+    }
 
     first = run("model_rsync", args, env=env)
     assert not first.get("failed"), first
-    assert first["cmd"][-4:] == ["--rsh", f"{bindir}/ssh -o HostKeyAlias=m2 -o BatchMode=yes", f"{src}/",
-                                 f"admin@10.208.0.2:{dest}/"]
+    assert first["cmd"][-4:] == [
+        "--rsh",
+        f"{bindir}/ssh -o HostKeyAlias=m2 -o BatchMode=yes",
+        f"{src}/",
+        f"admin@10.208.0.2:{dest}/",
+    ]
     assert first["changed"] is True
     assert sorted(first["transferred"]) == ["config.json", "model.safetensors", "sub/tokenizer.json"]
     # rsync hands ssh the user as -l (GNU) or keeps user@host (openrsync)
-    assert log.read_text().startswith(("-o HostKeyAlias=m2 -o BatchMode=yes -l admin 10.208.0.2 rsync --server",
-                                       "-o HostKeyAlias=m2 -o BatchMode=yes admin@10.208.0.2 rsync --server"))
+    assert log.read_text().startswith(
+        (
+            "-o HostKeyAlias=m2 -o BatchMode=yes -l admin 10.208.0.2 rsync --server",
+            "-o HostKeyAlias=m2 -o BatchMode=yes admin@10.208.0.2 rsync --server",
+        )
+    )
     assert run("model_rsync", args, env=env)["changed"] is False
 
     (bindir / "ssh").write_text(DENIED_SSH)
@@ -243,17 +261,41 @@ def adhoc_runner(tmp_path, home, path_first=None):
     ansible = Path(sys.executable).parent / "ansible"
     if not ansible.exists():
         pytest.skip("no ansible command beside this Python")
-    env = dict(os.environ, HOME=str(home), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"))
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="minimal",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-rtmp"),
+    )
     if path_first:
         env["PATH"] = f"{path_first}:{env['PATH']}"
 
     def adhoc(args, *extra):
-        proc = subprocess.run([str(ansible), "localhost", "-i", "localhost,", "-c", "local",
-                               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "mlx.cluster.model_rsync",
-                               "-a", json.dumps(args), *extra],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                str(ansible),
+                "localhost",
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                f"ansible_python_interpreter={sys.executable}",
+                "-m",
+                "mlx.cluster.model_rsync",
+                "-a",
+                json.dumps(args),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         before, _, body = proc.stdout.rpartition("localhost | ")
         head, _, body = body.partition(" => ")
@@ -293,8 +335,11 @@ def test_progress_lines_while_the_copy_runs(tree, tmp_path):
     adhoc = adhoc_runner(tmp_path, home, path_first=bindir)
     args = {"src": str(src), "dest": str(dest), "progress_interval": 1}
     first, shown = adhoc(args)
-    assert first["changed"] is True and sorted(first["transferred"]) == ["config.json", "model.safetensors",
-                                                                        "sub/tokenizer.json"]
+    assert first["changed"] is True and sorted(first["transferred"]) == [
+        "config.json",
+        "model.safetensors",
+        "sub/tokenizer.json",
+    ]
     assert "--progress" in first["cmd"]
     lines = [line for line in shown.splitlines() if line.startswith("[localhost] model: ")]
     assert lines, shown
@@ -319,8 +364,15 @@ def test_a_copy_that_stops_moving_data_is_ended_and_named(run, tree, tmp_path):
     (bindir / "ssh").write_text("#!/bin/sh\nexec sleep 30\n")
     (bindir / "ssh").chmod(0o755)
     env = {"HOME": str(home), "PATH": f"{bindir}:{os.environ['PATH']}"}
-    args = {"src": str(src), "dest": str(dest), "host": "admin@10.208.0.2", "dest_home": str(home),
-            "host_label": "m2", "source_name": "m1", "stall_timeout": 2}
+    args = {
+        "src": str(src),
+        "dest": str(dest),
+        "host": "admin@10.208.0.2",
+        "dest_home": str(home),
+        "host_label": "m2",
+        "source_name": "m1",
+        "stall_timeout": 2,
+    }
     start = time.monotonic()
     stalled = run("model_rsync", args, env=env)
     assert time.monotonic() - start < 20
@@ -379,8 +431,9 @@ def test_wait_for_a_copy_that_stops_arriving_fails_naming_the_upstream(run, tree
     relay.mkdir()
     shutil.copy2(src / "config.json", relay / "config.json")
     (relay / ".model.safetensors.Xy12Ab").write_bytes(b"partial")
-    out = sync(run, relay, home, dest, wait_for=source, upstream_name="m1", host_label="m3",
-               source_name="m2", stall_timeout=1)
+    out = sync(
+        run, relay, home, dest, wait_for=source, upstream_name="m1", host_label="m3", source_name="m2", stall_timeout=1
+    )
     assert out.get("failed") is True, out
     assert "m2 stopped waiting to pass the model on to m3: its own copy from m1 has not grown" in out["msg"]
     assert out["pending"] == ["model.safetensors", "sub/tokenizer.json"] and out["complete"] == ["config.json"]
@@ -396,8 +449,15 @@ def test_a_relay_over_ssh_runs_its_passes_over_one_master_and_ends_it(run, tree,
     src, home, dest = tree
     source = manifest(run, src, sha256=False)["files"]
     bindir, log, env = fake_ssh(tmp_path, home)
-    args = {"src": str(src), "dest": str(dest), "host": "10.208.0.2", "dest_home": str(home),
-            "ssh_args": ["-o", "BatchMode=yes"], "source_name": "m2", "wait_for": source}
+    args = {
+        "src": str(src),
+        "dest": str(dest),
+        "host": "10.208.0.2",
+        "dest_home": str(home),
+        "ssh_args": ["-o", "BatchMode=yes"],
+        "source_name": "m2",
+        "wait_for": source,
+    }
     out = run("model_rsync", args, env=env)
     assert not out.get("failed"), out
     assert out["changed"] is True and len(out["passes"]) == 1
@@ -427,8 +487,18 @@ def test_a_copy_that_comes_two_ways_each_sender_sends_its_share_and_leaves_the_o
     dest.mkdir()
     (dest / ".model.safetensors.Qr34Cd").write_bytes(b"the direct copy, in progress")
 
-    relayed = sync(run, relay, home, dest, wait_for=source, skip=["model.safetensors"], upstream_name="m1",
-                   host_label="m3", delete=True, stall_timeout=5)
+    relayed = sync(
+        run,
+        relay,
+        home,
+        dest,
+        wait_for=source,
+        skip=["model.safetensors"],
+        upstream_name="m1",
+        host_label="m3",
+        delete=True,
+        stall_timeout=5,
+    )
     assert not relayed.get("failed"), relayed
     assert sorted(relayed["transferred"]) == ["config.json", "sub/tokenizer.json"] and relayed["deleted"] == []
     assert [p["excluded"] for p in relayed["passes"]] == [0]  # nothing of its share was pending

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.unit.modules.mac_commands import BINS, C_LOCALE, IBV_DEVICES, IBV_DEVINFO, RDMA_CTL, STUDIO_A, answers
 
 RDMA_COMMANDS = [IBV_DEVICES, IBV_DEVINFO, RDMA_CTL]
@@ -48,10 +49,13 @@ def test_missing_verbs_tools_mean_no_rdma_not_a_crash(module_runner, read_fixtur
 
 
 def test_rdma_disabled(module_runner, read_fixture):
-    out = run(module_runner, read_fixture,
-              ibv_devices=(0, "ibv_devices_header_only.txt", ""),
-              ibv_devinfo=(0, "ibv_devinfo_no_devices_found.txt", ""),
-              rdma_ctl=(0, "rdma_ctl_status_disabled.txt", ""))
+    out = run(
+        module_runner,
+        read_fixture,
+        ibv_devices=(0, "ibv_devices_header_only.txt", ""),
+        ibv_devinfo=(0, "ibv_devinfo_no_devices_found.txt", ""),
+        rdma_ctl=(0, "rdma_ctl_status_disabled.txt", ""),
+    )
     facts = out.result["ansible_facts"]["mlx_rdma"]
     assert facts["usable"] is False
     assert facts["problems"][0]["code"] == "rdma_disabled"
@@ -71,11 +75,14 @@ def test_rdma_ctl_failing_is_a_warning(module_runner, read_fixture):
     assert out.result["ansible_facts"]["mlx_rdma"]["rdma_ctl"] is None
 
 
-@pytest.mark.parametrize("override, command, fragment", [
-    pytest.param({"ibv_devices": (0, "sw_vers_26_2.txt", "")}, IBV_DEVICES, "unexpected line", id="devices"),
-    pytest.param({"ibv_devinfo": (0, "sw_vers_26_2.txt", "")}, IBV_DEVINFO, "before any hca_id", id="devinfo"),
-    pytest.param({"rdma_ctl": (0, "sw_vers_26_2.txt", "")}, RDMA_CTL, "neither", id="rdma-ctl"),
-])
+@pytest.mark.parametrize(
+    "override, command, fragment",
+    [
+        pytest.param({"ibv_devices": (0, "sw_vers_26_2.txt", "")}, IBV_DEVICES, "unexpected line", id="devices"),
+        pytest.param({"ibv_devinfo": (0, "sw_vers_26_2.txt", "")}, IBV_DEVINFO, "before any hca_id", id="devinfo"),
+        pytest.param({"rdma_ctl": (0, "sw_vers_26_2.txt", "")}, RDMA_CTL, "neither", id="rdma-ctl"),
+    ],
+)
 def test_malformed_output_fails_naming_the_command(module_runner, read_fixture, override, command, fragment):
     out = run(module_runner, read_fixture, **override)
     assert out.failed

@@ -54,8 +54,8 @@ def test_gpu_limit_is_the_setting_or_macos_default_share():
 
 
 def test_safe_wired_limit_keeps_room_for_macos_and_never_lowers_the_default():
-    assert safe_wired_limit_mb(128 * GIB) == 112 * 1024       # 1/8 kept back
-    assert safe_wired_limit_mb(512 * GIB) == 496 * 1024       # at most 16 GB kept back
+    assert safe_wired_limit_mb(128 * GIB) == 112 * 1024  # 1/8 kept back
+    assert safe_wired_limit_mb(512 * GIB) == 496 * 1024  # at most 16 GB kept back
     assert safe_wired_limit_mb(16 * GIB) == gpu_limit(hw(16))[0] // MIB  # 6 GB back is below the default
 
 
@@ -84,7 +84,7 @@ def test_the_fix_offers_the_wired_limit_when_memory_allows():
     p1, p2 = sorted(out["problems"], key=lambda p: p["host"])
     assert "iogpu.wired_limit_mb=8192" in p1["msg"]
     assert f"sudo sysctl iogpu.wired_limit_mb={safe_wired_limit_mb(24 * GIB)}" in p1["fix"]
-    assert "mlx_cluster_wired_limit: auto and --tags power" in p1["fix"]   # the way that lasts
+    assert "mlx_cluster_wired_limit: auto and --tags power" in p1["fix"]  # the way that lasts
     assert "sysctl" not in p2["fix"]
 
 

@@ -22,39 +22,112 @@ TINY4 = {"layers": 4, "heads": 8, "kv_heads": 4, "head_dim": 8, "intermediate_si
 QWEN3_4B = {"layers": 36, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate_size": 9728, "group_size": 64}
 
 
-@pytest.mark.parametrize("dims, ranks, modes, index, words", [
-    pytest.param(TINY4, 4, BOTH, True, [], id="tiny-4-macs-both-modes"),
-    pytest.param(TINY4, 3, BOTH, True, [
-        ["tensor mode", "over 3 Macs", "8 attention heads (not a multiple of 3)",
-         "4 key/value heads (not a multiple of 3)", "MLP width (intermediate_size) of 128 (not a multiple of 3)",
-         "fix: run pipeline mode only (benchmark_modes: [pipeline])",
-         "num_attention_heads and num_key_value_heads and intermediate_size are multiples of 3",
-         "tensor mode can split it over 2"]], id="tiny-3-macs-tensor"),
-    pytest.param(TINY4, 3, ["pipeline"], True, [], id="tiny-3-macs-pipeline-only"),
-    pytest.param(TINY4, 8, BOTH, True, [
-        ["tensor mode", "4 key/value heads (not a multiple of 8)", "num_key_value_heads is a multiple of 8",
-         "over 2, 4)"],
-        ["pipeline mode gives each of the 8 Macs whole layers", "tiny has 4 layer(s)", "run on at most 4 Macs"]],
-        id="tiny-8-macs-neither"),
-    pytest.param(TINY4, 2, BOTH, False, [
-        ["model.safetensors.index.json", "run tensor mode only (benchmark_modes: [tensor])",
-         "mlx_lm.convert writes the index"]], id="single-file-pipeline"),
-    pytest.param(QWEN3_4B, 8, BOTH, True, [], id="qwen3-4b-8-macs"),
-    pytest.param(QWEN3_4B, 3, ["tensor"], True, [
-        ["32 attention heads (not a multiple of 3)",
-         "MLP width (intermediate_size) of 9728 (not a multiple of 192: 3 Macs x quantization groups of 64)",
-         "heads x head_dim and intermediate_size are multiples of 192"]], id="qwen3-4b-3-macs-quantized"),
-    pytest.param(dict(QWEN3_4B, intermediate_size=9728 + 64), 2, ["tensor"], True, [
-        ["MLP width (intermediate_size) of 9792 (not a multiple of 128: 2 Macs x quantization groups of 64)"]],
-        id="quantized-mlp-not-whole-groups"),
-    pytest.param({"layers": 61, "heads": 128, "kv_heads": 128, "head_dim": 56, "intermediate_size": 18432,
-                  "moe_intermediate_size": 2048, "group_size": 64, "latent_attention": True}, 8, BOTH, True, [],
-                 id="deepseek-v3-latent-attention"),
-    pytest.param({"heads": 6, "kv_heads": 1, "head_dim": 8, "intermediate_size": None}, 3, BOTH, True, [
-        ["1 key/value heads (not a multiple of 3)"]], id="unknown-numbers-left-out"),
-    pytest.param(None, 3, BOTH, True, [], id="no-config"),
-    pytest.param(TINY4, 1, BOTH, False, [], id="one-mac"),
-])
+@pytest.mark.parametrize(
+    "dims, ranks, modes, index, words",
+    [
+        pytest.param(TINY4, 4, BOTH, True, [], id="tiny-4-macs-both-modes"),
+        pytest.param(
+            TINY4,
+            3,
+            BOTH,
+            True,
+            [
+                [
+                    "tensor mode",
+                    "over 3 Macs",
+                    "8 attention heads (not a multiple of 3)",
+                    "4 key/value heads (not a multiple of 3)",
+                    "MLP width (intermediate_size) of 128 (not a multiple of 3)",
+                    "fix: run pipeline mode only (benchmark_modes: [pipeline])",
+                    "num_attention_heads and num_key_value_heads and intermediate_size are multiples of 3",
+                    "tensor mode can split it over 2",
+                ]
+            ],
+            id="tiny-3-macs-tensor",
+        ),
+        pytest.param(TINY4, 3, ["pipeline"], True, [], id="tiny-3-macs-pipeline-only"),
+        pytest.param(
+            TINY4,
+            8,
+            BOTH,
+            True,
+            [
+                [
+                    "tensor mode",
+                    "4 key/value heads (not a multiple of 8)",
+                    "num_key_value_heads is a multiple of 8",
+                    "over 2, 4)",
+                ],
+                ["pipeline mode gives each of the 8 Macs whole layers", "tiny has 4 layer(s)", "run on at most 4 Macs"],
+            ],
+            id="tiny-8-macs-neither",
+        ),
+        pytest.param(
+            TINY4,
+            2,
+            BOTH,
+            False,
+            [
+                [
+                    "model.safetensors.index.json",
+                    "run tensor mode only (benchmark_modes: [tensor])",
+                    "mlx_lm.convert writes the index",
+                ]
+            ],
+            id="single-file-pipeline",
+        ),
+        pytest.param(QWEN3_4B, 8, BOTH, True, [], id="qwen3-4b-8-macs"),
+        pytest.param(
+            QWEN3_4B,
+            3,
+            ["tensor"],
+            True,
+            [
+                [
+                    "32 attention heads (not a multiple of 3)",
+                    "MLP width (intermediate_size) of 9728 (not a multiple of 192: 3 Macs x quantization groups of 64)",
+                    "heads x head_dim and intermediate_size are multiples of 192",
+                ]
+            ],
+            id="qwen3-4b-3-macs-quantized",
+        ),
+        pytest.param(
+            dict(QWEN3_4B, intermediate_size=9728 + 64),
+            2,
+            ["tensor"],
+            True,
+            [["MLP width (intermediate_size) of 9792 (not a multiple of 128: 2 Macs x quantization groups of 64)"]],
+            id="quantized-mlp-not-whole-groups",
+        ),
+        pytest.param(
+            {
+                "layers": 61,
+                "heads": 128,
+                "kv_heads": 128,
+                "head_dim": 56,
+                "intermediate_size": 18432,
+                "moe_intermediate_size": 2048,
+                "group_size": 64,
+                "latent_attention": True,
+            },
+            8,
+            BOTH,
+            True,
+            [],
+            id="deepseek-v3-latent-attention",
+        ),
+        pytest.param(
+            {"heads": 6, "kv_heads": 1, "head_dim": 8, "intermediate_size": None},
+            3,
+            BOTH,
+            True,
+            [["1 key/value heads (not a multiple of 3)"]],
+            id="unknown-numbers-left-out",
+        ),
+        pytest.param(None, 3, BOTH, True, [], id="no-config"),
+        pytest.param(TINY4, 1, BOTH, False, [], id="one-mac"),
+    ],
+)
 def test_split_problems_name_the_numbers_and_the_fix(dims, ranks, modes, index, words):
     problems = split_problems(dims, ranks, modes, "tiny", index)
     assert len(problems) == len(words), report(problems)
@@ -82,15 +155,18 @@ def _mlx_lm_shards(cfg, ranks, group_size=None):
     return attn.n_heads * ranks == cfg["num_attention_heads"] and attn.n_kv_heads * ranks == cfg["num_key_value_heads"]
 
 
-@pytest.mark.parametrize("hidden, heads, kv_heads, inter, group_size", [
-    pytest.param(64, 8, 4, 128, None, id="demo-4"),
-    pytest.param(48, 6, 3, 96, None, id="demo-3"),
-    pytest.param(64, 4, 4, 96, None, id="mlp-96"),
-    pytest.param(96, 12, 6, 192, None, id="12-heads"),
-    pytest.param(64, 4, 2, 256, None, id="4-heads-wide-head"),
-    pytest.param(256, 8, 4, 512, 64, id="quantized-64"),
-    pytest.param(256, 8, 8, 384, 32, id="quantized-32"),
-])
+@pytest.mark.parametrize(
+    "hidden, heads, kv_heads, inter, group_size",
+    [
+        pytest.param(64, 8, 4, 128, None, id="demo-4"),
+        pytest.param(48, 6, 3, 96, None, id="demo-3"),
+        pytest.param(64, 4, 4, 96, None, id="mlp-96"),
+        pytest.param(96, 12, 6, 192, None, id="12-heads"),
+        pytest.param(64, 4, 2, 256, None, id="4-heads-wide-head"),
+        pytest.param(256, 8, 4, 512, 64, id="quantized-64"),
+        pytest.param(256, 8, 8, 384, 32, id="quantized-32"),
+    ],
+)
 @pytest.mark.parametrize("ranks", [2, 3, 4, 6, 8])
 def test_the_tensor_rule_is_mlx_lms(hidden, heads, kv_heads, inter, group_size, ranks):
     cfg = tiny_config(64, 0, hidden_size=hidden, heads=heads, kv_heads=kv_heads, intermediate_size=inter)
@@ -108,8 +184,15 @@ def test_the_demo_model_splits_over_every_wiring(spec):
     macs = len(load_spec(spec).hosts)
     plan = demo_plan(macs)
     d = plan["dims"]
-    cfg = tiny_config(64, 0, hidden_size=d["hidden_size"], layers=d["layers"], heads=d["heads"],
-                      kv_heads=d["kv_heads"], intermediate_size=d["intermediate_size"])
+    cfg = tiny_config(
+        64,
+        0,
+        hidden_size=d["hidden_size"],
+        layers=d["layers"],
+        heads=d["heads"],
+        kv_heads=d["kv_heads"],
+        intermediate_size=d["intermediate_size"],
+    )
     assert split_problems(config_dims(cfg), macs, plan["modes"], spec) == []
     assert plan["modes"] and set(plan["modes"]) | set(plan["left_out"]) == set(BOTH)
     assert all(why for why in plan["left_out"].values())

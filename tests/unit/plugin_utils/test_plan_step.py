@@ -21,17 +21,33 @@ CABLES = [cable("m1", "en2", "m2", "en2"), cable("m2", "en3", "m3", "en2"), cabl
 def cluster_facts(homes=None, rdma=False):
     tb = make_facts(HOSTS, CABLES)
     homes = homes or {}
-    return {h: {"thunderbolt": tb[h], "interfaces": {}, "rdma": {"rdma_ctl": "disabled", "devices": []} if not rdma else None,
-                "mgmt": {"iface": "en0", "address": "10.1.0.%d" % (i + 11)},
-                "home": homes.get(h, "/Users/admin"), "disk": {"path": homes.get(h, "/Users/admin"), "free_bytes": 1}}
-            for i, h in enumerate(HOSTS)}
+    return {
+        h: {
+            "thunderbolt": tb[h],
+            "interfaces": {},
+            "rdma": {"rdma_ctl": "disabled", "devices": []} if not rdma else None,
+            "mgmt": {"iface": "en0", "address": "10.1.0.%d" % (i + 11)},
+            "home": homes.get(h, "/Users/admin"),
+            "disk": {"path": homes.get(h, "/Users/admin"), "free_bytes": 1},
+        }
+        for i, h in enumerate(HOSTS)
+    }
 
 
 def settings(**kw):
-    base = {"hosts": HOSTS, "coordinators": {h: "10.1.0.%d" % (i + 11) for i, h in enumerate(HOSTS)},
-            "ssh": {h: {"host": h} for h in HOSTS}, "backend": "auto", "rdma_wanted": True,
-            "rdma_required": False, "rdma_through_docks": False, "ip_pool": "10.208.0.0/16",
-            "exclude_networks": [], "envs": [], "remote_dir": ""}
+    base = {
+        "hosts": HOSTS,
+        "coordinators": {h: "10.1.0.%d" % (i + 11) for i, h in enumerate(HOSTS)},
+        "ssh": {h: {"host": h} for h in HOSTS},
+        "backend": "auto",
+        "rdma_wanted": True,
+        "rdma_required": False,
+        "rdma_through_docks": False,
+        "ip_pool": "10.208.0.0/16",
+        "exclude_networks": [],
+        "envs": [],
+        "remote_dir": "",
+    }
     base.update(kw)
     return base
 
@@ -46,20 +62,42 @@ def test_plan_is_the_filters_composed():
     assert plan["hostfile"] == planner.hostfile(topo, ips, coordinators=settings()["coordinators"], envs=[])
     assert plan["hostfile"]["backend"] == "ring"
     assert plan["hosts"] == HOSTS and plan["ssh"] == settings()["ssh"]
-    assert set(plan) == {"hosts", "links", "topology", "ip_plan", "coordinators", "hostfile", "ssh",
-                         "remote_dir", "hostfile_name", "hostfile_path", "fallback"}
+    assert set(plan) == {
+        "hosts",
+        "links",
+        "topology",
+        "ip_plan",
+        "coordinators",
+        "hostfile",
+        "ssh",
+        "remote_dir",
+        "hostfile_name",
+        "hostfile_path",
+        "fallback",
+    }
     assert plan["fallback"] is None
 
 
 def _rdma_facts():
     """Every cable TB5 with its RDMA devices PORT_ACTIVE at both ends: the plan is jaccl."""
     facts = cluster_facts()
-    for (a, ai, b, bi) in (("m1", "en2", "m2", "en2"), ("m2", "en3", "m3", "en2"), ("m3", "en3", "m1", "en3")):
+    for a, ai, b, bi in (("m1", "en2", "m2", "en2"), ("m2", "en3", "m3", "en2"), ("m3", "en3", "m1", "en3")):
         for host, iface in ((a, ai), (b, bi)):
-            rdma = facts[host]["rdma"] = facts[host]["rdma"] if facts[host]["rdma"].get("rdma_ctl") == "enabled" \
+            rdma = facts[host]["rdma"] = (
+                facts[host]["rdma"]
+                if facts[host]["rdma"].get("rdma_ctl") == "enabled"
                 else {"rdma_ctl": "enabled", "devices": [], "usable": True, "problems": []}
-            rdma["devices"].append({"name": "rdma_" + iface, "iface": iface, "port_state": "PORT_ACTIVE",
-                                    "active_mtu": 4096, "ipv4_gid": True, "gids": []})
+            )
+            rdma["devices"].append(
+                {
+                    "name": "rdma_" + iface,
+                    "iface": iface,
+                    "port_state": "PORT_ACTIVE",
+                    "active_mtu": 4096,
+                    "ipv4_gid": True,
+                    "gids": [],
+                }
+            )
     return facts
 
 
@@ -72,7 +110,7 @@ def test_the_ring_fallback_is_planned_over_the_same_cables_only_for_rdma_plans()
     assert fb["hostfile"] == planner.hostfile(plan["topology"], plan["ip_plan"], backend="ring")
     cable_addresses = {e["address"] for host in plan["ip_plan"]["hosts"].values() for e in host}
     assert {ip for h in fb["hostfile"]["hosts"] for ip in h["ips"]} <= cable_addresses
-    assert planner.make_plan(facts, settings())["fallback"] is None                       # not set
+    assert planner.make_plan(facts, settings())["fallback"] is None  # not set
     assert planner.make_plan(cluster_facts(), settings(fallback_backend="ring"))["fallback"] is None  # ring plan
     named = planner.make_plan(facts, settings(fallback_backend="ring", hostfile_name="lab.json"))
     assert named["fallback"]["hostfile_name"] == "lab-ring.json"
@@ -122,12 +160,15 @@ def test_relative_remote_dir_is_refused(setting):
         planner.make_plan(cluster_facts(), settings(remote_dir=setting))
 
 
-@pytest.mark.parametrize("setting, match", [
-    ("/opt/mlx cluster", "holds whitespace or characters a shell reads"),
-    ("~/mlx-cluster;id", "holds whitespace or characters a shell reads"),
-    ("/opt/$(id)", "holds whitespace or characters a shell reads"),
-    ("~/../shared", "holds '.' or '..' components"),
-])
+@pytest.mark.parametrize(
+    "setting, match",
+    [
+        ("/opt/mlx cluster", "holds whitespace or characters a shell reads"),
+        ("~/mlx-cluster;id", "holds whitespace or characters a shell reads"),
+        ("/opt/$(id)", "holds whitespace or characters a shell reads"),
+        ("~/../shared", "holds '.' or '..' components"),
+    ],
+)
 def test_a_remote_dir_a_shell_would_read_is_refused(setting, match):
     """The directory reaches the cluster key's forced command and rsync's remote paths: the
     toolkit's one rule for such paths (module_utils/mlx_files.py unsafe_path), naming the setting."""
@@ -139,8 +180,11 @@ def test_a_remote_dir_a_shell_would_read_is_refused(setting, match):
 
 
 def test_a_home_a_shell_would_read_is_refused_once_resolved():
-    with pytest.raises(planner.PlanError, match=r"mlx_cluster_remote_dir \(~/mlx-cluster in each Mac's home\) "
-                                                 r"'/Users/a b/mlx-cluster' holds whitespace"):
+    with pytest.raises(
+        planner.PlanError,
+        match=r"mlx_cluster_remote_dir \(~/mlx-cluster in each Mac's home\) "
+        r"'/Users/a b/mlx-cluster' holds whitespace",
+    ):
         planner.make_plan(cluster_facts(homes={h: "/Users/a b" for h in ("m1", "m2", "m3")}), settings())
 
 
@@ -164,23 +208,32 @@ def test_hostfile_name_is_a_name():
         planner.make_plan(cluster_facts(), settings(hostfile_name="a/b.json"))
 
 
-@pytest.mark.parametrize("run_tags,skip_tags,probe,read,sudo", [
-    (["all"], [], True, True, True),
-    (["network"], [], True, False, False),
-    (["hostfile"], [], False, True, False),
-    (["preflight"], [], False, False, True),
-    (["rdma_check"], [], False, False, True),
-    (["network", "hostfile"], [], True, True, False),
-    (["all"], ["network"], False, True, True),
-    (["tagged"], [], True, True, True),
-    (["all"], ["hostfile", "network"], False, False, True),
-    (["all"], ["preflight"], True, True, False),
-])
+@pytest.mark.parametrize(
+    "run_tags,skip_tags,probe,read,sudo",
+    [
+        (["all"], [], True, True, True),
+        (["network"], [], True, False, False),
+        (["hostfile"], [], False, True, False),
+        (["preflight"], [], False, False, True),
+        (["rdma_check"], [], False, False, True),
+        (["network", "hostfile"], [], True, True, False),
+        (["all"], ["network"], False, True, True),
+        (["tagged"], [], True, True, True),
+        (["all"], ["hostfile", "network"], False, False, True),
+        (["all"], ["preflight"], True, True, False),
+    ],
+)
 def test_discovery_reads_what_the_later_stages_need(run_tags, skip_tags, probe, read, sudo):
     got = planner.discovery_request(run_tags, skip_tags, "", planner.HOSTFILE_NAME)
     power = bool({"all", "tagged", "power"} & set(run_tags)) and "power" not in skip_tags
-    assert got == {"probe_links": probe, "probe_sudo": sudo, "read_updates": sudo, "read_power": power,
-                   "read_files": ["~/mlx-cluster/hostfile.json"] if read else [], "cluster_dir": "~/mlx-cluster"}
+    assert got == {
+        "probe_links": probe,
+        "probe_sudo": sudo,
+        "read_updates": sudo,
+        "read_power": power,
+        "read_files": ["~/mlx-cluster/hostfile.json"] if read else [],
+        "cluster_dir": "~/mlx-cluster",
+    }
 
 
 def test_a_configure_run_reads_no_power_or_update_settings():
@@ -191,9 +244,10 @@ def test_a_configure_run_reads_no_power_or_update_settings():
 
 def test_discovery_reads_the_wired_limit_daemon_only_when_the_power_stage_manages_it():
     from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST_PATH
+
     assert planner.discovery_request(["power"], [], "", "h.json", "auto")["read_files"] == [PLIST_PATH]
     assert planner.discovery_request(["power"], [], "", "h.json", "off")["read_files"] == [PLIST_PATH]
-    assert planner.discovery_request(["power"], [], "", "h.json", "")["read_files"] == []      # not managed
+    assert planner.discovery_request(["power"], [], "", "h.json", "")["read_files"] == []  # not managed
     assert planner.discovery_request(["preflight"], [], "", "h.json", "auto")["read_files"] == []
     assert planner.discovery_request(["all"], ["power"], "", "h.json", "auto")["read_files"] == ["~/mlx-cluster/h.json"]
 
@@ -204,7 +258,9 @@ def test_discovery_reads_the_hostfile_where_the_plan_puts_it():
         home = "/Users/admin"
         expanded = home + path[1:] if path.startswith("~") else path
         facts = cluster_facts()
-        assert planner.make_plan(facts, settings(remote_dir=setting, hostfile_name="h.json"))["hostfile_path"] == expanded
+        assert (
+            planner.make_plan(facts, settings(remote_dir=setting, hostfile_name="h.json"))["hostfile_path"] == expanded
+        )
 
 
 def test_every_stage_of_the_table_is_a_play_and_its_tags():
@@ -217,15 +273,19 @@ def test_every_stage_of_the_table_is_a_play_and_its_tags():
 
 # ---- each fact once: the YAML that cannot import the table is checked against it ----------
 
+
 def _spec(role, entry="main"):
     return yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"][entry]
 
 
 def test_backend_choices_are_the_planners():
-    assert tuple(_spec("mlx_cluster", "validate")["options"]["mlx_cluster_backend"]["choices"]) == planner.BACKEND_CHOICES
+    assert (
+        tuple(_spec("mlx_cluster", "validate")["options"]["mlx_cluster_backend"]["choices"]) == planner.BACKEND_CHOICES
+    )
     validate = (ROOT / "roles" / "mlx_cluster" / "tasks" / "validate.yml").read_text()
     assert "mlx_cluster_backend in %s" % list(planner.BACKEND_CHOICES) in validate
     from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+
     doc = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)
     assert tuple(doc["options"]["backend"]["choices"]) == planner.BACKEND_CHOICES
 
@@ -236,22 +296,35 @@ def test_fallback_choices_are_the_planners():
     validate = (ROOT / "roles" / "mlx_cluster" / "tasks" / "validate.yml").read_text()
     assert "mlx_cluster_fallback_backend in %s" % list(planner.FALLBACK_CHOICES) in validate
     from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+
     doc = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)
     assert tuple(doc["options"]["fallback_backend"]["choices"]) == planner.FALLBACK_CHOICES
 
 
 def test_hostfile_name_default_is_the_planners():
-    assert yaml.safe_load((ROOT / "roles" / "hostfile" / "defaults" / "main.yml").read_text())["hostfile_name"] \
+    assert (
+        yaml.safe_load((ROOT / "roles" / "hostfile" / "defaults" / "main.yml").read_text())["hostfile_name"]
         == planner.HOSTFILE_NAME
+    )
     assert _spec("hostfile")["options"]["hostfile_name"]["default"] == planner.HOSTFILE_NAME
 
 
 def test_plan_settings_defaults_are_the_roles():
     from ansible_collections.mlx.cluster.plugins.modules import mlx_cluster_plan
+
     options = yaml.safe_load(mlx_cluster_plan.DOCUMENTATION)["options"]
     defaults = yaml.safe_load((ROOT / "roles" / "mlx_cluster" / "defaults" / "main.yml").read_text())
-    for option in ("backend", "rdma_wanted", "rdma_required", "rdma_through_docks", "ip_pool",
-                   "exclude_networks", "envs", "remote_dir", "fallback_backend"):
+    for option in (
+        "backend",
+        "rdma_wanted",
+        "rdma_required",
+        "rdma_through_docks",
+        "ip_pool",
+        "exclude_networks",
+        "envs",
+        "remote_dir",
+        "fallback_backend",
+    ):
         assert options[option]["default"] == defaults["mlx_cluster_" + option], option
     assert options["ip_pool"]["default"] == planner.DEFAULT_POOL
 
@@ -260,6 +333,7 @@ def test_every_backend_list_is_the_planners():
     """One tuple in Python (module_utils/mlx_launch, which both rooms may import); the filters'
     documentation and the server role's check list the same backends."""
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_launch, mlx_server
+
     assert mlx_server.BACKENDS is planner.BACKENDS is mlx_launch.BACKENDS
     for name, choices in (("mlx_topology", planner.BACKEND_CHOICES), ("mlx_hostfile", planner.BACKENDS)):
         doc = yaml.safe_load((ROOT / "plugins" / "filter" / f"{name}.yml").read_text())["DOCUMENTATION"]
@@ -271,6 +345,7 @@ def test_every_backend_list_is_the_planners():
 
 def test_preflight_thresholds_are_the_roles():
     from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight
+
     defaults = yaml.safe_load((ROOT / "roles" / "preflight" / "defaults" / "main.yml").read_text())
     spec = _spec("preflight")["options"]
     for key in ("min_macos_rdma", "min_memory_gb", "min_free_disk_gb"):
@@ -279,12 +354,14 @@ def test_preflight_thresholds_are_the_roles():
 
 def test_hostfile_text_is_what_to_nice_json_wrote_so_existing_hostfiles_stay_right():
     from ansible.plugins.filter.core import to_nice_json
+
     plan = planner.make_plan(cluster_facts(), settings())
     assert planner.hostfile_text(plan["hostfile"]) == to_nice_json(plan["hostfile"], indent=2) + "\n"
 
 
 def test_hostfile_writes_only_what_differs():
     import hashlib
+
     plan = planner.make_plan(cluster_facts(), settings())
     (entry,) = planner.hostfile_writes(plan)
     assert entry == {"path": plan["hostfile_path"], "content": planner.hostfile_text(plan["hostfile"]), "mode": "0600"}

@@ -8,10 +8,16 @@ import pytest
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import SOCKETFILTERFW, endpoints
 from ansible_collections.mlx.cluster.plugins.plugin_utils.ports import port_problems
 
-HOSTFILE = {"backend": "ring", "envs": [], "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
-                                                     {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []},
-                                                     {"ssh": "m3", "ips": ["10.208.0.5"], "rdma": []}]}
-EPS = endpoints(HOSTFILE)     # m1 :32323 <- m3, m2 :32324 <- m1, m3 :32325 <- m2
+HOSTFILE = {
+    "backend": "ring",
+    "envs": [],
+    "hosts": [
+        {"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
+        {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []},
+        {"ssh": "m3", "ips": ["10.208.0.5"], "rdma": []},
+    ],
+}
+EPS = endpoints(HOSTFILE)  # m1 :32323 <- m3, m2 :32324 <- m1, m3 :32325 <- m2
 APP = "/opt/homebrew/Cellar/python@3.12/3.12.8/Frameworks/Python.framework/Versions/3.12/Resources/Python.app"
 OFF = {"enabled": False, "state": 0, "block_all": False, "stealth": False, "app": "not_listed", "app_path": APP}
 
@@ -21,9 +27,14 @@ def listened(alf=None, errors=None, error=None):
     for h in ("m1", "m2", "m3"):
         mine = [[e["address"], e["port"]] for e in EPS if e["host"] == h]
         errs = [x for x in (errors or []) if x["host"] == h]
-        out[h] = {"listener": {"error": error if h == "m1" else None, "errors": errs,
-                               "bound": [b for b in mine if [b[0], b[1]] not in [[x["address"], x["port"]] for x in errs]]},
-                  "alf": (alf or {}).get(h, OFF)}
+        out[h] = {
+            "listener": {
+                "error": error if h == "m1" else None,
+                "errors": errs,
+                "bound": [b for b in mine if [b[0], b[1]] not in [[x["address"], x["port"]] for x in errs]],
+            },
+            "alf": (alf or {}).get(h, OFF),
+        }
     return out
 
 
@@ -31,17 +42,28 @@ def connected(failures=None):
     failures = failures or {}
     out = {}
     for h in ("m1", "m2", "m3"):
-        out[h] = [{"host": e["host"], "address": e["address"], "port": e["port"], "role": e["role"],
-                   "result": failures.get((h, e["host"]), "ok"), "error": None}
-                  for e in EPS if h in e["peers"]]
+        out[h] = [
+            {
+                "host": e["host"],
+                "address": e["address"],
+                "port": e["port"],
+                "role": e["role"],
+                "result": failures.get((h, e["host"]), "ok"),
+                "error": None,
+            }
+            for e in EPS
+            if h in e["peers"]
+        ]
     return out
 
 
 def test_all_reachable_reports_every_firewall():
     v = port_problems(EPS, listened(), connected())
     assert v["problems"] == []
-    assert v["message"] == ("port check: 3 port(s) reachable from every Mac that connects to them; "
-                            "application firewall: m1 off, m2 off, m3 off")
+    assert v["message"] == (
+        "port check: 3 port(s) reachable from every Mac that connects to them; "
+        "application firewall: m1 off, m2 off, m3 off"
+    )
 
 
 def test_stealth_firewall_blocking_the_interpreter_names_both_macs_the_port_and_the_command():
@@ -49,30 +71,46 @@ def test_stealth_firewall_blocking_the_interpreter_names_both_macs_the_port_and_
     v = port_problems(EPS, listened(alf), connected({("m3", "m1"): "timeout"}))
     (p,) = v["problems"]
     assert (p["host"], p["peer"], p["address"], p["port"], p["code"]) == ("m3", "m1", "10.208.0.1", 32323, "timeout")
-    assert p["msg"] == ("m3 cannot reach m1 10.208.0.1:32323 (rank 0's ring listener): no answer within 5 s (the "
-                        "connection attempts were dropped without a reply); the application firewall on m1 is on, in "
-                        "stealth mode (it drops what it does not allow, without an answer) and blocks " + APP)
-    assert p["fix"].startswith(f"on m1: `sudo {SOCKETFILTERFW} --add {APP} --unblockapp {APP}`, or System Settings > "
-                               "Network > Firewall > Options")
+    assert p["msg"] == (
+        "m3 cannot reach m1 10.208.0.1:32323 (rank 0's ring listener): no answer within 5 s (the "
+        "connection attempts were dropped without a reply); the application firewall on m1 is on, in "
+        "stealth mode (it drops what it does not allow, without an answer) and blocks " + APP
+    )
+    assert p["fix"].startswith(
+        f"on m1: `sudo {SOCKETFILTERFW} --add {APP} --unblockapp {APP}`, or System Settings > "
+        "Network > Firewall > Options"
+    )
     assert "application firewall: m1 on (stealth, interpreter blocked), m2 off" in v["message"]
     assert v["message"].splitlines()[1] == "- %s -> fix: %s" % (p["msg"], p["fix"])
 
 
 def test_an_interpreter_the_firewall_does_not_list_is_named_with_the_signed_software_allowance():
-    alf = {"m1": {"enabled": True, "block_all": False, "stealth": True, "app": "not_listed", "app_path": APP,
-                  "allow_signed_downloaded": True}}
+    alf = {
+        "m1": {
+            "enabled": True,
+            "block_all": False,
+            "stealth": True,
+            "app": "not_listed",
+            "app_path": APP,
+            "allow_signed_downloaded": True,
+        }
+    }
     v = port_problems(EPS, listened(alf), connected({("m3", "m1"): "timeout"}))
     (p,) = v["problems"]
-    assert p["msg"].endswith("and does not list %s (it allows downloaded signed software by itself, which covers an "
-                             "interpreter only when it is signed with a Developer ID: not a Homebrew, pyenv or "
-                             "self-built one)" % APP)
+    assert p["msg"].endswith(
+        "and does not list %s (it allows downloaded signed software by itself, which covers an "
+        "interpreter only when it is signed with a Developer ID: not a Homebrew, pyenv or "
+        "self-built one)" % APP
+    )
     assert "m1 on (stealth, signed downloads allowed, interpreter not listed)" in v["message"]
 
 
 def test_block_all_is_turned_off_first():
     alf = {"m2": {"enabled": True, "block_all": True, "stealth": False, "app": None, "app_path": APP}}
     (p,) = port_problems(EPS, listened(alf), connected({("m1", "m2"): "reset"}))["problems"]
-    assert "m1 cannot reach m2 10.208.0.2:32324 (rank 1's ring listener): its kernel accepted the connection" in p["msg"]
+    assert (
+        "m1 cannot reach m2 10.208.0.2:32324 (rank 1's ring listener): its kernel accepted the connection" in p["msg"]
+    )
     assert "blocking all incoming connections" in p["msg"]
     assert p["fix"].startswith(f"on m2: `sudo {SOCKETFILTERFW} --setblockall off`")
 
@@ -92,15 +130,18 @@ def test_unreachable_points_at_the_network_stage():
 
 
 def test_a_port_in_use_and_a_missing_address_are_their_own_problems_and_not_counted_twice():
-    errors = [{"host": "m2", "address": "10.208.0.2", "port": 32324, "error": "EADDRINUSE", "text": "Address already in use"},
-              {"host": "m3", "address": "10.208.0.5", "port": 32325, "error": "EADDRNOTAVAIL", "text": "x"}]
-    v = port_problems(EPS, listened(errors=errors),
-                      connected({("m1", "m2"): "refused", ("m2", "m3"): "unreachable"}))
+    errors = [
+        {"host": "m2", "address": "10.208.0.2", "port": 32324, "error": "EADDRINUSE", "text": "Address already in use"},
+        {"host": "m3", "address": "10.208.0.5", "port": 32325, "error": "EADDRNOTAVAIL", "text": "x"},
+    ]
+    v = port_problems(EPS, listened(errors=errors), connected({("m1", "m2"): "refused", ("m2", "m3"): "unreachable"}))
     codes = [(p["code"], p["host"]) for p in v["problems"]]
-    assert codes == [("in_use", "m2"), ("no_address", "m3")]       # the connects to them are not judged again
+    assert codes == [("in_use", "m2"), ("no_address", "m3")]  # the connects to them are not judged again
     in_use, no_address = v["problems"]
-    assert in_use["msg"] == ("m2: 10.208.0.2:32324 (rank 1's ring listener) is in use by another program, so MLX's "
-                             "rank cannot listen there alone")
+    assert in_use["msg"] == (
+        "m2: 10.208.0.2:32324 (rank 1's ring listener) is in use by another program, so MLX's "
+        "rank cannot listen there alone"
+    )
     assert "`sudo lsof -nP -iTCP:32324 -sTCP:LISTEN`" in in_use["fix"]
     assert no_address["msg"] == "m3 does not have the address 10.208.0.5, where rank 2's ring listener listens"
 

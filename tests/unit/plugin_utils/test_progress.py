@@ -16,12 +16,27 @@ from ansible.errors import AnsibleConnectionFailure
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_progress import ProgressWriter
 from ansible_collections.mlx.cluster.plugins.plugin_utils import progress
-from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import (GONE, copy_line, human_bytes, launch_line, wait_command,
-                                                                  watch)
+from ansible_collections.mlx.cluster.plugins.plugin_utils.progress import (
+    GONE,
+    copy_line,
+    human_bytes,
+    launch_line,
+    wait_command,
+    watch,
+)
 
 
-@pytest.mark.parametrize("n, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 KB"), (1_234_567, "1.2 MB"),
-                                     (3_400_000_000, "3.4 GB"), (2.5e13, "25.0 TB")])
+@pytest.mark.parametrize(
+    "n, text",
+    [
+        (0, "0 B"),
+        (999, "999 B"),
+        (1000, "1.0 KB"),
+        (1_234_567, "1.2 MB"),
+        (3_400_000_000, "3.4 GB"),
+        (2.5e13, "25.0 TB"),
+    ],
+)
 def test_human_bytes(n, text):
     assert human_bytes(n) == text
 
@@ -40,16 +55,23 @@ def test_nothing_copied_is_no_line(state):
 
 
 def rank(host, kind, step, of=3, size=2):
-    return {"size": size, "host": host, "kind": kind, "step": step, "of": of,
-            "line": f"{kind} {step}/{of}: prompt_tps=1.0, generation_tps=2.0"}
+    return {
+        "size": size,
+        "host": host,
+        "kind": kind,
+        "step": step,
+        "of": of,
+        "line": f"{kind} {step}/{of}: prompt_tps=1.0, generation_tps=2.0",
+    }
 
 
 def test_launch_line_shows_the_most_advanced_rank_and_the_ones_behind():
     both = {"ranks": {"0": rank("m1", "trial", 2), "1": rank("m2", "trial", 2)}, "seq": 6}
     assert launch_line(both) == "[rank 0/2 m1] trial 2/3: prompt_tps=1.0, generation_tps=2.0"
     behind = {"ranks": {"0": rank("m1", "warm-up", 1), "1": rank("m2", "trial", 1)}}
-    assert launch_line(behind) == ("[rank 1/2 m2] trial 1/3: prompt_tps=1.0, generation_tps=2.0; "
-                                   "behind: rank 0 (m1) at warm-up 1/3")
+    assert launch_line(behind) == (
+        "[rank 1/2 m2] trial 1/3: prompt_tps=1.0, generation_tps=2.0; behind: rank 0 (m1) at warm-up 1/3"
+    )
     one = {"ranks": {"1": rank("m2", "warm-up", 1, size=3)}}
     assert launch_line(one).endswith("; 2 rank(s) not yet started")
     assert launch_line({"ranks": {}}) is None and launch_line(None) is None
@@ -63,8 +85,8 @@ class FakeRun:
     RETURN_LAG s later (`stopped`). A read waits as `wait_command` does (pauses of WAIT_STEP while
     the file is there without done), plus a round trip."""
 
-    RTT = 0.05          # one command over the connection
-    RETURN_LAG = 0.1    # the module's exit to its result back in the action
+    RTT = 0.05  # one command over the connection
+    RETURN_LAG = 0.1  # the module's exit to its result back in the action
 
     def __init__(self, ends, file_at=0.3, rate=1_000_000, writes_done=True, read_errors=(), gone_at=None):
         self.now = 0.0

@@ -55,13 +55,22 @@ def test_every_line_of_the_roles_lock_is_a_pinned_requirement_with_hashes_and_a_
         assert all((name, m) in covered for m in minors), name
 
 
-@pytest.mark.parametrize("requirements, fragments", [
-    (["mlx==0.33.0", "mlx-lm==0.32.2"],
-     ["does not pin mlx==0.33.0:", "`scripts/lock_requirements.py --mlx 0.33.0 --mlx-lm 0.32.2 -o my.lock`",
-      "set python_env_lock_file to it", "python_env_require_hashes: false"]),
-    (PINS + ["mlx-cpu==0.32.4"], ["does not pin mlx-cpu==0.32.4:", "--extra mlx-cpu==0.32.4 -o my.lock"]),
-    (PINS + ["rich>=13"], ["does not pin rich>=13: rich>=13 is not name==version, which a lock needs"]),
-])
+@pytest.mark.parametrize(
+    "requirements, fragments",
+    [
+        (
+            ["mlx==0.33.0", "mlx-lm==0.32.2"],
+            [
+                "does not pin mlx==0.33.0:",
+                "`scripts/lock_requirements.py --mlx 0.33.0 --mlx-lm 0.32.2 -o my.lock`",
+                "set python_env_lock_file to it",
+                "python_env_require_hashes: false",
+            ],
+        ),
+        (PINS + ["mlx-cpu==0.32.4"], ["does not pin mlx-cpu==0.32.4:", "--extra mlx-cpu==0.32.4 -o my.lock"]),
+        (PINS + ["rich>=13"], ["does not pin rich>=13: rich>=13 is not name==version, which a lock needs"]),
+    ],
+)
 def test_a_lock_that_does_not_pin_the_venvs_requirements_is_named_with_the_command(requirements, fragments):
     why = lock_problem(LOCK, requirements, "/x/requirements.lock")
     assert why.startswith("the lock /x/requirements.lock does not pin"), why
@@ -71,16 +80,19 @@ def test_a_lock_that_does_not_pin_the_venvs_requirements_is_named_with_the_comma
 
 def test_names_are_compared_as_pip_compares_them():
     assert lock_problem(LOCK, ["MLX==0.32.4", "mlx_lm==0.32.2", "PyYAML==6.0.4"], "l") == ""
-    lock = "Foo_Bar.baz==1.0 ; python_version == \"3.11\" \\\n    --hash=sha256:" + "a" * 64 + "\nfoo-bar-baz==2.0\n"
+    lock = 'Foo_Bar.baz==1.0 ; python_version == "3.11" \\\n    --hash=sha256:' + "a" * 64 + "\nfoo-bar-baz==2.0\n"
     assert lock_pins(lock) == {"foo-bar-baz": {"1.0", "2.0"}}
     assert lock_problem(lock, ["foo_bar_baz==2.0"], "l") == ""
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("", "cannot be read or is empty"),
-    ("   \n", "cannot be read or is empty"),
-    ("mlx==0.32.4\nmlx-lm==0.32.2\n", "holds no --hash=sha256: lines"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "cannot be read or is empty"),
+        ("   \n", "cannot be read or is empty"),
+        ("mlx==0.32.4\nmlx-lm==0.32.2\n", "holds no --hash=sha256: lines"),
+    ],
+)
 def test_an_unreadable_or_hashless_lock_is_named(text, fragment):
     why = lock_problem(text, PINS, "/x/l.lock")
     assert fragment in why and "/x/l.lock" in why and "python_env_require_hashes: false" in why

@@ -13,8 +13,14 @@ def brew(*minors):
 
 
 def org(*minors):
-    return [{"path": f"/Library/Frameworks/Python.framework/Versions/{m}/bin/python{m}", "version": m,
-             "source": "python.org"} for m in minors]
+    return [
+        {
+            "path": f"/Library/Frameworks/Python.framework/Versions/{m}/bin/python{m}",
+            "version": m,
+            "source": "python.org",
+        }
+        for m in minors
+    ]
 
 
 def facts(found):
@@ -25,18 +31,41 @@ def choose(by_host, base=""):
     return base_python(by_host, {"versions": VERSIONS, "mlx_version": "0.32.4", "base": base})
 
 
-@pytest.mark.parametrize("by_host,minor,paths", [
-    pytest.param({"m1": facts(brew("3.13")), "m2": facts(brew("3.13"))}, "3.13",
-                 {"m1": "/opt/homebrew/bin/python3.13", "m2": "/opt/homebrew/bin/python3.13"}, id="same-homebrew"),
-    pytest.param({"m1": facts(brew("3.14", "3.12")), "m2": facts(brew("3.12") + org("3.14"))}, "3.14",
-                 {"m1": "/opt/homebrew/bin/python3.14",
-                  "m2": "/Library/Frameworks/Python.framework/Versions/3.14/bin/python3.14"}, id="newest-common-any-source"),
-    pytest.param({"m1": facts(brew("3.13", "3.12")), "m2": facts(org("3.12"))}, "3.12",
-                 {"m1": "/opt/homebrew/bin/python3.12",
-                  "m2": "/Library/Frameworks/Python.framework/Versions/3.12/bin/python3.12"}, id="only-3.12-common"),
-    pytest.param({"m1": facts(brew("3.12") + org("3.12"))}, "3.12",
-                 {"m1": "/opt/homebrew/bin/python3.12"}, id="homebrew-before-python.org"),
-])
+@pytest.mark.parametrize(
+    "by_host,minor,paths",
+    [
+        pytest.param(
+            {"m1": facts(brew("3.13")), "m2": facts(brew("3.13"))},
+            "3.13",
+            {"m1": "/opt/homebrew/bin/python3.13", "m2": "/opt/homebrew/bin/python3.13"},
+            id="same-homebrew",
+        ),
+        pytest.param(
+            {"m1": facts(brew("3.14", "3.12")), "m2": facts(brew("3.12") + org("3.14"))},
+            "3.14",
+            {
+                "m1": "/opt/homebrew/bin/python3.14",
+                "m2": "/Library/Frameworks/Python.framework/Versions/3.14/bin/python3.14",
+            },
+            id="newest-common-any-source",
+        ),
+        pytest.param(
+            {"m1": facts(brew("3.13", "3.12")), "m2": facts(org("3.12"))},
+            "3.12",
+            {
+                "m1": "/opt/homebrew/bin/python3.12",
+                "m2": "/Library/Frameworks/Python.framework/Versions/3.12/bin/python3.12",
+            },
+            id="only-3.12-common",
+        ),
+        pytest.param(
+            {"m1": facts(brew("3.12") + org("3.12"))},
+            "3.12",
+            {"m1": "/opt/homebrew/bin/python3.12"},
+            id="homebrew-before-python.org",
+        ),
+    ],
+)
 def test_the_newest_version_every_mac_has(by_host, minor, paths):
     got = choose(by_host)
     assert (got["minor"], got["paths"], got["problems"]) == (minor, paths, [])
@@ -86,24 +115,46 @@ def test_missing_facts_count_as_nothing_found():
     assert [p["host"] for p in got["problems"]] == ["m1", "m2"]
 
 
-FAILED = {"failed": True, "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error", "rc": 1,
-          "module_stderr": "xcode-select: error: no developer tools were found, and no install could be requested "
-                           "(perhaps no UI is present), please install manually from 'developer.apple.com'.\n"}
+FAILED = {
+    "failed": True,
+    "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error",
+    "rc": 1,
+    "module_stderr": "xcode-select: error: no developer tools were found, and no install could be requested "
+    "(perhaps no UI is present), please install manually from 'developer.apple.com'.\n",
+}
 
 
-@pytest.mark.parametrize("probe,expect", [
-    pytest.param({"rc": 1, "stdout": FAILED["module_stderr"], "stderr": ""},
-                 ["m2: /usr/bin/python3 is the stub macOS has until the Command Line Tools are installed",
-                  "xcode-select --install", "softwareupdate --install", "installondemand.in-progress"], id="clt-stub"),
-    pytest.param({"rc": 127, "stdout": "sh: /opt/py/bin/python3: not found\n", "stderr": ""},
-                 ["m2: the interpreter Ansible runs there, /usr/bin/python3, does not exist", "ansible_python_interpreter"],
-                 id="missing"),
-    pytest.param({"rc": 0, "stdout": "mlx-cluster-python 3.9.6\n", "stderr": ""},
-                 ["m2: MODULE FAILURE: xcode-select: error: no developer tools"], id="runs: the module's own failure"),
-    pytest.param({"rc": 139, "stdout": "Segmentation fault\n", "stderr": ""},
-                 ["does not start (exit 139: Segmentation fault)", "discovery said: MODULE FAILURE"], id="crashes"),
-    pytest.param({"unreachable": True, "msg": "timeout"}, ["m2: MODULE FAILURE"], id="probe unreachable"),
-])
+@pytest.mark.parametrize(
+    "probe,expect",
+    [
+        pytest.param(
+            {"rc": 1, "stdout": FAILED["module_stderr"], "stderr": ""},
+            [
+                "m2: /usr/bin/python3 is the stub macOS has until the Command Line Tools are installed",
+                "xcode-select --install",
+                "softwareupdate --install",
+                "installondemand.in-progress",
+            ],
+            id="clt-stub",
+        ),
+        pytest.param(
+            {"rc": 127, "stdout": "sh: /opt/py/bin/python3: not found\n", "stderr": ""},
+            ["m2: the interpreter Ansible runs there, /usr/bin/python3, does not exist", "ansible_python_interpreter"],
+            id="missing",
+        ),
+        pytest.param(
+            {"rc": 0, "stdout": "mlx-cluster-python 3.9.6\n", "stderr": ""},
+            ["m2: MODULE FAILURE: xcode-select: error: no developer tools"],
+            id="runs: the module's own failure",
+        ),
+        pytest.param(
+            {"rc": 139, "stdout": "Segmentation fault\n", "stderr": ""},
+            ["does not start (exit 139: Segmentation fault)", "discovery said: MODULE FAILURE"],
+            id="crashes",
+        ),
+        pytest.param({"unreachable": True, "msg": "timeout"}, ["m2: MODULE FAILURE"], id="probe unreachable"),
+    ],
+)
 def test_the_probe_names_the_cause(probe, expect):
     msg = probe_message(FAILED, probe, "m2", "/usr/bin/python3")
     for text in expect:
@@ -111,19 +162,26 @@ def test_the_probe_names_the_cause(probe, expect):
 
 
 def test_a_failure_that_is_not_a_module_failure_keeps_its_message():
-    msg = probe_message({"failed": True, "msg": "cannot read `sw_vers`: no ProductVersion"},
-                        {"rc": 0, "stdout": "mlx-cluster-python 3.9.6"}, "m1", "/usr/bin/python3")
+    msg = probe_message(
+        {"failed": True, "msg": "cannot read `sw_vers`: no ProductVersion"},
+        {"rc": 0, "stdout": "mlx-cluster-python 3.9.6"},
+        "m1",
+        "/usr/bin/python3",
+    )
     assert msg == "m1: cannot read `sw_vers`: no ProductVersion"
 
 
-@pytest.mark.parametrize("output,stub", [
-    (FAILED["module_stderr"], True),
-    ("mlx-cluster-python 3.9.6\n", False),
-    ("mlx-cluster-python 3.9.6\nxcode-select: note: something else\n", False),
-    ("sh: 1: /usr/bin/python3: not found\n", False),
-    ("", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    "output,stub",
+    [
+        (FAILED["module_stderr"], True),
+        ("mlx-cluster-python 3.9.6\n", False),
+        ("mlx-cluster-python 3.9.6\nxcode-select: note: something else\n", False),
+        ("sh: 1: /usr/bin/python3: not found\n", False),
+        ("", False),
+        (None, False),
+    ],
+)
 def test_the_stub_is_told_from_a_python(output, stub):
     assert is_stub(output) is stub
 

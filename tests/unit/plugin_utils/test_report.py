@@ -28,7 +28,7 @@ def test_the_demo_data_makes_a_whole_page(tmp_path):
     data = fixture_data(tmp_path)
     assert data["notes"] == [] and len(data["bench"]) == 4
     page = report.render(data)
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4   # topology, per-cable, 2 run charts
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4  # topology, per-cable, 2 run charts
     assert [c for c, _ in cable_lines(page)] == sorted(c["id"] for c in data["plan"]["links"]["cables"])
     for host in ("m1", "m2", "m3", "m4"):
         assert f'data-host="{host}"' in page
@@ -37,7 +37,7 @@ def test_the_demo_data_makes_a_whole_page(tmp_path):
     # preflight.json of the demo's first run: the Thunderbolt Bridge holds the cabled ports
     assert page.count('<td class="warn">warning</td><td>thunderbolt_bridge</td>') == 4
     assert "10.208.94.41" in page and "80 Gb/s TB5" in page  # an address and a speed on the picture
-    assert "0.32.4" in page and "26.2 (25C56)" in page       # mlx and macOS per Mac
+    assert "0.32.4" in page and "26.2 (25C56)" in page  # mlx and macOS per Mac
     # the runs oldest first on the charts, newest first in the table
     chart = re.search(r'aria-label="Generation tokens/s per run[^"]*".*?</svg>', page, re.S).group(0)
     assert chart.index(OLD_RUN[:6]) < chart.index(NEW_RUN[:6])
@@ -52,14 +52,22 @@ def test_benchmark_results_with_trials_show_median_spread_and_settings(tmp_path)
     for run in data["bench"]:
         if run["_run"].startswith(NEW_RUN):
             gen = run["generation_tps"]
-            run.update(num_trials=5, warmup=1, prompt_source="random", fast_synch=False,
-                       trials=[{"prompt_tps": 1.0, "generation_tps": gen, "total_time": 2.0}] * 5,
-                       stats={"generation_tps": {"median": gen, "mean": gen, "min": gen * 0.5, "max": gen * 1.5,
-                                                 "stdev": 0.1},
-                              "prompt_tps": {"median": 1.0, "mean": 1.0, "min": 1.0, "max": 1.0, "stdev": 0.0}},
-                       versions={"mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7"},
-                       topology="4 hosts, 6 cables; full mesh", cables=[{"id": "m1:en2~m2:en2"}],
-                       macos={"m1": "26.2"}, macos_build={"m1": "25C56"})
+            run.update(
+                num_trials=5,
+                warmup=1,
+                prompt_source="random",
+                fast_synch=False,
+                trials=[{"prompt_tps": 1.0, "generation_tps": gen, "total_time": 2.0}] * 5,
+                stats={
+                    "generation_tps": {"median": gen, "mean": gen, "min": gen * 0.5, "max": gen * 1.5, "stdev": 0.1},
+                    "prompt_tps": {"median": 1.0, "mean": 1.0, "min": 1.0, "max": 1.0, "stdev": 0.0},
+                },
+                versions={"mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7"},
+                topology="4 hosts, 6 cables; full mesh",
+                cables=[{"id": "m1:en2~m2:en2"}],
+                macos={"m1": "26.2"},
+                macos_build={"m1": "25C56"},
+            )
     page = report.render(data)
     table = page.split('<table class="bench">')[1].split("</table>")[0]
     headers = re.findall(r"<th>([^<]*)</th>", table)
@@ -71,7 +79,7 @@ def test_benchmark_results_with_trials_show_median_spread_and_settings(tmp_path)
     newest = re.findall(r"<tr><td>%s</td>.*?</tr>" % NEW_RUN, table)[0]
     assert re.search(r"<td>5</td>", newest) and "–" in newest
     chart = re.search(r'aria-label="Generation tokens/s per run[^"]*".*?</svg>', page, re.S).group(0)
-    assert chart.count('<line class="range"') == 2          # the new run's two modes; the old run has none
+    assert chart.count('<line class="range"') == 2  # the new run's two modes; the old run has none
 
 
 def test_a_run_that_fell_back_to_the_ring_says_so_with_the_reason(tmp_path):
@@ -85,8 +93,10 @@ def test_a_run_that_fell_back_to_the_ring_says_so_with_the_reason(tmp_path):
     table = page.split('<table class="bench">')[1].split("</table>")[0]
     assert "fell back from" in re.findall(r"<th>([^<]*)</th>", table) and "fallback_reason" not in table
     assert "<td>jaccl</td>" in re.findall(r"<tr><td>%s</td>.*?</tr>" % NEW_RUN, table)[0]
-    assert ("Run %s fell back from jaccl to the ring backend: %s" % (NEW_RUN, reason.replace("<", "&lt;")
-                                                                     .replace(">", "&gt;"))) in page
+    assert (
+        "Run %s fell back from jaccl to the ring backend: %s"
+        % (NEW_RUN, reason.replace("<", "&lt;").replace(">", "&gt;"))
+    ) in page
     assert "Fell back from jaccl to the ring backend" in page.split('id="net_check"')[1]
     assert "fell back" not in report.render(fixture_data(tmp_path / "plain")).lower()
 
@@ -104,32 +114,67 @@ def test_same_data_same_page(tmp_path):
     assert report.render(copy.deepcopy(data)) == report.render(data)
 
 
-EVIL = '<script>alert("x")</script> & \'q\''
+EVIL = "<script>alert(\"x\")</script> & 'q'"
 
 
 def test_every_text_from_the_data_is_escaped():
-    plan = {"hosts": [EVIL, "m2"], "links": {"cables": [
-        {"id": "c1", "a": {"host": EVIL, "iface": "en2" + EVIL}, "b": {"host": "m2", "iface": "en2"},
-         "speed_gbps": 80, "link_class": "TB5", "sighting": "both", "via": [EVIL]}]},
+    plan = {
+        "hosts": [EVIL, "m2"],
+        "links": {
+            "cables": [
+                {
+                    "id": "c1",
+                    "a": {"host": EVIL, "iface": "en2" + EVIL},
+                    "b": {"host": "m2", "iface": "en2"},
+                    "speed_gbps": 80,
+                    "link_class": "TB5",
+                    "sighting": "both",
+                    "via": [EVIL],
+                }
+            ]
+        },
         "topology": {"hosts": [EVIL, "m2"], "backend": EVIL, "message": EVIL, "backend_fix": EVIL, "missing": []},
-        "ip_plan": {"cables": {}}}
-    page = report.render({
-        "plan": plan, "macs": {EVIL: {"os": {"product_version": EVIL}}},
-        "preflight": [{"severity": "error", "check": EVIL, "host": EVIL, "port": EVIL, "msg": EVIL, "fix": EVIL}],
-        "net_check": {"sweep": {"backend": EVIL, "world_size": 2, "results": [{"bytes": EVIL, "ok": True}]},
-                      "cables": [{"cable": "c1", "name": EVIL, "gbps": 1.0}]},
-        "bench": [{"_run": EVIL, "_time": EVIL, "backend": EVIL, "world_size": 2, "mode": EVIL,
-                   "generation_tps": 1.0, EVIL: EVIL}],
-        "versions": {EVIL: {"mlx": EVIL}}, "notes": [EVIL]})
+        "ip_plan": {"cables": {}},
+    }
+    page = report.render(
+        {
+            "plan": plan,
+            "macs": {EVIL: {"os": {"product_version": EVIL}}},
+            "preflight": [{"severity": "error", "check": EVIL, "host": EVIL, "port": EVIL, "msg": EVIL, "fix": EVIL}],
+            "net_check": {
+                "sweep": {"backend": EVIL, "world_size": 2, "results": [{"bytes": EVIL, "ok": True}]},
+                "cables": [{"cable": "c1", "name": EVIL, "gbps": 1.0}],
+            },
+            "bench": [
+                {
+                    "_run": EVIL,
+                    "_time": EVIL,
+                    "backend": EVIL,
+                    "world_size": 2,
+                    "mode": EVIL,
+                    "generation_tps": 1.0,
+                    EVIL: EVIL,
+                }
+            ],
+            "versions": {EVIL: {"mlx": EVIL}},
+            "notes": [EVIL],
+        }
+    )
     assert "<script" not in page and "alert(&quot;x&quot;)" in page
     assert page.count("&lt;script&gt;") > 20
 
 
 def test_no_artifacts_yet_every_section_says_what_to_run():
     page = report.render({})
-    for text in ("No plan yet", "Preflight has not run yet", "--tags rdma_check",
-                 "The collective check has not run yet", "--tags net_check", "No benchmark yet",
-                 "No Mac known yet"):
+    for text in (
+        "No plan yet",
+        "Preflight has not run yet",
+        "--tags rdma_check",
+        "The collective check has not run yet",
+        "--tags net_check",
+        "No benchmark yet",
+        "No Mac known yet",
+    ):
         assert text in page, text
     assert report.collect("/nonexistent/artifacts") == {"notes": [], "bench": []}
 
@@ -147,14 +192,27 @@ def test_a_plan_without_benchmark_or_collective_check(tmp_path):
 def test_a_preflight_error_is_shown_with_its_fix(tmp_path):
     data = fixture_data(tmp_path)
     data["preflight"] = [
-        {"severity": "warning", "check": "thunderbolt_bridge", "host": "m1", "port": None,
-         "msg": "the Thunderbolt Bridge on m1 holds cabled ports en2", "fix": "the network stage takes them out"},
-        {"severity": "error", "check": "rdma", "host": "m3", "port": None,
-         "msg": "RDMA is disabled on m3 (rdma_ctl status: disabled)", "fix": "run `rdma_ctl enable` in Recovery"}]
+        {
+            "severity": "warning",
+            "check": "thunderbolt_bridge",
+            "host": "m1",
+            "port": None,
+            "msg": "the Thunderbolt Bridge on m1 holds cabled ports en2",
+            "fix": "the network stage takes them out",
+        },
+        {
+            "severity": "error",
+            "check": "rdma",
+            "host": "m3",
+            "port": None,
+            "msg": "RDMA is disabled on m3 (rdma_ctl status: disabled)",
+            "fix": "run `rdma_ctl enable` in Recovery",
+        },
+    ]
     page = report.render(data)
     assert '<div class="card bad"><div class="k">preflight</div><div class="v">1 error(s), 1 warning(s)' in page
     table = page.split('<table class="preflight">')[1].split("</table>")[0]
-    assert table.index("RDMA is disabled on m3") < table.index("Thunderbolt Bridge on m1")   # errors first
+    assert table.index("RDMA is disabled on m3") < table.index("Thunderbolt Bridge on m1")  # errors first
     assert '<td class="bad">error</td><td>rdma</td><td>m3</td>' in table
     assert "run `rdma_ctl enable` in Recovery" in table
 
@@ -167,8 +225,11 @@ def test_slow_tb4_and_missing_cables_are_highlighted(tmp_path):
     plan["topology"].update(mesh=False, missing=[["m1", "m3"]])
     tb4 = next(c for c in plan["links"]["cables"] if c["id"] == "m2:en4~m4:en3")
     tb4.update(speed_gbps=40, link_class="TB4")
-    data["net_check"]["cables"] = [dict(c, gbps=0.05, runs=[0.04, 0.05]) if c["cable"] == "m3:en4~m4:en4" else c
-                                   for c in data["net_check"]["cables"] if c["cable"] != gone]
+    data["net_check"]["cables"] = [
+        dict(c, gbps=0.05, runs=[0.04, 0.05]) if c["cable"] == "m3:en4~m4:en4" else c
+        for c in data["net_check"]["cables"]
+        if c["cable"] != gone
+    ]
     page = report.render(data)
     colors = dict(cable_lines(page))
     assert colors["m3:en4~m4:en4"] == report.COLORS["slow"]
@@ -189,23 +250,31 @@ def test_slow_tb4_and_missing_cables_are_highlighted(tmp_path):
 
 
 def test_a_dense_mesh_labels_only_the_cables_with_a_finding():
-    hosts, cables = mesh_cables(7)                      # 21 cables
-    cables[0].update(speed=40, speed_b=40)              # one TB4 among them
+    hosts, cables = mesh_cables(7)  # 21 cables
+    cables[0].update(speed=40, speed_b=40)  # one TB4 among them
     links = planner.links(make_facts(hosts, cables))
-    plan = {"hosts": hosts, "links": links, "topology": planner.topology(links, hosts, rdma=True),
-            "ip_plan": planner.ip_plan(links)}
+    plan = {
+        "hosts": hosts,
+        "links": links,
+        "topology": planner.topology(links, hosts, rdma=True),
+        "ip_plan": planner.ip_plan(links),
+    }
     svg = re.search(r'<svg[^>]*class="topology".*?</svg>', report.render({"plan": plan}), re.S).group(0)
     assert len(cable_lines(svg)) == 21
     assert "21 cables: only those with a finding are labelled" in svg
     assert re.findall(r">(\d+ Gb/s TB\d)<", svg) == ["40 Gb/s TB4"]
-    assert "10.208." not in svg                         # no address labels: they are in the table
+    assert "10.208." not in svg  # no address labels: they are in the table
 
 
 def test_per_cable_results_without_ids_are_matched_by_name(tmp_path):
     """results.json of a run before the ids were saved: {name, gbps}, no slow_ratio (0.5)."""
     data = fixture_data(tmp_path)
-    data["net_check"] = {"cables": [{"name": r["name"], "gbps": 0.1 if r["cable"] == "m1:en2~m2:en2" else 5.0}
-                                    for r in data["net_check"]["cables"]]}
+    data["net_check"] = {
+        "cables": [
+            {"name": r["name"], "gbps": 0.1 if r["cable"] == "m1:en2~m2:en2" else 5.0}
+            for r in data["net_check"]["cables"]
+        ]
+    }
     colors = dict(cable_lines(report.render(data)))
     assert colors["m1:en2~m2:en2"] == report.COLORS["slow"]
     assert sum(c == report.COLORS["slow"] for c in colors.values()) == 1
@@ -232,9 +301,14 @@ def test_collect_names_an_unreadable_file_and_goes_on(tmp_path):
 
 # --- the slow-cable rule: one rule for net_check's failure and the report ----------------------
 
+
 def test_slow_cables_below_the_ratio_of_the_median():
-    res = [{"name": "a", "gbps": 10.0}, {"name": "b", "gbps": 9.0}, {"name": "c", "gbps": 4.0},
-           {"name": "d", "gbps": None}]
+    res = [
+        {"name": "a", "gbps": 10.0},
+        {"name": "b", "gbps": 9.0},
+        {"name": "c", "gbps": 4.0},
+        {"name": "d", "gbps": None},
+    ]
     assert [r["name"] for r in preflight.slow_cables(res, 0.5)] == ["c"]
     assert preflight.slow_cables(res, 0.5)[0]["median_gbps"] == 9.0
     assert preflight.slow_cables(res, 0.3) == [] and preflight.slow_cables([], 0.5) == []
@@ -249,13 +323,15 @@ def test_net_check_default_ratio_is_the_rules_default():
 
 # --- the action: written only when it changed, nothing in check mode -----------------------------
 
+
 def run_action(args, check_mode=False):
     with controller_imports():
         from ansible_collections.mlx.cluster.plugins.action.mlx_cluster_report import ActionModule
     task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=False)
     task.get_validated_value.return_value = None
-    action = ActionModule(task, mock.MagicMock(), mock.MagicMock(check_mode=check_mode), loader=None,
-                          templar=None, shared_loader_obj=None)
+    action = ActionModule(
+        task, mock.MagicMock(), mock.MagicMock(check_mode=check_mode), loader=None, templar=None, shared_loader_obj=None
+    )
     return action.run(task_vars={})
 
 
@@ -266,7 +342,7 @@ def test_the_action_writes_only_when_the_page_changed(tmp_path):
     facts = json.loads((FIXTURE / "facts.json").read_text())
 
     res = run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts}, check_mode=True)
-    assert res["changed"] and res["path"] == str(path) and not path.exists()      # check mode: nothing
+    assert res["changed"] and res["path"] == str(path) and not path.exists()  # check mode: nothing
 
     res = run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts})
     assert res["changed"] and path.is_file() and oct(path.stat().st_mode & 0o777) == "0o600"
@@ -276,7 +352,9 @@ def test_the_action_writes_only_when_the_page_changed(tmp_path):
     assert not run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts})["changed"]
     assert not run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts}, check_mode=True)["changed"]
 
-    problems = [{"severity": "error", "check": "disk", "host": "m2", "port": None, "msg": "m2 is full", "fix": "free it"}]
+    problems = [
+        {"severity": "error", "check": "disk", "host": "m2", "port": None, "msg": "m2 is full", "fix": "free it"}
+    ]
     (folder / "preflight.json").write_text(json.dumps(problems))
     res = run_action({"artifacts_dir": str(folder), "plan": plan, "facts": facts})
     assert res["changed"] and b"m2 is full" in path.read_bytes()
@@ -310,17 +388,27 @@ def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path)
     (folder / "link").symlink_to(outside)
 
     def modes():
-        return {p: oct(p.stat().st_mode & 0o777) for p in (folder, folder / "bench", folder / "plan.json",
-                                                             folder / "bench" / "run.json", outside)}
+        return {
+            p: oct(p.stat().st_mode & 0o777)
+            for p in (folder, folder / "bench", folder / "plan.json", folder / "bench" / "run.json", outside)
+        }
 
     before = modes()
     res = run_action({"artifacts_dir": str(folder)}, check_mode=True)
     assert res["changed"] and modes() == before
     assert {(m["path"], m["mode"], m["set"]) for m in res["modes"]} == {
-        (str(folder), "0755", "0700"), (str(folder / "bench"), "0775", "0700"),
-        (str(folder / "plan.json"), "0644", "0600"), (str(folder / "bench" / "run.json"), "0740", "0700")}
+        (str(folder), "0755", "0700"),
+        (str(folder / "bench"), "0775", "0700"),
+        (str(folder / "plan.json"), "0644", "0600"),
+        (str(folder / "bench" / "run.json"), "0740", "0700"),
+    }
     assert run_action({"artifacts_dir": str(folder)})["changed"]
-    assert modes() == {folder: "0o700", folder / "bench": "0o700", folder / "plan.json": "0o600",
-                       folder / "bench" / "run.json": "0o700", outside: "0o644"}
+    assert modes() == {
+        folder: "0o700",
+        folder / "bench": "0o700",
+        folder / "plan.json": "0o600",
+        folder / "bench" / "run.json": "0o700",
+        outside: "0o644",
+    }
     again = run_action({"artifacts_dir": str(folder)})
     assert not again["changed"] and again["modes"] == []

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-from html.parser import HTMLParser
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[3]
 SHOT = ROOT / "tests" / "artifacts" / "report.png"
-TIMEOUT = 120   # a cold start on a busy 2-core machine takes a few seconds; a hang is cut here
+TIMEOUT = 120  # a cold start on a busy 2-core machine takes a few seconds; a hang is cut here
 
 
 def chromium():
@@ -29,16 +29,27 @@ def chromium():
         found = shutil.which(name)
         if found:
             return found
-    pytest.fail("chromium is not installed: the report is tested in a real headless browser. Install it with "
-                "`bash scripts/bootstrap.sh` (as root; it installs the Debian package chromium) or "
-                "`apt-get install chromium`.")
+    pytest.fail(
+        "chromium is not installed: the report is tested in a real headless browser. Install it with "
+        "`bash scripts/bootstrap.sh` (as root; it installs the Debian package chromium) or "
+        "`apt-get install chromium`."
+    )
 
 
 def run_chromium(tmp_path, *args):
-    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-            # nothing may be fetched: every host name resolves to nowhere
-            "--host-resolver-rules=MAP * ~NOTFOUND", *args]
+    argv = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        # nothing may be fetched: every host name resolves to nowhere
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        *args,
+    ]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -91,8 +102,10 @@ def table_rows(html):
 
 
 def test_table_rows_counts_each_table_alone():
-    html = ('<table class="a"><tr><th>h</th></tr><tr><td>1</td><td>2</td></tr></table>'
-            '<table class="b"><tr><th>h</th></tr></table><table class="c"><tr><td>x</td></tr><tr><td>y</td></tr></table>')
+    html = (
+        '<table class="a"><tr><th>h</th></tr><tr><td>1</td><td>2</td></tr></table>'
+        '<table class="b"><tr><th>h</th></tr></table><table class="c"><tr><td>x</td></tr><tr><td>y</td></tr></table>'
+    )
     assert table_rows(html) == {"a": 1, "b": 0, "c": 2}
 
 
@@ -127,6 +140,7 @@ def test_a_screenshot_is_kept(page, tmp_path):
     assert console_lines(res.stderr) == []
     assert SHOT.is_file() and SHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
+
     pixels = matplotlib.image.imread(str(SHOT))
     assert pixels.shape[:2] == (2000, 1280)
     # not a blank page: the picture's lines and the tables' text darken a good share of it

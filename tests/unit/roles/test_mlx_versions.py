@@ -34,16 +34,19 @@ def test_the_versions_of_this_interpreter():
     assert out["mlx_lm"] == metadata.version("mlx-lm") and out["in_place"] is False
 
 
-@pytest.mark.parametrize("requirements, in_place", [
-    pytest.param([f"PyYAML=={YAML}", f"mlx=={metadata.version('mlx')}"], True, id="every-pin-installed"),
-    pytest.param([f"pyyaml == {YAML}"], True, id="name-case-and-spaces"),
-    pytest.param([f"PyYAML=={YAML}", "mlx==0.0.1"], False, id="one-pin-at-another-version"),
-    pytest.param([f"PyYAML=={YAML}", "no-such-package-mlxc==1.0"], False, id="one-not-installed"),
-    pytest.param([f"PyYAML>={YAML}"], False, id="not-an-exact-pin"),
-    pytest.param([f"PyYAML[extra]=={YAML}"], False, id="extras-left-to-pip"),
-    pytest.param([f"PyYAML=={YAML}; python_version > '3'"], False, id="markers-left-to-pip"),
-    pytest.param([], False, id="nothing-asked"),
-    pytest.param("not json", False, id="unreadable"),
-])
+@pytest.mark.parametrize(
+    "requirements, in_place",
+    [
+        pytest.param([f"PyYAML=={YAML}", f"mlx=={metadata.version('mlx')}"], True, id="every-pin-installed"),
+        pytest.param([f"pyyaml == {YAML}"], True, id="name-case-and-spaces"),
+        pytest.param([f"PyYAML=={YAML}", "mlx==0.0.1"], False, id="one-pin-at-another-version"),
+        pytest.param([f"PyYAML=={YAML}", "no-such-package-mlxc==1.0"], False, id="one-not-installed"),
+        pytest.param([f"PyYAML>={YAML}"], False, id="not-an-exact-pin"),
+        pytest.param([f"PyYAML[extra]=={YAML}"], False, id="extras-left-to-pip"),
+        pytest.param([f"PyYAML=={YAML}; python_version > '3'"], False, id="markers-left-to-pip"),
+        pytest.param([], False, id="nothing-asked"),
+        pytest.param("not json", False, id="unreadable"),
+    ],
+)
 def test_in_place_only_for_exact_pins_installed(requirements, in_place):
     assert read(requirements)["in_place"] is in_place

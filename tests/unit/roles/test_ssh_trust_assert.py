@@ -27,10 +27,21 @@ PLAY = """
 def play(tmp_path, receive_dir):
     book = tmp_path / "play.yml"
     book.write_text(PLAY.format(receive_dir=receive_dir))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_NOCOLOR="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_NOCOLOR="1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(book)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("receive_dir", ["", "models/tiny"], ids=["empty", "relative"])
@@ -39,4 +50,3 @@ def test_a_key_with_no_directory_is_refused_naming_the_variable(tmp_path, receiv
     assert res.returncode != 0
     assert "ssh_trust_receive_dir must be the path" in res.stdout, res.stdout[-2000:]
     assert "Make or read the cluster key" not in res.stdout  # refused before the first module
-

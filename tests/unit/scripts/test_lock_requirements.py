@@ -18,17 +18,20 @@ lr = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lr)
 
 
-@pytest.mark.parametrize("filename, ok", [
-    ("mlx-0.32.4-cp312-cp312-macosx_14_0_arm64.whl", True),
-    ("mlx-0.32.4-cp312-cp312-macosx_26_0_arm64.whl", True),
-    ("numpy-2.5.5-cp312-cp312-macosx_11_0_universal2.whl", True),
-    ("tqdm-4.70.1-py3-none-any.whl", True),
-    ("regex-2026.11.19.tar.gz", True),
-    ("mlx-0.32.4-cp312-cp312-manylinux_2_35_x86_64.whl", False),
-    ("numpy-2.5.5-cp312-cp312-macosx_10_13_x86_64.whl", False),
-    ("numpy-2.5.5-cp312-cp312-win_amd64.whl", False),
-    ("x-1.0-py3-none-macosx_11_0_x86_64.macosx_11_0_arm64.whl", True),
-])
+@pytest.mark.parametrize(
+    "filename, ok",
+    [
+        ("mlx-0.32.4-cp312-cp312-macosx_14_0_arm64.whl", True),
+        ("mlx-0.32.4-cp312-cp312-macosx_26_0_arm64.whl", True),
+        ("numpy-2.5.5-cp312-cp312-macosx_11_0_universal2.whl", True),
+        ("tqdm-4.70.1-py3-none-any.whl", True),
+        ("regex-2026.11.19.tar.gz", True),
+        ("mlx-0.32.4-cp312-cp312-manylinux_2_35_x86_64.whl", False),
+        ("numpy-2.5.5-cp312-cp312-macosx_10_13_x86_64.whl", False),
+        ("numpy-2.5.5-cp312-cp312-win_amd64.whl", False),
+        ("x-1.0-py3-none-macosx_11_0_x86_64.macosx_11_0_arm64.whl", True),
+    ],
+)
 def test_the_files_a_mac_may_install(filename, ok):
     assert lr.mac_file(filename) is ok
 
@@ -43,10 +46,12 @@ def test_a_version_for_every_python_has_no_marker_others_name_their_pythons():
 
 
 def test_a_lock_from_a_folder_of_wheels_hashes_each_file(tmp_path):
-    wheels = {"mlx-0.32.4-cp311-cp311-manylinux_2_35_x86_64.whl": b"mlx",
-              "mlx_lm-0.32.2-py3-none-any.whl": b"mlx-lm",
-              "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl": b"cpu",
-              "PyYAML-6.0.4-cp311-cp311-manylinux_2_17_x86_64.whl": b"yaml"}
+    wheels = {
+        "mlx-0.32.4-cp311-cp311-manylinux_2_35_x86_64.whl": b"mlx",
+        "mlx_lm-0.32.2-py3-none-any.whl": b"mlx-lm",
+        "mlx_cpu-0.32.4-py3-none-manylinux_2_35_x86_64.whl": b"cpu",
+        "PyYAML-6.0.4-cp311-cp311-manylinux_2_17_x86_64.whl": b"yaml",
+    }
     for name, data in wheels.items():
         (tmp_path / name).write_bytes(data)
     text = lr.lock_from_wheels(["mlx==0.32.4", "mlx-lm==0.32.2", "mlx-cpu==0.32.4"], tmp_path)

@@ -8,30 +8,50 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-
-from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
-from tests.programs import load_program
 from mlx._distributed_utils import launch as mlx_launch
 from mlx._distributed_utils.common import Hostfile
 
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
+from tests.programs import load_program
+
 RUN_DIR = "/Users/admin/mlx-cluster/server"
 
-RING2 = {"backend": "ring", "envs": ["MLX_FOO=1"],
-         "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
-                   {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
-RING3_MULTI = {"backend": "ring", "envs": [],
-               "hosts": [{"ssh": "a", "ips": ["10.0.0.1", "10.0.1.1"], "rdma": []},
-                         {"ssh": "b", "ips": ["10.0.0.2", "10.0.2.1"], "rdma": []},
-                         {"ssh": "c", "ips": ["10.0.1.2", "10.0.2.2"], "rdma": []}]}
+RING2 = {
+    "backend": "ring",
+    "envs": ["MLX_FOO=1"],
+    "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []}, {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}],
+}
+RING3_MULTI = {
+    "backend": "ring",
+    "envs": [],
+    "hosts": [
+        {"ssh": "a", "ips": ["10.0.0.1", "10.0.1.1"], "rdma": []},
+        {"ssh": "b", "ips": ["10.0.0.2", "10.0.2.1"], "rdma": []},
+        {"ssh": "c", "ips": ["10.0.1.2", "10.0.2.2"], "rdma": []},
+    ],
+}
 RING1 = {"backend": "ring", "envs": [], "hosts": [{"ssh": "solo", "ips": ["10.0.0.9"], "rdma": []}]}
-JACCL3 = {"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"],
-          "hosts": [{"ssh": "m1", "ips": ["192.168.1.10"], "rdma": [None, "rdma_en2", "rdma_en3"]},
-                    {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": ["rdma_en2", None, "rdma_en3"]},
-                    {"ssh": "m3", "ips": ["192.168.1.12"], "rdma": ["rdma_en2", "rdma_en3", None]}]}
-JACCL_RING4 = {"backend": "jaccl-ring", "envs": [],
-               "hosts": [{"ssh": f"m{i}", "ips": [f"10.1.0.{i}"],
-                          "rdma": [None if j == i else (f"rdma_en{j}" if abs(i - j) in (1, 3) else None)
-                                   for j in range(4)]} for i in range(4)]}
+JACCL3 = {
+    "backend": "jaccl",
+    "envs": ["MLX_METAL_FAST_SYNCH=1"],
+    "hosts": [
+        {"ssh": "m1", "ips": ["192.168.1.10"], "rdma": [None, "rdma_en2", "rdma_en3"]},
+        {"ssh": "m2", "ips": ["192.168.1.11"], "rdma": ["rdma_en2", None, "rdma_en3"]},
+        {"ssh": "m3", "ips": ["192.168.1.12"], "rdma": ["rdma_en2", "rdma_en3", None]},
+    ],
+}
+JACCL_RING4 = {
+    "backend": "jaccl-ring",
+    "envs": [],
+    "hosts": [
+        {
+            "ssh": f"m{i}",
+            "ips": [f"10.1.0.{i}"],
+            "rdma": [None if j == i else (f"rdma_en{j}" if abs(i - j) in (1, 3) else None) for j in range(4)],
+        }
+        for i in range(4)
+    ],
+}
 
 
 def mlx_launch_view(hostfile, port, extra_env, monkeypatch, tmp_path):
@@ -41,8 +61,15 @@ def mlx_launch_view(hostfile, port, extra_env, monkeypatch, tmp_path):
     path = tmp_path / "hostfile.json"
     path.write_text(json.dumps(hostfile))
     hf = Hostfile.from_file(path)
-    args = Namespace(starting_port=port, connections_per_ip=1, env=hf.envs + list(extra_env), verbose=False,
-                     cwd=None, python="/usr/bin/python3", backend=hf.backend)
+    args = Namespace(
+        starting_port=port,
+        connections_per_ip=1,
+        env=hf.envs + list(extra_env),
+        verbose=False,
+        cwd=None,
+        python="/usr/bin/python3",
+        backend=hf.backend,
+    )
     captured = []
     monkeypatch.setattr(mlx_launch, "_launch_with_io", lambda cls, arguments, verbose: captured.extend(arguments))
     parser = Namespace(error=lambda msg: pytest.fail(msg))
@@ -72,14 +99,17 @@ def our_view(hostfile, port, extra_env):
         effective, contents = dict(env), {}
         for name, value in env.items():
             if value.startswith(RUN_DIR + "/"):
-                contents[name] = files[value[len(RUN_DIR) + 1:]]
+                contents[name] = files[value[len(RUN_DIR) + 1 :]]
                 effective[name] = "<file>"
         views.append((effective, contents))
     return views
 
 
-@pytest.mark.parametrize("hostfile", [RING2, RING3_MULTI, RING1, JACCL3, JACCL_RING4],
-                         ids=["ring2", "ring3-two-ips", "ring1", "jaccl3", "jaccl-ring4"])
+@pytest.mark.parametrize(
+    "hostfile",
+    [RING2, RING3_MULTI, RING1, JACCL3, JACCL_RING4],
+    ids=["ring2", "ring3-two-ips", "ring1", "jaccl3", "jaccl-ring4"],
+)
 def test_rank_environment_is_what_mlx_launch_gives(hostfile, monkeypatch, tmp_path):
     extra = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]
     assert our_view(hostfile, 42323, extra) == mlx_launch_view(hostfile, 42323, extra, monkeypatch, tmp_path)
@@ -88,9 +118,11 @@ def test_rank_environment_is_what_mlx_launch_gives(hostfile, monkeypatch, tmp_pa
 def test_ring_files_and_paths():
     env, files = ms.launch_env(RING3_MULTI, 2, RUN_DIR + "/", 5000)
     assert env == {"MLX_HOSTFILE": f"{RUN_DIR}/ring_hosts.json", "MLX_RANK": "2"}
-    assert json.loads(files["ring_hosts.json"]) == [["10.0.0.1:5000", "10.0.1.1:5001"],
-                                                    ["10.0.0.2:5002", "10.0.2.1:5003"],
-                                                    ["10.0.1.2:5004", "10.0.2.2:5005"]]
+    assert json.loads(files["ring_hosts.json"]) == [
+        ["10.0.0.1:5000", "10.0.1.1:5001"],
+        ["10.0.0.2:5002", "10.0.2.1:5003"],
+        ["10.0.1.2:5004", "10.0.2.2:5005"],
+    ]
 
 
 def test_jaccl_ring_sets_the_ring_flag_and_coordinator():
@@ -101,17 +133,39 @@ def test_jaccl_ring_sets_the_ring_flag_and_coordinator():
     assert json.loads(files["ibv_devices.json"]) == [h["rdma"] for h in JACCL_RING4["hosts"]]
 
 
-@pytest.mark.parametrize("hostfile, match", [
-    ({"backend": "mpi", "hosts": RING2["hosts"]}, "jaccl, jaccl-ring, ring only"),
-    ({"backend": "ring", "hosts": [{"ssh": "a"}, {"ssh": "b", "ips": ["1.2.3.4"]}]}, "needs addresses"),
-    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None]},
-                                    {"ssh": "b", "ips": [], "rdma": ["x", None]}]}, "does not match hosts"),
-    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": ["x", "y"]},
-                                    {"ssh": "b", "rdma": ["x", None]}]}, "self should be null"),
-    ({"backend": "jaccl", "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None, None]},
-                                    {"ssh": "b", "rdma": ["x", None]}]}, "no RDMA device is listed for a to b"),
-    ({"backend": "ring", "hosts": []}, "lists no hosts"),
-], ids=["mpi", "ring-no-ips", "jaccl-short-matrix", "jaccl-self", "jaccl-missing", "empty"])
+@pytest.mark.parametrize(
+    "hostfile, match",
+    [
+        ({"backend": "mpi", "hosts": RING2["hosts"]}, "jaccl, jaccl-ring, ring only"),
+        ({"backend": "ring", "hosts": [{"ssh": "a"}, {"ssh": "b", "ips": ["1.2.3.4"]}]}, "needs addresses"),
+        (
+            {
+                "backend": "jaccl",
+                "hosts": [
+                    {"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None]},
+                    {"ssh": "b", "ips": [], "rdma": ["x", None]},
+                ],
+            },
+            "does not match hosts",
+        ),
+        (
+            {
+                "backend": "jaccl",
+                "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": ["x", "y"]}, {"ssh": "b", "rdma": ["x", None]}],
+            },
+            "self should be null",
+        ),
+        (
+            {
+                "backend": "jaccl",
+                "hosts": [{"ssh": "a", "ips": ["1.1.1.1"], "rdma": [None, None]}, {"ssh": "b", "rdma": ["x", None]}],
+            },
+            "no RDMA device is listed for a to b",
+        ),
+        ({"backend": "ring", "hosts": []}, "lists no hosts"),
+    ],
+    ids=["mpi", "ring-no-ips", "jaccl-short-matrix", "jaccl-self", "jaccl-missing", "empty"],
+)
 def test_bad_hostfiles_are_refused_with_the_reason(hostfile, match):
     with pytest.raises(ms.SpecError, match=match):
         ms.launch_env(hostfile, 0, RUN_DIR, 42323)
@@ -126,8 +180,8 @@ def test_bad_extra_env_is_refused():
 
 def test_extra_env_comes_after_the_hostfile_envs_and_before_the_backend():
     env, _ = ms.launch_env(RING2, 1, RUN_DIR, 42323, ["MLX_FOO=2", "MLX_RANK=7"])
-    assert env["MLX_FOO"] == "2"       # overrides the hostfile's
-    assert env["MLX_RANK"] == "1"      # the backend's last word, as in mlx.launch
+    assert env["MLX_FOO"] == "2"  # overrides the hostfile's
+    assert env["MLX_RANK"] == "1"  # the backend's last word, as in mlx.launch
 
 
 def test_rank_of():
@@ -140,8 +194,15 @@ def test_rank_of():
 
 # --- settings hash ---
 
-SETTINGS = {"model": "/m/qwen", "backend": "ring", "hostfile": RING2, "port": 8080, "mode": "tensor",
-            "python": "/venv/bin/python", "env": ["HF_HUB_OFFLINE=1"]}
+SETTINGS = {
+    "model": "/m/qwen",
+    "backend": "ring",
+    "hostfile": RING2,
+    "port": 8080,
+    "mode": "tensor",
+    "python": "/venv/bin/python",
+    "env": ["HF_HUB_OFFLINE=1"],
+}
 
 
 def test_settings_hash_ignores_key_order_and_is_stable():
@@ -152,37 +213,87 @@ def test_settings_hash_ignores_key_order_and_is_stable():
     assert ms.settings_hash(SETTINGS) == ms.settings_hash(json.loads(json.dumps(SETTINGS)))
 
 
-@pytest.mark.parametrize("key, value", [
-    ("model", "/m/other"), ("backend", "jaccl"), ("port", 8081), ("mode", "pipeline"),
-    ("python", "/other/python"), ("env", ["HF_HUB_OFFLINE=1", "X=1"]),
-    ("hostfile", {**RING2, "hosts": list(reversed(RING2["hosts"]))}),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("model", "/m/other"),
+        ("backend", "jaccl"),
+        ("port", 8081),
+        ("mode", "pipeline"),
+        ("python", "/other/python"),
+        ("env", ["HF_HUB_OFFLINE=1", "X=1"]),
+        ("hostfile", {**RING2, "hosts": list(reversed(RING2["hosts"]))}),
+    ],
+)
 def test_settings_hash_changes_with_any_setting(key, value):
     assert ms.settings_hash({**SETTINGS, key: value}) != ms.settings_hash(SETTINGS)
 
 
 def test_server_argv():
-    argv = ms.server_argv("/py", "/srv/s.py", model="/m", run_dir="/r", mode="tensor", world=2,
-                          backend="jaccl-ring", host="0.0.0.0", port=8080, model_id="m", max_tokens=64,
-                          poll_interval=0.5, request_timeout=600, init_timeout=120, queue_size=0,
-                          stall_timeout=120, settings_hash_value="abc")
+    argv = ms.server_argv(
+        "/py",
+        "/srv/s.py",
+        model="/m",
+        run_dir="/r",
+        mode="tensor",
+        world=2,
+        backend="jaccl-ring",
+        host="0.0.0.0",
+        port=8080,
+        model_id="m",
+        max_tokens=64,
+        poll_interval=0.5,
+        request_timeout=600,
+        init_timeout=120,
+        queue_size=0,
+        stall_timeout=120,
+        settings_hash_value="abc",
+    )
     assert argv[:2] == ["/py", "/srv/s.py"]
     opts = dict(zip(argv[2::2], argv[3::2]))
-    assert opts == {"--model": "/m", "--run-dir": "/r", "--mode": "tensor", "--expect-world": "2",
-                    "--init-timeout": "120", "--backend": "jaccl", "--host": "0.0.0.0", "--port": "8080",
-                    "--model-id": "m", "--max-tokens": "64", "--poll-interval": "0.5",
-                    "--request-timeout": "600", "--queue-size": "0", "--stall-timeout": "120",
-                    "--settings-hash": "abc"}
+    assert opts == {
+        "--model": "/m",
+        "--run-dir": "/r",
+        "--mode": "tensor",
+        "--expect-world": "2",
+        "--init-timeout": "120",
+        "--backend": "jaccl",
+        "--host": "0.0.0.0",
+        "--port": "8080",
+        "--model-id": "m",
+        "--max-tokens": "64",
+        "--poll-interval": "0.5",
+        "--request-timeout": "600",
+        "--queue-size": "0",
+        "--stall-timeout": "120",
+        "--settings-hash": "abc",
+    }
 
 
 def test_server_argv_is_what_the_server_accepts(tmp_path):
     """Every option server_argv writes is one the deployed program parses, to the same value."""
     srv = load_program("mlx_server", "mlx_cluster_server.py")
     (tmp_path / "config.json").write_text("{}")
-    argv = ms.server_argv("/py", "/s.py", model=str(tmp_path), run_dir="/r", mode="pipeline", world=3,
-                          backend="ring", host="::", port=9000, model_id="m", max_tokens=64, poll_interval=0.25,
-                          request_timeout=30, init_timeout=60, queue_size=4, stall_timeout=90,
-                          settings_hash_value="abc", allowed_hosts=["mlx.lab.example", "studio-1.lan"])
+    argv = ms.server_argv(
+        "/py",
+        "/s.py",
+        model=str(tmp_path),
+        run_dir="/r",
+        mode="pipeline",
+        world=3,
+        backend="ring",
+        host="::",
+        port=9000,
+        model_id="m",
+        max_tokens=64,
+        poll_interval=0.25,
+        request_timeout=30,
+        init_timeout=60,
+        queue_size=4,
+        stall_timeout=90,
+        settings_hash_value="abc",
+        allowed_hosts=["mlx.lab.example", "studio-1.lan"],
+    )
     args = srv.parse_args(argv[2:] + ["--run-id", "x"])
     assert (args.queue_size, args.stall_timeout, args.poll_interval, args.expect_world) == (4, 90.0, 0.25, 3)
     assert args.allowed_host == ["mlx.lab.example", "studio-1.lan"]
@@ -190,8 +301,9 @@ def test_server_argv_is_what_the_server_accepts(tmp_path):
 
 @pytest.mark.parametrize("supervisor, detached", [("process", True), ("launchd", False)])
 def test_keeper_argv(supervisor, detached):
-    argv = ms.keeper_argv("/py", "/r/mlx_server_daemon.py", run_dir="/r/", rank=1, supervisor=supervisor,
-                          max_restarts=3)
+    argv = ms.keeper_argv(
+        "/py", "/r/mlx_server_daemon.py", run_dir="/r/", rank=1, supervisor=supervisor, max_restarts=3
+    )
     assert argv[:2] == ["/py", "/r/mlx_server_daemon.py"]
     assert ("--detach" in argv) is detached
     opts = dict(zip(argv[2::2], argv[3::2]))
@@ -207,7 +319,12 @@ def test_keeper_argv_is_what_the_supervisor_accepts():
     dmn = load_program("mlx_server", "mlx_server_daemon.py")
     argv = ms.keeper_argv("/py", "/d.py", run_dir="/r", rank=0, supervisor="process", max_restarts=2)
     args = dmn.parse_args(argv[2:] + ["--", "/py", "/s.py"])
-    assert (args.detach, args.max_restarts, args.heartbeat, args.command) == (True, 2, "/r/rank0.json", ["/py", "/s.py"])
+    assert (args.detach, args.max_restarts, args.heartbeat, args.command) == (
+        True,
+        2,
+        "/r/rank0.json",
+        ["/py", "/s.py"],
+    )
 
 
 # --- launchctl, processes, rank files ---
@@ -238,39 +355,61 @@ LAUNCHCTL_RUNNING = """system/org.mlx-cluster.server = {
 \tlast exit code = (never exited)
 }
 """
-LAUNCHCTL_WAITING = LAUNCHCTL_RUNNING.replace("\tstate = running", "\tstate = not running") \
-    .replace("\tpid = 4242\n", "").replace("(never exited)", "7")
+LAUNCHCTL_WAITING = (
+    LAUNCHCTL_RUNNING.replace("\tstate = running", "\tstate = not running")
+    .replace("\tpid = 4242\n", "")
+    .replace("(never exited)", "7")
+)
 
 
 def test_parse_launchctl_print():
     assert ms.parse_launchctl_print(LAUNCHCTL_RUNNING) == {
-        "loaded": True, "state": "running", "pid": 4242, "last_exit_code": "(never exited)",
-        "path": "/Library/LaunchDaemons/org.mlx-cluster.server.plist"}
+        "loaded": True,
+        "state": "running",
+        "pid": 4242,
+        "last_exit_code": "(never exited)",
+        "path": "/Library/LaunchDaemons/org.mlx-cluster.server.plist",
+    }
     waiting = ms.parse_launchctl_print(LAUNCHCTL_WAITING)
     assert (waiting["state"], waiting["pid"], waiting["last_exit_code"]) == ("not running", None, 7)
-    assert ms.parse_launchctl_print("") == {"loaded": False, "state": None, "pid": None,
-                                            "last_exit_code": None, "path": None}
+    assert ms.parse_launchctl_print("") == {
+        "loaded": False,
+        "state": None,
+        "pid": None,
+        "last_exit_code": None,
+        "path": None,
+    }
 
 
 PS_LINE = "  4242 /venv/bin/python /r/mlx_cluster_server.py --model /m --run-dir /r --run-id abc123"
 
 
-@pytest.mark.parametrize("line, pid, run_dir, run_id, want", [
-    (PS_LINE, 4242, "/r", "abc123", True),
-    (PS_LINE, 4242, "/r", None, True),
-    (PS_LINE, 4242, "/r", "other", False),           # another start's process
-    (PS_LINE, 4242, "/elsewhere", "abc123", False),  # another server
-    (PS_LINE, 4243, "/r", "abc123", False),          # not the PID asked about
-    ("  4242 /usr/bin/vim /r --run-dir", 4242, "/r", None, False),  # a reused PID
-    ("", 4242, "/r", None, False),
-])
+@pytest.mark.parametrize(
+    "line, pid, run_dir, run_id, want",
+    [
+        (PS_LINE, 4242, "/r", "abc123", True),
+        (PS_LINE, 4242, "/r", None, True),
+        (PS_LINE, 4242, "/r", "other", False),  # another start's process
+        (PS_LINE, 4242, "/elsewhere", "abc123", False),  # another server
+        (PS_LINE, 4243, "/r", "abc123", False),  # not the PID asked about
+        ("  4242 /usr/bin/vim /r --run-dir", 4242, "/r", None, False),  # a reused PID
+        ("", 4242, "/r", None, False),
+    ],
+)
 def test_process_matches_by_pid_run_dir_and_run_id(line, pid, run_dir, run_id, want):
     assert ms.process_matches(line, pid, run_dir, run_id) is want
 
 
 def test_processes_with_a_run_id_only_whole_arguments():
-    ps = "\n".join(["  1 /sbin/launchd", PS_LINE, "  77 python other.py --run-id abc1234",
-                    "  78 python watchdog.py abc123", "  99 ps -ax"])
+    ps = "\n".join(
+        [
+            "  1 /sbin/launchd",
+            PS_LINE,
+            "  77 python other.py --run-id abc1234",
+            "  78 python watchdog.py abc123",
+            "  99 ps -ax",
+        ]
+    )
     assert [p["pid"] for p in ms.processes_with(ps, "abc123", own_pid=99)] == [4242, 78]
 
 
@@ -280,35 +419,65 @@ def test_ranks_in_prefers_live_files():
     assert ms.ranks_in(["mlx_cluster_server.py"]) == []
 
 
-@pytest.mark.parametrize("status, want", [
-    ({"rank": 0, "running": True, "settings_hash": "h", "phase": "ready"}, []),
-    ({"rank": 0, "running": True, "settings_hash": "h", "phase": "loading"}, []),
-    ({"rank": 1, "running": False, "phase": "failed", "message": "boom"}, ["rank 1 is not running (failed: boom)"]),
-    ({"rank": 1, "running": False, "phase": None}, ["rank 1 is not running (never started)"]),
-    ({"rank": 0, "running": True, "settings_hash": "old0000000000000", "phase": "ready"},
-     ["rank 0 runs other settings (old000000000, want h)"]),
-])
+@pytest.mark.parametrize(
+    "status, want",
+    [
+        ({"rank": 0, "running": True, "settings_hash": "h", "phase": "ready"}, []),
+        ({"rank": 0, "running": True, "settings_hash": "h", "phase": "loading"}, []),
+        ({"rank": 1, "running": False, "phase": "failed", "message": "boom"}, ["rank 1 is not running (failed: boom)"]),
+        ({"rank": 1, "running": False, "phase": None}, ["rank 1 is not running (never started)"]),
+        (
+            {"rank": 0, "running": True, "settings_hash": "old0000000000000", "phase": "ready"},
+            ["rank 0 runs other settings (old000000000, want h)"],
+        ),
+    ],
+)
 def test_problems(status, want):
     assert ms.problems(status, "h") == want
 
 
 def test_problems_name_a_stalled_rank_and_a_missing_supervisor():
-    st = {"rank": 1, "running": True, "settings_hash": "h", "phase": "ready",
-          "progress": {"stalled": "generation stalled: no token for 130s"},
-          "supervisor": {"running": False}}
-    assert ms.problems(st, "h") == ["rank 1 is stalled: generation stalled: no token for 130s",
-                                    "rank 1 runs without its supervisor (no watchdog, no restart)"]
+    st = {
+        "rank": 1,
+        "running": True,
+        "settings_hash": "h",
+        "phase": "ready",
+        "progress": {"stalled": "generation stalled: no token for 130s"},
+        "supervisor": {"running": False},
+    }
+    assert ms.problems(st, "h") == [
+        "rank 1 is stalled: generation stalled: no token for 130s",
+        "rank 1 runs without its supervisor (no watchdog, no restart)",
+    ]
     assert ms.problems({**st, "progress": {"stalled": ""}, "supervisor": {"running": True}}, "h") == []
 
 
 def test_progress_report_and_line():
-    info = {"phase": "ready", "progress": {"progress_mono": 100.0, "stall_timeout": 60, "generating": True,
-                                          "tokens": 45, "requests_done": 3, "queue_depth": 2,
-                                          "last_turn_at": 1.7e9, "last_token_at": 1.7e9 + 5}}
+    info = {
+        "phase": "ready",
+        "progress": {
+            "progress_mono": 100.0,
+            "stall_timeout": 60,
+            "generating": True,
+            "tokens": 45,
+            "requests_done": 3,
+            "queue_depth": 2,
+            "last_turn_at": 1.7e9,
+            "last_token_at": 1.7e9 + 5,
+        },
+    }
     rep = ms.progress_report(info, 100.25, 1.7e9 + 6)
-    assert rep == {"generating": True, "tokens": 45, "requests_done": 3, "queue_depth": 2,
-                   "last_turn_at": 1.7e9, "last_token_at": 1.7e9 + 5, "seconds_since_progress": 0.2,
-                   "stall_timeout": 60, "stalled": ""}
+    assert rep == {
+        "generating": True,
+        "tokens": 45,
+        "requests_done": 3,
+        "queue_depth": 2,
+        "last_turn_at": 1.7e9,
+        "last_token_at": 1.7e9 + 5,
+        "seconds_since_progress": 0.2,
+        "stall_timeout": 60,
+        "stalled": "",
+    }
     assert ms.progress_line(rep) == "3 request(s) done, generating (45 token(s), last progress 0.2s ago), 2 waiting"
     late = ms.progress_report(info, 200.0, 0)
     assert late["stalled"].startswith("generation stalled: no token for 100s (bound 60s)")
@@ -338,9 +507,19 @@ def test_the_run_directory_is_read_without_following_links(tmp_path):
     assert ms.read_json(str(tmp_path / "rank1.json")) == {"run_id": "x"}
 
 
-@pytest.mark.parametrize("run_id, ok", [("a1" * 12, True), ("r" * 24, True), ("bash", False), ("A" * 24, False),
-                                        ("a" * 23, False), ("a" * 25, False), ("--run-dir", False),
-                                        ("a" * 24 + "\n", False)])
+@pytest.mark.parametrize(
+    "run_id, ok",
+    [
+        ("a1" * 12, True),
+        ("r" * 24, True),
+        ("bash", False),
+        ("A" * 24, False),
+        ("a" * 23, False),
+        ("a" * 25, False),
+        ("--run-dir", False),
+        ("a" * 24 + "\n", False),
+    ],
+)
 def test_a_run_id_is_used_only_in_the_form_the_toolkit_makes(run_id, ok):
     assert bool(ms.RUN_ID_RE.fullmatch(run_id)) is ok
 
@@ -354,6 +533,7 @@ def test_an_environment_entry_needs_a_variable_name(item):
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="dropping to another user needs root")
 def test_root_goes_on_as_the_owner_of_the_run_directory(tmp_path):
     import os
+
     run_dir = tmp_path / "server"
     run_dir.mkdir()
     os.chown(run_dir, 4242, 4343)
@@ -372,7 +552,7 @@ def test_root_goes_on_as_the_owner_of_the_run_directory(tmp_path):
     os.waitpid(pid, 0)
     assert said == [4242, 4242, 4242, 4343]
     os.chown(run_dir, 0, 0)
-    assert ms.become_owner(str(run_dir)) is None and os.geteuid() == 0   # root's own: nothing to drop to
+    assert ms.become_owner(str(run_dir)) is None and os.geteuid() == 0  # root's own: nothing to drop to
     (tmp_path / "link").symlink_to(run_dir)
     with pytest.raises(OSError, match="symbolic link"):
         ms.become_owner(str(tmp_path / "link"))
@@ -386,6 +566,7 @@ def test_root_reads_the_run_directory_as_its_owner_and_is_root_again_after(tmp_p
     import os
     import shutil
     import tempfile
+
     # (pytest's own tmp_path sits below a 0700 directory of root's: the owner could not reach it)
     top = Path(tempfile.mkdtemp(prefix="mlx-owner-"))
     request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))

@@ -15,15 +15,29 @@ from ansible.template import Templar
 try:  # ansible-core >= 2.19 renders only trusted template text
     from ansible.template import trust_as_template
 except ImportError:  # pragma: no cover - older ansible-core
+
     def trust_as_template(text):
         return text
 
+
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE = ROOT / "roles" / "mlx_server" / "templates" / "mlx_server.plist.j2"
-ARGV = ["/Users/admin/mlx-cluster/venv/bin/python", "/Users/admin/mlx-cluster/server/mlx_cluster_server.py",
-        "--model", "/Users/admin/models/Qwen & <friends>", "--model-id", "q\"uoted'", "--run-id", "abc123"]
-ENV = {"MLX_RANK": "1", "MLX_HOSTFILE": "/Users/admin/mlx-cluster/server/ring_hosts.json",
-       "HF_HUB_OFFLINE": "1", "WEIRD": "a<b>&c"}
+ARGV = [
+    "/Users/admin/mlx-cluster/venv/bin/python",
+    "/Users/admin/mlx-cluster/server/mlx_cluster_server.py",
+    "--model",
+    "/Users/admin/models/Qwen & <friends>",
+    "--model-id",
+    "q\"uoted'",
+    "--run-id",
+    "abc123",
+]
+ENV = {
+    "MLX_RANK": "1",
+    "MLX_HOSTFILE": "/Users/admin/mlx-cluster/server/ring_hosts.json",
+    "HF_HUB_OFFLINE": "1",
+    "WEIRD": "a<b>&c",
+}
 
 
 def render(**overrides):

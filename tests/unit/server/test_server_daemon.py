@@ -28,10 +28,21 @@ def dmn():
 
 # ---- pure rules ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rc, recent, action", [
-    (0, 0, "stop"), (2, 0, "failed"), (7, 0, "restart"), (7, 2, "restart"), (7, 3, "give_up"),
-    (-9, 0, "restart"), (3, 3, "give_up"), (0, 9, "stop"),
-], ids=["clean", "bad-args", "lost-peer", "third", "over-budget", "killed", "init-over-budget", "clean-always"])
+
+@pytest.mark.parametrize(
+    "rc, recent, action",
+    [
+        (0, 0, "stop"),
+        (2, 0, "failed"),
+        (7, 0, "restart"),
+        (7, 2, "restart"),
+        (7, 3, "give_up"),
+        (-9, 0, "restart"),
+        (3, 3, "give_up"),
+        (0, 9, "stop"),
+    ],
+    ids=["clean", "bad-args", "lost-peer", "third", "over-budget", "killed", "init-over-budget", "clean-always"],
+)
 def test_decide(dmn, rc, recent, action):
     assert dmn.decide(rc, recent, 3)[0] == action
 
@@ -86,11 +97,29 @@ class Supervised:
     def __init__(self, tmp_path, mode, *extra, detach=False):
         self.dir = tmp_path
         (tmp_path / "fake_rank.py").write_text(FAKE_RANK)
-        self.argv = [sys.executable, str(DAEMON), "--pidfile", str(tmp_path / "rank0.pid"),
-                     "--own-pidfile", str(tmp_path / "keeper0.pid"), "--state", str(tmp_path / "keeper0.json"),
-                     "--heartbeat", str(tmp_path / "rank0.json"), "--log", str(tmp_path / "rank0.log"),
-                     "--cwd", str(tmp_path), *extra, *(["--detach"] if detach else []),
-                     "--", sys.executable, str(tmp_path / "fake_rank.py"), mode, str(tmp_path)]
+        self.argv = [
+            sys.executable,
+            str(DAEMON),
+            "--pidfile",
+            str(tmp_path / "rank0.pid"),
+            "--own-pidfile",
+            str(tmp_path / "keeper0.pid"),
+            "--state",
+            str(tmp_path / "keeper0.json"),
+            "--heartbeat",
+            str(tmp_path / "rank0.json"),
+            "--log",
+            str(tmp_path / "rank0.log"),
+            "--cwd",
+            str(tmp_path),
+            *extra,
+            *(["--detach"] if detach else []),
+            "--",
+            sys.executable,
+            str(tmp_path / "fake_rank.py"),
+            mode,
+            str(tmp_path),
+        ]
         self.proc = None
         self.started = time.monotonic()
         if detach:
@@ -159,11 +188,11 @@ def gone(pid):
 
 def test_a_stalled_rank_is_killed_restarted_then_given_up_on(supervised):
     s = supervised("stall", "--max-restarts", "1", "--throttle", "0.2")
-    assert s.wait(20) == 0                       # it gave up: 0, so launchd leaves it down
+    assert s.wait(20) == 0  # it gave up: 0, so launchd leaves it down
     took = time.monotonic() - s.started
-    first, second = s.starts()                  # one restart, then no more
+    first, second = s.starts()  # one restart, then no more
     assert gone(first) and gone(second)
-    assert 3.0 <= took < 12, took               # two stalls of 1.5 s (+ the 1 s look) and a 0.2 s pause
+    assert 3.0 <= took < 12, took  # two stalls of 1.5 s (+ the 1 s look) and a 0.2 s pause
     st = s.state()
     assert st["state"] == "gave_up" and st["child_pid"] is None
     assert [r["why"][:30] for r in st["restarts"]] == ["generation stalled: no token f"]
@@ -180,7 +209,7 @@ def test_a_stalled_rank_is_killed_restarted_then_given_up_on(supervised):
 
 def test_a_rank_making_progress_is_left_alone(supervised):
     s = supervised("beat", "--throttle", "0.2")
-    time.sleep(4)                                # well past the 1.5 s bound
+    time.sleep(4)  # well past the 1.5 s bound
     assert s.proc.poll() is None and len(s.starts()) == 1
     assert s.state()["state"] == "running" and s.state()["child_pid"] == s.starts()[0]
     assert int((s.dir / "rank0.pid").read_text()) == s.starts()[0]
@@ -205,7 +234,7 @@ def test_a_stopped_process_is_a_stall_too(supervised):
 def test_a_lost_peer_exit_is_restarted_with_growing_pauses_up_to_the_bound(supervised):
     s = supervised("exit7", "--max-restarts", "2", "--throttle", "0.3")
     assert s.wait(20) == 0
-    assert len(s.starts()) == 3                  # the start and two restarts
+    assert len(s.starts()) == 3  # the start and two restarts
     st = s.state()
     assert st["state"] == "gave_up" and [r["why"] for r in st["restarts"]] == ["exit code 7", "exit code 7"]
     at = [r["at"] for r in st["restarts"]]
@@ -257,8 +286,8 @@ def test_detached_supervisor_reports_both_pids_and_keeps_the_old_log(supervised,
         time.sleep(0.05)
     assert s.starts() == [said["pid"]]
     assert (tmp_path / "rank0.log.1").read_text() == "old run\n"
-    assert oct((tmp_path / "keeper0.pid").stat().st_mode & 0o777) == "0o600"   # umask 077
-    assert os.getsid(keeper) not in (os.getsid(0), keeper)   # its own session, not its leader
+    assert oct((tmp_path / "keeper0.pid").stat().st_mode & 0o777) == "0o600"  # umask 077
+    assert os.getsid(keeper) not in (os.getsid(0), keeper)  # its own session, not its leader
     os.kill(keeper, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while not (gone(keeper) and gone(said["pid"])) and time.monotonic() < deadline:
@@ -267,9 +296,22 @@ def test_detached_supervisor_reports_both_pids_and_keeps_the_old_log(supervised,
 
 
 def test_detached_supervisor_reports_a_command_that_cannot_start(tmp_path):
-    res = subprocess.run([sys.executable, str(DAEMON), "--pidfile", str(tmp_path / "x.pid"), "--log",
-                          str(tmp_path / "x.log"), "--detach", "--", str(tmp_path / "no-such-program")],
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(DAEMON),
+            "--pidfile",
+            str(tmp_path / "x.pid"),
+            "--log",
+            str(tmp_path / "x.log"),
+            "--detach",
+            "--",
+            str(tmp_path / "no-such-program"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 1
     assert "could not start" in res.stderr and "No such file" in res.stderr
 
@@ -277,8 +319,24 @@ def test_detached_supervisor_reports_a_command_that_cannot_start(tmp_path):
 def test_the_rank_gets_the_env_file_and_no_launcher_variables(tmp_path):
     (tmp_path / "env.json").write_text(json.dumps({"GREETING": "hello"}))
     code = "import os; print(os.environ['GREETING'], os.environ.get('MLX_RANK'), flush=True)"
-    res = subprocess.run([sys.executable, str(DAEMON), "--pidfile", str(tmp_path / "x.pid"),
-                          "--env-file", str(tmp_path / "env.json"), "--cwd", str(tmp_path),
-                          "--", sys.executable, "-c", code],
-                         capture_output=True, text=True, timeout=30, env={**os.environ, "MLX_RANK": "5"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(DAEMON),
+            "--pidfile",
+            str(tmp_path / "x.pid"),
+            "--env-file",
+            str(tmp_path / "env.json"),
+            "--cwd",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "MLX_RANK": "5"},
+    )
     assert res.returncode == 0 and res.stdout.split() == ["hello", "None"]

@@ -23,7 +23,6 @@ import pytest
 from tests.programs import load_program
 
 
-
 @pytest.fixture(scope="module")
 def srv():
     return load_program("mlx_server", "mlx_cluster_server.py")
@@ -67,8 +66,16 @@ class FakeGenerate:
 
 
 def args(**kw):
-    base = dict(model="/models/tiny", model_id="tiny", host="127.0.0.1", max_tokens=64, request_timeout=30.0, queue_size=2,
-                stall_timeout=0.0, poll_interval=0.05)
+    base = dict(
+        model="/models/tiny",
+        model_id="tiny",
+        host="127.0.0.1",
+        max_tokens=64,
+        request_timeout=30.0,
+        queue_size=2,
+        stall_timeout=0.0,
+        poll_interval=0.05,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -91,8 +98,10 @@ class Rig:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), srv.make_handler(self.server))
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.threads = [threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True),
-                        threading.Thread(target=self.loop, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True),
+            threading.Thread(target=self.loop, daemon=True),
+        ]
         self.votes = None
         for t in self.threads:
             t.start()
@@ -109,11 +118,13 @@ class Rig:
 
     def ask(self, token, results=None, **extra):
         """POST one completion whose prompt is [token]; with `results`, in a thread."""
+
         def one():
             got = http(self.url + "/v1/completions", {"prompt": [token], "max_tokens": 3, **extra})
             if results is not None:
                 results[token] = got
             return got
+
         if results is None:
             return one()
         t = threading.Thread(target=one, daemon=True)
@@ -126,8 +137,11 @@ def srv_serve(srv, server, stop):
 
 
 def http(url, body=None, timeout=30, headers=None):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), json.loads(resp.read())
@@ -158,7 +172,7 @@ def test_one_request_at_a_time_a_bounded_queue_then_503_with_retry_after(rig):
     waiting = []
     for n, t in enumerate((2, 3), 1):  # one after the other: the order of arrival is known
         waiting.append(rig.ask(t, results))
-        assert wait_for(lambda: rig.server.depth() == n)
+        assert wait_for(lambda: rig.server.depth() == n)  # noqa: B023 - called in this iteration
 
     status, headers, body = rig.ask(4)  # one generating, two waiting: the queue (2) is full
     assert status == 503
@@ -175,8 +189,8 @@ def test_one_request_at_a_time_a_bounded_queue_then_503_with_retry_after(rig):
         t.join(20)
     assert [results[t][0] for t in (1, 2, 3)] == [200, 200, 200]
     assert rig.gen.order == [1, 2, 3]  # in order of arrival
-    assert rig.gen.most == 1           # never two generations at once
-    assert 4 not in rig.gen.order      # the refused one never reached the ranks
+    assert rig.gen.most == 1  # never two generations at once
+    assert 4 not in rig.gen.order  # the refused one never reached the ranks
     health = http(rig.url + "/health")[2]
     assert (health["requests_done"], health["queue_depth"], health["generating"]) == (3, 0, False)
 
@@ -214,11 +228,11 @@ def test_a_request_whose_client_gave_up_leaves_the_queue(rig):
     second = rig.ask(2, results)
     second.join(10)
     assert results[2][0] == 504
-    assert rig.server.depth() == 0        # no longer counted against the queue
+    assert rig.server.depth() == 0  # no longer counted against the queue
     rig.gen.gate.set()
     first.join(10)
     rig.ask(3)
-    assert rig.gen.order == [1, 3]        # 2 was never generated for nobody
+    assert rig.gen.order == [1, 3]  # 2 was never generated for nobody
 
 
 def test_retry_after_follows_the_last_requests(srv):
@@ -231,15 +245,18 @@ def test_retry_after_follows_the_last_requests(srv):
 
 def test_streaming_client_gets_the_text(rig):
     rig.gen.gate.set()
-    req = urllib.request.Request(rig.url + "/v1/completions",
-                                 data=json.dumps({"prompt": [9], "max_tokens": 3, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        rig.url + "/v1/completions",
+        data=json.dumps({"prompt": [9], "max_tokens": 3, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         events = [line[6:] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and json.loads(events[0])["choices"][0]["text"] == "abc"
 
 
 # ---- the heartbeat and the stall rule, on a fake clock ------------------------------------
+
 
 class Clock:
     def __init__(self, t=1000.0):
@@ -312,11 +329,18 @@ def test_no_stall_bound_means_never_stalled(srv):
     assert server.health()[0] == 200
 
 
-@pytest.mark.parametrize("argv, ok", [
-    (["--stall-timeout", "0"], True), (["--stall-timeout", "5"], True), (["--stall-timeout", "4.9"], False),
-    (["--stall-timeout", "8", "--poll-interval", "2.5"], False), (["--queue-size", "-1"], False),
-    (["--queue-size", "0"], True),
-], ids=["off", "5s", "too-short", "shorter-than-4-polls", "negative-queue", "no-queue"])
+@pytest.mark.parametrize(
+    "argv, ok",
+    [
+        (["--stall-timeout", "0"], True),
+        (["--stall-timeout", "5"], True),
+        (["--stall-timeout", "4.9"], False),
+        (["--stall-timeout", "8", "--poll-interval", "2.5"], False),
+        (["--queue-size", "-1"], False),
+        (["--queue-size", "0"], True),
+    ],
+    ids=["off", "5s", "too-short", "shorter-than-4-polls", "negative-queue", "no-queue"],
+)
 def test_arguments_bound_the_stall_timeout_and_queue(srv, tmp_path, argv, ok):
     (tmp_path / "config.json").write_text("{}")
     base = ["--model", str(tmp_path), "--run-dir", str(tmp_path / "run")]
@@ -342,6 +366,7 @@ def stall_rules(srv):
     """The three copies of the rule: rank 0's /health, the supervisor that acts on it, the
     status module (the first two stand alone on the Macs and cannot import the third)."""
     from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
+
     dmn = load_program("mlx_server", "mlx_server_daemon.py")
     return {"server": srv.stall_verdict, "supervisor": dmn.stall_verdict, "status": ms.stall_verdict}
 
@@ -362,7 +387,7 @@ def test_with_an_api_key_only_clients_that_send_it_are_served(rig):
     assert body["error"]["type"] == "authentication_error"
     assert http(rig.url + "/v1/models")[0] == 401
     status, _, body = http(rig.url + "/health")
-    assert status == 200 and body == {"status": "ok", "message": ""}   # no hosts, ranks or figures
+    assert status == 200 and body == {"status": "ok", "message": ""}  # no hosts, ranks or figures
     keyed = {"Authorization": "Bearer s3cret-key"}
     rig.gen.gate.set()
     status, _, body = http(rig.url + "/v1/completions", {"prompt": [1], "max_tokens": 3}, headers=keyed)

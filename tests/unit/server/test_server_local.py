@@ -77,8 +77,9 @@ def wait_gone(pids, seconds):
 
 
 def http(url, body=None, timeout=60):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode() if body is not None else None, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode()
@@ -99,23 +100,50 @@ class Cluster:
 
     def start(self, stall_timeout=0, max_restarts=0):
         ring = free_ports(2)
-        hostfile = {"backend": "ring", "hosts": [{"ssh": "a", "ips": ["127.0.0.1"]}, {"ssh": "b", "ips": ["127.0.0.1"]}]}
-        argv = ms.server_argv(sys.executable, str(SERVER), model=str(self.model), run_dir=str(self.run_dir),
-                              mode=self.mode, world=2, backend="ring", host="127.0.0.1", port=self.port,
-                              model_id="tiny", max_tokens=64, poll_interval=0.2, request_timeout=120,
-                              init_timeout=60, queue_size=8, stall_timeout=stall_timeout,
-                              settings_hash_value="h" * 64)
+        hostfile = {
+            "backend": "ring",
+            "hosts": [{"ssh": "a", "ips": ["127.0.0.1"]}, {"ssh": "b", "ips": ["127.0.0.1"]}],
+        }
+        argv = ms.server_argv(
+            sys.executable,
+            str(SERVER),
+            model=str(self.model),
+            run_dir=str(self.run_dir),
+            mode=self.mode,
+            world=2,
+            backend="ring",
+            host="127.0.0.1",
+            port=self.port,
+            model_id="tiny",
+            max_tokens=64,
+            poll_interval=0.2,
+            request_timeout=120,
+            init_timeout=60,
+            queue_size=8,
+            stall_timeout=stall_timeout,
+            settings_hash_value="h" * 64,
+        )
         for rank in (0, 1):
             env, files = ms.launch_env(hostfile, rank, str(self.run_dir), ring, ["HF_HUB_OFFLINE=1"])
             for name, content in files.items():
                 (self.run_dir / name).write_text(content)
             env_file = self.run_dir / f"rank{rank}.env.json"
             env_file.write_text(json.dumps(env))
-            keeper = ms.keeper_argv(sys.executable, str(DAEMON), run_dir=str(self.run_dir), rank=rank,
-                                    supervisor="process", max_restarts=max_restarts)
-            out = subprocess.run([*keeper, "--throttle", "1",
-                                  "--", *argv, "--run-id", "localtest0123456789"],
-                                 capture_output=True, text=True, timeout=30, check=True)
+            keeper = ms.keeper_argv(
+                sys.executable,
+                str(DAEMON),
+                run_dir=str(self.run_dir),
+                rank=rank,
+                supervisor="process",
+                max_restarts=max_restarts,
+            )
+            out = subprocess.run(
+                [*keeper, "--throttle", "1", "--", *argv, "--run-id", "localtest0123456789"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
             said = json.loads(out.stdout)
             self.pids.append(said["pid"])
             self.keepers.append(said["supervisor"])
@@ -176,9 +204,16 @@ def tensor(tiny_model, tmp_path_factory):
 
 
 def chat(c, **extra):
-    status, body = http(c.url + "/v1/chat/completions",
-                        {"model": "tiny", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24,
-                         "temperature": 0, **extra})
+    status, body = http(
+        c.url + "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": 24,
+            "temperature": 0,
+            **extra,
+        },
+    )
     return status, json.loads(body) if body.startswith("{") else body
 
 
@@ -219,15 +254,17 @@ def test_stop_string_cuts_the_text(tensor, reference):
     assert cut and cut in reference
     status, body = chat(tensor, stop=[cut])
     assert status == 200
-    assert body["choices"][0]["message"]["content"] == reference[:reference.index(cut)]
+    assert body["choices"][0]["message"]["content"] == reference[: reference.index(cut)]
     assert body["choices"][0]["finish_reason"] == "stop"
 
 
 def test_streaming_gives_the_same_text(tensor, reference):
-    status, body = http(tensor.url + "/v1/chat/completions",
-                        {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "stream": True})
+    status, body = http(
+        tensor.url + "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "stream": True},
+    )
     assert status == 200
-    events = [line[len("data: "):] for line in body.splitlines() if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -258,11 +295,15 @@ def test_concurrent_requests_are_served_in_turn(tensor, reference):
     assert {r[1]["choices"][0]["message"]["content"] for r in results} == {reference}
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}, 404),
-    ({"messages": "x"}, 400), ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10 ** 6}, 400),
-    ({"messages": [{"role": "user", "content": "x"}], "n": 3}, 400),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}, 404),
+        ({"messages": "x"}, 400),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 3}, 400),
+    ],
+)
 def test_bad_requests_get_openai_style_errors(tensor, body, status):
     got, text = http(tensor.url + "/v1/chat/completions", body)
     assert got == status
@@ -289,14 +330,16 @@ def test_what_a_web_page_or_a_bad_body_sends_is_refused_and_the_server_serves_on
     assert raw(url, body, {"Content-Type": "text/plain"})[0] == 415
     assert raw(url, body, {**json_type, "Origin": "https://evil.example"})[0] == 403
     assert raw(url, body, {**json_type, "Host": "rebound.evil.example"})[0] == 403
-    status, text = raw(url, json.dumps({"prompt": [2 ** 70], "max_tokens": 2}).encode(), json_type)
+    status, text = raw(url, json.dumps({"prompt": [2**70], "max_tokens": 2}).encode(), json_type)
     assert status == 400 and "outside the model's vocabulary" in text, text
     assert raw(url, b'{"prompt": "x", "max_tokens": NaN}', json_type)[0] == 400
     assert raw(url, b'{"prompt": "x", "max_tokens": 1e999}', json_type)[0] == 400  # Infinity by another name
     host, port = tensor.url.split("//", 1)[1].split(":")
     conn = socket.create_connection((host, int(port)), timeout=30)
-    conn.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {9 * 1024 * 1024}\r\n\r\n".encode())
+    conn.sendall(
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {9 * 1024 * 1024}\r\n\r\n".encode()
+    )
     assert conn.makefile("rb").readline().split()[1] == b"413"  # answered before any of the body is read
     conn.close()
     status, text = http(url, {"prompt": "The quick brown fox", "max_tokens": 2})
@@ -373,7 +416,7 @@ def test_a_stalled_rank_makes_the_supervisors_restart_every_rank(tiny_model, tmp
                 back = _try(lambda: http(c.url + "/v1/models", timeout=2)[0]) == 200
         assert back, c.logs()
         took = time.monotonic() - t0
-        assert wait_gone(before, 10) == [], c.logs()     # the frozen rank was killed, not left behind
+        assert wait_gone(before, 10) == [], c.logs()  # the frozen rank was killed, not left behind
         keepers = [json.loads((c.run_dir / f"keeper{r}.json").read_text()) for r in (0, 1)]
         assert [k["state"] for k in keepers] == ["running", "running"]
         assert all(len(k["restarts"]) == 1 for k in keepers)
@@ -387,7 +430,7 @@ def test_a_stalled_rank_makes_the_supervisors_restart_every_rank(tiny_model, tmp
         if down is not None:
             rank0_why += ("serving loop stalled: no turn for",)
         assert keepers[0]["restarts"][0]["why"].startswith(rank0_why), (down, keepers[0])
-        assert all(alive(k) for k in c.keepers)            # the same supervisors, new ranks
+        assert all(alive(k) for k in c.keepers)  # the same supervisors, new ranks
         status, body = chat(c)
         assert status == 200 and body["choices"][0]["message"]["content"] == reference
         asker.join(5)

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-HOSTFILE = {"backend": "ring", "envs": [],
-            "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []},
-                      {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}]}
+HOSTFILE = {
+    "backend": "ring",
+    "envs": [],
+    "hosts": [{"ssh": "m1", "ips": ["10.208.0.1"], "rdma": []}, {"ssh": "m2", "ips": ["10.208.0.2"], "rdma": []}],
+}
 RUN_ID = "r" * 24
 PS_ONE = ("/usr/bin/ps", "-ww", "-p")
 PS_ALL = ("/usr/bin/ps", "-ax", "-ww", "-o", "pid=,args=")
@@ -25,8 +27,17 @@ def spec_args(run_dir, **kw):
     for f in (script, keeper):
         if not f.exists():
             f.write_text(f"# {f.name}\n")
-    return {"hostfile": HOSTFILE, "host": "m2", "run_dir": str(run_dir), "python": "/venv/bin/python",
-            "script": str(script), "keeper": str(keeper), "model": "/models/tiny", "supervisor": "process", **kw}
+    return {
+        "hostfile": HOSTFILE,
+        "host": "m2",
+        "run_dir": str(run_dir),
+        "python": "/venv/bin/python",
+        "script": str(script),
+        "keeper": str(keeper),
+        "model": "/models/tiny",
+        "supervisor": "process",
+        **kw,
+    }
 
 
 def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
@@ -51,10 +62,15 @@ def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
     assert not again.result["changed"] and again.result["settings_hash"] == r["settings_hash"]
 
     # any setting, or the program itself, changes the hash
-    assert module_runner("mlx_server_spec", args=spec_args(tmp_path, port=9000)).result["settings_hash"] != r["settings_hash"]
+    assert (
+        module_runner("mlx_server_spec", args=spec_args(tmp_path, port=9000)).result["settings_hash"]
+        != r["settings_hash"]
+    )
     for setting in ({"queue_size": 0}, {"stall_timeout": 60}, {"max_restarts": 1}):
-        assert module_runner("mlx_server_spec", args=spec_args(tmp_path, **setting)).result["settings_hash"] \
-            != r["settings_hash"], setting
+        assert (
+            module_runner("mlx_server_spec", args=spec_args(tmp_path, **setting)).result["settings_hash"]
+            != r["settings_hash"]
+        ), setting
     (tmp_path / "mlx_cluster_server.py").write_text("# server v2\n")
     v2 = module_runner("mlx_server_spec", args=spec_args(tmp_path)).result["settings_hash"]
     assert v2 != r["settings_hash"]
@@ -63,17 +79,21 @@ def test_spec_writes_the_rank_files_once(module_runner, tmp_path):
 
 
 def test_spec_check_mode_writes_nothing_and_shows_the_diff(module_runner, tmp_path):
-    run = module_runner("mlx_server_spec", args={**spec_args(tmp_path), "_ansible_check_mode": True,
-                                                 "_ansible_diff": True})
+    run = module_runner(
+        "mlx_server_spec", args={**spec_args(tmp_path), "_ansible_check_mode": True, "_ansible_diff": True}
+    )
     assert run.result["changed"]
     assert not (tmp_path / "rank1.env.json").exists()
     assert "ring_hosts.json" in run.result["diff"]["after"]
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"host": "m9"}, "m9 is not in the hostfile"),
-    ({"hostfile": {**HOSTFILE, "backend": "mpi"}}, "jaccl, jaccl-ring, ring only"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"host": "m9"}, "m9 is not in the hostfile"),
+        ({"hostfile": {**HOSTFILE, "backend": "mpi"}}, "jaccl, jaccl-ring, ring only"),
+    ],
+)
 def test_spec_fails_naming_the_problem(module_runner, tmp_path, change, match):
     run = module_runner("mlx_server_spec", args={**spec_args(tmp_path), **change})
     assert run.failed and match in run.result["msg"]
@@ -111,23 +131,48 @@ def sleeper():
 
 def write_rank(run_dir, rank, pid, phase="ready", run_id=RUN_ID, settings_hash="h" * 64, progress=None):
     (run_dir / f"rank{rank}.pid").write_text(f"{pid}\n")
-    (run_dir / f"rank{rank}.json").write_text(json.dumps({
-        "rank": rank, "pid": pid, "host": "m2", "phase": phase, "message": "serving tiny",
-        "started": 1763700000.0, "updated": 1763700005.0, "settings_hash": settings_hash, "run_id": run_id,
-        "world_size": 2, **({"progress": progress} if progress else {})}))
+    (run_dir / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "pid": pid,
+                "host": "m2",
+                "phase": phase,
+                "message": "serving tiny",
+                "started": 1763700000.0,
+                "updated": 1763700005.0,
+                "settings_hash": settings_hash,
+                "run_id": run_id,
+                "world_size": 2,
+                **({"progress": progress} if progress else {}),
+            }
+        )
+    )
     (run_dir / f"rank{rank}.log").write_text("line 1\nline 2\nthe last line\n")
 
 
 def write_keeper(run_dir, rank, pid, state="running", restarts=()):
     (run_dir / f"keeper{rank}.pid").write_text(f"{pid}\n")
-    (run_dir / f"keeper{rank}.json").write_text(json.dumps({
-        "pid": pid, "host": "m2", "state": state, "message": "", "child_pid": None, "max_restarts": 3,
-        "restarts": [{"at": 1763700100.0, "why": w} for w in restarts]}))
+    (run_dir / f"keeper{rank}.json").write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "host": "m2",
+                "state": state,
+                "message": "",
+                "child_pid": None,
+                "max_restarts": 3,
+                "restarts": [{"at": 1763700100.0, "why": w} for w in restarts],
+            }
+        )
+    )
 
 
 def keeper_line(pid, run_dir, run_id=RUN_ID):
-    return (f"{pid} /venv/bin/python {run_dir}/mlx_server_daemon.py --pidfile {run_dir}/rank0.pid -- "
-            f"/venv/bin/python {run_dir}/mlx_cluster_server.py --run-dir {run_dir} --run-id {run_id}\n")
+    return (
+        f"{pid} /venv/bin/python {run_dir}/mlx_server_daemon.py --pidfile {run_dir}/rank0.pid -- "
+        f"/venv/bin/python {run_dir}/mlx_cluster_server.py --run-dir {run_dir} --run-id {run_id}\n"
+    )
 
 
 def ps_line(pid, run_dir, run_id=RUN_ID):
@@ -136,13 +181,28 @@ def ps_line(pid, run_dir, run_id=RUN_ID):
 
 def test_status_of_a_running_rank(module_runner, tmp_path, sleeper):
     p, k = sleeper(), sleeper()
-    write_rank(tmp_path, 1, p.pid, progress={"progress_mono": time.monotonic() - 2, "stall_timeout": 120,
-                                             "generating": True, "tokens": 17, "requests_done": 4, "queue_depth": 1})
+    write_rank(
+        tmp_path,
+        1,
+        p.pid,
+        progress={
+            "progress_mono": time.monotonic() - 2,
+            "stall_timeout": 120,
+            "generating": True,
+            "tokens": 17,
+            "requests_done": 4,
+            "queue_depth": 1,
+        },
+    )
     write_keeper(tmp_path, 1, k.pid, restarts=["generation stalled: no token for 130s"])
-    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
-                                                   "want_hash": "h" * 64},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
-                                  (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), "")})
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "want_hash": "h" * 64},
+        commands={
+            (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+            (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), ""),
+        },
+    )
     st = run.result["status"]
     assert (st["rank"], st["running"], st["pid"], st["phase"]) == (1, True, p.pid, "ready")
     assert st["since"] == "2025-11-21T04:40:00+00:00" and st["until"] is None
@@ -158,16 +218,31 @@ def test_status_of_a_running_rank(module_runner, tmp_path, sleeper):
 
 def test_status_flags_a_stalled_rank(module_runner, tmp_path, sleeper):
     p, k = sleeper(), sleeper()
-    write_rank(tmp_path, 1, p.pid, progress={"progress_mono": time.monotonic() - 300, "stall_timeout": 120,
-                                             "generating": True, "tokens": 3, "requests_done": 0})
+    write_rank(
+        tmp_path,
+        1,
+        p.pid,
+        progress={
+            "progress_mono": time.monotonic() - 300,
+            "stall_timeout": 120,
+            "generating": True,
+            "tokens": 3,
+            "requests_done": 0,
+        },
+    )
     write_keeper(tmp_path, 1, k.pid)
-    commands = {(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
-                (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), "")}
+    commands = {
+        (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+        (*PS_ONE, str(k.pid), "-o", "pid=,args="): (0, keeper_line(k.pid, tmp_path), ""),
+    }
     for wait in (0, 30):
         t0 = time.monotonic()
-        run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
-                                                       "want_hash": "h" * 64, "wait": wait}, commands=commands)
-        assert time.monotonic() - t0 < 10   # reported at once, not at the end of the wait
+        run = module_runner(
+            "mlx_server_status",
+            args={"run_dir": str(tmp_path), "supervisor": "process", "want_hash": "h" * 64, "wait": wait},
+            commands=commands,
+        )
+        assert time.monotonic() - t0 < 10  # reported at once, not at the end of the wait
         assert not run.result["healthy"]
         assert run.result["reason"].startswith("rank 1 is stalled: generation stalled: no token for 300s (bound 120s)")
         assert run.result["status"]["problems"] == [run.result["reason"]]
@@ -178,9 +253,12 @@ def test_status_names_a_rank_without_its_supervisor(module_runner, tmp_path, sle
     p = sleeper()
     write_rank(tmp_path, 1, p.pid)
     write_keeper(tmp_path, 1, 999999, state="gave_up")
-    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
-                                                   "want_hash": "h" * 64}, module_attrs={"alive": lambda pid: pid == p.pid},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), "")})
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "want_hash": "h" * 64},
+        module_attrs={"alive": lambda pid: pid == p.pid},
+        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), "")},
+    )
     st = run.result["status"]
     assert st["running"] and st["supervisor"]["running"] is False and st["supervisor"]["state"] == "gave_up"
     assert st["problems"] == ["rank 1 runs without its supervisor (no watchdog, no restart)"]
@@ -189,17 +267,28 @@ def test_status_names_a_rank_without_its_supervisor(module_runner, tmp_path, sle
 def test_status_does_not_trust_a_reused_pid(module_runner, tmp_path, sleeper):
     p = sleeper()
     write_rank(tmp_path, 1, p.pid)
-    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process",
-                                                   "want_hash": "h" * 64},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, f"{p.pid} sleep 60\n", "")})
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "want_hash": "h" * 64},
+        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, f"{p.pid} sleep 60\n", "")},
+    )
     st = run.result["status"]
     assert not st["running"] and st["pid"] is None
     assert st["problems"] == ["rank 1 is not running (ready: serving tiny)"]
 
 
 def test_status_of_a_stopped_rank_shows_its_last_state(module_runner, tmp_path):
-    (tmp_path / "rank0.last.json").write_text(json.dumps({"rank": 0, "phase": "stopped", "message": "stopped on signal 15",
-                                                          "started": 1763700000.0, "updated": 1763703600.0}))
+    (tmp_path / "rank0.last.json").write_text(
+        json.dumps(
+            {
+                "rank": 0,
+                "phase": "stopped",
+                "message": "stopped on signal 15",
+                "started": 1763700000.0,
+                "updated": 1763703600.0,
+            }
+        )
+    )
     run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process"})
     st = run.result["status"]
     assert (st["rank"], st["running"], st["phase"]) == (0, False, "stopped")
@@ -212,8 +301,9 @@ def test_status_wait_reports_a_dead_rank_at_once_with_its_log(module_runner, tmp
     json_path = tmp_path / "rank1.json"
     json_path.write_text(json_path.read_text().replace("serving tiny", "loading /models/tiny failed: boom"))
     t0 = time.monotonic()
-    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "rank": 1, "supervisor": "process",
-                                                   "wait": 60})
+    run = module_runner(
+        "mlx_server_status", args={"run_dir": str(tmp_path), "rank": 1, "supervisor": "process", "wait": 60}
+    )
     assert time.monotonic() - t0 < 10
     assert not run.result["healthy"]
     assert run.result["reason"] == "rank 1 is not running (failed: loading /models/tiny failed: boom)"
@@ -235,28 +325,39 @@ def test_status_reads_launchd(module_runner, tmp_path):
 
     args = {"run_dir": str(tmp_path), "rank": 1, "label": "x"}
     # PID 12 lives but is somebody else's program: launchd's view is shown, the supervisor is not ours
-    other = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
-                          commands={launchctl: (0, out, ""),
-                                    (*PS_ONE, "12", "-o", "pid=,args="): (0, "   12 /usr/sbin/other\n", "")})
+    other = module_runner(
+        "mlx_server_status",
+        args=args,
+        module_attrs={"alive": alive},
+        commands={launchctl: (0, out, ""), (*PS_ONE, "12", "-o", "pid=,args="): (0, "   12 /usr/sbin/other\n", "")},
+    )
     st = other.result["status"]
     assert not other.failed
     assert st["launchd"]["state"] == "running" and st["launchd"]["pid"] == 12 and st["launchd"]["loaded"]
     assert probed == [4000, 12] and st["running"] is False and st["pid"] is None
     assert st["supervisor"]["pid"] is None and st["supervisor"]["running"] is False
     # PID 12 runs our supervisor (its arguments name this run directory and run id)
-    ours = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
-                         commands={launchctl: (0, out, ""),
-                                   (*PS_ONE, "12", "-o", "pid=,args="): (0, keeper_line(12, tmp_path), "")})
+    ours = module_runner(
+        "mlx_server_status",
+        args=args,
+        module_attrs={"alive": alive},
+        commands={launchctl: (0, out, ""), (*PS_ONE, "12", "-o", "pid=,args="): (0, keeper_line(12, tmp_path), "")},
+    )
     assert ours.result["status"]["supervisor"]["pid"] == 12 and ours.result["status"]["supervisor"]["running"]
     assert ours.result["status"]["running"] is False  # the rank itself (4000) is gone
     # launchd's PID has exited: no ps at all (an unexpected command would fail the run)
-    dead = module_runner("mlx_server_status", args=args, module_attrs={"alive": lambda pid: False},
-                         commands={launchctl: (0, out, "")})
+    dead = module_runner(
+        "mlx_server_status", args=args, module_attrs={"alive": lambda pid: False}, commands={launchctl: (0, out, "")}
+    )
     assert dead.result["status"]["supervisor"]["running"] is False and dead.calls == [list(launchctl)]
 
     probed.clear()
-    gone = module_runner("mlx_server_status", args=args, module_attrs={"alive": alive},
-                         commands={launchctl: (113, "", "Could not find service \"x\" in domain for system\n")})
+    gone = module_runner(
+        "mlx_server_status",
+        args=args,
+        module_attrs={"alive": alive},
+        commands={launchctl: (113, "", 'Could not find service "x" in domain for system\n')},
+    )
     assert gone.result["status"]["launchd"]["loaded"] is False and "error" not in gone.result["status"]["launchd"]
     assert probed == [4000] and gone.result["status"]["running"] is False
 
@@ -267,11 +368,16 @@ def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, 
     (tmp_path / "state.json").write_text("{}")
     commands = {
         (*PS_ONE, str(rank.pid), "-o", "pid=,args="): (0, ps_line(rank.pid, tmp_path), ""),
-        PS_ALL: (0, f"1 /sbin/init\n{ps_line(rank.pid, tmp_path)}{extra.pid} python helper.py --run-id {RUN_ID}\n"
-                    f"{os.getpid()} pytest\n", ""),
+        PS_ALL: (
+            0,
+            f"1 /sbin/init\n{ps_line(rank.pid, tmp_path)}{extra.pid} python helper.py --run-id {RUN_ID}\n"
+            f"{os.getpid()} pytest\n",
+            "",
+        ),
     }
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
-                        commands=commands)
+    run = module_runner(
+        "mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5}, commands=commands
+    )
     r = run.result
     assert not run.failed and r["changed"]
     assert [(s["pid"], s["rank"], s["how"]) for s in r["stopped"]] == [(rank.pid, 0, "SIGTERM")]
@@ -291,8 +397,9 @@ def test_a_run_id_not_of_the_toolkits_form_ends_nothing_by_it(module_runner, tmp
     bystander = sleeper()
     write_rank(tmp_path, 0, 999999, run_id="bash")
     commands = {PS_ALL: (0, f"{bystander.pid} bash\n", "")}
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
-                        commands=commands)
+    run = module_runner(
+        "mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5}, commands=commands
+    )
     r = run.result
     assert not run.failed and r["run_ids"] == [] and r["leftovers"] == []
     assert any("not one the toolkit makes" in w for w in run.warnings), run.warnings
@@ -310,8 +417,9 @@ def test_stop_tells_the_supervisor_first_then_the_rank(module_runner, tmp_path, 
         (*PS_ONE, str(keeper.pid), "-o", "pid=,args="): (0, keeper_line(keeper.pid, tmp_path), ""),
         PS_ALL: (0, f"{ps_line(rank.pid, tmp_path)}{keeper_line(keeper.pid, tmp_path)}", ""),
     }
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
-                        commands=commands)
+    run = module_runner(
+        "mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5}, commands=commands
+    )
     r = run.result
     assert not run.failed and r["changed"]
     ps_calls = [c[3] for c in run.calls if c[:3] == list(PS_ONE)]
@@ -328,10 +436,14 @@ def test_stop_tells_the_supervisor_first_then_the_rank(module_runner, tmp_path, 
 def test_stop_check_mode_signals_nothing(module_runner, tmp_path, sleeper):
     p = sleeper()
     write_rank(tmp_path, 1, p.pid)
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process",
-                                                 "_ansible_check_mode": True},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
-                                  PS_ALL: (0, ps_line(p.pid, tmp_path), "")})
+    run = module_runner(
+        "mlx_server_stop",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "_ansible_check_mode": True},
+        commands={
+            (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+            PS_ALL: (0, ps_line(p.pid, tmp_path), ""),
+        },
+    )
     assert run.result["changed"] and run.result["stopped"][0]["how"] == "would send SIGTERM"
     assert p.poll() is None
     assert (tmp_path / "rank1.pid").exists()
@@ -340,9 +452,14 @@ def test_stop_check_mode_signals_nothing(module_runner, tmp_path, sleeper):
 def test_stop_leaves_a_process_that_is_not_ours(module_runner, tmp_path, sleeper):
     p = sleeper()
     write_rank(tmp_path, 1, p.pid)
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "process"},
-                        commands={(*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, f"{p.pid} sleep 60\n", ""),
-                                  PS_ALL: (0, f"{p.pid} sleep 60\n", "")})
+    run = module_runner(
+        "mlx_server_stop",
+        args={"run_dir": str(tmp_path), "supervisor": "process"},
+        commands={
+            (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, f"{p.pid} sleep 60\n", ""),
+            PS_ALL: (0, f"{p.pid} sleep 60\n", ""),
+        },
+    )
     assert run.result["stopped"] == [] and run.result["leftovers"] == []
     assert p.poll() is None
 
@@ -351,12 +468,18 @@ def test_stop_launchd_boots_the_job_out_by_label_and_removes_the_plist(module_ru
     plist = tmp_path / "org.mlx-cluster.server.plist"
     plist.write_text("<plist/>")
     out = "system/org.mlx-cluster.server = {\n\tstate = running\n\tpid = 999999\n}\n"
-    run = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path), "supervisor": "launchd",
-                                                 "plist": str(plist)},
-                        commands={("/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"): (0, out, ""),
-                                  ("/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"): (0, "", "")})
-    assert run.calls == [["/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"],
-                         ["/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"]]
+    run = module_runner(
+        "mlx_server_stop",
+        args={"run_dir": str(tmp_path), "supervisor": "launchd", "plist": str(plist)},
+        commands={
+            ("/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"): (0, out, ""),
+            ("/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"): (0, "", ""),
+        },
+    )
+    assert run.calls == [
+        ["/usr/bin/launchctl", "print", "system/org.mlx-cluster.server"],
+        ["/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server"],
+    ]
     assert run.result["launchd"] == {"booted_out": True, "plist_removed": True}
     assert not plist.exists()
     assert run.result["stopped"][0]["how"] == "launchctl bootout"
@@ -382,32 +505,47 @@ def test_the_settings_have_one_default_everywhere(tmp_path):
     module_opts = yaml.safe_load(doc)["options"]
 
     (tmp_path / "config.json").write_text("{}")
-    server = vars(load_program("mlx_server", "mlx_cluster_server.py")
-                  .parse_args(["--model", str(tmp_path), "--run-dir", str(tmp_path)]))
+    server = vars(
+        load_program("mlx_server", "mlx_cluster_server.py").parse_args(
+            ["--model", str(tmp_path), "--run-dir", str(tmp_path)]
+        )
+    )
     keeper = vars(load_program("mlx_server", "mlx_server_daemon.py").parse_args(["--pidfile", "x", "--", "true"]))
     for var in defaults:
         assert options[var]["default"] == defaults[var], var
-    for setting, where in [("queue_size", server), ("stall_timeout", server), ("max_tokens", server),
-                           ("poll_interval", server), ("request_timeout", server), ("init_timeout", server),
-                           ("port", server), ("max_restarts", keeper)]:
+    for setting, where in [
+        ("queue_size", server),
+        ("stall_timeout", server),
+        ("max_tokens", server),
+        ("poll_interval", server),
+        ("request_timeout", server),
+        ("init_timeout", server),
+        ("port", server),
+        ("max_restarts", keeper),
+    ]:
         role = defaults[f"mlx_server_{setting}"]
         assert module_opts[setting]["default"] == role, setting
         assert where[setting] == role, setting
 
 
 @pytest.mark.parametrize("module", ["mlx_server_spec", "mlx_server_status", "mlx_server_stop"])
-@pytest.mark.parametrize("change, match", [
-    ({"label": "../../../tmp/evil"}, "mlx_server_label '../../../tmp/evil' is not a launchd label"),
-    ({"label": "org.mlx-cluster.server/x"}, "is not a launchd label"),
-    ({"run_dir": "/tmp/mlx server"}, "mlx_server_run_dir) '/tmp/mlx server' holds whitespace"),
-])
-def test_a_label_or_path_unfit_for_root_is_refused_before_anything_runs(module_runner, tmp_path, module, change,
-                                                                         match):
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"label": "../../../tmp/evil"}, "mlx_server_label '../../../tmp/evil' is not a launchd label"),
+        ({"label": "org.mlx-cluster.server/x"}, "is not a launchd label"),
+        ({"run_dir": "/tmp/mlx server"}, "mlx_server_run_dir) '/tmp/mlx server' holds whitespace"),
+    ],
+)
+def test_a_label_or_path_unfit_for_root_is_refused_before_anything_runs(module_runner, tmp_path, module, change, match):
     """The label names the plist root writes and removes; the run directory is read as root before
     the modules drop to its owner: each module refuses them, naming the setting, and runs nothing
     (an unexpected command would fail the run)."""
-    args = spec_args(tmp_path) if module == "mlx_server_spec" else {
-        "run_dir": str(tmp_path), "rank": 1, "supervisor": "launchd", "plist": str(tmp_path / "x.plist")}
+    args = (
+        spec_args(tmp_path)
+        if module == "mlx_server_spec"
+        else {"run_dir": str(tmp_path), "rank": 1, "supervisor": "launchd", "plist": str(tmp_path / "x.plist")}
+    )
     if module == "mlx_server_status":
         args.pop("plist")
     run = module_runner(module, args={**args, **change})
@@ -416,8 +554,10 @@ def test_a_label_or_path_unfit_for_root_is_refused_before_anything_runs(module_r
 
 def test_spec_refuses_an_interpreter_a_shell_would_read(module_runner, tmp_path):
     run = module_runner("mlx_server_spec", args=spec_args(tmp_path, python="/venv/bin/python;id"))
-    assert run.failed and "the interpreter (mlx_server_python, python_env_python) '/venv/bin/python;id'" \
-        in run.result["msg"]
+    assert (
+        run.failed
+        and "the interpreter (mlx_server_python, python_env_python) '/venv/bin/python;id'" in run.result["msg"]
+    )
     assert not (tmp_path / "rank1.env.json").exists()
 
 
@@ -425,8 +565,9 @@ def test_the_ranks_environment_values_stay_in_its_0600_file_never_in_results_or_
     """mlx_server_env may carry a token: the env file has it (0600, the supervisor reads it); the
     result, the settings and a check-mode diff show its name only; a new value still restarts."""
     env = ["HF_TOKEN=hf_s3cret_value", "OMP_NUM_THREADS=4"]
-    dry = module_runner("mlx_server_spec", args={**spec_args(tmp_path, env=env), "_ansible_check_mode": True,
-                                                 "_ansible_diff": True})
+    dry = module_runner(
+        "mlx_server_spec", args={**spec_args(tmp_path, env=env), "_ansible_check_mode": True, "_ansible_diff": True}
+    )
     assert dry.result["changed"] and "HF_TOKEN" in dry.result["diff"]["after"]
     run = module_runner("mlx_server_spec", args=spec_args(tmp_path, env=env))
     for result in (dry.result, run.result):
@@ -438,7 +579,13 @@ def test_the_ranks_environment_values_stay_in_its_0600_file_never_in_results_or_
     on_disk = tmp_path / "rank1.env.json"
     assert json.loads(on_disk.read_text())["HF_TOKEN"] == "hf_s3cret_value"
     assert oct(on_disk.stat().st_mode & 0o777) == "0o600"
-    changed = module_runner("mlx_server_spec", args={**spec_args(tmp_path, env=["HF_TOKEN=hf_other", "OMP_NUM_THREADS=4"]),
-                                                     "_ansible_check_mode": True, "_ansible_diff": True})
+    changed = module_runner(
+        "mlx_server_spec",
+        args={
+            **spec_args(tmp_path, env=["HF_TOKEN=hf_other", "OMP_NUM_THREADS=4"]),
+            "_ansible_check_mode": True,
+            "_ansible_diff": True,
+        },
+    )
     assert changed.result["settings_hash"] != r["settings_hash"]
     assert "hf_other" not in json.dumps(changed.result) and "hf_s3cret_value" not in json.dumps(changed.result)

@@ -23,8 +23,7 @@ def srv():
     return load_program("mlx_server", SERVER.name)
 
 
-REQ = {"tokens": [1, 2, 300, 7], "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 42,
-       "stop": ["\n\n", "é"]}
+REQ = {"tokens": [1, 2, 300, 7], "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 42, "stop": ["\n\n", "é"]}
 
 
 def all_sum(rows):
@@ -36,9 +35,20 @@ def all_sum(rows):
 def test_a_broadcast_turn_gives_every_rank_rank0s_request_and_the_stop_votes(srv, world, stoppers):
     stoppers = [r for r in stoppers if r < world]
     data = srv.encode_request(REQ)
-    header = srv.read_header(all_sum([srv.header_row(r == 0, srv.KIND_GENERATE if r == 0 else srv.KIND_IDLE,
-                                                     len(data) if r == 0 else 0, r in stoppers, 9 if r == 0 else 0)
-                                      for r in range(world)]))
+    header = srv.read_header(
+        all_sum(
+            [
+                srv.header_row(
+                    r == 0,
+                    srv.KIND_GENERATE if r == 0 else srv.KIND_IDLE,
+                    len(data) if r == 0 else 0,
+                    r in stoppers,
+                    9 if r == 0 else 0,
+                )
+                for r in range(world)
+            ]
+        )
+    )
     assert header == {"kind": srv.KIND_GENERATE, "length": len(data), "stop_votes": len(stoppers), "seq": 9}
     payload = all_sum([srv.payload_row(r == 0, data if r == 0 else None, header["length"]) for r in range(world)])
     assert all(0 <= b < 256 for b in payload)  # no overflow: one rank contributes, the rest add 0
@@ -56,20 +66,23 @@ def test_workers_never_contribute_a_kind_or_length(srv):
 
 def test_encoding_is_canonical_json(srv):
     data = srv.encode_request(dict(reversed(list(REQ.items())), extra="ignored"))
-    assert data == json.dumps({k: REQ[k] for k in srv.REQUEST_KEYS}, sort_keys=True,
-                              separators=(",", ":")).encode()
+    assert data == json.dumps({k: REQ[k] for k in srv.REQUEST_KEYS}, sort_keys=True, separators=(",", ":")).encode()
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({**REQ, "tokens": []}, "non-empty"), ({**REQ, "tokens": [1, -2]}, "token ids"),
-    ({k: v for k, v in REQ.items() if k != "seed"}, "lacks seed"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({**REQ, "tokens": []}, "non-empty"),
+        ({**REQ, "tokens": [1, -2]}, "token ids"),
+        ({k: v for k, v in REQ.items() if k != "seed"}, "lacks seed"),
+    ],
+)
 def test_bad_requests_are_refused_before_the_broadcast(srv, bad, match):
     with pytest.raises(ValueError, match=match):
         srv.encode_request(bad)
 
 
-@pytest.mark.parametrize("summed", [[7, 0, 0, 1], [1, -1, 0, 1], [0, 2 ** 30, 0, 0]])
+@pytest.mark.parametrize("summed", [[7, 0, 0, 1], [1, -1, 0, 1], [0, 2**30, 0, 0]])
 def test_a_corrupt_header_is_an_error_not_a_hang(srv, summed):
     with pytest.raises(RuntimeError, match="out of step"):
         srv.read_header(summed)
@@ -79,16 +92,25 @@ def test_sampling_params_defaults_and_limits(srv):
     p = srv.sampling_params({"seed": 5}, 128)
     assert p == {"max_tokens": 128, "temperature": 0.0, "top_p": 1.0, "seed": 5, "stop": []}
     p = srv.sampling_params({"max_completion_tokens": 3, "temperature": 1, "stop": "END", "seed": -1}, 128)
-    assert (p["max_tokens"], p["temperature"], p["stop"], p["seed"]) == (3, 1.0, ["END"], 2 ** 31 - 1)
-    assert 0 <= srv.sampling_params({}, 8)["seed"] < 2 ** 31  # a fresh seed, shared by every rank
+    assert (p["max_tokens"], p["temperature"], p["stop"], p["seed"]) == (3, 1.0, ["END"], 2**31 - 1)
+    assert 0 <= srv.sampling_params({}, 8)["seed"] < 2**31  # a fresh seed, shared by every rank
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 129}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"),
-    ({"temperature": 3}, "temperature"), ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"),
-    ({"n": 2}, "n"), ({"stop": [1]}, "stop"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"max_tokens": True}, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 129}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"temperature": 3}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"n": 2}, "n"),
+        ({"stop": [1]}, "stop"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"max_tokens": True}, "max_tokens"),
+    ],
+)
 def test_sampling_params_refuse_bad_values_naming_the_field(srv, body, param):
     with pytest.raises(srv.ApiError) as err:
         srv.sampling_params(body, 128)
@@ -138,8 +160,11 @@ def test_startup_code_lives_once():
     roles/mlx_cluster/files/), and no program defines the start-up again."""
     home = program_path("mlx_cluster", "mlx_cluster_startup.py")
     assert home.is_file() and not home.is_symlink()
-    programs = {"benchmark": ["mlx_cluster_bench.py"], "net_check": ["mlx_cluster_netcheck.py"],
-                "mlx_server": ["mlx_cluster_server.py", "mlx_server_daemon.py"]}
+    programs = {
+        "benchmark": ["mlx_cluster_bench.py"],
+        "net_check": ["mlx_cluster_netcheck.py"],
+        "mlx_server": ["mlx_cluster_server.py", "mlx_server_daemon.py"],
+    }
     for role, names in programs.items():
         link = program_path(role, "mlx_cluster_startup.py")
         assert link.is_symlink() and link.resolve() == home.resolve(), link
@@ -153,11 +178,17 @@ def test_startup_code_lives_once():
                 assert defined not in text, f"{name} defines {defined} again"
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"max_tokens": float("inf")}, "max_tokens"), ({"max_tokens": float("nan")}, "max_tokens"),
-    ({"seed": float("inf")}, "seed"), ({"seed": float("-inf")}, "seed"), ({"temperature": float("nan")}, "temperature"),
-    ({"top_p": float("nan")}, "top_p"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"max_tokens": float("inf")}, "max_tokens"),
+        ({"max_tokens": float("nan")}, "max_tokens"),
+        ({"seed": float("inf")}, "seed"),
+        ({"seed": float("-inf")}, "seed"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": float("nan")}, "top_p"),
+    ],
+)
 def test_sampling_params_refuse_infinity_and_nan(srv, body, param):
     with pytest.raises(srv.ApiError) as err:
         srv.sampling_params(body, 128)
@@ -172,12 +203,12 @@ def test_a_body_with_nan_or_infinity_is_not_json(srv):
 
 def test_token_ids_must_lie_within_the_vocabulary(srv):
     assert srv.completion_prompt(FakeTokenizer(), [0, 99], vocab_size=100) == [0, 99]
-    for bad in ([100], [5, -1], [2 ** 70]):
+    for bad in ([100], [5, -1], [2**70]):
         with pytest.raises(srv.ApiError, match="outside the model's vocabulary") as err:
             srv.completion_prompt(FakeTokenizer(), bad, vocab_size=100)
         assert err.value.status == 400 and err.value.param == "prompt"
     with pytest.raises(srv.ApiError, match="0 to 2147483647"):  # a model whose size is not known
-        srv.completion_prompt(FakeTokenizer(), [2 ** 70])
+        srv.completion_prompt(FakeTokenizer(), [2**70])
 
 
 def test_the_vocabulary_size_comes_from_the_config(srv, tmp_path):
@@ -194,22 +225,40 @@ ALLOWED = {"localhost", "studio-1", "studio-1.local", "mlx.lab.example"}
 OK_HEADERS = {"Host": "10.0.0.11:8080", "Content-Type": "application/json; charset=utf-8"}
 
 
-@pytest.mark.parametrize("headers", [
-    OK_HEADERS, dict(OK_HEADERS, Host="localhost:8080"), dict(OK_HEADERS, Host="studio-1.local:8080"),
-    dict(OK_HEADERS, Host="[fe80::1]:8080"), dict(OK_HEADERS, Host="mlx.lab.example"), dict(OK_HEADERS, Host="STUDIO-1."),
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        OK_HEADERS,
+        dict(OK_HEADERS, Host="localhost:8080"),
+        dict(OK_HEADERS, Host="studio-1.local:8080"),
+        dict(OK_HEADERS, Host="[fe80::1]:8080"),
+        dict(OK_HEADERS, Host="mlx.lab.example"),
+        dict(OK_HEADERS, Host="STUDIO-1."),
+    ],
+)
 def test_requests_from_api_clients_pass(srv, headers):
     assert srv.check_request_headers(headers, ALLOWED) is None
 
 
-@pytest.mark.parametrize("headers, status, words", [
-    (dict(OK_HEADERS, Origin="https://evil.example"), 403, "from web pages are refused (Origin: https://evil.example)"),
-    (dict(OK_HEADERS, Origin="null"), 403, "Origin: null"),
-    (dict(OK_HEADERS, Host="rebound.evil.example:8080"), 403, "Host rebound.evil.example:8080 is not a name of this server"),
-    ({"Content-Type": "application/json"}, 403, "Host (none)"),
-    (dict(OK_HEADERS, **{"Content-Type": "text/plain"}), 415, "not text/plain"),
-    ({"Host": "10.0.0.11"}, 415, "not (none)"),
-])
+@pytest.mark.parametrize(
+    "headers, status, words",
+    [
+        (
+            dict(OK_HEADERS, Origin="https://evil.example"),
+            403,
+            "from web pages are refused (Origin: https://evil.example)",
+        ),
+        (dict(OK_HEADERS, Origin="null"), 403, "Origin: null"),
+        (
+            dict(OK_HEADERS, Host="rebound.evil.example:8080"),
+            403,
+            "Host rebound.evil.example:8080 is not a name of this server",
+        ),
+        ({"Content-Type": "application/json"}, 403, "Host (none)"),
+        (dict(OK_HEADERS, **{"Content-Type": "text/plain"}), 415, "not text/plain"),
+        ({"Host": "10.0.0.11"}, 415, "not (none)"),
+    ],
+)
 def test_requests_a_web_page_could_make_are_refused(srv, headers, status, words):
     err = srv.check_request_headers(headers, ALLOWED)
     assert err is not None and err.status == status and words in err.message, err and err.message
@@ -243,8 +292,10 @@ def test_the_http_server_serves_a_bounded_number_of_connections(srv, monkeypatch
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/"
     try:
-        held = [threading.Thread(target=lambda: urllib.request.urlopen(url, timeout=10).read(), daemon=True)
-                for _ in range(2)]
+        held = [
+            threading.Thread(target=lambda: urllib.request.urlopen(url, timeout=10).read(), daemon=True)
+            for _ in range(2)
+        ]
         for t in held:
             t.start()
         deadline = time.monotonic() + 5
@@ -268,11 +319,20 @@ def test_the_http_server_serves_a_bounded_number_of_connections(srv, monkeypatch
         httpd.server_close()
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("Bearer s3cret-key", True), ("bearer s3cret-key", True), ("Bearer  s3cret-key ", True),
-    (None, False), ("", False), ("Bearer", False), ("Bearer s3cret-keyX", False), ("Basic s3cret-key", False),
-    ("s3cret-key", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("Bearer s3cret-key", True),
+        ("bearer s3cret-key", True),
+        ("Bearer  s3cret-key ", True),
+        (None, False),
+        ("", False),
+        ("Bearer", False),
+        ("Bearer s3cret-keyX", False),
+        ("Basic s3cret-key", False),
+        ("s3cret-key", False),
+    ],
+)
 def test_the_api_key_is_asked_for_only_when_set(srv, value, ok):
     headers = {} if value is None else {"Authorization": value}
     assert srv.authorized(headers, b"s3cret-key") is ok

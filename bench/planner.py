@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner as mlx_planner  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_cables, plan_topology  # noqa: E402
 from tests.unit.filter.planner_synth import make_facts, mesh_cables, mlx_connectivity, ring_cables, torus_cables  # noqa: E402
 
 CASES = [
@@ -72,7 +72,7 @@ def ours(links, hosts, runs):
     times, topo = [], None
     for _ in range(runs):
         t = time.perf_counter()
-        topo = mlx_planner.topology(links, hosts)
+        topo = plan_topology.topology(links, hosts)
         times.append((time.perf_counter() - t) * 1000)
     return statistics.median(times), topo
 
@@ -90,7 +90,7 @@ def main(argv=None):
     for name, build in CASES:
         hosts, cables = build()
         facts = make_facts(hosts, cables)
-        links = mlx_planner.links(facts)
+        links = plan_cables.links(facts)
         our_ms, topo = ours(links, hosts, args.runs)
         tb_hosts, rev = mlx_connectivity(facts, hosts)
         mlx_ms, _mlx_runs, mlx_width = mlx_rings(make_connectivity_matrix(tb_hosts, rev), args.runs, args.cap)
@@ -109,7 +109,7 @@ def main(argv=None):
         return "  ".join(c.rjust(w) if 0 < i < 5 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
 
     print(
-        "ours: mlx_planner.topology(), median of %d runs; MLX: extract_rings in a child process "
+        "ours: plan_topology.topology(), median of %d runs; MLX: extract_rings in a child process "
         "killed after %g s" % (args.runs, args.cap)
     )
     print(line(header))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_common, planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 _SETTINGS = (
@@ -73,7 +73,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("mlx_cluster_plan: ssh must be the targets of mlx_ssh_targets")
         try:
             plan = planner.make_plan(plain(facts), plain(settings))
-        except planner.PlanError as exc:
+        except plan_common.PlanError as exc:
             raise AnsibleActionFail("mlx_cluster_plan: %s" % exc.message) from None
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise AnsibleActionFail(

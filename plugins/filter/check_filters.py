@@ -10,7 +10,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_netcfg, mlx_ports, mlx_power, mlx_wired
-from ansible_collections.mlx.cluster.plugins.plugin_utils import model_split, planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import model_split, plan_common, planner
 from ansible_collections.mlx.cluster.plugins.plugin_utils import ports as port_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
@@ -325,7 +325,7 @@ def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
     planner.stage_runs, the one discovery uses to know what later stages need."""
     try:
         return hosts if planner.stage_runs(play_tags, run_tags, skip_tags) else []
-    except planner.PlanError as exc:
+    except plan_common.PlanError as exc:
         raise AnsibleFilterError("mlx_play_hosts: %s" % exc.message) from exc
 
 

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
-"""Filters over plugins/plugin_utils/planner.py: mlx_links, mlx_topology, mlx_ip_plan,
-mlx_hostfile, mlx_dot, mlx_discovery_request; and over plugin_utils/sync_plan.py:
-mlx_sync_rounds.
+"""Filters over the planner's steps in plugins/plugin_utils/, one module each: mlx_links
+(plan_cables), mlx_topology (plan_topology), mlx_ip_plan (plan_addresses), mlx_hostfile
+(plan_hostfile), mlx_dot (plan_picture), mlx_discovery_request and mlx_hostfile_writes
+(planner, the plan step); and over plugin_utils/sync_plan.py: mlx_sync_rounds.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
 function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
@@ -14,7 +15,16 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, sync_plan
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_common,
+    plan_hostfile,
+    plan_picture,
+    plan_topology,
+    planner,
+    sync_plan,
+)
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 
@@ -26,7 +36,7 @@ def _check(filter_name, arg, value, types, what):
 def _call(filter_name, function, *args, **kwargs):
     try:
         return function(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
-    except planner.PlanError as exc:
+    except plan_common.PlanError as exc:
         raise AnsibleFilterError("%s: %s" % (filter_name, exc.message)) from None
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("%s: %s" % (filter_name, exc)) from None
@@ -35,7 +45,7 @@ def _call(filter_name, function, *args, **kwargs):
 def mlx_links(facts_by_host):
     """{host: mlx_thunderbolt facts} -> {cables, one_sided, external, problems, warnings}."""
     _check("mlx_links", "input", facts_by_host, Mapping, "a mapping host -> mlx_thunderbolt facts")
-    return _call("mlx_links", planner.links, facts_by_host)
+    return _call("mlx_links", plan_cables.links, facts_by_host)
 
 
 def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False, rdma_required=False):
@@ -49,7 +59,7 @@ def mlx_topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=Fa
     _check("mlx_topology", "rdma_required", rdma_required, bool, "true or false")
     return _call(
         "mlx_topology",
-        planner.topology,
+        plan_topology.topology,
         links,
         hosts,
         rdma=rdma,
@@ -63,7 +73,7 @@ def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
     """links -> {pool, cables: {id: {network, a, b}}, hosts: {host: [...]}}."""
     _check("mlx_ip_plan", "input", links, Mapping, "the result of mlx_links")
     if pool is None:
-        pool = planner.DEFAULT_POOL
+        pool = plan_addresses.DEFAULT_POOL
     _check("mlx_ip_plan", "pool", pool, str, "an IPv4 CIDR string")
     if interfaces is not None:
         _check("mlx_ip_plan", "interfaces", interfaces, Mapping, "a mapping host -> interfaces")
@@ -73,7 +83,7 @@ def mlx_ip_plan(links, pool=None, interfaces=None, exclude=None, current=None):
     if current is not None:
         _check("mlx_ip_plan", "current", current, Mapping, "a mapping host -> {iface: addresses}")
     return _call(
-        "mlx_ip_plan", planner.ip_plan, links, pool=pool, interfaces=interfaces, exclude=exclude, current=current
+        "mlx_ip_plan", plan_addresses.ip_plan, links, pool=pool, interfaces=interfaces, exclude=exclude, current=current
     )
 
 
@@ -91,7 +101,7 @@ def mlx_hostfile(topology, plan, coordinators=None, envs=None, backend=None, coo
     if backend is not None:
         _check("mlx_hostfile", "backend", backend, str, "jaccl, jaccl-ring or ring")
     return _call(
-        "mlx_hostfile", planner.hostfile, topology, plan, coordinators=coordinators, envs=envs, backend=backend
+        "mlx_hostfile", plan_hostfile.hostfile, topology, plan, coordinators=coordinators, envs=envs, backend=backend
     )
 
 
@@ -123,7 +133,7 @@ def mlx_dot(links, topology=None, plan=None):
         _check("mlx_dot", "topology", topology, Mapping, "the result of mlx_topology")
     if plan is not None:
         _check("mlx_dot", "plan", plan, Mapping, "the result of mlx_ip_plan")
-    return _call("mlx_dot", planner.dot, links, topology=topology, plan=plan)
+    return _call("mlx_dot", plan_picture.dot, links, topology=topology, plan=plan)
 
 
 def mlx_hostfile_writes(plan, files=None):

@@ -8,7 +8,7 @@ Which ports (MLX's sources, mlx 0.32):
   rank order (launch.py launch_ring). Rank r listens on each of its own ``address:port``
   (ring.cpp accept_connections, bound to that address) and rank r-1 connects to them
   (ring.cpp: every rank connects to ``nodes[rank + 1]``). The toolkit's hostfile gives each
-  rank its addresses on the cables to its left neighbour (planner.hostfile), so each of those
+  rank its addresses on the cables to its left neighbour (plan_hostfile.hostfile), so each of those
   connections crosses one cable.
 - jaccl / jaccl-ring: rank 0 listens on ``MLX_JACCL_COORDINATOR`` = its hostfile ``ips[0]`` and
   the starting port (launch.py launch_jaccl; jaccl rdma.cpp TCPAllGather: rank 0 listens,

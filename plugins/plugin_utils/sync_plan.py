@@ -52,7 +52,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 
 __all__ = ["LAN", "THUNDERBOLT", "cables_from_plan", "plan_rounds", "split_files", "sync_rounds"]
 

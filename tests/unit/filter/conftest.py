@@ -1,4 +1,4 @@
-"""Fixtures for the planner tests (plugins/plugin_utils/planner.py and its filters).
+"""Fixtures for the planner tests (plugins/plugin_utils/plan_*.py, planner.py and their filters).
 
 The synthetic wiring builders live in planner_synth.py beside this file (test modules import
 it directly; hypothesis strategies must exist at import time, before any fixture).

@@ -200,7 +200,7 @@ def test_the_far_end_takes_the_answer_of_the_end_that_pinged(checks):
 def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
     """With a jaccl-ring plan, a TB4 diagonal (not in rdma_cables) is measured over the TCP
     ring on its own /30, never as an RDMA pair it cannot carry."""
-    from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables, plan_topology
     from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 
     hosts, cables = mesh_cables(4)
@@ -208,12 +208,12 @@ def test_cable_hostfiles_measure_a_cable_without_rdma_over_tcp(checks):
         cable(*c["a"], *c["b"], speed=40) if {c["a"][0], c["b"][0]} in ({"m00", "m02"}, {"m01", "m03"}) else c
         for c in cables
     ]
-    links = planner.links(make_facts(hosts, cables))
-    topo = planner.topology(links, hosts, rdma=True)
+    links = plan_cables.links(make_facts(hosts, cables))
+    topo = plan_topology.topology(links, hosts, rdma=True)
     assert topo["backend"] == "jaccl-ring"
     plan = {
         "topology": topo,
-        "ip_plan": planner.ip_plan(links),
+        "ip_plan": plan_addresses.ip_plan(links),
         "coordinators": {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(hosts)},
     }
     items = checks["mlx_cable_hostfiles"](plan)

@@ -8,7 +8,12 @@ import subprocess
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_picture,
+    plan_topology,
+)
 from tests.unit.filter.planner_synth import cable, make_facts, ring_cables
 
 needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' not installed")
@@ -16,7 +21,7 @@ needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphvi
 
 def test_edges_labels_and_styles():
     hosts = ["a", "b", "c", "lonely"]
-    links = planner.links(
+    links = plan_cables.links(
         make_facts(
             hosts,
             [
@@ -26,9 +31,9 @@ def test_edges_labels_and_styles():
             ],
         )
     )
-    topo = planner.topology(links, hosts)
-    plan = planner.ip_plan(links)
-    text = planner.dot(links, topo, plan)
+    topo = plan_topology.topology(links, hosts)
+    plan = plan_addresses.ip_plan(links)
+    text = plan_picture.dot(links, topo, plan)
     entry = plan["cables"]["a:en2~b:en3"]
     last = entry["b"]["address"].rsplit(".", 1)[1]
     assert '  n0 -- n1 [label="en2/en3\\n80 Gb/s\\n%s/.%s"];' % (entry["a"]["address"], last) in text
@@ -47,14 +52,14 @@ def test_edges_labels_and_styles():
 
 def test_no_missing_edges_when_a_ring_is_used():
     hosts, cables = ring_cables(5)
-    links = planner.links(make_facts(hosts, cables))
-    text = planner.dot(links, planner.topology(links, hosts))
+    links = plan_cables.links(make_facts(hosts, cables))
+    text = plan_picture.dot(links, plan_topology.topology(links, hosts))
     assert "missing" not in text and text.count(" -- ") == 5
 
 
 def test_links_only():
-    links = planner.links(make_facts(["a", "b"], [cable("a", "en2", "b", "en2", speed=None)]))
-    text = planner.dot(links)
+    links = plan_cables.links(make_facts(["a", "b"], [cable("a", "en2", "b", "en2", speed=None)]))
+    text = plan_picture.dot(links)
     assert text.startswith("graph mlx_cluster {") and text.endswith("}\n")
     assert 'label="en2/en2\\nspeed unknown"' in text
 
@@ -63,7 +68,7 @@ def test_external_peer_is_drawn():
     facts = make_facts(["a", "b"], [cable("a", "en2", "b", "en2")])
     ext = make_facts(["a", "z"], [cable("a", "en3", "z", "en2")])["a"]["ports"][0]
     facts["a"]["ports"].append(ext)
-    text = planner.dot(planner.links(facts))
+    text = plan_picture.dot(plan_cables.links(facts))
     assert "(not in inventory)" in text
 
 
@@ -81,12 +86,12 @@ NASTY = [
 def _nasty_links():
     names = NASTY
     cables = [cable(names[i], "en2", names[(i + 1) % len(names)], "en3") for i in range(len(names))]
-    return names, planner.links(make_facts(names, cables))
+    return names, plan_cables.links(make_facts(names, cables))
 
 
 def test_names_are_escaped():
     names, links = _nasty_links()
-    text = planner.dot(links, planner.topology(links, names))
+    text = plan_picture.dot(links, plan_topology.topology(links, names))
     assert '[label="a \\"quoted\\" host"]' in text
     assert '[label="back\\\\slash\\\\"]' in text
     assert '[label="new\\nline"]' in text
@@ -96,7 +101,7 @@ def test_names_are_escaped():
 @needs_graphviz
 def test_graphviz_parses_and_renders_the_names():
     names, links = _nasty_links()
-    text = planner.dot(links, planner.topology(links, names), planner.ip_plan(links))
+    text = plan_picture.dot(links, plan_topology.topology(links, names), plan_addresses.ip_plan(links))
     svg = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True, check=True).stdout
     assert svg.count('class="node"') == len(names)
     assert svg.count('class="edge"') == len(names)

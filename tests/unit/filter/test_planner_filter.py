@@ -31,10 +31,10 @@ def test_exposes_the_plan_filters(filters):
 
 
 def test_the_filters_call_the_controllers_planner(filters):
-    from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_cables
 
     hosts, cables = mesh_cables(2)
-    assert filters["mlx_links"](make_facts(hosts, cables)) == planner.links(make_facts(hosts, cables))
+    assert filters["mlx_links"](make_facts(hosts, cables)) == plan_cables.links(make_facts(hosts, cables))
 
 
 def test_pipeline(filters):

@@ -8,8 +8,13 @@ from unittest import mock
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_hostfile,
+    plan_topology,
+)
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
 LAN = {
@@ -25,9 +30,9 @@ LAN = {
 
 
 def build(hosts, cables, rdma=True, order=None, **kw):
-    links = planner.links(make_facts(hosts, cables))
-    topo = planner.topology(links, order or hosts, rdma=rdma, **kw)
-    return topo, planner.ip_plan(links)
+    links = plan_cables.links(make_facts(hosts, cables))
+    topo = plan_topology.topology(links, order or hosts, rdma=rdma, **kw)
+    return topo, plan_addresses.ip_plan(links)
 
 
 def mesh3_with_double_pair():
@@ -38,7 +43,7 @@ def mesh3_with_double_pair():
 def test_jaccl_shape():
     hosts, cables = mesh3_with_double_pair()
     topo, plan = build(hosts, cables, order=["m01", "m00", "m02"])
-    hf = planner.hostfile(topo, plan, LAN, envs=["MLX_METAL_FAST_SYNCH=1"])
+    hf = plan_hostfile.hostfile(topo, plan, LAN, envs=["MLX_METAL_FAST_SYNCH=1"])
     # m00-m01 has two cables, the other pairs one: every pair gets one device (as MLX)
     assert hf == {
         "backend": "jaccl",
@@ -55,7 +60,7 @@ def test_jaccl_lists_every_pairs_cables_when_every_pair_has_as_many():
     hosts, cables = mesh_cables(3)
     cables += [cable("m00", "en7", "m01", "en7"), cable("m00", "en8", "m02", "en8"), cable("m01", "en9", "m02", "en10")]
     topo, plan = build(hosts, cables, order=["m02", "m00", "m01"])
-    rows = [h["rdma"] for h in planner.hostfile(topo, plan, LAN)["hosts"]]
+    rows = [h["rdma"] for h in plan_hostfile.hostfile(topo, plan, LAN)["hosts"]]
     # m02 ranks first: its interface names order the m02-m01 pair ("en10" < "en3" as strings)
     assert rows == [
         [None, ["rdma_en2", "rdma_en8"], ["rdma_en10", "rdma_en3"]],
@@ -67,7 +72,7 @@ def test_jaccl_lists_every_pairs_cables_when_every_pair_has_as_many():
 def test_jaccl_ring_shape():
     hosts, cables = ring_cables(4)
     topo, plan = build(hosts, cables)
-    hf = planner.hostfile(topo, plan, LAN)
+    hf = plan_hostfile.hostfile(topo, plan, LAN)
     assert hf["backend"] == "jaccl-ring"
     assert [h["ssh"] for h in hf["hosts"]] == topo["ring"] == ["r00", "r01", "r02", "r03"]
     assert [h["rdma"] for h in hf["hosts"]] == [
@@ -82,7 +87,7 @@ def test_jaccl_ring_shape():
 def test_jaccl_ring_uses_ring_width_devices_per_neighbour():
     hosts, cables = ring_cables(3, per_hop=2)
     topo, plan = build(hosts, cables, backend="jaccl-ring")
-    hf = planner.hostfile(topo, plan, LAN)
+    hf = plan_hostfile.hostfile(topo, plan, LAN)
     assert topo["ring_width"] == 2
     assert hf["hosts"][0]["rdma"] == [None, ["rdma_en2", "rdma_en3"], ["rdma_en4", "rdma_en5"]]
 
@@ -90,7 +95,7 @@ def test_jaccl_ring_uses_ring_width_devices_per_neighbour():
 def test_ring_shape_addresses_towards_the_left_neighbour():
     hosts, cables = ring_cables(4)
     topo, plan = build(hosts, cables, rdma=False)
-    hf = planner.hostfile(topo, plan)  # no coordinators needed
+    hf = plan_hostfile.hostfile(topo, plan)  # no coordinators needed
     assert hf["backend"] == "ring"
     for rank, entry in enumerate(hf["hosts"]):
         left = topo["ring"][rank - 1]
@@ -101,13 +106,13 @@ def test_ring_shape_addresses_towards_the_left_neighbour():
 def test_ring_width_two_gives_two_addresses():
     hosts, cables = ring_cables(3, per_hop=2)
     topo, plan = build(hosts, cables, rdma=False)
-    hf = planner.hostfile(topo, plan)
+    hf = plan_hostfile.hostfile(topo, plan)
     assert [len(h["ips"]) for h in hf["hosts"]] == [2, 2, 2]
 
 
 def test_two_hosts_ring():
     topo, plan = build(["a", "b"], [cable("a", "en2", "b", "en3")], rdma=False)
-    hf = planner.hostfile(topo, plan)
+    hf = plan_hostfile.hostfile(topo, plan)
     entry = plan["cables"]["a:en2~b:en3"]
     assert hf["hosts"] == [
         {"ssh": "a", "ips": [entry["a"]["address"]], "rdma": []},
@@ -131,7 +136,7 @@ def test_coordinator_validation(address, match):
     topo, plan = build(hosts, cables)
     coords = dict(LAN, m01=address)
     with pytest.raises(PlanError, match=match) as info:
-        planner.hostfile(topo, plan, coords)
+        plan_hostfile.hostfile(topo, plan, coords)
     assert "m01" in info.value.message
     assert "set mlx_cluster_coordinator_address for m01 in the inventory" in info.value.message
 
@@ -141,25 +146,25 @@ def test_coordinator_must_not_be_a_cable_address():
     topo, plan = build(hosts, cables)
     coords = dict(LAN, m02=plan["hosts"]["m02"][0]["address"])
     with pytest.raises(PlanError, match="m02 is a Thunderbolt cable address"):
-        planner.hostfile(topo, plan, coords)
+        plan_hostfile.hostfile(topo, plan, coords)
 
 
 def test_no_backend_fits():
     topo, plan = build(["a", "b", "c"], [cable("a", "en2", "b", "en2")])
     with pytest.raises(PlanError, match="no MLX backend fits this wiring: .*no full mesh"):
-        planner.hostfile(topo, plan, {})
+        plan_hostfile.hostfile(topo, plan, {})
 
 
 def test_backend_override():
     hosts, cables = mesh_cables(3)
     topo, plan = build(hosts, cables)
-    assert planner.hostfile(topo, plan, backend="ring")["backend"] == "ring"
+    assert plan_hostfile.hostfile(topo, plan, backend="ring")["backend"] == "ring"
     rtopo, rplan = build(*ring_cables(4))
     with pytest.raises(PlanError, match="jaccl needs a full mesh; missing cables: r00-r02, r01-r03"):
-        planner.hostfile(rtopo, rplan, LAN, backend="jaccl")
+        plan_hostfile.hostfile(rtopo, rplan, LAN, backend="jaccl")
     norm_topo, _ = build(*ring_cables(4), rdma=False)
     with pytest.raises(PlanError, match="needs RDMA on every host"):
-        planner.hostfile(norm_topo, rplan, LAN, backend="jaccl-ring")
+        plan_hostfile.hostfile(norm_topo, rplan, LAN, backend="jaccl-ring")
 
 
 @pytest.mark.parametrize("envs", [["NOPE"], ["1X=2"], "A=1", [3]])
@@ -167,14 +172,14 @@ def test_bad_envs(envs):
     hosts, cables = mesh_cables(3)
     topo, plan = build(hosts, cables)
     with pytest.raises(PlanError, match="envs"):
-        planner.hostfile(topo, plan, LAN, envs=envs)
+        plan_hostfile.hostfile(topo, plan, LAN, envs=envs)
 
 
 def test_plan_from_other_links():
     topo, _ = build(*ring_cables(4))
     _, other = build(*ring_cables(3))
     with pytest.raises(PlanError, match="has no cable between r00 and r03"):
-        planner.hostfile(topo, other, LAN)
+        plan_hostfile.hostfile(topo, other, LAN)
 
 
 # ------------------------------------------------------------------ MLX's launcher as oracle
@@ -224,7 +229,7 @@ def _launch(hf, tmp_path, backend):
 def test_mlx_launch_accepts_our_hostfile(tmp_path, backend, build_args):
     make, rdma = build_args
     topo, plan = build(*make(), rdma=rdma)
-    hf = planner.hostfile(topo, plan, LAN, envs=["MLX_X=1"])
+    hf = plan_hostfile.hostfile(topo, plan, LAN, envs=["MLX_X=1"])
     assert hf["backend"] == backend
     parsed, files, env = _launch(hf, tmp_path, backend)
     assert parsed.backend == backend and parsed.envs == ["MLX_X=1"]

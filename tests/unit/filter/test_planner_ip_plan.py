@@ -6,13 +6,13 @@ import ipaddress
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
 
 def links_of(hosts, cables):
-    return planner.links(make_facts(hosts, cables))
+    return plan_cables.links(make_facts(hosts, cables))
 
 
 def net(plan, cid):
@@ -23,7 +23,7 @@ TWO = links_of(["m1", "m2"], [cable("m1", "en2", "m2", "en3")])
 
 
 def test_one_cable():
-    plan = planner.ip_plan(TWO)
+    plan = plan_addresses.ip_plan(TWO)
     entry = plan["cables"]["m1:en2~m2:en3"]
     network = ipaddress.ip_network(entry["network"])
     assert network.prefixlen == 30 and network.subnet_of(ipaddress.ip_network("10.208.0.0/16"))
@@ -61,15 +61,15 @@ def test_one_cable():
 
 
 def test_default_pool_is_not_192_168():
-    assert not ipaddress.ip_network(planner.DEFAULT_POOL).overlaps(ipaddress.ip_network("192.168.0.0/16"))
-    assert "192.168" in planner.ip_plan.__doc__
+    assert not ipaddress.ip_network(plan_addresses.DEFAULT_POOL).overlaps(ipaddress.ip_network("192.168.0.0/16"))
+    assert "192.168" in plan_addresses.ip_plan.__doc__
 
 
 def test_same_wiring_same_plan_in_any_order():
     hosts, cables = mesh_cables(5)
     links = links_of(hosts, cables)
     reordered = dict(links, cables=list(reversed(links["cables"])))
-    assert planner.ip_plan(links) == planner.ip_plan(reordered)
+    assert plan_addresses.ip_plan(links) == plan_addresses.ip_plan(reordered)
 
 
 def test_lan_on_another_interface_pushes_the_plan_around_it():
@@ -81,7 +81,7 @@ def test_lan_on_another_interface_pushes_the_plan_around_it():
             "lo0": {"ipv4": [{"address": "127.0.0.1", "prefix": 8}]},
         }
     }
-    plan = planner.ip_plan(links, interfaces=interfaces)
+    plan = plan_addresses.ip_plan(links, interfaces=interfaces)
     lan = ipaddress.ip_network("10.208.0.0/17")
     assert all(not net(plan, cid).overlaps(lan) for cid in plan["cables"])
     assert plan["excluded"] == [{"network": "10.208.0.0/17", "source": "m00:en0"}]
@@ -89,7 +89,7 @@ def test_lan_on_another_interface_pushes_the_plan_around_it():
 
 def test_exclude_argument():
     hosts, cables = mesh_cables(4)
-    plan = planner.ip_plan(links_of(hosts, cables), exclude=["10.208.128.0/17", "fd00::/8"])
+    plan = plan_addresses.ip_plan(links_of(hosts, cables), exclude=["10.208.128.0/17", "fd00::/8"])
     assert all(net(plan, cid).subnet_of(ipaddress.ip_network("10.208.0.0/17")) for cid in plan["cables"])
 
 
@@ -98,7 +98,7 @@ def test_addresses_already_on_both_ends_are_kept():
         "m1": {"en2": {"ipv4": [{"address": "10.208.77.6", "prefix": 30}]}},
         "m2": {"en3": {"ipv4": [{"address": "10.208.77.5", "prefix": 30}]}},
     }
-    entry = planner.ip_plan(TWO, interfaces=interfaces)["cables"]["m1:en2~m2:en3"]
+    entry = plan_addresses.ip_plan(TWO, interfaces=interfaces)["cables"]["m1:en2~m2:en3"]
     assert entry["network"] == "10.208.77.4/30" and entry["kept"] is True
     # kept as they are, even with a above b: nothing is renumbered
     assert (entry["a"]["address"], entry["b"]["address"]) == ("10.208.77.6", "10.208.77.5")
@@ -110,7 +110,7 @@ def test_current_argument_overrides_interfaces():
         "m1": {"en2": {"ipv4": [{"address": "10.208.77.6", "prefix": 30}]}},
         "m2": {"en3": {"ipv4": [{"address": "10.208.77.5", "prefix": 30}]}},
     }
-    entry = planner.ip_plan(TWO, interfaces=interfaces, current=current)["cables"]["m1:en2~m2:en3"]
+    entry = plan_addresses.ip_plan(TWO, interfaces=interfaces, current=current)["cables"]["m1:en2~m2:en3"]
     assert entry["network"] == "10.208.9.0/30"
 
 
@@ -127,14 +127,14 @@ def test_current_argument_overrides_interfaces():
 )
 def test_current_addresses_that_are_not_a_valid_30_are_replaced(a, b):
     current = {"m1": {"en2": [a]}, "m2": {"en3": [b] if b else []}}
-    entry = planner.ip_plan(TWO, current=current)["cables"]["m1:en2~m2:en3"]
+    entry = plan_addresses.ip_plan(TWO, current=current)["cables"]["m1:en2~m2:en3"]
     assert entry["kept"] is False
-    assert entry == planner.ip_plan(TWO)["cables"]["m1:en2~m2:en3"]
+    assert entry == plan_addresses.ip_plan(TWO)["cables"]["m1:en2~m2:en3"]
 
 
 def test_current_addresses_in_an_excluded_network_are_replaced():
     current = {"m1": {"en2": ["10.208.9.1/30"]}, "m2": {"en3": ["10.208.9.2/30"]}}
-    entry = planner.ip_plan(TWO, current=current, exclude=["10.208.9.0/24"])["cables"]["m1:en2~m2:en3"]
+    entry = plan_addresses.ip_plan(TWO, current=current, exclude=["10.208.9.0/24"])["cables"]["m1:en2~m2:en3"]
     assert entry["kept"] is False and entry["network"] != "10.208.9.0/30"
 
 
@@ -145,21 +145,21 @@ def test_one_30_claimed_by_two_cables_goes_to_the_first():
         "m2": {"en2": ["10.208.9.2/30"], "en3": ["10.208.9.1/30"]},
         "m3": {"en3": ["10.208.9.2/30"]},
     }
-    plan = planner.ip_plan(links, current=current)
+    plan = plan_addresses.ip_plan(links, current=current)
     assert plan["cables"]["m1:en2~m2:en2"]["network"] == "10.208.9.0/30"
     assert plan["cables"]["m2:en3~m3:en3"]["network"] != "10.208.9.0/30"
 
 
 def test_adding_a_cable_moves_no_other():
     hosts, cables = ring_cables(6)
-    before = planner.ip_plan(links_of(hosts, cables))
-    after = planner.ip_plan(links_of(hosts, cables + [cable("r00", "en9", "r03", "en9")]))
+    before = plan_addresses.ip_plan(links_of(hosts, cables))
+    after = plan_addresses.ip_plan(links_of(hosts, cables + [cable("r00", "en9", "r03", "en9")]))
     for cid, entry in before["cables"].items():
         assert after["cables"][cid] == entry
 
 
 def test_smallest_pool_holds_one_cable():
-    plan = planner.ip_plan(TWO, pool="10.1.2.4/30")
+    plan = plan_addresses.ip_plan(TWO, pool="10.1.2.4/30")
     assert plan["cables"]["m1:en2~m2:en3"]["network"] == "10.1.2.4/30"
 
 
@@ -168,7 +168,7 @@ def test_exhaustion_says_how_many():
     with pytest.raises(
         PlanError, match="pool 10.1.2.0/29 has 2 /30 networks .* but 3 cables need one each: pass a larger pool"
     ):
-        planner.ip_plan(links_of(hosts, cables), pool="10.1.2.0/29")
+        plan_addresses.ip_plan(links_of(hosts, cables), pool="10.1.2.0/29")
 
 
 def test_exhaustion_by_exclusion_names_the_source():
@@ -178,7 +178,7 @@ def test_exhaustion_by_exclusion_names_the_source():
         PlanError,
         match="pool 10.1.2.0/28 has 4 /30 networks \\(2 excluded by r00:en0, 0 kept by existing cables\\) but 3 cables",
     ):
-        planner.ip_plan(links_of(hosts, cables), pool="10.1.2.0/28", interfaces=interfaces)
+        plan_addresses.ip_plan(links_of(hosts, cables), pool="10.1.2.0/28", interfaces=interfaces)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_exhaustion_by_exclusion_names_the_source():
 )
 def test_bad_pool(pool, match):
     with pytest.raises(PlanError, match=match):
-        planner.ip_plan(TWO, pool=pool)
+        plan_addresses.ip_plan(TWO, pool=pool)
 
 
 @pytest.mark.parametrize(
@@ -217,12 +217,12 @@ def test_bad_pool(pool, match):
 )
 def test_bad_arguments(kw, match):
     with pytest.raises(PlanError, match=match):
-        planner.ip_plan(TWO, **kw)
+        plan_addresses.ip_plan(TWO, **kw)
 
 
 def test_inconsistent_links():
     links = {"cables": TWO["cables"] + [dict(TWO["cables"][0], id="other")]}
     with pytest.raises(PlanError, match="m1:en2 is an end of two cables"):
-        planner.ip_plan(links)
+        plan_addresses.ip_plan(links)
     with pytest.raises(PlanError, match="result of mlx_links"):
-        planner.ip_plan({"nope": []})
+        plan_addresses.ip_plan({"nope": []})

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_cables, plan_topology
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, find_port, make_facts, tb_uuid
 
 
@@ -19,7 +19,7 @@ def _ids(result):
 
 def test_direct_cable_seen_from_both_ends():
     facts = make_facts(["m2", "m1"], [cable("m2", "en3", "m1", "en2")])
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert result["cables"] == [
         {
             "id": "m1:en2~m2:en3",
@@ -37,7 +37,7 @@ def test_direct_cable_seen_from_both_ends():
 
 def test_one_sided_dock_cable():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3", via=["CalDigit TS4"], seen_by="b")])
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     [c] = result["cables"]
     assert c["sighting"] == "one-sided"
     assert c["via"] == ["CalDigit TS4"]
@@ -49,14 +49,14 @@ def test_one_sided_dock_cable():
 
 def test_two_cables_between_one_pair_are_both_kept():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m2", "en3")])
-    assert _ids(planner.links(facts)) == ["m1:en2~m2:en2", "m1:en3~m2:en3"]
+    assert _ids(plan_cables.links(facts)) == ["m1:en2~m2:en2", "m1:en3~m2:en3"]
 
 
 def test_external_peer():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
     ext = find_port(make_facts(["m1", "m9"], [cable("m1", "en3", "m9", "en2")]), "m1", "en3")
     facts["m1"]["ports"].append(ext)
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert _ids(result) == ["m1:en2~m2:en2"]
     assert result["external"] == [
         {"host": "m1", "iface": "en3", "peer_name": "Mac Studio", "peer_uuid": tb_uuid("m9", "en2")}
@@ -73,7 +73,7 @@ def test_miswired_or_stale_sighting():
         "model_id": None,
         "via": [],
     }
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert _ids(result) == ["m2:en3~m3:en2"]
     [problem] = result["problems"]
     assert problem["code"] == "miswired"
@@ -86,7 +86,7 @@ def test_cabled_port_without_iface():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3"), cable("m1", "en4", "m2", "en4")])
     port = find_port(facts, "m2", "en3")
     port["iface"] = None
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert _ids(result) == ["m1:en4~m2:en4"]
     [problem] = result["problems"]
     assert problem["code"] == "no_iface"
@@ -97,7 +97,7 @@ def test_cabled_port_without_iface():
 def test_empty_port_without_iface_is_only_a_warning():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")], empty_ports={"m1": ["en9"]})
     find_port(facts, "m1", "en9")["iface"] = None
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert result["problems"] == []
     assert any("harmless while the port is empty" in w for w in result["warnings"])
 
@@ -116,7 +116,7 @@ def test_empty_port_without_iface_is_only_a_warning():
 )
 def test_speed_is_the_slower_end(speed_a, speed_b, speed, link_class):
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2", speed=speed_a, speed_b=speed_b)])
-    [c] = planner.links(facts)["cables"]
+    [c] = plan_cables.links(facts)["cables"]
     assert (c["speed_gbps"], c["link_class"]) == (speed, link_class)
 
 
@@ -131,7 +131,7 @@ def test_independent_of_dict_and_port_order():
             cable("a", "en4", "c", "en4"),
         ],
     )
-    expected = planner.links(facts)
+    expected = plan_cables.links(facts)
     rnd = random.Random(7)
     for _ in range(10):
         hosts = list(facts)
@@ -141,18 +141,18 @@ def test_independent_of_dict_and_port_order():
             f = copy.deepcopy(facts[h])
             rnd.shuffle(f["ports"])
             shuffled[h] = f
-        assert json.dumps(planner.links(shuffled)) == json.dumps(expected)
+        assert json.dumps(plan_cables.links(shuffled)) == json.dumps(expected)
 
 
 def test_accepts_mlx_cluster_facts():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
     wrapped = {h: {"thunderbolt": f, "rdma": {}} for h, f in facts.items()}
-    assert planner.links(wrapped) == planner.links(facts)
+    assert plan_cables.links(wrapped) == plan_cables.links(facts)
 
 
 def test_loopback_cable():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m1", "en3")])
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert result["cables"] == []
     assert [p["code"] for p in result["problems"]] == ["loopback"]
 
@@ -160,7 +160,7 @@ def test_loopback_cable():
 def test_duplicate_domain_uuid():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
     facts["m3"] = copy.deepcopy(facts["m2"])  # facts copied between hosts
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert "duplicate_uuid" in [p["code"] for p in result["problems"]]
     assert result["cables"] == []
 
@@ -175,7 +175,7 @@ def test_two_one_sided_sightings_of_one_port():
         "model_id": None,
         "via": ["Hub"],
     }
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert result["cables"] == []
     [problem] = result["problems"]
     assert problem["code"] == "miswired" and problem["hosts"] == ["m1", "m2", "m3"]
@@ -184,7 +184,7 @@ def test_two_one_sided_sightings_of_one_port():
 def test_host_without_facts_is_a_warning():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en2")])
     facts["m3"] = None
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert len(result["cables"]) == 1
     assert any(w.startswith("m3: no Thunderbolt facts") for w in result["warnings"])
 
@@ -204,7 +204,7 @@ def test_host_without_facts_is_a_warning():
 )
 def test_bad_input(bad):
     with pytest.raises(PlanError):
-        planner.links(bad)
+        plan_cables.links(bad)
 
 
 def test_real_captures_through_mlx_tb(read_fixture):
@@ -216,7 +216,7 @@ def test_real_captures_through_mlx_tb(read_fixture):
         "studio-a": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), hw),
         "studio-b": mlx_tb.thunderbolt_facts(read_fixture("sp_direct_studio_b.json"), hw),
     }
-    result = planner.links(facts)
+    result = plan_cables.links(facts)
     assert [(c["id"], c["sighting"]) for c in result["cables"]] == [("studio-a:en2~studio-b:en3", "both")]
     assert result["problems"] == []
 
@@ -229,7 +229,7 @@ def test_port_without_uuid_is_matched_from_the_side_that_sees_it():
     is m2:en3's, and the cable is kept (with a warning saying so)."""
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3")])
     find_port(facts, "m2", "en3")["domain_uuid"] = None
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert [c["id"] for c in links["cables"]] == ["m1:en2~m2:en3"]
     assert links["cables"][0]["sighting"] == "both"
     assert links["cables"][0]["b"]["domain_uuid"] == tb_uuid("m2", "en3")
@@ -248,7 +248,7 @@ def test_port_without_uuid_or_peer_is_named_not_dropped():
     )
     port = find_port(facts, "m2", "en3")
     port["domain_uuid"], port["peer"] = None, None
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert [c["id"] for c in links["cables"]] == ["m1:en3~m3:en2", "m2:en2~m3:en3"]
     (u,) = links["unmatched"]
     assert (u["host"], u["iface"], u["port"], u["peer"]) == ("m2", "en3", "m2:en3", None)
@@ -260,7 +260,7 @@ def test_port_without_uuid_or_peer_is_named_not_dropped():
         for w in links["warnings"]
     )
     # the planner goes on (ring over the rest), and preflight names the port
-    topo = planner.topology(links, ["m1", "m2", "m3"], rdma=True)
+    topo = plan_topology.topology(links, ["m1", "m2", "m3"], rdma=True)
     assert topo["backend"] is None and topo["missing"] == [["m1", "m2"]]
     found = [
         p
@@ -275,7 +275,7 @@ def test_two_ports_without_uuid_seeing_the_same_port_are_both_named():
     find_port(facts, "m2", "en3")["domain_uuid"] = None
     stray = find_port(facts, "m3", "en5")
     stray.update(domain_uuid=None, status="connected", peer=dict(find_port(facts, "m2", "en3")["peer"]))
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert links["cables"] == []
     assert sorted(u["port"] for u in links["unmatched"]) == ["m2:en3", "m3:en5"]
 
@@ -283,5 +283,5 @@ def test_two_ports_without_uuid_seeing_the_same_port_are_both_named():
 def test_empty_port_without_uuid_is_harmless():
     facts = make_facts(["m1", "m2"], [cable("m1", "en2", "m2", "en3")], empty_ports={"m1": ["en4"]})
     find_port(facts, "m1", "en4")["domain_uuid"] = None
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert len(links["cables"]) == 1 and links["unmatched"] == []

@@ -15,8 +15,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_hostfile,
+    plan_topology,
+)
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import (
     cable,
     find_port,
@@ -86,7 +91,7 @@ def test_every_intended_difference_has_its_test():
 
 
 def ours(hosts, cables):
-    links = planner.links(make_facts(hosts, cables))
+    links = plan_cables.links(make_facts(hosts, cables))
     return links, weights(hosts, cables)
 
 
@@ -121,7 +126,7 @@ def test_connectivity_matrix_matches_mlx_one_cable_per_pair(mlx_config):
 def test_rings_at_least_as_good_as_mlx(wiring, mlx_config):
     hosts, cables = wiring
     links, w = ours(hosts, cables)
-    topo = planner.topology(links, hosts)
+    topo = plan_topology.topology(links, hosts)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     rings = mlx_config.extract_rings(mlx_config.make_connectivity_matrix(tb_hosts, rev))
     mlx_full = bool(rings) and len(rings[0][0]) == len(hosts)
@@ -147,7 +152,7 @@ def test_ip_configurator_assigns_the_same_cable_ends(wiring, mlx_config):
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     _ipc, mlx_ends = mlx_ip_ends(mlx_config, hosts, tb_hosts, rev)
-    plan = planner.ip_plan(links)
+    plan = plan_addresses.ip_plan(links)
     our_ends = {(h, e["iface"]) for h, entries in plan["hosts"].items() for e in entries}
     assert our_ends == mlx_ends
 
@@ -194,8 +199,8 @@ def test_jaccl_rdma_matrix_matches_mlx(n, mlx_config):
     links, _ = ours(hosts, cables)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     ipc, _ = mlx_ip_ends(mlx_config, hosts, tb_hosts, rev)
-    topo = planner.topology(links, hosts, rdma=True)
-    hf = planner.hostfile(topo, planner.ip_plan(links), COORDS)
+    topo = plan_topology.topology(links, hosts, rdma=True)
+    hf = plan_hostfile.hostfile(topo, plan_addresses.ip_plan(links), COORDS)
     assert hf["backend"] == "jaccl"
     assert [h["rdma"] for h in hf["hosts"]] == mlx_jaccl_rdma(ipc, n)
 
@@ -207,7 +212,7 @@ def jaccl_matrices(mlx_config, hosts, cables, order=None):
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), order)
     ipc, _ = mlx_ip_ends(mlx_config, order, tb_hosts, rev)
     coords = {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(order)}
-    hf = planner.hostfile(planner.topology(links, order, rdma=True), planner.ip_plan(links), coords)
+    hf = plan_hostfile.hostfile(plan_topology.topology(links, order, rdma=True), plan_addresses.ip_plan(links), coords)
     assert hf["backend"] == "jaccl"
     return [h["rdma"] for h in hf["hosts"]], mlx_jaccl_rdma(ipc, len(order))
 
@@ -259,10 +264,10 @@ def test_jaccl_pair_lists_the_same_cables_at_both_ends():
     """JACCL connects device c of rank i to device c of rank j: both must be one cable."""
     hosts, cables = uneven({(0, 1): 3, (0, 2): 2, (1, 2): 2}, 3)
     links, _ = ours(hosts, cables)
-    plan = planner.ip_plan(links)
+    plan = plan_addresses.ip_plan(links)
     ends = {(c["a"]["host"], c["a"]["iface"]): (c["b"]["host"], c["b"]["iface"]) for c in plan["cables"].values()}
     ends.update({v: k for k, v in list(ends.items())})
-    hf = planner.hostfile(planner.topology(links, hosts, rdma=True), plan, COORDS)
+    hf = plan_hostfile.hostfile(plan_topology.topology(links, hosts, rdma=True), plan, COORDS)
     rows = [h["rdma"] for h in hf["hosts"]]
     for i, hi in enumerate(hosts):
         for j, hj in enumerate(hosts):
@@ -281,23 +286,23 @@ def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
     # test_difference_rdma_capable_links)
     cables = [dict(c, speed=80, speed_b=80) for c in cables]
     links, _ = ours(hosts, cables)
-    topo = planner.topology(links, hosts, rdma=True)
+    topo = plan_topology.topology(links, hosts, rdma=True)
     assume(topo["ring"] is not None and not topo["mesh"])  # a ring to compare (drawn again otherwise)
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     ipc, _ = mlx_ip_ends(mlx_config, hosts, tb_hosts, rev)
     idx = {h: i for i, h in enumerate(hosts)}
     ring = [idx[h] for h in topo["ring"]]
     width = topo["ring_width"]
-    plan = planner.ip_plan(links)
+    plan = plan_addresses.ip_plan(links)
     coords = {h: "10.1.0.%d" % (10 + i) for i, h in enumerate(hosts)}
-    jr = planner.hostfile(topo, plan, coords)
+    jr = plan_hostfile.hostfile(topo, plan, coords)
     assert jr["backend"] == "jaccl-ring"
     mlx_rows = mlx_jaccl_ring_rdma(ipc, ring, width)
 
     # which `width` cables of a thicker hop, in which order: MLX's (hosts order, iface names)
     assert [h["rdma"] for h in jr["hosts"]] == mlx_rows
     # ring backend: ips = this host's addresses towards the previous rank (configure_ring)
-    rh = planner.hostfile(topo, plan, backend="ring")
+    rh = plan_hostfile.hostfile(topo, plan, backend="ring")
     addr_to_end = {e["address"]: (h, e["iface"]) for h, es in plan["hosts"].items() for e in es}
     for rank, node in enumerate(ring):
         peer = ring[rank - 1]
@@ -323,7 +328,7 @@ def test_difference_docks(mlx_config):
     theirs = mlx_config.make_connectivity_matrix(tb_hosts, rev)
     assert our_matrix(hosts, links) == [[0, 1, 1], [1, 0, 1], [1, 1, 0]]
     assert theirs == [[0, 1, 0], [1, 0, 0], [0, 0, 0]]
-    assert planner.topology(links, hosts)["ring"] == ["m1", "m2", "m3"]
+    assert plan_topology.topology(links, hosts)["ring"] == ["m1", "m2", "m3"]
     assert len(mlx_config.extract_rings(theirs)[0][0]) < 3
 
 
@@ -334,11 +339,11 @@ def test_difference_rdma_capable_links(mlx_config):
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     # MLX: a mesh (it never reads the link speed) and RDMA devices everywhere -> configure_jaccl
     assert mlx_config.check_valid_mesh(hosts, mlx_config.make_connectivity_matrix(tb_hosts, rev), False)
-    topo = planner.topology(links, hosts, rdma=True)
+    topo = plan_topology.topology(links, hosts, rdma=True)
     assert topo["mesh"] and topo["backend"] == "ring"
     assert [e["name"] for e in topo["no_rdma"]] == ["m00:en4 <-> m02:en2"]
     with pytest.raises(PlanError, match="m00:en4 <-> m02:en2 .TB4 40 Gb/s"):
-        planner.topology(links, hosts, rdma=True, backend="jaccl")
+        plan_topology.topology(links, hosts, rdma=True, backend="jaccl")
 
 
 def test_difference_pool(mlx_config):
@@ -348,7 +353,7 @@ def test_difference_pool(mlx_config):
     ipc, mlx_ends = mlx_ip_ends(mlx_config, hosts, tb_hosts, rev)
     mlx_addrs = [ip for entries in ipc.ips.values() for _iface, ip in entries]
     assert all(a.startswith("192.168.0.") for a in mlx_addrs)
-    plan = planner.ip_plan(links)
+    plan = plan_addresses.ip_plan(links)
     ours_addrs = [e["address"] for es in plan["hosts"].values() for e in es]
     assert all(a.startswith("10.208.") for a in ours_addrs)
     assert {(h, e["iface"]) for h, es in plan["hosts"].items() for e in es} == mlx_ends
@@ -374,7 +379,7 @@ def test_difference_bottleneck_ring(mlx_config):
     tb_hosts, rev = mlx_connectivity(make_facts(hosts, cables), hosts)
     mlx_ring, mlx_width = mlx_config.extract_rings(mlx_config.make_connectivity_matrix(tb_hosts, rev))[0]
     assert (mlx_ring, mlx_width) == ([0, 1, 2, 3], 1)
-    topo = planner.topology(links, hosts)
+    topo = plan_topology.topology(links, hosts)
     assert (topo["ring"], topo["ring_width"]) == (["a", "c", "b", "d"], 2)
 
 
@@ -382,7 +387,7 @@ def test_difference_ring_search_speed(mlx_config):
     hosts, cables = mesh_cables(8)
     links, w = ours(hosts, cables)
     t = time.perf_counter()
-    planner.topology(links, hosts)
+    plan_topology.topology(links, hosts)
     ours_s = time.perf_counter() - t
     t = time.perf_counter()
     mlx_config.extract_rings(w)
@@ -399,7 +404,7 @@ def test_difference_inconsistent_sightings(mlx_config):
         "model_id": None,
         "via": [],
     }
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert [p["code"] for p in links["problems"]] == ["miswired"]
     assert our_matrix(hosts, links) == [[0, 0, 0], [0, 0, 1], [0, 1, 0]]
     tb_hosts, rev = mlx_connectivity(facts, hosts)
@@ -410,7 +415,7 @@ def test_difference_missing_iface():
     hosts = ["m1", "m2"]
     facts = make_facts(hosts, [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m2", "en3")])
     find_port(facts, "m2", "en3")["iface"] = None
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert [p["code"] for p in links["problems"]] == ["no_iface"]
     assert len(links["cables"]) == 1
     with pytest.raises(KeyError, match="Thunderbolt 2"):
@@ -421,7 +426,7 @@ def test_difference_external_peer(mlx_config):
     hosts = ["m1", "m2"]
     facts = make_facts(["m1", "m2", "m9"], [cable("m1", "en2", "m2", "en2"), cable("m1", "en3", "m9", "en3")])
     del facts["m9"]
-    links = planner.links(facts)
+    links = plan_cables.links(facts)
     assert [(e["host"], e["iface"]) for e in links["external"]] == [("m1", "en3")]
     tb_hosts, rev = mlx_connectivity(facts, hosts)
     assert mlx_config.make_connectivity_matrix(tb_hosts, rev) == [[0, 1], [1, 0]]  # nothing to see
@@ -430,6 +435,6 @@ def test_difference_external_peer(mlx_config):
 def test_difference_coordinator():
     hosts, cables = mesh_cables(2)
     links, _ = ours(hosts, cables)
-    topo = planner.topology(links, hosts, rdma=True)
+    topo = plan_topology.topology(links, hosts, rdma=True)
     with pytest.raises(PlanError, match="link-local .*set mlx_cluster_coordinator_address for m00"):
-        planner.hostfile(topo, planner.ip_plan(links), {"m00": "169.254.10.1", "m01": "10.1.0.11"})
+        plan_hostfile.hostfile(topo, plan_addresses.ip_plan(links), {"m00": "169.254.10.1", "m01": "10.1.0.11"})

@@ -10,8 +10,8 @@ import random
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables, plan_topology
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import brute_mesh, brute_ring, make_facts, weights, wirings
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -67,7 +67,7 @@ def check_plan(plan, links, excluded=()):
 @given(wirings(one_sided=True))
 def test_links_recover_the_wiring(wiring):
     hosts, cables = wiring
-    result = planner.links(make_facts(hosts, cables))
+    result = plan_cables.links(make_facts(hosts, cables))
     assert [c["id"] for c in result["cables"]] == sorted(cid(c) for c in cables)
     expected = {cid(c): ("both" if c["seen_by"] == "both" else "one-sided") for c in cables}
     assert {c["id"]: c["sighting"] for c in result["cables"]} == expected
@@ -80,7 +80,7 @@ def test_links_recover_the_wiring(wiring):
 )
 def test_ip_plan_invariants(wiring, pool_prefix, holes, data):
     hosts, cables = wiring
-    links = planner.links(make_facts(hosts, cables))
+    links = plan_cables.links(make_facts(hosts, cables))
     pool = ipaddress.ip_network("10.208.0.0/%d" % pool_prefix)
     excluded = [str(ipaddress.ip_network("10.208.%d.0/%d" % (third, prefix), strict=False)) for third, prefix in holes]
     # some exclusions come as a LAN on a non-cable interface instead
@@ -91,7 +91,7 @@ def test_ip_plan_invariants(wiring, pool_prefix, holes, data):
         s for s in pool.subnets(new_prefix=30) if not any(s.overlaps(ipaddress.ip_network(x)) for x in all_excluded)
     }
     try:
-        plan = planner.ip_plan(links, pool=str(pool), interfaces=interfaces, exclude=excluded)
+        plan = plan_addresses.ip_plan(links, pool=str(pool), interfaces=interfaces, exclude=excluded)
     except PlanError as exc:
         event("pool exhausted")
         assert len(free) < len(links["cables"]), exc.message
@@ -108,14 +108,14 @@ def test_deterministic_under_shuffles(wiring, seed):
     interfaces = {
         h: {"en0": {"ipv4": [{"address": "192.168.1.%d" % (i + 2), "prefix": 24}]}} for i, h in enumerate(hosts)
     }
-    links = planner.links(facts)
-    plan = planner.ip_plan(links, interfaces=interfaces)
-    topo = planner.topology(links, hosts)
-    links2 = planner.links(shuffled(facts, seed))
+    links = plan_cables.links(facts)
+    plan = plan_addresses.ip_plan(links, interfaces=interfaces)
+    topo = plan_topology.topology(links, hosts)
+    links2 = plan_cables.links(shuffled(facts, seed))
     rev_ifaces = dict(reversed(list(interfaces.items())))
     assert json.dumps(links2) == json.dumps(links)
-    assert json.dumps(planner.ip_plan(links2, interfaces=rev_ifaces)) == json.dumps(plan)
-    assert planner.topology(links2, hosts) == topo
+    assert json.dumps(plan_addresses.ip_plan(links2, interfaces=rev_ifaces)) == json.dumps(plan)
+    assert plan_topology.topology(links2, hosts) == topo
 
 
 @SETTINGS
@@ -123,27 +123,27 @@ def test_deterministic_under_shuffles(wiring, seed):
 def test_adding_or_removing_a_cable_keeps_the_others(wiring, data):
     hosts, cables = wiring
     assume(cables)
-    links = planner.links(make_facts(hosts, cables))
-    plan = planner.ip_plan(links)
+    links = plan_cables.links(make_facts(hosts, cables))
+    plan = plan_addresses.ip_plan(links)
     # remove one cable from a converged cluster
     drop = data.draw(st.sampled_from(cables))
-    fewer = planner.links(make_facts(hosts, [c for c in cables if c is not drop]))
-    after = planner.ip_plan(fewer, interfaces=as_interfaces(plan))
+    fewer = plan_cables.links(make_facts(hosts, [c for c in cables if c is not drop]))
+    after = plan_addresses.ip_plan(fewer, interfaces=as_interfaces(plan))
     for c in fewer["cables"]:
         assert after["cables"][c["id"]] == dict(plan["cables"][c["id"]], kept=True)
     # add one cable to a converged cluster
     i, j = data.draw(st.sampled_from([(x, y) for x in hosts for y in hosts if x < y]))
     extra = dict(cables[0], a=(i, "en99"), b=(j, "en98"), seen_by="both", via=[])
-    more = planner.links(make_facts(hosts, cables + [extra]))
-    after = planner.ip_plan(more, interfaces=as_interfaces(plan))
+    more = plan_cables.links(make_facts(hosts, cables + [extra]))
+    after = plan_addresses.ip_plan(more, interfaces=as_interfaces(plan))
     for c in links["cables"]:
         assert after["cables"][c["id"]] == dict(plan["cables"][c["id"]], kept=True)
     check_plan(after, more)
     # without current addresses the hash alone keeps the others, unless home slots collide
     slots = 2**14
-    homes = [planner._slot_home(c["id"], slots) for c in more["cables"]]
+    homes = [plan_addresses._slot_home(c["id"], slots) for c in more["cables"]]
     if len(set(homes)) == len(homes):
-        fresh = planner.ip_plan(more)
+        fresh = plan_addresses.ip_plan(more)
         for c in links["cables"]:
             assert fresh["cables"][c["id"]] == plan["cables"][c["id"]]
 
@@ -159,8 +159,8 @@ def ring_is_valid(ring, hosts, w, idx):
 @given(wirings(max_hosts=10, max_cables=30))
 def test_ring_found_is_a_real_ring(wiring):
     hosts, cables = wiring
-    links = planner.links(make_facts(hosts, cables))
-    topo = planner.topology(links, hosts)
+    links = plan_cables.links(make_facts(hosts, cables))
+    topo = plan_topology.topology(links, hosts)
     w = weights(hosts, cables)
     idx = {h: i for i, h in enumerate(hosts)}
     if topo["ring"]:
@@ -175,8 +175,8 @@ def test_ring_found_is_a_real_ring(wiring):
 @given(wirings(max_hosts=7, max_cables=24))
 def test_agrees_with_brute_force(wiring):
     hosts, cables = wiring
-    links = planner.links(make_facts(hosts, cables))
-    topo = planner.topology(links, hosts)
+    links = plan_cables.links(make_facts(hosts, cables))
+    topo = plan_topology.topology(links, hosts)
     w = weights(hosts, cables)
     best_w, best = brute_ring(w)
     event("mesh" if topo["mesh"] else "ring, width %d" % best_w if best else "no ring")

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_hostfile,
+    plan_picture,
+    plan_topology,
+)
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables
 
 LAN = {
@@ -49,9 +55,9 @@ def rdma_facts(facts, down=(), missing=(), disabled=False):
 
 def plan(hosts, cables, order=None, rdma=None, **kw):
     facts = make_facts(hosts, cables)
-    links = planner.links(facts)
-    topo = planner.topology(links, order or hosts, rdma=rdma_facts(facts) if rdma is None else rdma(facts), **kw)
-    return links, topo, planner.ip_plan(links)
+    links = plan_cables.links(facts)
+    topo = plan_topology.topology(links, order or hosts, rdma=rdma_facts(facts) if rdma is None else rdma(facts), **kw)
+    return links, topo, plan_addresses.ip_plan(links)
 
 
 def mesh_with(n, i, j, **kw):
@@ -98,12 +104,12 @@ def test_a_cable_that_cannot_carry_rdma_keeps_jaccl_out_and_is_named(kw, reason,
     assert "ring, not jaccl or jaccl-ring" in topo["backend_reason"]
     assert "m00:en4 <-> m02:en2 (%s" % reason in topo["backend_reason"]
     assert fix in topo["backend_fix"] and topo["backend_reason"] in topo["message"]
-    assert planner.hostfile(topo, ip)["backend"] == "ring"
+    assert plan_hostfile.hostfile(topo, ip)["backend"] == "ring"
     # asked for explicitly: a clear failure naming the cable and the fix, no hostfile
     for backend in ("jaccl", "jaccl-ring"):
         with pytest.raises(PlanError, match="backend %s needs .*m00:en4 <-> m02:en2.*fix: .*%s" % (backend, fix)):
-            planner.topology(
-                planner.links(make_facts(hosts, cables)),
+            plan_topology.topology(
+                plan_cables.links(make_facts(hosts, cables)),
                 hosts,
                 rdma=rdma_facts(make_facts(hosts, cables)),
                 backend=backend,
@@ -154,7 +160,7 @@ def test_a_ring_of_rdma_cables_inside_a_mesh_is_jaccl_ring():
     assert topo["backend"] == "jaccl-ring" and topo["rdma_ring"] == ["m00", "m01", "m02", "m03"]
     assert topo["backend_reason"].startswith("jaccl-ring, not jaccl: m00-m02, m01-m03 have no cable that carries RDMA")
     assert "m00:en4 <-> m02:en2 (TB4 40 Gb/s)" in topo["backend_reason"]
-    hf = planner.hostfile(topo, ip, LAN)
+    hf = plan_hostfile.hostfile(topo, ip, LAN)
     # the TB4 diagonals never appear in the RDMA matrix
     assert [h["rdma"] for h in hf["hosts"]] == [
         [None, "rdma_en3", None, "rdma_en5"],
@@ -163,7 +169,7 @@ def test_a_ring_of_rdma_cables_inside_a_mesh_is_jaccl_ring():
         ["rdma_en2", None, "rdma_en4", None],
     ]
     with pytest.raises(PlanError, match="jaccl needs a cable that carries RDMA between every pair"):
-        planner.hostfile(topo, ip, LAN, backend="jaccl")
+        plan_hostfile.hostfile(topo, ip, LAN, backend="jaccl")
 
 
 def test_a_tb4_second_cable_stays_out_of_the_jaccl_matrix_and_is_named():
@@ -177,7 +183,7 @@ def test_a_tb4_second_cable_stays_out_of_the_jaccl_matrix_and_is_named():
     assert topo["backend"] == "jaccl"
     assert "not used for RDMA: m00:en7 <-> m01:en7 (TB4 40 Gb/s)" in topo["backend_reason"]
     assert "1 cable per pair (pairs have 1/2 cables that carry RDMA" in topo["backend_reason"]
-    rows = [h["rdma"] for h in planner.hostfile(topo, ip, LAN)["hosts"]]
+    rows = [h["rdma"] for h in plan_hostfile.hostfile(topo, ip, LAN)["hosts"]]
     assert all("rdma_en7" not in str(row) for row in rows)
 
 
@@ -205,7 +211,7 @@ def test_a_host_with_rdma_disabled_is_named_once_with_its_fix():
 
 
 def test_rdma_false_says_it_was_not_planned_and_offers_no_fix():
-    topo = planner.topology(planner.links(make_facts(*mesh_cables(3))), mesh_cables(3)[0], rdma=False)
+    topo = plan_topology.topology(plan_cables.links(make_facts(*mesh_cables(3))), mesh_cables(3)[0], rdma=False)
     assert topo["backend"] == "ring" and "RDMA is not planned" in topo["backend_reason"]
     assert topo["backend_fix"] == ""
 
@@ -213,13 +219,13 @@ def test_rdma_false_says_it_was_not_planned_and_offers_no_fix():
 def test_dot_marks_the_cables_without_rdma():
     hosts, cables = mesh_with(3, 0, 2, speed=40)
     links, topo, ip = plan(hosts, cables)
-    text = planner.dot(links, topo, ip)
+    text = plan_picture.dot(links, topo, ip)
     assert text.count("no RDMA") == 1
 
 
 def test_bad_flags_are_refused():
-    links = planner.links(make_facts(*mesh_cables(2)))
+    links = plan_cables.links(make_facts(*mesh_cables(2)))
     with pytest.raises(PlanError, match="rdma_through_docks must be true or false"):
-        planner.topology(links, ["m00", "m01"], rdma=True, rdma_through_docks="yes")
+        plan_topology.topology(links, ["m00", "m01"], rdma=True, rdma_through_docks="yes")
     with pytest.raises(PlanError, match=r"rdma\[m00\].devices must be a list"):
-        planner.topology(links, ["m00", "m01"], rdma={"m00": {"usable": True, "devices": "rdma_en2"}})
+        plan_topology.topology(links, ["m00", "m01"], rdma={"m00": {"usable": True, "devices": "rdma_en2"}})

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, sync_plan
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables, sync_plan
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, wirings
 
 
 def plan_of(hosts, cables):
     """The parts of the cluster plan the rounds read, made by the planner itself."""
-    found = planner.links(make_facts(hosts, cables))
-    return {"hosts": list(hosts), "links": found, "ip_plan": planner.ip_plan(found)}
+    found = plan_cables.links(make_facts(hosts, cables))
+    return {"hosts": list(hosts), "links": found, "ip_plan": plan_addresses.ip_plan(found)}
 
 
 def names(n):

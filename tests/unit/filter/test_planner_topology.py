@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
-from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_cables, plan_topology
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables, ring_cables, torus_cables
 
 
 def links_of(hosts, cables):
-    return planner.links(make_facts(hosts, cables))
+    return plan_cables.links(make_facts(hosts, cables))
 
 
 def chain(names, **kw):
@@ -22,7 +22,7 @@ def chain(names, **kw):
 
 def test_full_mesh_with_rdma_is_jaccl():
     hosts, cables = mesh_cables(4)
-    topo = planner.topology(links_of(hosts, cables), hosts, rdma=True)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts, rdma=True)
     assert topo["mesh"] is True and topo["missing"] == []
     assert topo["backend"] == "jaccl"
     assert topo["ring"] == ["m00", "m01", "m02", "m03"] and topo["ring_width"] == 1
@@ -32,7 +32,7 @@ def test_full_mesh_with_rdma_is_jaccl():
 def test_ring_with_rdma_is_jaccl_ring_and_canonical():
     hosts, cables = ring_cables(5)
     order = ["r02", "r00", "r04", "r01", "r03"]  # the first host given is the ring's start
-    topo = planner.topology(links_of(hosts, cables), order, rdma=True)
+    topo = plan_topology.topology(links_of(hosts, cables), order, rdma=True)
     assert topo["mesh"] is False
     assert topo["backend"] == "jaccl-ring"
     # start at order[0]; of its two neighbours (r01, r03) the one listed first in `order` next
@@ -44,14 +44,14 @@ def test_ring_without_rdma_everywhere_is_ring():
     hosts, cables = ring_cables(4)
     rdma = {h: True for h in hosts}
     rdma["r02"] = False
-    topo = planner.topology(links_of(hosts, cables), hosts, rdma=rdma)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts, rdma=rdma)
     assert topo["backend"] == "ring"
     assert "no RDMA on r02" in topo["message"]
 
 
 def test_rdma_mapping_missing_host_counts_as_false():
     hosts, cables = mesh_cables(3)
-    topo = planner.topology(links_of(hosts, cables), hosts, rdma={"m00": True, "m01": True})
+    topo = plan_topology.topology(links_of(hosts, cables), hosts, rdma={"m00": True, "m01": True})
     assert topo["rdma"] == {"m00": True, "m01": True, "m02": False}
     assert topo["backend"] == "ring"
 
@@ -59,14 +59,14 @@ def test_rdma_mapping_missing_host_counts_as_false():
 @pytest.mark.parametrize("rdma, backend", [(True, "jaccl"), (False, "ring")])
 def test_two_hosts_are_mesh_and_ring(rdma, backend):
     links = links_of(["a", "b"], [cable("a", "en2", "b", "en2"), cable("a", "en3", "b", "en3")])
-    topo = planner.topology(links, ["b", "a"], rdma=rdma)
+    topo = plan_topology.topology(links, ["b", "a"], rdma=rdma)
     assert topo["mesh"] is True and topo["ring"] == ["b", "a"] and topo["ring_width"] == 2
     assert topo["backend"] == backend
 
 
 def test_path_nothing_fits_says_what_is_missing():
     hosts = ["a", "b", "c", "d"]
-    topo = planner.topology(links_of(hosts, chain(hosts)), hosts, rdma=True)
+    topo = plan_topology.topology(links_of(hosts, chain(hosts)), hosts, rdma=True)
     assert topo["backend"] is None and topo["ring"] is None and topo["ring_width"] == 0
     assert topo["missing"] == [["a", "c"], ["a", "d"], ["b", "d"]]
     msg = topo["message"]
@@ -82,7 +82,7 @@ def test_two_triangles_sharing_a_host():
         cable("d", "en51", "e", "en51"),
         cable("e", "en52", "c", "en52"),
     ]
-    topo = planner.topology(links_of(hosts, cables), hosts)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
     assert topo["ring"] is None
     assert "pass c twice" in topo["message"]
 
@@ -90,7 +90,7 @@ def test_two_triangles_sharing_a_host():
 def test_disconnected_groups():
     hosts = ["a", "b", "c", "d", "e", "f"]
     cables = chain(["a", "b", "c", "a"]) + chain(["d", "e", "f", "d"], speed=40)
-    topo = planner.topology(links_of(hosts, [dict(c) for c in cables]), hosts)
+    topo = plan_topology.topology(links_of(hosts, [dict(c) for c in cables]), hosts)
     assert topo["ring"] is None
     assert "2 separate groups: {a, b, c}; {d, e, f}" in topo["message"]
 
@@ -117,7 +117,7 @@ PETERSEN = [
 def test_petersen_graph_has_no_ring_exhaustive():
     hosts = ["p%d" % i for i in range(10)]
     cables = [cable(hosts[i], "en%d" % (2 + k), hosts[j], "en%d" % (20 + k)) for k, (i, j) in enumerate(PETERSEN)]
-    topo = planner.topology(links_of(hosts, cables), hosts)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
     assert topo["ring"] is None and topo["ring_proven"] is True
     assert "no ring passes through every host once (exhaustive search)" in topo["message"]
     assert "a cable between" in topo["message"]  # Petersen has Hamiltonian paths
@@ -129,13 +129,13 @@ def test_prefers_the_widest_ring():
     cables = chain(["a", "b", "c", "d", "a"])
     for k, (x, y) in enumerate([("a", "c"), ("a", "c"), ("b", "c"), ("b", "d"), ("b", "d"), ("a", "d")]):
         cables.append(cable(x, "en%d" % (60 + k), y, "en%d" % (80 + k)))
-    topo = planner.topology(links_of(hosts, cables), hosts)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
     assert topo["ring"] == ["a", "c", "b", "d"] and topo["ring_width"] == 2
 
 
 def test_cables_to_hosts_outside_the_plan_are_ignored():
     hosts, cables = mesh_cables(3)
-    topo = planner.topology(links_of(hosts, cables), ["m00", "m01"])
+    topo = plan_topology.topology(links_of(hosts, cables), ["m00", "m01"])
     assert topo["backend"] == "ring" and topo["ring_width"] == 1
     assert "2 cables to hosts outside this plan ignored" in topo["message"]
 
@@ -151,18 +151,18 @@ def test_cables_to_hosts_outside_the_plan_are_ignored():
 def test_explicit_backend_must_fit(backend, rdma, match):
     hosts, cables = ring_cables(4)
     with pytest.raises(PlanError, match=match):
-        planner.topology(links_of(hosts, cables), hosts, rdma=rdma, backend=backend)
+        plan_topology.topology(links_of(hosts, cables), hosts, rdma=rdma, backend=backend)
 
 
 def test_explicit_ring_backend_without_a_ring():
     hosts = ["a", "b", "c"]
     with pytest.raises(PlanError, match="backend ring needs a ring \\(hosts with fewer than 2"):
-        planner.topology(links_of(hosts, chain(hosts)), hosts, backend="ring")
+        plan_topology.topology(links_of(hosts, chain(hosts)), hosts, backend="ring")
 
 
 def test_explicit_backend_that_fits():
     hosts, cables = mesh_cables(3)
-    topo = planner.topology(links_of(hosts, cables), hosts, rdma=True, backend="jaccl-ring")
+    topo = plan_topology.topology(links_of(hosts, cables), hosts, rdma=True, backend="jaccl-ring")
     assert topo["backend"] == "jaccl-ring"
 
 
@@ -179,14 +179,14 @@ def test_explicit_backend_that_fits():
 )
 def test_bad_arguments(hosts, kw, match):
     with pytest.raises(PlanError, match=match):
-        planner.topology({"cables": []}, hosts, **kw)
+        plan_topology.topology({"cables": []}, hosts, **kw)
 
 
 def test_budget_exhaustion_is_reported_honestly(monkeypatch):
     hosts = ["p%d" % i for i in range(10)]
     cables = [cable(hosts[i], "en%d" % (2 + k), hosts[j], "en%d" % (20 + k)) for k, (i, j) in enumerate(PETERSEN)]
-    monkeypatch.setattr(planner, "RING_SEARCH_BUDGET", 3)
-    topo = planner.topology(links_of(hosts, cables), hosts)
+    monkeypatch.setattr(plan_topology, "RING_SEARCH_BUDGET", 3)
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
     assert topo["ring"] is None and topo["ring_proven"] is False
     assert "gave up after 3 steps: a ring may still exist" in topo["message"]
     assert "exhaustive" not in topo["message"]
@@ -205,10 +205,10 @@ def test_budget_exhaustion_at_a_wider_ring_is_reported(monkeypatch):
     for k in range(10):
         cables.append(cable(hosts[order[k]], "ey%d" % k, hosts[order[(k + 1) % 10]], "ez%d" % k))
     links = links_of(hosts, cables)
-    topo = planner.topology(links, hosts)
+    topo = plan_topology.topology(links, hosts)
     assert topo["ring_width"] == 1 and topo["ring_proven"] is True
-    monkeypatch.setattr(planner, "RING_SEARCH_BUDGET", 20)
-    topo = planner.topology(links, hosts)
+    monkeypatch.setattr(plan_topology, "RING_SEARCH_BUDGET", 20)
+    topo = plan_topology.topology(links, hosts)
     assert topo["ring_width"] == 1 and topo["ring_proven"] is False
     assert "a ring with 2 cables per hop may exist: the search gave up after 20 steps" in topo["message"]
 
@@ -235,6 +235,6 @@ def _fastest_ms(fn, runs=3):
 def test_fast_on_large_clusters(case, build):
     hosts, cables = build()
     links = links_of(hosts, cables)
-    topo = planner.topology(links, hosts)
+    topo = plan_topology.topology(links, hosts)
     assert topo["ring"] is not None and sorted(topo["ring"]) == sorted(hosts)
-    assert _fastest_ms(lambda: planner.topology(links, hosts)) < 50
+    assert _fastest_ms(lambda: plan_topology.topology(links, hosts)) < 50

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_common,
+    plan_hostfile,
+    plan_topology,
+    planner,
+)
 from tests.unit.filter.planner_synth import cable, make_facts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,11 +62,11 @@ def settings(**kw):
 def test_plan_is_the_filters_composed():
     facts = cluster_facts()
     plan = planner.make_plan(facts, settings())
-    links = planner.links({h: facts[h]["thunderbolt"] for h in HOSTS})
-    topo = planner.topology(links, HOSTS, rdma={h: facts[h]["rdma"] for h in HOSTS})
-    ips = planner.ip_plan(links, pool="10.208.0.0/16", interfaces={h: {} for h in HOSTS}, exclude=[])
+    links = plan_cables.links({h: facts[h]["thunderbolt"] for h in HOSTS})
+    topo = plan_topology.topology(links, HOSTS, rdma={h: facts[h]["rdma"] for h in HOSTS})
+    ips = plan_addresses.ip_plan(links, pool="10.208.0.0/16", interfaces={h: {} for h in HOSTS}, exclude=[])
     assert plan["links"] == links and plan["topology"] == topo and plan["ip_plan"] == ips
-    assert plan["hostfile"] == planner.hostfile(topo, ips, coordinators=settings()["coordinators"], envs=[])
+    assert plan["hostfile"] == plan_hostfile.hostfile(topo, ips, coordinators=settings()["coordinators"], envs=[])
     assert plan["hostfile"]["backend"] == "ring"
     assert plan["hosts"] == HOSTS and plan["ssh"] == settings()["ssh"]
     assert set(plan) == {
@@ -107,7 +114,7 @@ def test_the_ring_fallback_is_planned_over_the_same_cables_only_for_rdma_plans()
     assert plan["hostfile"]["backend"] == "jaccl"
     fb = plan["fallback"]
     assert (fb["backend"], fb["from"], fb["hostfile_name"]) == ("ring", "jaccl", "hostfile-ring.json")
-    assert fb["hostfile"] == planner.hostfile(plan["topology"], plan["ip_plan"], backend="ring")
+    assert fb["hostfile"] == plan_hostfile.hostfile(plan["topology"], plan["ip_plan"], backend="ring")
     cable_addresses = {e["address"] for host in plan["ip_plan"]["hosts"].values() for e in host}
     assert {ip for h in fb["hostfile"]["hosts"] for ip in h["ips"]} <= cable_addresses
     assert planner.make_plan(facts, settings())["fallback"] is None  # not set
@@ -117,7 +124,7 @@ def test_the_ring_fallback_is_planned_over_the_same_cables_only_for_rdma_plans()
 
 
 def test_an_unknown_fallback_is_refused():
-    with pytest.raises(planner.PlanError, match="fallback_backend must be one of"):
+    with pytest.raises(plan_common.PlanError, match="fallback_backend must be one of"):
         planner.make_plan(_rdma_facts(), settings(fallback_backend="mpi"))
 
 
@@ -143,7 +150,7 @@ def test_remote_dir_defaults_to_the_shared_home():
 
 def test_homes_that_differ_need_one_absolute_directory():
     facts = cluster_facts(homes={"m2": "/Users/alice"})
-    with pytest.raises(planner.PlanError) as err:
+    with pytest.raises(plan_common.PlanError) as err:
         planner.make_plan(facts, settings())
     msg = err.value.message
     assert "m1 /Users/admin/mlx-cluster" in msg and "m2 /Users/alice/mlx-cluster" in msg
@@ -156,7 +163,7 @@ def test_homes_that_differ_need_one_absolute_directory():
 
 @pytest.mark.parametrize("setting", ["mlx-cluster", "./x", "~alice/x"])
 def test_relative_remote_dir_is_refused(setting):
-    with pytest.raises(planner.PlanError, match="relative"):
+    with pytest.raises(plan_common.PlanError, match="relative"):
         planner.make_plan(cluster_facts(), settings(remote_dir=setting))
 
 
@@ -172,16 +179,16 @@ def test_relative_remote_dir_is_refused(setting):
 def test_a_remote_dir_a_shell_would_read_is_refused(setting, match):
     """The directory reaches the cluster key's forced command and rsync's remote paths: the
     toolkit's one rule for such paths (module_utils/mlx_files.py unsafe_path), naming the setting."""
-    with pytest.raises(planner.PlanError, match=match) as err:
+    with pytest.raises(plan_common.PlanError, match=match) as err:
         planner.make_plan(cluster_facts(), settings(remote_dir=setting))
     assert err.value.message.startswith("mlx_cluster_remote_dir")
-    with pytest.raises(planner.PlanError, match=match):
+    with pytest.raises(plan_common.PlanError, match=match):
         planner.discovery_request(remote_dir_setting=setting)
 
 
 def test_a_home_a_shell_would_read_is_refused_once_resolved():
     with pytest.raises(
-        planner.PlanError,
+        plan_common.PlanError,
         match=r"mlx_cluster_remote_dir \(~/mlx-cluster in each Mac's home\) "
         r"'/Users/a b/mlx-cluster' holds whitespace",
     ):
@@ -192,19 +199,19 @@ def test_unknown_home_is_named():
     facts = cluster_facts()
     facts["m3"]["home"] = None
     facts["m3"]["disk"]["path"] = None
-    with pytest.raises(planner.PlanError, match="m3: its home directory is unknown"):
+    with pytest.raises(plan_common.PlanError, match="m3: its home directory is unknown"):
         planner.make_plan(facts, settings())
 
 
 def test_missing_facts_name_the_host():
     facts = cluster_facts()
     del facts["m2"]
-    with pytest.raises(planner.PlanError, match="no discovery facts for m2"):
+    with pytest.raises(plan_common.PlanError, match="no discovery facts for m2"):
         planner.make_plan(facts, settings())
 
 
 def test_hostfile_name_is_a_name():
-    with pytest.raises(planner.PlanError, match="file name"):
+    with pytest.raises(plan_common.PlanError, match="file name"):
         planner.make_plan(cluster_facts(), settings(hostfile_name="a/b.json"))
 
 
@@ -326,7 +333,7 @@ def test_plan_settings_defaults_are_the_roles():
         "fallback_backend",
     ):
         assert options[option]["default"] == defaults["mlx_cluster_" + option], option
-    assert options["ip_pool"]["default"] == planner.DEFAULT_POOL
+    assert options["ip_pool"]["default"] == plan_addresses.DEFAULT_POOL
 
 
 def test_every_backend_list_is_the_planners():

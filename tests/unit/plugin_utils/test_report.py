@@ -12,7 +12,13 @@ from unittest import mock
 import pytest
 import yaml
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, preflight, report
+from ansible_collections.mlx.cluster.plugins.plugin_utils import (
+    plan_addresses,
+    plan_cables,
+    plan_topology,
+    preflight,
+    report,
+)
 from tests.unit.filter.controller import controller_imports
 from tests.unit.filter.planner_synth import make_facts, mesh_cables
 from tests.unit.plugin_utils.report_data import FIXTURE, NEW_RUN, OLD_RUN, artifacts, fixture_data
@@ -252,12 +258,12 @@ def test_slow_tb4_and_missing_cables_are_highlighted(tmp_path):
 def test_a_dense_mesh_labels_only_the_cables_with_a_finding():
     hosts, cables = mesh_cables(7)  # 21 cables
     cables[0].update(speed=40, speed_b=40)  # one TB4 among them
-    links = planner.links(make_facts(hosts, cables))
+    links = plan_cables.links(make_facts(hosts, cables))
     plan = {
         "hosts": hosts,
         "links": links,
-        "topology": planner.topology(links, hosts, rdma=True),
-        "ip_plan": planner.ip_plan(links),
+        "topology": plan_topology.topology(links, hosts, rdma=True),
+        "ip_plan": plan_addresses.ip_plan(links),
     }
     svg = re.search(r'<svg[^>]*class="topology".*?</svg>', report.render({"plan": plan}), re.S).group(0)
     assert len(cable_lines(svg)) == 21

@@ -41,6 +41,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.mlx.cluster.plugins.plugin_utils.ansible_internals import own_settings, remote_tmpdir, run_raw
+
 display = Display()
 
 # The longest one read of the progress file waits on the machine (s): the wait ends sooner when
@@ -200,7 +202,7 @@ def own_master(conn):
     set in ssh_args (the user's own), are left as they are."""
     if getattr(conn, "transport", None) not in ("ssh", "ansible.builtin.ssh", "ansible.legacy.ssh"):
         return conn
-    conn._options = dict(conn._options)  # the copy's own settings: the task's connection keeps its
+    conn = own_settings(conn)  # the copy's own settings: the task's connection keeps its
     path = conn.get_option("control_path")
     if path:
         conn.set_option("control_path", f"{path}-progress")
@@ -232,7 +234,7 @@ class ProgressAction(ActionBase):
             wrap_async = self._task.async_val and not self._connection.has_native_async
             result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+                self._remove_tmp_path(remote_tmpdir(self))
             return result
         return merge_hash(result, self._run_with_progress(task_vars, interval))
 
@@ -256,9 +258,9 @@ class ProgressAction(ActionBase):
 
     def _run_with_progress(self, task_vars, interval):
         args = dict(self._task.args)
-        if self._connection._shell.tmpdir is None:
+        if remote_tmpdir(self) is None:
             self._make_tmp_path()
-        tmpdir = self._connection._shell.tmpdir
+        tmpdir = remote_tmpdir(self)
         path = self._connection._shell.join_path(tmpdir, PROGRESS_NAME)
         args["progress_file"] = path
         label = self._label(task_vars)
@@ -273,7 +275,7 @@ class ProgressAction(ActionBase):
         done = threading.Event()
 
         def read(wait):
-            res = reader._low_level_execute_command(wait_command(path, wait), sudoable=False)
+            res = run_raw(reader, wait_command(path, wait))
             text = res.get("stdout") or ""
             if res.get("rc") != 0:
                 return GONE
@@ -302,5 +304,5 @@ class ProgressAction(ActionBase):
         finally:
             done.set()
             thread.join(JOIN_WAIT)
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp_path(remote_tmpdir(self))
         return result

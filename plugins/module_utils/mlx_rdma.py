@@ -19,7 +19,30 @@ IBV_DEVICES_COMMAND = "ibv_devices"
 IBV_DEVINFO_COMMAND = "ibv_devinfo -v"
 RDMA_CTL_COMMAND = "rdma_ctl status"
 
-FIX_ENABLE = "boot into Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot"
+RECOVERY_ENABLE = "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot"
+# The first macOS a switch in System Settings is reported for (a WWDC26 session shows one for
+# the macOS after 26); no Mac or capture here settles where it is, so the text says so.
+SETTINGS_SWITCH_FROM = 27
+
+
+def enable_fix(product_version=None):
+    """How to turn RDMA on, by the Mac's macOS version (`sw_vers -productVersion`): Recovery and
+    `rdma_ctl enable` on macOS 26 (Apple's and MLX's instructions); on macOS 27 and later, first the
+    switch in System Settings reported for it (unverified), then Recovery; an unknown version
+    gets the Recovery steps."""
+    try:
+        major = int(str(product_version).split(".")[0])
+    except (TypeError, ValueError):
+        major = None
+    if major is not None and major >= SETTINGS_SWITCH_FROM:
+        return (
+            f"on macOS {product_version}, turn RDMA on in System Settings if it offers the switch (shown for "
+            f"macOS {SETTINGS_SWITCH_FROM} at WWDC26; unverified: no capture of it yet), else {RECOVERY_ENABLE}"
+        )
+    return RECOVERY_ENABLE
+
+
+FIX_ENABLE = enable_fix()
 FIX_NO_DEVICES = (
     "use Macs with Thunderbolt 5 ports on macOS 26.2 or later (`sw_vers -productVersion`), then check `rdma_ctl status`"
 )

@@ -13,6 +13,7 @@ import ipaddress
 from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import SOFTWARE_UPDATE_DOMAIN, UPDATE_KEYS
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import enable_fix
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (  # noqa: F401 - safe_wired_limit_mb: part of this module's rules
     GIB,
     MIB,
@@ -101,7 +102,16 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
                     f"update {h} to macOS {s['min_macos_rdma']}+",
                 )
             )
-        problems.extend(_rdma_problems(h, f.get("rdma") or {}, cabled.get(h, set()), rdma_sev, s["rdma_wanted"]))
+        problems.extend(
+            _rdma_problems(
+                h,
+                f.get("rdma") or {},
+                cabled.get(h, set()),
+                rdma_sev,
+                s["rdma_wanted"],
+                (f.get("os") or {}).get("product_version"),
+            )
+        )
         problems.extend(_bridge_problems(h, f.get("thunderbolt") or {}, cabled.get(h, set())))
         problems.extend(_resource_problems(h, f, s))
         problems.extend(_update_problems(h, f))
@@ -143,7 +153,7 @@ def _cabled_ifaces(links):
     return out
 
 
-def _rdma_problems(host, rdma, cabled, sev, wanted):
+def _rdma_problems(host, rdma, cabled, sev, wanted, macos=None):
     if not wanted:
         return []
     out = []
@@ -159,7 +169,7 @@ def _rdma_problems(host, rdma, cabled, sev, wanted):
                 "rdma",
                 host,
                 f"RDMA is disabled on {host} (rdma_ctl status: disabled)",
-                "boot into macOS Recovery (hold the power button), open Terminal, run `rdma_ctl enable`, reboot",
+                enable_fix(macos),
             )
         ]
     if not devices:

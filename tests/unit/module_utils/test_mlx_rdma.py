@@ -293,3 +293,15 @@ def test_rdma_facts_propagates_parse_errors():
     with pytest.raises(ParseError) as info:
         rdma_facts("rdma_en2\n", None, "who knows")
     assert info.value.command == "rdma_ctl status"
+
+
+@pytest.mark.parametrize(
+    "version, settings_first",
+    [("26.2", False), ("26.4.1", False), (None, False), ("", False), ("junk", False), ("27.0", True), ("28.1", True)],
+)
+def test_the_enable_fix_follows_the_macos_version(version, settings_first):
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import RECOVERY_ENABLE, enable_fix
+
+    fix = enable_fix(version)
+    assert fix.endswith(RECOVERY_ENABLE)  # Recovery is always named
+    assert ("System Settings" in fix and "unverified" in fix) is settings_first

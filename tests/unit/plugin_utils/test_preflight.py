@@ -55,6 +55,15 @@ def test_rdma_disabled_names_host_and_recovery_fix():
     (p,) = only(probs, "rdma")
     assert p["severity"] == "error" and p["host"] == "m2"
     assert "rdma_ctl enable" in p["fix"] and "Recovery" in p["fix"]
+    assert "System Settings" not in p["fix"]  # macOS 26: Recovery only
+
+
+def test_rdma_disabled_on_a_later_macos_names_the_settings_switch_first_as_unverified():
+    later = host_facts(rdma_ctl="disabled", devices=())
+    later["os"] = {**(later.get("os") or {}), "product_version": "27.0"}
+    (p,) = only(preflight({"m1": host_facts(), "m2": later}, LINKS, settings={"rdma_required": True}), "rdma")
+    assert p["fix"].startswith("on macOS 27.0, turn RDMA on in System Settings if it offers the switch")
+    assert "unverified" in p["fix"] and p["fix"].endswith("run `rdma_ctl enable`, reboot")
 
 
 def test_rdma_problems_are_warnings_unless_required():

@@ -57,8 +57,9 @@ def _what(endpoint):
 def _alf_fix(host, alf):
     app = alf.get("app_path") or "the interpreter the ranks run"
     allow = (
-        "on %s: `sudo %s --add %s --unblockapp %s`, or System Settings > Network > Firewall > "
-        "Options: add %s and set it to Allow incoming connections" % (host, SOCKETFILTERFW, app, app, app)
+        "on %s: `sudo %s --add %s`, then `sudo %s --unblockapp %s` (two commands, as every public "
+        "example runs them), or System Settings > Network > Firewall > Options: add %s and set it to "
+        "Allow incoming connections" % (host, SOCKETFILTERFW, app, SOCKETFILTERFW, app, app)
     )
     if alf.get("block_all"):
         return (

@@ -74,7 +74,8 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
         line,
     ), msg
     assert "application firewall on m1 is on, in stealth mode" in line and f"blocks {app}" in line, line
-    assert f"fix: on m1: `sudo /usr/libexec/ApplicationFirewall/socketfilterfw --add {app} --unblockapp {app}`" in line
+    fw_tool = "/usr/libexec/ApplicationFirewall/socketfilterfw"
+    assert f"fix: on m1: `sudo {fw_tool} --add {app}`, then `sudo {fw_tool} --unblockapp {app}`" in line
     assert "application firewall: m1 on (stealth, signed downloads allowed, interpreter blocked), m2 off" in msg, msg
     (fail,) = jaccl.results(FAIL)
     (line,) = [ln for ln in fail["res"]["msg"].splitlines() if "cannot reach" in ln]

@@ -77,7 +77,8 @@ def test_stealth_firewall_blocking_the_interpreter_names_both_macs_the_port_and_
         "stealth mode (it drops what it does not allow, without an answer) and blocks " + APP
     )
     assert p["fix"].startswith(
-        f"on m1: `sudo {SOCKETFILTERFW} --add {APP} --unblockapp {APP}`, or System Settings > "
+        f"on m1: `sudo {SOCKETFILTERFW} --add {APP}`, then `sudo {SOCKETFILTERFW} --unblockapp {APP}` (two "
+        "commands, as every public example runs them), or System Settings > "
         "Network > Firewall > Options"
     )
     assert "application firewall: m1 on (stealth, interpreter blocked), m2 off" in v["message"]

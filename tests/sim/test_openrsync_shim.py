@@ -105,7 +105,7 @@ def test_every_argv_the_product_passes_is_accepted():
         pytest.param("<f.st...... a.bin", True, "<f.st.... a.bin", id="update"),
         pytest.param("cd+++++++++ sub/", True, "cd+++++++ sub/", id="new-dir"),
         pytest.param(".d..t...... ./", True, ".d..t.... ./", id="dir-time"),
-        pytest.param(".f          a.bin", True, "<f....... a.bin", id="unchanged-as-sender"),
+        pytest.param(".f          a.bin", True, None, id="unchanged-as-sender"),
         pytest.param(".f          a.bin", False, None, id="unchanged-as-receiver"),
         pytest.param(".d          ./", True, None, id="unchanged-dir"),
         pytest.param("*deleting   old.npz", True, "*deleting old.npz", id="deleting"),
@@ -114,6 +114,15 @@ def test_every_argv_the_product_passes_is_accepted():
 )
 def test_itemize_rewrite(gnu, sender, shown):
     assert openrsync.to_openrsync_item(gnu, sender) == shown
+
+
+def test_the_earlier_reading_itemizes_unchanged_files_as_sent_and_the_parser_takes_it():
+    """Issue #11's reading of openrsync (every unchanged file as `<f.......` when sending), kept
+    as a switch: the product's parser counts those lines as no change."""
+    line = openrsync.to_openrsync_item(".f          a.bin", True, unchanged_as_sent=True)
+    assert line == "<f....... a.bin"
+    items = parse_itemized(line + "\n")
+    assert items["changed"] is False and items["transferred"] == []
 
 
 def test_push_twice_then_check(mac, tmp_path):
@@ -132,11 +141,7 @@ def test_push_twice_then_check(mac, tmp_path):
 
     again = mac(argv)
     assert again.returncode == 0, again.stderr
-    assert sorted(again.stdout.splitlines()) == [
-        "<f....... config.json",
-        "<f....... model.safetensors",
-        "<f....... sub/t.json",
-    ]
+    assert again.stdout.splitlines() == []  # unchanged files are not itemized when sending
     assert parse_itemized(again.stdout)["changed"] is False
 
     (src / "model.safetensors").write_bytes(b"v" * 1001)

@@ -19,12 +19,13 @@ Linux to install, so this shim keeps openrsync's *interface* and runs GNU rsync 
   to openrsync's 9-letter `YXcstpog.` (log.c, the 'i' case of printf_doformat: flags u/a/x
   do not exist, the ninth is `+` for a new item or `?` for missing data), `*deleting   x`
   to `*deleting x` (sender.c file_deleted) and unchanged items GNU shows with -ii dropped.
-- Unchanged files as the sender: mlx-cluster issue #11 reads openrsync's source as itemizing
-  every *unchanged* file as `<f.......` when it sends. ITEMIZE_UNCHANGED_AS_SENT models that
-  (GNU runs with -ii so its receiver reports unchanged files, and their blank lines become
-  `<f.......`). Our own reading of rsync-182 does not find it (uploader.c ~2358 skips items
-  with no flags unless -ii/-vv; log.c log_item filters them on the sender), so it stays the
-  harsher, unverified assumption until a capture from a Mac settles it.
+- Unchanged files as the sender: not itemized, as Apple's source reads (rsync-182 uploader.c
+  ~2358 skips items with no flags unless -ii/-vv; log.c log_item filters them on the sender;
+  issue #30). An earlier reading (issue #11) had openrsync itemize every *unchanged* file as
+  `<f.......` when it sends: ITEMIZE_UNCHANGED_AS_SENT = True models that (GNU runs with -ii so
+  its receiver reports unchanged files, and their blank lines become `<f.......`), and the
+  product's parser takes both (tests/sim/test_openrsync_shim.py runs each); a capture from a
+  Mac would settle it.
 
 What is not modelled (GNU's behaviour stands): openrsync's own delta/transfer code, its
 `-v`/`--stats`/`--progress` text, error texts after option parsing, and macOS before 15.4
@@ -39,8 +40,9 @@ import sys
 PROTOCOL = 29
 VERSION_TEXT = "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n"
 GNU_RSYNC_CANDIDATES = ("/usr/bin/rsync", "/bin/rsync", "/usr/local/bin/rsync")
-# See the module docstring: the issue's reading of openrsync, kept as the harsher model.
-ITEMIZE_UNCHANGED_AS_SENT = True
+# See the module docstring: False is Apple's source as read for issue #30; True, issue #11's
+# reading, stays a switch (tests run both).
+ITEMIZE_UNCHANGED_AS_SENT = False
 
 # main.c rsync_shopts: a letter followed by ':' takes an argument.
 SHORT_OPTIONS = "0468B:CDEFHIKLOPRST:VWabcde:f:ghiklmnopqrtuvxyz"

@@ -16,6 +16,9 @@ description:
     their fixes, the collective check (all_sum sweep and each cable alone), every benchmark run
     as a table and charts across runs, and the versions per Mac (macOS and build, Python, mlx,
     mlx-lm; a Mac that differs from the others is marked).
+  - Writes the same numbers for Prometheus, C(metrics.prom) beside the report, in node_exporter's
+    textfile format (prometheus_client's exposition; plugins/plugin_utils/metrics.py lists the
+    metrics), and with I(metrics_textfile_dir) where a node_exporter reads textfiles.
   - Reads what the stages saved in I(artifacts_dir) (C(plan.json), C(preflight.json),
     C(versions.json), C(net_check/results.json), C(bench/*.json)), each section with the time its
     file was last written; this run's plan and facts come from the arguments. A section whose
@@ -39,6 +42,12 @@ options:
   plan:
     description: This run's plan (the fact C(mlx_cluster_plan)); without it, C(plan.json) of an earlier run.
     type: dict
+  metrics_textfile_dir:
+    description:
+      - Also write the metrics (C(metrics.prom)'s text) as C(mlx_cluster.prom) in this directory, atomically and
+        0644, for a node_exporter on the controller started with C(--collector.textfile.directory) set to it.
+      - Empty or unset, only C(metrics.prom) in I(artifacts_dir).
+    type: path
   facts:
     description: >-
       This run's discovery facts, C(mlx_cluster) per inventory name (macOS version and build, model, memory, RDMA).
@@ -63,6 +72,13 @@ path:
   returned: success
   type: str
   sample: /home/me/mlx-cluster/inventory/mac_cluster/artifacts/report.html
+metrics:
+  description: >-
+    The metrics file beside the report, C(metrics.prom) (node_exporter's textfile format, written with the
+    report, 0600): cables, preflight, benchmark and versions; plugins/plugin_utils/metrics.py lists them.
+  returned: success
+  type: str
+  sample: /home/me/mlx-cluster/inventory/mac_cluster/artifacts/metrics.prom
 modes:
   description: What in I(artifacts_dir) was made private (in check mode, what would be), with its mode before.
   returned: success

@@ -9,7 +9,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
-apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps chromium)
+# prometheus: its promtool checks the metrics the runs write (tests/unit/plugin_utils/test_metrics.py)
+apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps chromium prometheus)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

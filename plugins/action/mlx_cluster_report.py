@@ -20,28 +20,55 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import loose_modes
-from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+from ansible_collections.mlx.cluster.plugins.plugin_utils import metrics, report
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 MODE = 0o600
+METRICS_NAME = "metrics.prom"
+# the file's name in node_exporter's textfile directory (its collector reads every *.prom there)
+TEXTFILE_NAME = "mlx_cluster.prom"
 
 
-def _write(path, data):
+def _write(path, data, mode=MODE):
     """Atomically: a temporary file beside it, then a rename."""
     fd, tmp = tempfile.mkstemp(prefix=".report.", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, MODE)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+def _differs(path, data, mode):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read() != data or (os.stat(path).st_mode & 0o7777) != mode
+    except OSError:
+        return True
+
+
+def _put(path, data, mode, check_mode, folder, what):
+    """Write `data` to `path` (mode `mode`) when it differs; -> whether it did (would)."""
+    if not _differs(path, data, mode):
+        return False
+    if not check_mode:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            _write(path, data, mode)
+        except OSError as exc:
+            raise AnsibleActionFail(
+                "mlx_cluster_report: cannot write %s: %s. Check that the user running ansible-playbook may "
+                "write to %s (%s)." % (path, exc.strerror or exc, folder, what)
+            ) from None
+    return True
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts"))
+    _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts", "metrics_textfile_dir"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -68,21 +95,25 @@ class ActionModule(ActionBase):
         if args.get("facts") is not None:
             data["macs"] = plain(args["facts"])
         page = report.render(data).encode("utf-8")
-        try:
-            with open(path, "rb") as fh:
-                same = fh.read() == page and (os.stat(path).st_mode & 0o7777) == MODE
-        except OSError:
-            same = False
-        if not same and not self._task.check_mode:
-            try:
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-                _write(path, page)
-            except OSError as exc:
+        check = self._task.check_mode
+        wrote = _put(path, page, MODE, check, folder, "mlx_cluster_artifacts_dir")
+        # The same numbers for Prometheus (node_exporter's textfile format), beside the report;
+        # and, when asked, where a node_exporter on the controller reads textfiles (0644: it runs
+        # as another user), written atomically as its collector requires.
+        prom = metrics.text(data)
+        prom_path = os.path.join(folder, METRICS_NAME)
+        wrote = _put(prom_path, prom, MODE, check, folder, "mlx_cluster_artifacts_dir") or wrote
+        textfile_dir = args.get("metrics_textfile_dir")
+        if textfile_dir:
+            textfile_dir = os.path.expanduser(str(textfile_dir))
+            if not os.path.isdir(textfile_dir):
                 raise AnsibleActionFail(
-                    "mlx_cluster_report: cannot write %s: %s. Check that the user "
-                    "running ansible-playbook may write to %s (mlx_cluster_artifacts_dir)."
-                    % (path, exc.strerror or exc, folder)
-                ) from None
+                    "mlx_cluster_report: metrics_textfile_dir %s is not a directory: give node_exporter's "
+                    "--collector.textfile.directory (mlx_cluster_metrics_textfile_dir), or leave it empty"
+                    % textfile_dir
+                )
+            textfile = os.path.join(textfile_dir, TEXTFILE_NAME)
+            wrote = _put(textfile, prom, 0o644, check, textfile_dir, "mlx_cluster_metrics_textfile_dir") or wrote
         # Every run: the artifacts directory 0700 and what is in it private (a directory that was
         # there before the toolkit, or a file copied in, keeps no group or other access).
         loose = loose_modes(folder)
@@ -96,8 +127,9 @@ class ActionModule(ActionBase):
                         % (where, want, exc.strerror or exc)
                     ) from None
         result.update(
-            changed=not same or bool(loose),
+            changed=wrote or bool(loose),
             path=path,
+            metrics=prom_path,
             modes=[{"path": where, "mode": "%04o" % now, "set": "%04o" % want} for where, now, want in loose],
         )
         return result

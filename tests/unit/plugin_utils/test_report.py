@@ -418,3 +418,32 @@ def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path)
     }
     again = run_action({"artifacts_dir": str(folder)})
     assert not again["changed"] and again["modes"] == []
+
+
+def test_every_run_writes_the_metrics_beside_the_report_and_to_a_textfile_directory(tmp_path):
+    """artifacts/metrics.prom (0600) with the report, only when a number changed; with
+    metrics_textfile_dir, node_exporter's mlx_cluster.prom there too (0644, another user reads
+    it); nothing in check mode; a textfile directory that is not there is named."""
+    with controller_imports():
+        from ansible.errors import AnsibleActionFail
+    folder = artifacts(tmp_path)
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    args = {"artifacts_dir": str(folder), "metrics_textfile_dir": str(textfiles)}
+    dry = run_action(args, check_mode=True)
+    assert dry["changed"] and not (folder / "metrics.prom").exists() and not list(textfiles.iterdir())
+    res = run_action(args)
+    prom = folder / "metrics.prom"
+    assert res["changed"] and res["metrics"] == str(prom)
+    assert oct(prom.stat().st_mode & 0o777) == "0o600"
+    assert b"mlx_cluster_cable_bandwidth_gbps" in prom.read_bytes()
+    shared = textfiles / "mlx_cluster.prom"
+    assert shared.read_bytes() == prom.read_bytes() and oct(shared.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in textfiles.iterdir()] == ["mlx_cluster.prom"]  # no temporary file left
+    assert not run_action(args)["changed"]
+    (folder / "net_check" / "results.json").write_text(
+        json.dumps({"cables": [{"cable": "m1:en2~m2:en2", "name": "m1:en2 <-> m2:en2", "gbps": 9.5}]})
+    )
+    assert run_action(args)["changed"] and b" 9.5" in shared.read_bytes()
+    with pytest.raises(AnsibleActionFail, match="metrics_textfile_dir .* is not a directory"):
+        run_action({"artifacts_dir": str(folder), "metrics_textfile_dir": str(tmp_path / "none")})

@@ -160,7 +160,6 @@ EXAMPLES = r"""
     script: /Users/admin/mlx-cluster/server/mlx_cluster_server.py
     keeper: /Users/admin/mlx-cluster/server/mlx_server_daemon.py
     model: /Users/admin/mlx-cluster/models/Qwen3-4B-Instruct-4bit
-    supervisor: process
   register: mlx_server_rank
 """
 

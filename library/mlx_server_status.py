@@ -87,10 +87,10 @@ EXAMPLES = r"""
   mlx_server_status:
     run_dir: /Users/admin/mlx-cluster/server
     rank: "{{ mlx_server_rank.rank }}"
-    supervisor: process
     wait: 300
     url: "{{ 'http://127.0.0.1:8080' if mlx_server_rank.rank == 0 else '' }}"
     chat: true
+  become: true  # launchd (the default supervisor): launchctl print in the system domain
   register: mlx_server_health
 """
 

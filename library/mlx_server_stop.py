@@ -68,7 +68,8 @@ EXAMPLES = r"""
   mlx_server_stop:
     run_dir: /Users/admin/mlx-cluster/server
     rank: "{{ mlx_server_rank.rank }}"
-    supervisor: process
+    plist: /Library/LaunchDaemons/org.mlx-cluster.server.plist
+  become: true  # launchd (the default supervisor): bootout in the system domain, then the run directory's owner
 """
 
 RETURN = r"""

@@ -345,7 +345,7 @@ def processes_with(ps_text, token, own_pid=None):
     return found
 
 
-def problems(status, want_hash, supervisor="process"):
+def problems(status, want_hash, supervisor):
     """Why one rank does not count as running with the wanted settings ([] = it does)."""
     out = []
     if not status.get("running"):

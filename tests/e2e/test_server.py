@@ -1,8 +1,8 @@
 """The MLX server stage end to end: real ansible-playbook over real SSH against two simulated
 Macs (spec `pair`, ring backend over the simulated Thunderbolt cable), the tiny generated
-qwen2 model at the same path in both Macs' homes. The `process` supervisor for most tests;
-the default one, launchd (the simulated Macs' launchd runs LaunchDaemons: tests/simcluster/
-README.md), in its own test.
+qwen2 model at the same path in both Macs' homes. The default supervisor, launchd, for every
+test (the simulated Macs' launchd runs LaunchDaemons as launchd.plist(5) says: tests/simcluster/
+README.md); `process`, for hosts without launchd, only where a test names it.
 
 HTTP is queried from inside rank 0's Mac (its loopback: the server listens on 127.0.0.1),
 which is where a client on a real cluster would tunnel to.
@@ -32,7 +32,6 @@ RUN_DIR = "/srv/admin/mlx-cluster/server"
 PORT = 8080
 EXTRA = {
     "mlx_cluster_backend": "ring",
-    "mlx_server_supervisor": "process",
     "mlx_server_model": MODEL,
     "mlx_server_port": PORT,
     "mlx_server_init_timeout": 20,

@@ -433,7 +433,7 @@ def test_ranks_in_prefers_live_files():
     ],
 )
 def test_problems(status, want):
-    assert ms.problems(status, "h") == want
+    assert ms.problems(status, "h", "process") == want
 
 
 def test_problems_name_a_stalled_rank_and_a_missing_supervisor():
@@ -445,11 +445,11 @@ def test_problems_name_a_stalled_rank_and_a_missing_supervisor():
         "progress": {"stalled": "generation stalled: no token for 130s"},
         "supervisor": {"running": False},
     }
-    assert ms.problems(st, "h") == [
+    assert ms.problems(st, "h", "process") == [
         "rank 1 is stalled: generation stalled: no token for 130s",
         "rank 1 runs without its supervisor (no watchdog, no restart)",
     ]
-    assert ms.problems({**st, "progress": {"stalled": ""}, "supervisor": {"running": True}}, "h") == []
+    assert ms.problems({**st, "progress": {"stalled": ""}, "supervisor": {"running": True}}, "h", "process") == []
 
 
 def test_progress_report_and_line():

@@ -188,6 +188,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mlx", default=d["python_env_mlx_version"], help="mlx's version (default: the role's)")
     ap.add_argument("--mlx-lm", default=d["python_env_mlx_lm_version"], help="mlx-lm's version (default: the role's)")
+    ap.add_argument(
+        "--prometheus-client",
+        default=d["python_env_prometheus_client_version"],
+        help="prometheus-client's version, for the server's /metrics (default: the role's)",
+    )
     ap.add_argument("--extra", action="append", default=[], help="another requirement (python_env_extra_packages)")
     ap.add_argument("--python", action="append", help="a Python minor version (default: python_env_python_versions)")
     ap.add_argument("--platform", default=PLATFORM, help=f"pip's platform tag to resolve for (default {PLATFORM})")
@@ -195,7 +200,7 @@ def main(argv=None):
     ap.add_argument("--wheels", help="hash the wheels in this folder instead of resolving and asking the index")
     ap.add_argument("-o", "--output", default=str(LOCK), help="where to write the lock (default: the role's)")
     args = ap.parse_args(argv)
-    pins = [f"mlx=={args.mlx}", f"mlx-lm=={args.mlx_lm}", *args.extra]
+    pins = [f"mlx=={args.mlx}", f"mlx-lm=={args.mlx_lm}", f"prometheus-client=={args.prometheus_client}", *args.extra]
     if args.wheels:
         text = lock_from_wheels(pins, args.wheels)
     else:

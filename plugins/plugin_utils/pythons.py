@@ -155,9 +155,11 @@ def lock_problem(text, requirements, path):
     if not missing:
         return ""
     asked = {_normal(m.group(1)): m.group(2) for _, m in parsed if m}
-    extras = [r for r, m in parsed if not m or _normal(m.group(1)) not in ("mlx", "mlx-lm")]
+    own = ("mlx", "mlx-lm", "prometheus-client")  # the script's own options
+    extras = [r for r, m in parsed if not m or _normal(m.group(1)) not in own]
     command = " ".join(
-        ["scripts/lock_requirements.py", "--mlx", asked.get("mlx", "?"), "--mlx-lm", asked.get("mlx-lm", "?")]
+        ["scripts/lock_requirements.py"]
+        + [f"--{name} {asked[name]}" for name in own if name in asked]
         + [f"--extra {r}" for r in extras]
         + ["-o", "my.lock"]
     )

@@ -140,12 +140,17 @@ def existing_vars():
 
 
 def lab_requirements():
-    """The simulated Macs' pins: the role's, and, because they run Linux, mlx's CPU back end,
+    """The simulated Macs' pins: the role's three, and, because they run Linux, mlx's CPU back end,
     which Linux's mlx wheel leaves to a package of its own (mlx[cpu]; on macOS the mlx wheel has
     Metal)."""
     pins = defaults("python_env")
     mlx = pins["python_env_mlx_version"]
-    return [f"mlx=={mlx}", f"mlx-lm=={pins['python_env_mlx_lm_version']}", f"mlx-cpu=={mlx}"]
+    return [
+        f"mlx=={mlx}",
+        f"mlx-lm=={pins['python_env_mlx_lm_version']}",
+        f"prometheus-client=={pins['python_env_prometheus_client_version']}",
+        f"mlx-cpu=={mlx}",
+    ]
 
 
 def lab_lock(cluster):
@@ -164,7 +169,7 @@ def lab_lock(cluster):
                 "--wheels",
                 str(house),
                 "--extra",
-                reqs[2],
+                reqs[3],
                 "-o",
                 str(tmp),
             ],
@@ -185,7 +190,7 @@ def lab_vars(cluster):
     url = cluster.serve_packages(reqs)
     return {
         "python_env_pip_index_url": url,
-        "python_env_extra_packages": reqs[2:],
+        "python_env_extra_packages": reqs[3:],
         "python_env_lock_file": lab_lock(cluster),
     }
 

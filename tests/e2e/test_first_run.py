@@ -45,7 +45,7 @@ def test_a_fresh_cluster_dry_run_with_the_defaults_passes_and_says_what_the_env_
     minor = cluster.python_minor()
     for msg in said.values():
         assert f"would make the venv {VENV} from /opt/homebrew/bin/python{minor}" in msg, msg
-        assert "mlx==0.32.4, mlx-lm==0.32.2 by hash (the lock " in msg, msg
+        assert "mlx==0.32.4, mlx-lm==0.32.2, prometheus-client==0.26.0 by hash (the lock " in msg, msg
     assert mutations(cluster) == {"m1": [], "m2": []}
     for host in cluster.hosts:
         assert cluster.exec(host, ["test", "-e", VENV]).returncode == 1  # nothing made

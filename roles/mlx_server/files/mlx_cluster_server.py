@@ -15,7 +15,7 @@ Every rank joins the distributed group (retried for --init-timeout seconds: the 
 out of order), loads its shard with mlx_lm.utils.sharded_load and enters the serving loop.
 Rank 0 also runs a small HTTP server (ThreadingHTTPServer) on --host:--port:
 
-    GET  /v1/models, /v1/models/<id>, /health
+    GET  /v1/models, /v1/models/<id>, /health, /metrics (Prometheus's text format)
     POST /v1/chat/completions, /v1/completions   ("stream": true gives server-sent events)
 
 Every rank must take part in every generation (each forward pass has collectives), so rank 0
@@ -92,6 +92,15 @@ from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 from mlx_cluster_startup import EXIT_RDMA, InitError, backend_name, init_distributed, stall_verdict  # noqa: E402  (deployed beside)
+from prometheus_client import (  # noqa: E402  (in the venv: python_env's pins)
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
 
 EXIT_INIT, EXIT_LOAD, EXIT_BIND, EXIT_PEER = 3, 5, 6, 7  # 2: bad arguments (argparse)
 HOSTNAME_BYTES = 256
@@ -695,6 +704,108 @@ class Progress:
             self.state.save()
 
 
+class Metrics:
+    """Rank 0's numbers for Prometheus, GET /metrics, in a registry of its own (prometheus_client):
+    requests by outcome, prompt and generated tokens, generation time, queue depth, the serving
+    loop's heartbeat age, rank 0's peak memory, the restarts its supervisor made (and how many
+    for a stall), and an info metric with model, backend, world size and versions. The
+    supervisor's restarts are read from its state file (keeper0.json, written by
+    mlx_server_daemon.py beside this program's files) when Prometheus scrapes."""
+
+    OUTCOMES = ("ok", "queue_full", "refused", "error")
+
+    def __init__(self, server):
+        reg = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "mlx_cluster_server_requests",
+            "Completion requests answered, by outcome: ok, queue_full (503, the queue was full), refused "
+            "(any other 4xx: a bad request, no key, no such model), error (5xx: a failed or timed-out generation).",
+            ["outcome"],
+            registry=reg,
+        )
+        for outcome in self.OUTCOMES:
+            self.requests.labels(outcome)
+        self.prompt_tokens = Counter(
+            "mlx_cluster_server_prompt_tokens", "Prompt tokens of generated requests.", registry=reg
+        )
+        self.generated_tokens = Counter(
+            "mlx_cluster_server_generated_tokens", "Tokens generated for requests.", registry=reg
+        )
+        self.generation = Histogram(
+            "mlx_cluster_server_generation_seconds",
+            "Seconds each request's generation took on the ranks (tokens/s: the tokens' rate over this sum's).",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=reg,
+        )
+        Gauge(
+            "mlx_cluster_server_queue_depth", "Requests waiting behind the one being generated.", registry=reg
+        ).set_function(server.depth)
+        Gauge(
+            "mlx_cluster_server_heartbeat_age_seconds",
+            "Seconds since rank 0's serving loop last made progress (a turn or a token).",
+            registry=reg,
+        ).set_function(lambda: max(0.0, server.clock() - server.progress.snapshot()["progress_mono"]))
+        Gauge("mlx_cluster_server_peak_memory_bytes", "Rank 0's peak memory (MLX).", registry=reg).set_function(
+            mx.get_peak_memory
+        )
+        run_dir = getattr(server.args, "run_dir", None)
+        keeper = os.path.join(run_dir, "keeper0.json") if run_dir else ""
+        Gauge(
+            "mlx_cluster_server_supervisor_restarts",
+            "Restarts rank 0's supervisor made of the ranks since it started.",
+            registry=reg,
+        ).set_function(lambda: len(_restarts(keeper)))
+        Gauge(
+            "mlx_cluster_server_stall_restarts",
+            "Of those, restarts because the serving loop stalled.",
+            registry=reg,
+        ).set_function(lambda: sum(1 for r in _restarts(keeper) if "stall" in str(r.get("why", ""))))
+        Info(
+            "mlx_cluster_server", "The model served, the backend, the world size and the versions.", registry=reg
+        ).info(
+            {
+                "model": str(server.args.model_id),
+                "backend": str(server.world.get("backend") or ""),
+                "world_size": str(server.world["size"]),
+                "mlx": _version("mlx"),
+                "mlx_lm": _version("mlx-lm"),
+            }
+        )
+
+    def answered(self, status):
+        """Count one completion request's answer by its HTTP status."""
+        outcome = "ok" if status < 400 else "queue_full" if status == 503 else "refused" if status < 500 else "error"
+        self.requests.labels(outcome).inc()
+
+    def generated(self, prompt_tokens, tokens, seconds):
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generated_tokens.inc(tokens)
+        self.generation.observe(seconds)
+
+    def text(self):
+        return generate_latest(self.registry)
+
+
+def _restarts(path):
+    """The restarts a supervisor's state file lists ([] when it cannot be read)."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return []
+    restarts = state.get("restarts") if isinstance(state, dict) else None
+    return [r for r in restarts if isinstance(r, dict)] if isinstance(restarts, list) else []
+
+
+def _version(dist):
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:  # pylint: disable=broad-except  # a version unknown is shown as such
+        return ""
+
+
 class Server:
     """Rank 0's side: the HTTP front and the bounded queue the serving loop takes requests
     from, one at a time."""
@@ -717,6 +828,7 @@ class Server:
         self.progress = Progress(None, args.stall_timeout, self.depth, clock)
         self.stopping = False
         self.httpd = None
+        self.metrics = Metrics(self)
 
     # -- the serving loop's side
     def next_job(self, timeout):
@@ -734,9 +846,10 @@ class Server:
                     return None
                 self.cond.wait(left)
 
-    def finished(self, seconds):
+    def finished(self, seconds, prompt_tokens=0, tokens=0):
         with self.cond:
             self.durations.append(seconds)
+        self.metrics.generated(prompt_tokens, tokens, seconds)
 
     def fail_pending(self, message):
         with self.cond:
@@ -890,6 +1003,14 @@ def make_handler(server):
                 err = unauthorized()
                 self.send_json(err.status, err.body(), err.headers)
                 return
+            if path == "/metrics":
+                data = server.metrics.text()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if path == "/v1/models":
                 self.send_json(200, server.models())
             elif path.startswith("/v1/models/"):
@@ -924,19 +1045,24 @@ def make_handler(server):
                 stream = bool(body.get("stream"))
                 job = server.submit(params, tokens, stream)
             except ApiError as err:
+                server.metrics.answered(err.status)
                 self.send_json(err.status, err.body(), err.headers)
                 return
             rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
             if stream:
                 self.stream(job, rid, chat)
+                server.metrics.answered(200 if job.error is None and job.result is not None else 500)
                 return
             if not job.done.wait(server.args.request_timeout):
                 server.abandon(job)  # still queued: it leaves the queue; under way: it runs to its end
+                server.metrics.answered(504)
                 self.send_json(504, ApiError(504, "generation did not finish in time", kind="server_error").body())
                 return
             if job.error is not None:
+                server.metrics.answered(job.error.status)
                 self.send_json(job.error.status, job.error.body())
                 return
+            server.metrics.answered(200)
             self.send_json(200, self.final_body(job, rid, chat))
 
         def final_body(self, job, rid, chat):
@@ -1079,7 +1205,7 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
             f"generated ({result['finish_reason']}) in {took:.2f}s"
         )
         if root:
-            server.finished(took)
+            server.finished(took, len(req["tokens"]), len(result["tokens"]))
             job.result = result
             job.done.set()
             if job.chunks is not None:
@@ -1133,7 +1259,7 @@ def _run(args, state):
     stop = Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server = Server(args, tokenizer, {"size": size, "ranks": ranks})
+    server = Server(args, tokenizer, {"size": size, "ranks": ranks, "backend": backend_name(args.backend, size)})
     # The heartbeat starts before "ready": the supervisor watches a ready rank's progress.
     server.progress = progress = Progress(state, args.stall_timeout, server.depth if rank == 0 else None)
     progress.write(force=True)

@@ -18,7 +18,11 @@ ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "python_env"
 LOCK = (ROLE / "files" / "requirements.lock").read_text()
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-PINS = [f"mlx=={DEFAULTS['python_env_mlx_version']}", f"mlx-lm=={DEFAULTS['python_env_mlx_lm_version']}"]
+PINS = [
+    f"mlx=={DEFAULTS['python_env_mlx_version']}",
+    f"mlx-lm=={DEFAULTS['python_env_mlx_lm_version']}",
+    f"prometheus-client=={DEFAULTS['python_env_prometheus_client_version']}",
+]
 
 
 def entries(text):

@@ -394,3 +394,52 @@ def test_with_an_api_key_only_clients_that_send_it_are_served(rig):
     assert status == 200 and body["choices"][0]["text"] == "abc"
     status, _, body = http(rig.url + "/health", headers=keyed)
     assert status == 200 and body["ranks"] == [{"rank": 0, "host": "m1", "pid": 1}]
+
+
+def test_metrics_read_the_supervisors_restarts_when_scraped_and_name_the_model(srv, tmp_path):
+    """The supervisor's restarts (and those for a stall) come from its state file, read at each
+    scrape; the info metric names the model, backend and world size."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = srv.Server(args(run_dir=str(tmp_path)), None, {"size": 2, "ranks": [], "backend": "ring"})
+
+    def scrape():
+        text = server.metrics.text().decode()
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
+
+    assert scrape()[("mlx_cluster_server_supervisor_restarts", ())] == 0  # no state file yet
+    (tmp_path / "keeper0.json").write_text(
+        json.dumps({"restarts": [{"at": 1, "why": "stalled: no progress for 120 s"}, {"at": 2, "why": "exit 7"}]})
+    )
+    got = scrape()
+    assert got[("mlx_cluster_server_supervisor_restarts", ())] == 2
+    assert got[("mlx_cluster_server_stall_restarts", ())] == 1
+    (info,) = [dict(k[1]) for k in got if k[0] == "mlx_cluster_server_info"]
+    assert (info["model"], info["backend"], info["world_size"]) == ("tiny", "ring", "2") and info["mlx"]
+
+
+@pytest.mark.parametrize("rig", [{"queue_size": 0}], indirect=True)
+def test_the_outcomes_a_running_server_counts(rig):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    results = {}
+    first = rig.ask(1, results)
+    assert rig.gen.entered.wait(10)
+    assert rig.ask(2)[0] == 503
+    assert http(rig.url + "/v1/completions", {"prompt": [1], "max_tokens": -1})[0] == 400
+    rig.gen.gate.set()
+    first.join(10)
+    assert wait_for(lambda: 1 in results)
+    with urllib.request.urlopen(rig.url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    got = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "ok"),))] == 1
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "queue_full"),))] == 1
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "refused"),))] == 1
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "error"),))] == 0
+    assert got[("mlx_cluster_server_generated_tokens_total", ())] == 3
+    assert got[("mlx_cluster_server_generation_seconds_count", ())] == 1

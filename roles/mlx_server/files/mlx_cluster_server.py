@@ -99,6 +99,7 @@ from prometheus_client import (  # noqa: E402  (in the venv: python_env's pins)
     Gauge,
     Histogram,
     Info,
+    disable_created_metrics,
     generate_latest,
 )
 
@@ -715,6 +716,7 @@ class Metrics:
     OUTCOMES = ("ok", "queue_full", "refused", "error")
 
     def __init__(self, server):
+        disable_created_metrics()  # no *_created series: a restart shows as the counters' reset
         reg = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "mlx_cluster_server_requests",

@@ -14,8 +14,11 @@ watchdog and restarts), both carrying the run directory and run id on their comm
 from __future__ import annotations
 
 import json
+import os
 import plistlib
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -501,3 +504,82 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     )
     stop = server(pair, "server_stop")
     assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
+
+
+PROM_QUERY = r"""
+import json, sys, urllib.parse, urllib.request
+url = sys.argv[1] + "/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
+with urllib.request.urlopen(url, timeout=10) as r:
+    result = json.loads(r.read())["data"]["result"]
+print(json.dumps([float(x["value"][1]) for x in result]))
+"""
+
+
+def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_path):
+    """Prometheus itself (Debian's prometheus, installed by the set-up) on the controller scrapes
+    rank 0's /metrics over the LAN; after a completion its generated-tokens counter has grown by
+    the completion's tokens, as Prometheus's own HTTP API reports it."""
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is missing: bash scripts/bootstrap.sh installs Debian's prometheus package"
+    rank0 = pair.mgmt_address(pair.rank0)
+    run = server(pair, mlx_server_host="0.0.0.0", mlx_server_allowed_hosts=[rank0])
+    assert run.rc == 0, run.failures()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        f"scrape_configs: [{{job_name: mlx_cluster_server, static_configs: [{{targets: ['{rank0}:{PORT}']}}]}}]\n"
+    )
+    listen = "127.0.0.1:19090"
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.ctl_ns,
+            prometheus,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address={listen}",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+
+    def query(expr):
+        res = subprocess.run(
+            ["ip", "netns", "exec", pair.ctl_ns, sys.executable, "-c", PROM_QUERY, f"http://{listen}", expr],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return json.loads(res.stdout) if res.returncode == 0 else None
+
+    def scraped(expr, want, seconds=60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            got = query(expr)
+            if got and want(got[0]):
+                return got[0]
+            time.sleep(0.5)
+        raise AssertionError(
+            f"{expr}: {query(expr)} after {seconds}s; {(tmp_path / 'prometheus.log').read_text()[-1500:]}"
+        )
+
+    try:
+        assert scraped('up{job="mlx_cluster_server"}', lambda v: v == 1) == 1
+        before = scraped("mlx_cluster_server_generated_tokens_total", lambda v: v >= 0)
+        done = http(pair, "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "temperature": 0})
+        assert done["status"] == 200, done
+        tokens = done["body"]["usage"]["completion_tokens"]
+        assert tokens > 0
+        after = scraped("mlx_cluster_server_generated_tokens_total", lambda v: v >= before + tokens)
+        assert after == before + tokens
+        assert scraped('mlx_cluster_server_requests_total{outcome="ok"}', lambda v: v >= 1) >= 1
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+    stop = server(pair, "server_stop")
+    assert stop.rc == 0, stop.failures()

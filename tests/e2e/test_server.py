@@ -13,6 +13,7 @@ watchdog and restarts), both carrying the run directory and run id on their comm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import plistlib
@@ -412,14 +413,14 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
         assert pair.exec(h, ["launchctl", "print", f"system/{label}"]).returncode == 113, h  # not loaded
 
 
-def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
+def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair, tmp_path):
     """The watchdog on the simulated Macs. The other Mac's rank is frozen (SIGSTOP by its PID,
     from inside its Mac) while a request is under way: no token comes. After
     mlx_server_stall_timeout its supervisor kills it, rank 0 goes down with it, both
     supervisors start their rank again (10 s later) and the API answers again, with no
     playbook run. Frozen a second time, within the restart budget (1), every supervisor gives
     up: the status names the Mac and the fix, and a server run starts it all afresh."""
-    extra = {"mlx_server_stall_timeout": 10, "mlx_server_max_restarts": 1}
+    extra = {"mlx_server_stall_timeout": 10, "mlx_server_max_restarts": 1, **scrapable(pair)}
     up = server(pair, **extra)
     assert up.rc == 0, up.failures()
     other = next(h for h in pair.hosts if h != pair.rank0)
@@ -472,6 +473,9 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair):
     assert pair.exec(other, ["kill", "-0", str(before[other])]).returncode != 0  # the frozen rank is gone
     chat = http(pair, "/v1/chat/completions", ask)
     assert chat["status"] == 200, chat
+    # Prometheus on the controller reads the stall restart from the restarted rank 0
+    with prometheus(pair, tmp_path) as scraped:
+        assert scraped("sum(mlx_cluster_server_stall_restarts)", lambda v: v >= 1) == 1
 
     status = server(pair, "server_status", **extra)
     lines = status_lines(status)
@@ -515,37 +519,30 @@ print(json.dumps([float(x["value"][1]) for x in result]))
 """
 
 
-def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_path):
-    """Prometheus itself (Debian's prometheus, installed by the set-up) on the controller scrapes
-    rank 0's /metrics over the LAN; after a completion its generated-tokens counter has grown by
-    the completion's tokens, as Prometheus's own HTTP API reports it."""
-    prometheus = shutil.which("prometheus")
-    assert prometheus, "prometheus is missing: bash scripts/bootstrap.sh installs Debian's prometheus package"
+@contextlib.contextmanager
+def prometheus(pair, tmp_path):
+    """Prometheus itself (Debian's prometheus, installed by the set-up) on the controller's
+    network, scraping rank 0's /metrics over the LAN every second; yields `scraped(expr, want)`,
+    the first value of `expr` from Prometheus's HTTP API that `want` accepts (an error naming
+    the query and Prometheus's log after a minute)."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is missing: bash scripts/bootstrap.sh installs Debian's prometheus package"
     rank0 = pair.mgmt_address(pair.rank0)
-    run = server(pair, mlx_server_host="0.0.0.0", mlx_server_allowed_hosts=[rank0])
-    assert run.rc == 0, run.failures()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
         f"scrape_configs: [{{job_name: mlx_cluster_server, static_configs: [{{targets: ['{rank0}:{PORT}']}}]}}]\n"
     )
     listen = "127.0.0.1:19090"
-    log = open(tmp_path / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            pair.ctl_ns,
-            prometheus,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address={listen}",
-        ],
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    log_path = tmp_path / "prometheus.log"
+    log = open(log_path, "wb")
+    argv = [
+        binary,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address={listen}",
+    ]
+    proc = subprocess.Popen(["ip", "netns", "exec", pair.ctl_ns, *argv], stdout=log, stderr=log, start_new_session=True)
 
     def query(expr):
         res = subprocess.run(
@@ -563,11 +560,27 @@ def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_pat
             if got and want(got[0]):
                 return got[0]
             time.sleep(0.5)
-        raise AssertionError(
-            f"{expr}: {query(expr)} after {seconds}s; {(tmp_path / 'prometheus.log').read_text()[-1500:]}"
-        )
+        raise AssertionError(f"{expr}: {query(expr)} after {seconds}s; {log_path.read_text()[-1500:]}")
 
     try:
+        yield scraped
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        log.close()
+
+
+def scrapable(pair):
+    """The server's settings for Prometheus on the controller to reach rank 0's API."""
+    return {"mlx_server_host": "0.0.0.0", "mlx_server_allowed_hosts": [pair.mgmt_address(pair.rank0)]}
+
+
+def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_path):
+    """After a completion Prometheus's generated-tokens counter of rank 0 has grown by the
+    completion's tokens, as Prometheus's own HTTP API reports it."""
+    run = server(pair, **scrapable(pair))
+    assert run.rc == 0, run.failures()
+    with prometheus(pair, tmp_path) as scraped:
         assert scraped('up{job="mlx_cluster_server"}', lambda v: v == 1) == 1
         before = scraped("mlx_cluster_server_generated_tokens_total", lambda v: v >= 0)
         done = http(pair, "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "temperature": 0})
@@ -577,9 +590,5 @@ def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_pat
         after = scraped("mlx_cluster_server_generated_tokens_total", lambda v: v >= before + tokens)
         assert after == before + tokens
         assert scraped('mlx_cluster_server_requests_total{outcome="ok"}', lambda v: v >= 1) >= 1
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-        log.close()
     stop = server(pair, "server_stop")
     assert stop.rc == 0, stop.failures()

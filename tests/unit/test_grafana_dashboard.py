@@ -28,7 +28,8 @@ def server_names():
         model, model_id, host, stall_timeout = "/m", "m", "127.0.0.1", 0.0
 
     server = srv.Server.__new__(srv.Server)
-    server.args, server.world, server.clock = Args(), {"size": 1, "ranks": []}, lambda: 0.0
+    rank = {"rank": 0, "host": "m1", "pid": 1, "restarts": 0, "stall_restarts": 0}
+    server.args, server.world, server.clock = Args(), {"size": 1, "ranks": [rank]}, lambda: 0.0
     server.depth = lambda: 0
     server.progress = type("P", (), {"snapshot": staticmethod(lambda: {"progress_mono": 0.0})})()
     text = srv.Metrics(server).text().decode()

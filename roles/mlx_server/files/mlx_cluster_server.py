@@ -58,7 +58,7 @@ Files in --run-dir (created if missing), with N the rank:
                    supervisor and the status module on the same Mac)
     state.json    rank 0 only, once serving: {"settings_hash", "run_id", "started",
                    "ready_at", "model", "model_id", "mode", "backend", "endpoint",
-                   "ranks": [{"rank", "host", "pid"}]}
+                   "ranks": [{"rank", "host", "pid", "restarts", "stall_restarts"}]}
 Logs go to stderr (the supervisor sends them to rank<N>.log) as "[time rank R/N host] ...".
 
 Exit codes: 0 stopped on request; 2 bad arguments or model directory; 3 distributed init
@@ -708,10 +708,9 @@ class Progress:
 class Metrics:
     """Rank 0's numbers for Prometheus, GET /metrics, in a registry of its own (prometheus_client):
     requests by outcome, prompt and generated tokens, generation time, queue depth, the serving
-    loop's heartbeat age, rank 0's peak memory, the restarts its supervisor made (and how many
-    for a stall), and an info metric with model, backend, world size and versions. The
-    supervisor's restarts are read from its state file (keeper0.json, written by
-    mlx_server_daemon.py beside this program's files) when Prometheus scrapes."""
+    loop's heartbeat age, rank 0's peak memory, the restarts each rank's supervisor made (and
+    how many for a stall: read from every rank's supervisor state file at the group's start,
+    gather_ranks), and an info metric with model, backend, world size and versions."""
 
     OUTCOMES = ("ok", "queue_full", "refused", "error")
 
@@ -750,18 +749,23 @@ class Metrics:
         Gauge("mlx_cluster_server_peak_memory_bytes", "Rank 0's peak memory (MLX).", registry=reg).set_function(
             mx.get_peak_memory
         )
-        run_dir = getattr(server.args, "run_dir", None)
-        keeper = os.path.join(run_dir, "keeper0.json") if run_dir else ""
-        Gauge(
+        # as of the group's last start: any rank's restart restarts every rank, so it is current
+        restarts = Gauge(
             "mlx_cluster_server_supervisor_restarts",
-            "Restarts rank 0's supervisor made of the ranks since it started.",
+            "Restarts each rank's supervisor made of it (as of the group's last start).",
+            ["rank", "host"],
             registry=reg,
-        ).set_function(lambda: len(_restarts(keeper)))
-        Gauge(
+        )
+        stalls = Gauge(
             "mlx_cluster_server_stall_restarts",
-            "Of those, restarts because the serving loop stalled.",
+            "Of those, restarts because the rank's serving loop stalled.",
+            ["rank", "host"],
             registry=reg,
-        ).set_function(lambda: sum(1 for r in _restarts(keeper) if "stall" in str(r.get("why", ""))))
+        )
+        for r in server.world.get("ranks") or []:
+            labels = (str(r.get("rank")), str(r.get("host")))
+            restarts.labels(*labels).set(r.get("restarts", 0))
+            stalls.labels(*labels).set(r.get("stall_restarts", 0))
         Info(
             "mlx_cluster_server", "The model served, the backend, the world size and the versions.", registry=reg
         ).info(
@@ -1214,13 +1218,23 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
                 job.chunks.put(None)
 
 
-def gather_ranks(group):
-    """[{"rank", "host", "pid"}] of every rank (all_gather of a fixed-size row)."""
+def gather_ranks(group, keeper_state=""):
+    """[{"rank", "host", "pid", "restarts", "stall_restarts"}] of every rank (all_gather of a
+    fixed-size row); the restarts are those this rank's supervisor lists in `keeper_state`
+    (its keeper<N>.json; none when there is no such file, e.g. under mlx.launch)."""
     raw = socket.gethostname().encode()[:HOSTNAME_BYTES].ljust(HOSTNAME_BYTES, b"\0")
-    row = mx.array([os.getpid() % (2**31)] + list(raw), dtype=mx.int32)
+    made = _restarts(keeper_state) if keeper_state else []
+    stalled = sum(1 for r in made if "stall" in str(r.get("why", "")))
+    row = mx.array([os.getpid() % (2**31), len(made), stalled] + list(raw), dtype=mx.int32)
     rows = mx.distributed.all_gather(row, group=group, stream=mx.cpu).reshape(group.size(), -1).tolist()
     return [
-        {"rank": r, "host": bytes(x[1:]).rstrip(b"\0").decode(errors="replace"), "pid": x[0]}
+        {
+            "rank": r,
+            "host": bytes(x[3:]).rstrip(b"\0").decode(errors="replace"),
+            "pid": x[0],
+            "restarts": x[1],
+            "stall_restarts": x[2],
+        }
         for r, x in enumerate(rows)
     ]
 
@@ -1257,7 +1271,7 @@ def _run(args, state):
         state.phase("failed", f"loading {args.model} failed: {type(err).__name__}: {err}")
         return EXIT_LOAD
     # Everyone loaded; who is who (for state.json and the status view).
-    ranks = gather_ranks(group)
+    ranks = gather_ranks(group, os.path.join(args.run_dir, f"keeper{rank}.json"))
     stop = Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

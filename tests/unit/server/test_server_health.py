@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -396,28 +397,33 @@ def test_with_an_api_key_only_clients_that_send_it_are_served(rig):
     assert status == 200 and body["ranks"] == [{"rank": 0, "host": "m1", "pid": 1}]
 
 
-def test_metrics_read_the_supervisors_restarts_when_scraped_and_name_the_model(srv, tmp_path):
-    """The supervisor's restarts (and those for a stall) come from its state file, read at each
-    scrape; the info metric names the model, backend and world size."""
+def test_metrics_show_every_ranks_restarts_gathered_at_the_start_and_name_the_model(srv, tmp_path):
+    """Each rank reads its supervisor's restarts (and those for a stall) from its state file at
+    the group's start (gather_ranks, here a group of one); rank 0 exports every rank's, labelled
+    with rank and host; the info metric names the model, backend and world size."""
+    import mlx.core as mx
     from prometheus_client.parser import text_string_to_metric_families
 
-    server = srv.Server(args(run_dir=str(tmp_path)), None, {"size": 2, "ranks": [], "backend": "ring"})
-
-    def scrape():
-        text = server.metrics.text().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-        }
-
-    assert scrape()[("mlx_cluster_server_supervisor_restarts", ())] == 0  # no state file yet
-    (tmp_path / "keeper0.json").write_text(
-        json.dumps({"restarts": [{"at": 1, "why": "stalled: no progress for 120 s"}, {"at": 2, "why": "exit 7"}]})
+    keeper = tmp_path / "keeper0.json"
+    keeper.write_text(
+        json.dumps(
+            {"restarts": [{"at": 1, "why": "serving loop stalled: no turn for 12s"}, {"at": 2, "why": "exit 7"}]}
+        )
     )
-    got = scrape()
-    assert got[("mlx_cluster_server_supervisor_restarts", ())] == 2
-    assert got[("mlx_cluster_server_stall_restarts", ())] == 1
+    (me,) = srv.gather_ranks(mx.distributed.init(), str(keeper))
+    assert (me["rank"], me["restarts"], me["stall_restarts"], me["pid"]) == (0, 2, 1, os.getpid())
+    assert srv.gather_ranks(mx.distributed.init(), str(tmp_path / "none.json"))[0]["restarts"] == 0
+    other = {"rank": 1, "host": "m2", "pid": 9, "restarts": 1, "stall_restarts": 1}
+    server = srv.Server(args(), None, {"size": 2, "ranks": [me, other], "backend": "ring"})
+    text = server.metrics.text().decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert got[("mlx_cluster_server_supervisor_restarts", (("host", me["host"]), ("rank", "0")))] == 2
+    assert got[("mlx_cluster_server_stall_restarts", (("host", me["host"]), ("rank", "0")))] == 1
+    assert got[("mlx_cluster_server_stall_restarts", (("host", "m2"), ("rank", "1")))] == 1
     (info,) = [dict(k[1]) for k in got if k[0] == "mlx_cluster_server_info"]
     assert (info["model"], info["backend"], info["world_size"]) == ("tiny", "ring", "2") and info["mlx"]
 

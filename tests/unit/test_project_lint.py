@@ -1,6 +1,7 @@
 """The project's own quality gates: ansible-lint (production profile) and module docs."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +139,19 @@ def test_command_timeout_is_documented_once_and_specified_once():
         shared = re.search(r"module_utils\.(\w+) import ARGUMENT_SPEC", text)
         spec = (ROOT / "plugins" / "module_utils" / f"{shared.group(1)}.py").read_text() if shared else text
         assert "**COMMAND_TIMEOUT_SPEC" in spec and "command_timeout=dict(" not in spec, m
+
+
+def test_the_design_picture_names_every_plugin_file():
+    """docs/design.md's picture of the rooms is drawn from the code: every module_utils,
+    plugin_utils, action, filter and callback file is named in it (a file added without a place
+    in the picture fails here)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    start = text.index(" controller (runs where ansible-playbook runs)")
+    picture = text[start : text.index("```", start)]
+    missing = [
+        f"{folder}/{p.name}"
+        for folder in ("module_utils", "plugin_utils", "action", "filter", "callback")
+        for p in sorted((ROOT / "plugins" / folder).glob("*.py"))
+        if p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}\b", picture)
+    ]
+    assert missing == [], missing

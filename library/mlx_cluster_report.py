@@ -76,6 +76,7 @@ metrics:
   description: >-
     The metrics file beside the report, C(metrics.prom) (node_exporter's textfile format, written with the
     report, 0600): cables, preflight, benchmark and versions; plugins/plugin_utils/metrics.py lists them.
+    Null, with a warning naming the fix, when the controller's Python lacks prometheus-client.
   returned: success
   type: str
   sample: /home/me/mlx-cluster/inventory/mac_cluster/artifacts/metrics.prom

@@ -20,7 +20,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import loose_modes
-from ansible_collections.mlx.cluster.plugins.plugin_utils import metrics, report
+from ansible_collections.mlx.cluster.plugins.plugin_utils import report
+
+try:  # a controller set up before the metrics (scripts/controller.sh adds prometheus-client)
+    from ansible_collections.mlx.cluster.plugins.plugin_utils import metrics
+except ImportError:  # pragma: no cover - exercised by a test that hides the package
+    metrics = None
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 MODE = 0o600
@@ -100,10 +105,19 @@ class ActionModule(ActionBase):
         # The same numbers for Prometheus (node_exporter's textfile format), beside the report;
         # and, when asked, where a node_exporter on the controller reads textfiles (0644: it runs
         # as another user), written atomically as its collector requires.
-        prom = metrics.text(data)
         prom_path = os.path.join(folder, METRICS_NAME)
-        wrote = _put(prom_path, prom, MODE, check, folder, "mlx_cluster_artifacts_dir") or wrote
         textfile_dir = args.get("metrics_textfile_dir")
+        if metrics is None:
+            # the report is written all the same; the run does not fail for the metrics
+            result.setdefault("warnings", []).append(
+                "mlx_cluster_report: no metrics.prom: the controller's Python lacks prometheus-client. "
+                "Fix: run scripts/controller.sh again (it installs what pyproject.toml lists), or "
+                "pip install 'prometheus-client>=0.20,<1' into the Python that runs ansible-playbook"
+            )
+            prom_path, textfile_dir = None, None
+        else:
+            prom = metrics.text(data)
+            wrote = _put(prom_path, prom, MODE, check, folder, "mlx_cluster_artifacts_dir") or wrote
         if textfile_dir:
             textfile_dir = os.path.expanduser(str(textfile_dir))
             if not os.path.isdir(textfile_dir):

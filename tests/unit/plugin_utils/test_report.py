@@ -447,3 +447,18 @@ def test_every_run_writes_the_metrics_beside_the_report_and_to_a_textfile_direct
     assert run_action(args)["changed"] and b" 9.5" in shared.read_bytes()
     with pytest.raises(AnsibleActionFail, match="metrics_textfile_dir .* is not a directory"):
         run_action({"artifacts_dir": str(folder), "metrics_textfile_dir": str(tmp_path / "none")})
+
+
+def test_a_controller_without_prometheus_client_still_gets_its_report_and_the_fix(tmp_path, monkeypatch):
+    """A controller set up before the metrics (no prometheus-client in its Python): the report is
+    written, the run does not fail, a warning names the fix."""
+    import sys as _sys
+
+    with controller_imports():
+        from ansible_collections.mlx.cluster.plugins.action.mlx_cluster_report import ActionModule
+    monkeypatch.setattr(_sys.modules[ActionModule.__module__], "metrics", None)
+    folder = artifacts(tmp_path)
+    res = run_action({"artifacts_dir": str(folder)})
+    assert res["changed"] and (folder / "report.html").is_file() and not (folder / "metrics.prom").exists()
+    assert res["metrics"] is None
+    assert any("run scripts/controller.sh again" in w for w in res["warnings"]), res

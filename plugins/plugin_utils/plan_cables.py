@@ -171,8 +171,43 @@ def links(facts_by_host):
     for host in facts_by_host:
         if not isinstance(host, str) or not host:
             raise PlanError("inventory hostnames must be non-empty strings, got %r" % (host,))
-
     problems, warnings, external = [], [], []
+    ports = _collect_ports(facts_by_host, warnings)
+    by_uuid = {}
+    for p in ports:
+        if p.uuid is not None:
+            by_uuid.setdefault(p.uuid, []).append(p)
+    unmatched = _ports_without_uuid(ports, by_uuid, warnings)
+    problems += _duplicate_uuids(by_uuid)
+    both, one_sided_cands = _sightings(ports, by_uuid, unmatched, external, problems, warnings)
+    accepted = _one_sided_accepted(both, one_sided_cands, by_uuid, problems)
+    cables = _cables_with_interfaces(both, accepted, ports, problems, warnings)
+    cables.sort(key=lambda c: c["id"])
+    one_sided = [c for c in cables if c["sighting"] == "one-sided"]
+    for c in one_sided:
+        via = " (via %s)" % ", ".join(c["via"]) if c["via"] else ""
+        warnings.append(
+            "cable %s is seen from one side only%s: a dock or hub is in the way; "
+            "cable the two Macs directly for full speed and RDMA" % (c["id"], via)
+        )
+    for c in cables:
+        if c["sighting"] == "both" and c["via"]:
+            warnings.append("cable %s passes through %s" % (c["id"], ", ".join(c["via"])))
+    external.sort(key=lambda e: (e["host"], e["iface"] or "", e["peer_uuid"]))
+    problems.sort(key=lambda x: (x["code"], x["ports"], x["msg"]))
+    return {
+        "cables": cables,
+        "one_sided": one_sided,
+        "external": external,
+        "unmatched": unmatched,
+        "problems": problems,
+        "warnings": warnings,
+    }
+
+
+def _collect_ports(facts_by_host, warnings):
+    """Every host's Thunderbolt ports (_Port), in a stable order; a host without facts warned
+    about; two receptacles on one interface refused."""
     ports = []
     for host in sorted(facts_by_host):
         facts = facts_by_host[host]
@@ -192,12 +227,12 @@ def links(facts_by_host):
                 seen_ifaces[port.iface] = raw.get("receptacle")
             ports.append(port)
     ports.sort(key=lambda p: (p.host, p.label, p.uuid or "", p.order))
+    return ports
 
-    by_uuid = {}
-    for p in ports:
-        if p.uuid is not None:
-            by_uuid.setdefault(p.uuid, []).append(p)
-    unmatched = _ports_without_uuid(ports, by_uuid, warnings)
+
+def _duplicate_uuids(by_uuid):
+    """A problem for each domain UUID more than one port reports."""
+    problems = []
     for uuid in sorted(by_uuid):
         owners = by_uuid[uuid]
         if len(owners) > 1:
@@ -210,11 +245,19 @@ def links(facts_by_host):
                     "gather facts again and make sure each inventory host is a different Mac",
                 )
             )
+    return problems
 
-    def owner(uuid):
-        found = by_uuid.get(uuid) or []
-        return found[0] if len(found) == 1 else None
 
+def _owner(by_uuid, uuid):
+    """The one port whose domain UUID is `uuid`, or None (none, or several)."""
+    found = by_uuid.get(uuid) or []
+    return found[0] if len(found) == 1 else None
+
+
+def _sightings(ports, by_uuid, unmatched, external, problems, warnings):
+    """What each port sees -> ({pair of UUIDs: (p, q)} seen from both ends, [(p, q)] seen from
+    p only); a peer outside the inventory goes to `external`, a loop or a miswiring to
+    `problems`."""
     both, one_sided_cands, seen_problems = {}, [], set()
     for p in ports:
         if p.peer_uuid is None or p.uuid is None or len(by_uuid.get(p.uuid, ())) > 1:
@@ -232,7 +275,7 @@ def links(facts_by_host):
                 )
             )
             continue
-        q = owner(p.peer_uuid)
+        q = _owner(by_uuid, p.peer_uuid)
         if q is None:  # duplicate UUID, already a problem
             continue
         if q.host == p.host:
@@ -257,24 +300,31 @@ def links(facts_by_host):
             if key in seen_problems:
                 continue
             seen_problems.add(key)
-            r = owner(q.peer_uuid)
-            if r is not None:
-                sees = r.name
-            else:
-                sees = "domain UUID %s (%s)" % (
-                    q.peer_uuid,
-                    "not in the inventory" if q.peer_uuid not in by_uuid else "ambiguous",
-                )
-            problems.append(
-                _problem(
-                    "miswired",
-                    [p, q],
-                    "%s sees %s, but %s sees %s: miswired or stale facts" % (p.name, q.name, q.name, sees),
-                    "check the cables on %s and %s, then gather facts again" % (p.host, q.host),
-                )
-            )
+            problems.append(_miswired(p, q, by_uuid))
+    return both, one_sided_cands
 
-    # One-sided sightings must not claim a port that another cable already uses.
+
+def _miswired(p, q, by_uuid):
+    """p sees q, but q sees a third port (or a UUID no one or several ports own)."""
+    r = _owner(by_uuid, q.peer_uuid)
+    if r is not None:
+        sees = r.name
+    else:
+        sees = "domain UUID %s (%s)" % (
+            q.peer_uuid,
+            "not in the inventory" if q.peer_uuid not in by_uuid else "ambiguous",
+        )
+    return _problem(
+        "miswired",
+        [p, q],
+        "%s sees %s, but %s sees %s: miswired or stale facts" % (p.name, q.name, q.name, sees),
+        "check the cables on %s and %s, then gather facts again" % (p.host, q.host),
+    )
+
+
+def _one_sided_accepted(both, one_sided_cands, by_uuid, problems):
+    """The one-sided sightings that claim no port another cable uses, and no port several
+    others see ([(p, q)]); the others are problems."""
     used = {u for key in both for u in key}
     by_target = {}
     for p, q in one_sided_cands:
@@ -282,7 +332,7 @@ def links(facts_by_host):
     accepted = []
     for uuid in sorted(by_target):
         seers = by_target[uuid]
-        q = owner(uuid)
+        q = _owner(by_uuid, uuid)
         if uuid in used or len(seers) > 1:
             if uuid in used:
                 why = "%s sees %s, which is cabled to another port" % (seers[0].name, q.name)
@@ -299,7 +349,12 @@ def links(facts_by_host):
             )
             continue
         accepted.append((seers[0], q))
+    return accepted
 
+
+def _cables_with_interfaces(both, accepted, ports, problems, warnings):
+    """The cables whose two ends have a network interface; a cabled port without one is a
+    problem (its fix: networksetup -detectnewhardware), an empty one a warning."""
     cables, no_iface = [], {}
     for (p, q), sighting in [(pq, "both") for pq in both.values()] + [(pq, "one-sided") for pq in accepted]:
         missing = [x for x in (p, q) if x.iface is None]
@@ -308,7 +363,6 @@ def links(facts_by_host):
         if missing:
             continue
         cables.append(_cable(p, q, sighting))
-
     for p in ports:
         if p.iface is None and p.connected:
             no_iface[(p.host, p.label, p.uuid)] = p
@@ -327,28 +381,7 @@ def links(facts_by_host):
                 "run 'sudo networksetup -detectnewhardware' on %s, then gather facts again" % p.host,
             )
         )
-
-    cables.sort(key=lambda c: c["id"])
-    one_sided = [c for c in cables if c["sighting"] == "one-sided"]
-    for c in one_sided:
-        via = " (via %s)" % ", ".join(c["via"]) if c["via"] else ""
-        warnings.append(
-            "cable %s is seen from one side only%s: a dock or hub is in the way; "
-            "cable the two Macs directly for full speed and RDMA" % (c["id"], via)
-        )
-    for c in cables:
-        if c["sighting"] == "both" and c["via"]:
-            warnings.append("cable %s passes through %s" % (c["id"], ", ".join(c["via"])))
-    external.sort(key=lambda e: (e["host"], e["iface"] or "", e["peer_uuid"]))
-    problems.sort(key=lambda x: (x["code"], x["ports"], x["msg"]))
-    return {
-        "cables": cables,
-        "one_sided": one_sided,
-        "external": external,
-        "unmatched": unmatched,
-        "problems": problems,
-        "warnings": warnings,
-    }
+    return cables
 
 
 def _ports_without_uuid(ports, by_uuid, warnings):

@@ -128,86 +128,25 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
     """
     net = _pool(pool)
     cables = validated_cables(links)
-    ends = {}
-    for c in cables:
-        for side in ("a", "b"):
-            key = (c[side]["host"], c[side]["iface"])
-            if key in ends:
-                raise PlanError(
-                    "%s is an end of two cables (%s and %s): the links are inconsistent"
-                    % (end_name(*key), ends[key], c["id"])
-                )
-            ends[key] = c["id"]
-
-    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple, set, frozenset)):
-        raise PlanError("exclude must be a list of CIDRs, got %s" % type(exclude).__name__)
-    excluded = []
-    for cidr in exclude:
-        try:
-            network = ipaddress.ip_network(str(cidr).strip(), strict=False)
-        except ValueError as exc:
-            raise PlanError("exclude: %r is not a CIDR network (%s)" % (cidr, exc)) from None
-        if network.version == 4:
-            excluded.append((network, "exclude"))
-    iface_addrs = _host_iface_map(interfaces, "interfaces")
-    for host in sorted(iface_addrs):
-        for iface in sorted(iface_addrs[host]):
-            if (host, iface) in ends:
-                continue
-            for addr in iface_addrs[host][iface]:
-                excluded.append((addr.network, end_name(host, iface)))
+    ends = _cable_ends(cables)
+    excluded, iface_addrs = _excluded_networks(exclude, interfaces, ends)
     if current is None:
         now = {key: iface_addrs.get(key[0], {}).get(key[1], []) for key in ends}
     else:
         given = _host_iface_map(current, "current")
         now = {key: given.get(key[0], {}).get(key[1], []) for key in ends}
-
     base, slots = int(net.network_address), net.num_addresses // 4
-    spans = []
-    for network, _source in excluded:
-        if network.overlaps(net):
-            lo = max(int(network.network_address), base)
-            hi = min(int(network.broadcast_address), base + net.num_addresses - 1)
-            spans.append([(lo - base) // 4, (hi - base) // 4])
-    merged = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
+    merged = _excluded_slots(excluded, net)
     starts = [lo for lo, _hi in merged]
 
     def excluded_span(slot):
         i = bisect.bisect_right(starts, slot) - 1
         return merged[i] if i >= 0 and merged[i][1] >= slot else None
 
-    taken, placed = {}, {}
-    for c in cables:
-        a_key = (c["a"]["host"], c["a"]["iface"])
-        b_key = (c["b"]["host"], c["b"]["iface"])
-        for x in now[a_key]:
-            if x.network.prefixlen != 30 or not x.network.subnet_of(net):
-                continue
-            slot = (int(x.network.network_address) - base) // 4
-            if slot in taken or excluded_span(slot):
-                continue
-            hosts_ok = x.ip != x.network.network_address and x.ip != x.network.broadcast_address
-            match = [
-                y
-                for y in now[b_key]
-                if y.network == x.network
-                and y.ip != x.ip
-                and y.ip not in (x.network.network_address, x.network.broadcast_address)
-            ]
-            if hosts_ok and match:
-                taken[slot] = c["id"]
-                placed[c["id"]] = (slot, str(x.ip), str(match[0].ip), True)
-                break
-
+    taken, placed = _kept_slots(cables, now, net, excluded_span)
     new = [c for c in cables if c["id"] not in placed]
     blocked = sum(hi - lo + 1 for lo, hi in merged)
-    free = slots - blocked - len(taken)
-    if len(new) > free:
+    if len(new) > slots - blocked - len(taken):
         sources = sorted({src for network, src in excluded if network.overlaps(net)})
         raise PlanError(
             "pool %s has %d /30 networks (%d excluded%s, %d kept by existing cables) but %d "
@@ -236,6 +175,99 @@ def ip_plan(links, pool=DEFAULT_POOL, interfaces=None, exclude=(), current=None)
         first = base + slot * 4
         placed[c["id"]] = (slot, str(ipaddress.IPv4Address(first + 1)), str(ipaddress.IPv4Address(first + 2)), False)
 
+    return _plan_result(net, cables, placed, excluded)
+
+
+def _cable_ends(cables):
+    """{(host, iface): cable id} of every cable end; an end of two cables is refused."""
+    ends = {}
+    for c in cables:
+        for side in ("a", "b"):
+            key = (c[side]["host"], c[side]["iface"])
+            if key in ends:
+                raise PlanError(
+                    "%s is an end of two cables (%s and %s): the links are inconsistent"
+                    % (end_name(*key), ends[key], c["id"])
+                )
+            ends[key] = c["id"]
+
+    return ends
+
+
+def _excluded_networks(exclude, interfaces, ends):
+    """([(network, source)] to keep out of the pool: `exclude` and the networks of interfaces
+    that are no cable end), and the interfaces' addresses {host: {iface: [interface]}}."""
+    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple, set, frozenset)):
+        raise PlanError("exclude must be a list of CIDRs, got %s" % type(exclude).__name__)
+    excluded = []
+    for cidr in exclude:
+        try:
+            network = ipaddress.ip_network(str(cidr).strip(), strict=False)
+        except ValueError as exc:
+            raise PlanError("exclude: %r is not a CIDR network (%s)" % (cidr, exc)) from None
+        if network.version == 4:
+            excluded.append((network, "exclude"))
+    iface_addrs = _host_iface_map(interfaces, "interfaces")
+    for host in sorted(iface_addrs):
+        for iface in sorted(iface_addrs[host]):
+            if (host, iface) in ends:
+                continue
+            for addr in iface_addrs[host][iface]:
+                excluded.append((addr.network, end_name(host, iface)))
+    return excluded, iface_addrs
+
+
+def _excluded_slots(excluded, net):
+    """The /30 slots of the pool `net` that `excluded` covers, as merged [lo, hi] spans."""
+    base = int(net.network_address)
+    spans = []
+    for network, _source in excluded:
+        if network.overlaps(net):
+            lo = max(int(network.network_address), base)
+            hi = min(int(network.broadcast_address), base + net.num_addresses - 1)
+            spans.append([(lo - base) // 4, (hi - base) // 4])
+    merged = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return merged
+
+
+def _kept_slots(cables, now, net, excluded_span):
+    """({slot: cable id}, {cable id: (slot, a address, b address, True)}) of the cables whose two
+    ends already hold the two hosts of one /30 of the pool, neither excluded nor taken."""
+    base = int(net.network_address)
+    taken, placed = {}, {}
+    for c in cables:
+        a_key = (c["a"]["host"], c["a"]["iface"])
+        b_key = (c["b"]["host"], c["b"]["iface"])
+        for x in now[a_key]:
+            if x.network.prefixlen != 30 or not x.network.subnet_of(net):
+                continue
+            slot = (int(x.network.network_address) - base) // 4
+            if slot in taken or excluded_span(slot):
+                continue
+            hosts_ok = x.ip != x.network.network_address and x.ip != x.network.broadcast_address
+            match = [
+                y
+                for y in now[b_key]
+                if y.network == x.network
+                and y.ip != x.ip
+                and y.ip not in (x.network.network_address, x.network.broadcast_address)
+            ]
+            if hosts_ok and match:
+                taken[slot] = c["id"]
+                placed[c["id"]] = (slot, str(x.ip), str(match[0].ip), True)
+                break
+
+    return taken, placed
+
+
+def _plan_result(net, cables, placed, excluded):
+    """ip_plan's result from the slot and addresses each cable was given."""
+    base = int(net.network_address)
     out_cables, out_hosts = {}, {}
     for c in cables:
         slot, a_addr, b_addr, kept = placed[c["id"]]

@@ -118,6 +118,20 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
     width = topology.get("rdma_ring_width" if rdma_shape else "ring_width") or 0
     fix = topology.get("backend_fix")
     fix = ": fix: %s" % fix if fix else ""
+    _refuse_unfit(topology, backend, hosts, ring, width, rdma_shape, fix)
+    between = _cables_between(pairs, {h: i for i, h in enumerate(hosts)})
+    if backend == "jaccl":
+        out = _jaccl_hosts(hosts, between, coordinators, addresses)
+    elif backend == "jaccl-ring":
+        out = _jaccl_ring_hosts(ring, width, between, coordinators, addresses)
+    else:
+        out = _ring_hosts(ring, width, between)
+    return {"backend": backend, "envs": list(envs), "hosts": out}
+
+
+def _refuse_unfit(topology, backend, hosts, ring, width, rdma_shape, fix):
+    """A PlanError naming what `backend` needs and the wiring lacks (RDMA on every host, a
+    full mesh, a ring, a cable that carries RDMA between every pair)."""
     rdma_by_host = topology.get("rdma")
     if backend != "ring" and isinstance(rdma_by_host, Mapping):
         no_rdma = [h for h in hosts if not rdma_by_host.get(h)]
@@ -152,7 +166,10 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
             )
         )
 
-    rank = {h: i for i, h in enumerate(hosts)}
+
+def _cables_between(pairs, rank):
+    """between(x, y, count=None): the plan's cables between hosts x and y ([(id, me, peer)]),
+    in MLX's order (the interfaces of the pair's first host, as strings), the first `count`."""
 
     def between(x, y, count=None):
         found = pairs.get((x, y))
@@ -168,41 +185,56 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
         )
         return found if count is None else found[:count]
 
-    def devices(entries):
-        names = ["rdma_%s" % me["iface"] for _cid, me, _peer in entries]
-        return names[0] if len(names) == 1 else names
+    return between
 
+
+def _devices(entries):
+    names = ["rdma_%s" % me["iface"] for _cid, me, _peer in entries]
+    return names[0] if len(names) == 1 else names
+
+
+def _jaccl_hosts(hosts, between, coordinators, addresses):
+    """jaccl: every pair gets the smallest cable count of any pair (as MLX's configure_jaccl)."""
     out = []
-    if backend == "jaccl":
-        if coordinators is None or not isinstance(coordinators, Mapping):
+    if coordinators is None or not isinstance(coordinators, Mapping):
+        raise PlanError(
+            "backend jaccl needs coordinators: {host: address}; set "
+            "mlx_cluster_coordinator_address for each host in the inventory"
+        )
+    # As MLX's configure_jaccl: every pair gets the smallest cable count of any pair.
+    count = min(len(between(h, other)) for h in hosts for other in hosts if other != h)
+    for h in hosts:
+        rdma = [None if other == h else _devices(between(h, other, count)) for other in hosts]
+        out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
+    return out
+
+
+def _jaccl_ring_hosts(ring, width, between, coordinators, addresses):
+    """jaccl-ring: only the two ring neighbours get devices, `width` of them each."""
+    out = []
+    if coordinators is None or not isinstance(coordinators, Mapping):
+        raise PlanError(
+            "backend jaccl-ring needs coordinators: {host: address}; set "
+            "mlx_cluster_coordinator_address for each host in the inventory"
+        )
+    n = len(ring)
+    for i, h in enumerate(ring):
+        neighbours = {ring[i - 1], ring[(i + 1) % n]}
+        rdma = [_devices(between(h, other, width)) if other in neighbours else None for other in ring]
+        out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
+    return out
+
+
+def _ring_hosts(ring, width, between):
+    """ring: each host's addresses on the cable(s) to its left neighbour, `width` of them."""
+    out = []
+    for i, h in enumerate(ring):
+        left = ring[i - 1]
+        entries = between(h, left, width)
+        if len(entries) < width:
             raise PlanError(
-                "backend jaccl needs coordinators: {host: address}; set "
-                "mlx_cluster_coordinator_address for each host in the inventory"
+                "ring_width is %d but the plan has %s between %s and %s"
+                % (width, plural(len(entries), "cable"), h, left)
             )
-        # As MLX's configure_jaccl: every pair gets the smallest cable count of any pair.
-        count = min(len(between(h, other)) for h in hosts for other in hosts if other != h)
-        for h in hosts:
-            rdma = [None if other == h else devices(between(h, other, count)) for other in hosts]
-            out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
-    elif backend == "jaccl-ring":
-        if coordinators is None or not isinstance(coordinators, Mapping):
-            raise PlanError(
-                "backend jaccl-ring needs coordinators: {host: address}; set "
-                "mlx_cluster_coordinator_address for each host in the inventory"
-            )
-        n = len(ring)
-        for i, h in enumerate(ring):
-            neighbours = {ring[i - 1], ring[(i + 1) % n]}
-            rdma = [devices(between(h, other, width)) if other in neighbours else None for other in ring]
-            out.append({"ssh": h, "ips": [_coordinator(h, coordinators, addresses)], "rdma": rdma})
-    else:
-        for i, h in enumerate(ring):
-            left = ring[i - 1]
-            entries = between(h, left, width)
-            if len(entries) < width:
-                raise PlanError(
-                    "ring_width is %d but the plan has %s between %s and %s"
-                    % (width, plural(len(entries), "cable"), h, left)
-                )
-            out.append({"ssh": h, "ips": [me["address"] for _cid, me, _peer in entries], "rdma": []})
-    return {"backend": backend, "envs": list(envs), "hosts": out}
+        out.append({"ssh": h, "ips": [me["address"] for _cid, me, _peer in entries], "rdma": []})
+    return out

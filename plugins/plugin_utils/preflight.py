@@ -45,14 +45,11 @@ def _p(severity, check, host, msg, fix, port=None):
     return {"severity": severity, "check": check, "host": host, "port": port, "msg": msg, "fix": fix}
 
 
-def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
-    s = dict(DEFAULTS, **(settings or {}))
-    rdma_sev = "error" if s["rdma_required"] else "warning"
+def _macos_problems(facts_by_host, hosts, versions):
+    """A Mac whose macOS version differs from the others'; with one version everywhere, a Mac
+    on another build (a beta, a rapid security response or a staged update: RDMA, the
+    Thunderbolt driver and Metal change between builds of one version)."""
     problems = []
-    hosts = sorted(facts_by_host)
-
-    # macOS versions: equal everywhere, and new enough for RDMA where it is wanted.
-    versions = {h: (facts_by_host[h].get("os") or {}).get("product_version") for h in hosts}
     counts = Counter(v for v in versions.values() if v)
     if len(counts) > 1:
         majority = counts.most_common(1)[0][0]
@@ -89,6 +86,18 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
                             f"others to build {builds[h]}",
                         )
                     )
+    return problems
+
+
+def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=None):
+    s = dict(DEFAULTS, **(settings or {}))
+    rdma_sev = "error" if s["rdma_required"] else "warning"
+    problems = []
+    hosts = sorted(facts_by_host)
+
+    # macOS versions: equal everywhere (and the same build), new enough for RDMA where wanted.
+    versions = {h: (facts_by_host[h].get("os") or {}).get("product_version") for h in hosts}
+    problems.extend(_macos_problems(facts_by_host, hosts, versions))
     cabled = _cabled_ifaces(links)
     for h in hosts:
         f = facts_by_host[h]

@@ -19,6 +19,29 @@ def _dot_string(text):
     return '"%s"' % text
 
 
+def _cable_attrs(c, entry, no_rdma):
+    """One cable's DOT attributes: its label (ports, speed, the plan's addresses, "no RDMA"),
+    orange and thick for TB4 and slower, dashed when seen from one side."""
+    label = [
+        "%s/%s" % (c["a"]["iface"], c["b"]["iface"]),
+        "%s Gb/s" % c.get("speed_gbps") if c.get("speed_gbps") else "speed unknown",
+    ]
+    if isinstance(entry, Mapping):
+        try:
+            a_addr, b_addr = entry["a"]["address"], entry["b"]["address"]
+            label.append("%s/.%s" % (a_addr, str(b_addr).rsplit(".", 1)[-1]))
+        except (KeyError, TypeError):
+            pass
+    if no_rdma:
+        label.append("no RDMA")
+    attrs = ["label=%s" % _dot_string("\n".join(label))]
+    if c.get("link_class") in ("TB4", "TB3"):
+        attrs.extend(["color=orange", "penwidth=3"])
+    if c.get("sighting") == "one-sided":
+        attrs.append("style=dashed")
+    return attrs
+
+
 def dot(links, topology=None, plan=None):
     """Graphviz DOT text: hosts as nodes, one edge per cable.
 
@@ -60,24 +83,7 @@ def dot(links, topology=None, plan=None):
     plan_cables = (plan or {}).get("cables") or {}
     no_rdma = {e.get("cable") for e in (topology or {}).get("no_rdma") or [] if isinstance(e, Mapping)}
     for c in cables:
-        label = [
-            "%s/%s" % (c["a"]["iface"], c["b"]["iface"]),
-            "%s Gb/s" % c.get("speed_gbps") if c.get("speed_gbps") else "speed unknown",
-        ]
-        entry = plan_cables.get(c["id"])
-        if isinstance(entry, Mapping):
-            try:
-                a_addr, b_addr = entry["a"]["address"], entry["b"]["address"]
-                label.append("%s/.%s" % (a_addr, str(b_addr).rsplit(".", 1)[-1]))
-            except (KeyError, TypeError):
-                pass
-        if c["id"] in no_rdma:
-            label.append("no RDMA")
-        attrs = ["label=%s" % _dot_string("\n".join(label))]
-        if c.get("link_class") in ("TB4", "TB3"):
-            attrs.extend(["color=orange", "penwidth=3"])
-        if c.get("sighting") == "one-sided":
-            attrs.append("style=dashed")
+        attrs = _cable_attrs(c, plan_cables.get(c["id"]), c["id"] in no_rdma)
         lines.append("  %s -- %s [%s];" % (ids[c["a"]["host"]], ids[c["b"]["host"]], ", ".join(attrs)))
     for i, e in enumerate((links.get("external") or []) if isinstance(links, Mapping) else []):
         if not isinstance(e, Mapping) or e.get("host") not in ids:

@@ -91,6 +91,60 @@ def _alf_cause(host, alf):
     return ", ".join(words[:2]) + (" " + " ".join(words[2:]) if len(words) > 2 else "")
 
 
+def _listen_problem(host, e, err):
+    """Why `host` could not listen on endpoint `e` (the listener's error `err`), and the fix."""
+    where = "%s:%d (%s)" % (e["address"], e["port"], _what(e))
+    if err.get("error") == "EADDRINUSE":
+        return _problem(
+            host,
+            "%s: %s is in use by another program, so MLX's rank cannot listen there alone" % (host, where),
+            "on %s: `sudo lsof -nP -iTCP:%d -sTCP:LISTEN` names it; end it (a rank left from an "
+            "earlier run, or a server using the same ports), %s" % (host, e["port"], RERUN),
+            "in_use",
+            address=e["address"],
+            port=e["port"],
+        )
+    elif err.get("error") == "EADDRNOTAVAIL":
+        return _problem(
+            host,
+            "%s does not have the address %s, where %s listens" % (host, e["address"], _what(e)),
+            FIX_NETWORK,
+            "no_address",
+            address=e["address"],
+            port=e["port"],
+        )
+    else:
+        return _problem(
+            host,
+            "%s: cannot listen on %s: %s" % (host, where, err.get("text") or err.get("error")),
+            "free the port or the address on %s, %s" % (host, RERUN),
+            "listen",
+            address=e["address"],
+            port=e["port"],
+        )
+
+
+def _connect_problem(peer, r, e, listened, timeout):
+    """Why `peer` could not reach endpoint `e` (its connect result `r`): the cause from the
+    listening Mac's firewall when it is on, the fix."""
+    host = e["host"]
+    how = HOW.get(r["result"], HOW["error"]).format(timeout=timeout, error=r.get("error") or r["result"])
+    alf = (listened.get(host) or {}).get("alf") or {}
+    msg = "%s cannot reach %s %s:%d (%s): %s" % (peer, host, e["address"], e["port"], _what(e), how)
+    if alf.get("enabled"):
+        msg += "; %s" % _alf_cause(host, alf)
+        fix = _alf_fix(host, alf)
+        if r["result"] in ("timeout", "unreachable") and not (alf.get("stealth") or alf.get("block_all")):
+            fix += "; if it still fails, " + FIX_ELSEWHERE
+    elif r["result"] == "unreachable":
+        msg += "; the cable's addresses may not be in place, or a VPN captures the route"
+        fix = FIX_NETWORK + "; if the addresses are there, " + FIX_ELSEWHERE
+    else:
+        msg += "; " + CAUSE_ELSEWHERE.format(alf=alf_summary(alf) if alf else "unknown")
+        fix = FIX_ELSEWHERE
+    return _problem(peer, msg, fix, r["result"], peer=host, address=e["address"], port=e["port"])
+
+
 def port_problems(endpoints, listened, connected, timeout=5):
     """-> {problems: [...], alf: {host: summary}, checked: [endpoint ids], message}.
 
@@ -127,41 +181,7 @@ def port_problems(endpoints, listened, connected, timeout=5):
             if (err.get("address"), err.get("port")) != (e["address"], e["port"]):
                 continue
             broken.add(key)
-            where = "%s:%d (%s)" % (e["address"], e["port"], _what(e))
-            if err.get("error") == "EADDRINUSE":
-                problems.append(
-                    _problem(
-                        host,
-                        "%s: %s is in use by another program, so MLX's rank cannot listen there alone" % (host, where),
-                        "on %s: `sudo lsof -nP -iTCP:%d -sTCP:LISTEN` names it; end it (a rank left from an "
-                        "earlier run, or a server using the same ports), %s" % (host, e["port"], RERUN),
-                        "in_use",
-                        address=e["address"],
-                        port=e["port"],
-                    )
-                )
-            elif err.get("error") == "EADDRNOTAVAIL":
-                problems.append(
-                    _problem(
-                        host,
-                        "%s does not have the address %s, where %s listens" % (host, e["address"], _what(e)),
-                        FIX_NETWORK,
-                        "no_address",
-                        address=e["address"],
-                        port=e["port"],
-                    )
-                )
-            else:
-                problems.append(
-                    _problem(
-                        host,
-                        "%s: cannot listen on %s: %s" % (host, where, err.get("text") or err.get("error")),
-                        "free the port or the address on %s, %s" % (host, RERUN),
-                        "listen",
-                        address=e["address"],
-                        port=e["port"],
-                    )
-                )
+            problems.append(_listen_problem(host, e, err))
     # listeners that did not start at all: once per Mac
     for host in sorted(listened):
         err = (listened[host].get("listener") or {}).get("error")
@@ -183,22 +203,7 @@ def port_problems(endpoints, listened, connected, timeout=5):
             e = by_key.get(key)
             if e is None or key in broken or r.get("result") == "ok":
                 continue
-            host = e["host"]
-            how = HOW.get(r["result"], HOW["error"]).format(timeout=timeout, error=r.get("error") or r["result"])
-            alf = (listened.get(host) or {}).get("alf") or {}
-            msg = "%s cannot reach %s %s:%d (%s): %s" % (peer, host, e["address"], e["port"], _what(e), how)
-            if alf.get("enabled"):
-                msg += "; %s" % _alf_cause(host, alf)
-                fix = _alf_fix(host, alf)
-                if r["result"] in ("timeout", "unreachable") and not (alf.get("stealth") or alf.get("block_all")):
-                    fix += "; if it still fails, " + FIX_ELSEWHERE
-            elif r["result"] == "unreachable":
-                msg += "; the cable's addresses may not be in place, or a VPN captures the route"
-                fix = FIX_NETWORK + "; if the addresses are there, " + FIX_ELSEWHERE
-            else:
-                msg += "; " + CAUSE_ELSEWHERE.format(alf=alf_summary(alf) if alf else "unknown")
-                fix = FIX_ELSEWHERE
-            problems.append(_problem(peer, msg, fix, r["result"], peer=host, address=e["address"], port=e["port"]))
+            problems.append(_connect_problem(peer, r, e, listened, timeout))
     return {
         "problems": problems,
         "alf": alf_by_host,

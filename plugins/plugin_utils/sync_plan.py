@@ -228,6 +228,44 @@ def _speed(link):
     return link["speed_gbps"] or 0
 
 
+def _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout):
+    """Attach the Macs not reached yet, one copy at a time: the widest way first (the slowest
+    cable on it), then the fewest hops, the least loaded sender, rank order; a sender at
+    `fanout` copies only when no other can. Fills `reached` and `by_dest`; -> each Mac's load."""
+    load = {h: 0 for h in hosts}
+    while len(reached) < len(hosts):
+        best = None
+        for u in sorted(reached, key=rank.get):
+            width, hops, _ = reached[u]
+            for v in adj[u]:
+                if v in reached:
+                    continue
+                link = links[(u, v)]
+                # a LAN-seeded island: its widths count from its root (the LAN is another link)
+                w = _speed(link) if width is None else min(width, _speed(link))
+                over = bool(fanout) and load[u] >= fanout
+                key = (over, -w, hops + 1, load[u], rank[v], rank[u])
+                if best is None or key < best[0]:
+                    best = (key, u, v, w)
+        if best is None:  # cannot happen: every island is seeded; kept as a guard against a loop
+            raise PlanError("no copy can reach %s" % ", ".join(h for h in hosts if h not in reached))
+        _, u, v, w = best
+        width, hops, path = reached[u]
+        load[u] += 1
+        reached[v] = (None if width is None else w, hops + 1, path + [v])
+        by_dest[v] = dict(
+            links[(u, v)],
+            dest=v,
+            src=u,
+            via=THUNDERBOLT,
+            round=hops + 1,
+            path=list(path),
+            bottleneck_gbps=None if width is None else w,
+            split=None,
+        )
+    return load
+
+
 def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     """The tree of copies that brings the model from `source` to every Mac in `hosts`.
 
@@ -282,37 +320,7 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     if source is not None:
         reached[source] = (float("inf"), 0, [source])
 
-    load = {h: 0 for h in hosts}
-    while len(reached) < len(hosts):
-        best = None
-        for u in sorted(reached, key=rank.get):
-            width, hops, _ = reached[u]
-            for v in adj[u]:
-                if v in reached:
-                    continue
-                link = links[(u, v)]
-                # a LAN-seeded island: its widths count from its root (the LAN is another link)
-                w = _speed(link) if width is None else min(width, _speed(link))
-                over = bool(fanout) and load[u] >= fanout
-                key = (over, -w, hops + 1, load[u], rank[v], rank[u])
-                if best is None or key < best[0]:
-                    best = (key, u, v, w)
-        if best is None:  # cannot happen: every island is seeded; kept as a guard against a loop
-            raise PlanError("no copy can reach %s" % ", ".join(h for h in hosts if h not in reached))
-        _, u, v, w = best
-        width, hops, path = reached[u]
-        load[u] += 1
-        reached[v] = (None if width is None else w, hops + 1, path + [v])
-        by_dest[v] = dict(
-            links[(u, v)],
-            dest=v,
-            src=u,
-            via=THUNDERBOLT,
-            round=hops + 1,
-            path=list(path),
-            bottleneck_gbps=None if width is None else w,
-            split=None,
-        )
+    load = _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout)
     direct = _add_split(by_dest, links, rank, source, load, fanout, files) if source is not None else None
     copies = {h: by_dest[h] for h in hosts if h in by_dest}
     depth = max((c["round"] for c in copies.values()), default=0)

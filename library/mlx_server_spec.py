@@ -353,7 +353,7 @@ def main():
         "allowed_hosts": p["allowed_hosts"],
         "stall_timeout": p["stall_timeout"],
         "max_restarts": p["max_restarts"],
-        "env": sorted(shown_env(split_env(p["env"]), p["env"])),  # (names: the values are in the hash)
+        "env": sorted(split_env(p["env"])),  # the names: the values are in the hash, not shown
         "supervisor": p["supervisor"],
         "label": p["label"],
     }

@@ -419,17 +419,25 @@ def read_pid(path):
         return None
 
 
-def become_owner(path):
-    """Run as root: go on as the user who owns the directory `path` (the login user's run
-    directory) for the rest of this process, so that what is read there and every signal sent
-    is that user's; -> that uid, or None when nothing changed (not root, or the directory is
-    root's own). A link, or a path that is no directory, raises OSError."""
+def _other_owner(path):
+    """The lstat of the directory `path` when this process is root and another user owns it;
+    None when there is nothing to drop to (not root, or root's own directory). A link, or a
+    path that is no directory, raises OSError."""
     if os.geteuid() != 0:
         return None
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):  # (lstat: a symbolic link is not a directory here)
         raise OSError(f"{path} is not a directory (or is a symbolic link)")
-    if st.st_uid == 0:
+    return None if st.st_uid == 0 else st
+
+
+def become_owner(path):
+    """Run as root: go on as the user who owns the directory `path` (the login user's run
+    directory) for the rest of this process, so that what is read there and every signal sent
+    is that user's; -> that uid, or None when nothing changed (not root, or the directory is
+    root's own). A link, or a path that is no directory, raises OSError."""
+    st = _other_owner(path)
+    if st is None:
         return None
     import pwd
 
@@ -450,13 +458,8 @@ def reading_as_owner(path):
     command (`launchctl print`) reads the user's files with the user's rights only. Not root,
     or root's own directory: nothing changes (yields None). A link, or a path that is no
     directory, raises OSError before anything changes."""
-    if os.geteuid() != 0:
-        yield None
-        return
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{path} is not a directory (or is a symbolic link)")
-    if st.st_uid == 0:
+    st = _other_owner(path)
+    if st is None:
         yield None
         return
     import pwd

@@ -473,9 +473,12 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair, tmp_
     assert pair.exec(other, ["kill", "-0", str(before[other])]).returncode != 0  # the frozen rank is gone
     chat = http(pair, "/v1/chat/completions", ask)
     assert chat["status"] == 200, chat
-    # Prometheus on the controller reads the stall restart from the restarted rank 0
+    # Prometheus on the controller reads the restarts from the restarted rank 0: the frozen
+    # rank's supervisor restarted it for the stall; rank 0's restarted it too, for its own stall
+    # (stuck in the collective) or for the broken group, whichever came first
     with prometheus(pair, tmp_path) as scraped:
-        assert scraped("sum(mlx_cluster_server_stall_restarts)", lambda v: v >= 1) == 1
+        assert scraped('mlx_cluster_server_stall_restarts{rank="1"}', lambda v: v >= 1) == 1
+        assert scraped("sum(mlx_cluster_server_supervisor_restarts)", lambda v: v >= 2) == 2
 
     status = server(pair, "server_status", **extra)
     lines = status_lines(status)

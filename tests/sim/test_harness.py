@@ -672,6 +672,36 @@ def test_pmset_and_software_update_of_a_desktop_and_a_laptop(tmp_path):
 
 
 @pytest.mark.sim
+def test_mlx_reports_the_metal_limit_a_mac_would(sim_cluster):
+    """MLX's device_info() on a simulated Mac, in an ssh session as the env stage reads it:
+    the memory and Metal's recommendedMaxWorkingSetSize (macOS 26's default share, then the
+    sysctl's value once it is set), added to what the Linux wheel reports. A stand-in
+    mlx.core (the Linux wheel's answer) keeps the test off the venv."""
+    c = sim_cluster("pair")
+    c.reset()
+    fake = "/tmp/fake-mlx"
+    c.exec("m1", ["mkdir", "-p", f"{fake}/mlx"], check=True)
+    c.exec("m1", ["tee", f"{fake}/mlx/__init__.py"], input="", check=True)
+    linux = "def device_info():\n    return {'architecture': 'x86_64'}\n"
+    c.exec("m1", ["tee", f"{fake}/mlx/core.py"], input=linux, check=True)
+    read = (
+        f'python3 -c \'import json, sys; sys.path.insert(0, "{fake}"); import mlx.core as mx; '
+        "print(json.dumps(mx.device_info()))'"
+    )
+    mem = int(sh(c, "m1", ["sysctl", "-n", "hw.memsize"]).stdout)
+    r = c.ssh("m1", read)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {
+        "architecture": "x86_64",
+        "memory_size": mem,
+        "max_recommended_working_set_size": int(mem * 0.84),  # 512 GB, macOS 26
+    }
+    sh(c, "m1", ["sysctl", "iogpu.wired_limit_mb=8192"], sudo=True)
+    assert json.loads(c.ssh("m1", read).stdout)["max_recommended_working_set_size"] == 8192 << 20
+    c.reset()
+
+
+@pytest.mark.sim
 def test_sysctl_wired_limit_and_launchd_daemons_at_boot(sim_cluster):
     """iogpu.wired_limit_mb: written by root only, gone at a restart unless a LaunchDaemon sets
     it again; launchctl bootstrap/print/bootout as macOS answers; a plist launchd would refuse

@@ -48,6 +48,7 @@ from .spec import ClusterSpec, SpecError, load_spec
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHIMS = HERE / "shims"
+METAL = HERE / "metal"
 SHIM_COMMANDS = [
     "system_profiler",
     "networksetup",
@@ -795,7 +796,8 @@ class SimCluster:
                 "MaxStartups 10:30:100",
                 "MaxSessions 10",
                 "AcceptEnv LANG LC_*",
-                f'SetEnv "PATH={path}" "HOME={self.session_home(h)}"',
+                # the harness's: the Mac's Metal device as MLX reports it (metal/sitecustomize.py)
+                f'SetEnv "PATH={path}" "HOME={self.session_home(h)}" "PYTHONPATH={METAL}"',
                 "Subsystem sftp /usr/lib/openssh/sftp-server",
                 "",
             ]
@@ -1161,6 +1163,7 @@ class SimCluster:
             "LOGNAME": self.user,
             "SHELL": "/bin/bash",
             "LANG": "C.UTF-8",
+            "PYTHONPATH": str(METAL),
         }
         if env:
             e.update(env)

@@ -7,9 +7,18 @@ controller's memory fit (plugin_utils/preflight.py) uses the same numbers.
 
 What macOS does (sources; unverified points are listed in tests/simcluster/README.md):
 - `sysctl iogpu.wired_limit_mb` is the most memory, in MB, the GPU driver may wire (keep
-  resident). 0, the value at every boot, means macOS's own default, Metal's
-  `recommendedMaxWorkingSetSize` (MLX's `device_info()["max_recommended_working_set_size"]`):
-  about 2/3 of memory up to 36 GB and 3/4 above, as MLX users report.
+  resident). 0, the value at every boot, means macOS's own default. Metal reports the limit in
+  force as `recommendedMaxWorkingSetSize` (MLX's `device_info()["max_recommended_working_set_size"]`):
+  macOS's default while the sysctl is 0, the sysctl's value once it is set (measured on an M3
+  16 GB and an M5 Max 128 GB: AlexsJones/llmfit PR #754, antirez/ds4 PR #893). The env stage
+  reads it through the venv's MLX (roles/python_env/files/mlx_versions.py) and the memory
+  check uses it (`gpu_working_set_mb` in discovery's `hw` facts).
+- Where nothing could read it (no venv yet), the default is estimated, and it changed between
+  macOS versions: 2/3 of memory up to 36 GB and 3/4 above on macOS 13-15 (llama.cpp's and
+  exo's logs: 21,845 MB of 32 GB, 10.67 of 16 GB), higher on macOS 26 (11.84 of 16 GB, 74 %;
+  107.52 of 128 GiB, 84 %). The memory check estimates low (it refuses rather than let a rank
+  run out of memory); the most this toolkit sets estimates high (it never sets a limit below
+  what macOS would give on its own).
 - `sudo sysctl iogpu.wired_limit_mb=N` raises it now (MLX's `mx.set_wired_limit` docs); it
   needs root and lasts until the next restart. /etc/sysctl.conf is not a dependable way to keep
   it (reports of it being ignored on Apple silicon; the iogpu oid belongs to the GPU driver, not
@@ -35,8 +44,10 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import WIRED_
 
 GIB = 2**30
 MIB = 2**20
-# macOS's own limit when iogpu.wired_limit_mb is 0 (see above); unverified without a Mac.
+# macOS's own limit when iogpu.wired_limit_mb is 0, estimated (see above): the lowest share
+# reported, for the memory check, and the highest, for the most this toolkit sets
 DEFAULT_GPU_SHARE_SMALL, DEFAULT_GPU_SHARE_LARGE, SMALL_MEMORY = 2 / 3, 3 / 4, 36 * GIB
+HIGHEST_GPU_SHARE_SMALL, HIGHEST_GPU_SHARE_LARGE = 3 / 4, 0.84
 # what a raised limit leaves to macOS: 1/8 of memory, within these bounds
 RESERVE_FRACTION, RESERVE_MIN, RESERVE_MAX = 1 / 8, 6 * GIB, 16 * GIB
 
@@ -53,20 +64,29 @@ AUTO, OFF = "auto", "off"
 
 
 def default_share(memsize):
-    """The fraction of memory macOS lets the GPU wire when the limit is 0."""
+    """The lowest fraction of memory macOS has been reported to let the GPU wire when the limit
+    is 0 (an estimate: the Mac's own value, when read, replaces it)."""
     return DEFAULT_GPU_SHARE_SMALL if memsize <= SMALL_MEMORY else DEFAULT_GPU_SHARE_LARGE
 
 
 def default_limit_bytes(memsize):
-    """macOS's own GPU limit in bytes for a Mac with `memsize` bytes (iogpu.wired_limit_mb 0)."""
+    """macOS's own GPU limit in bytes for a Mac with `memsize` bytes (iogpu.wired_limit_mb 0),
+    estimated low: what the memory check assumes where the Mac's own value is unknown."""
     return int(memsize * default_share(memsize))
+
+
+def highest_default_bytes(memsize):
+    """macOS's own GPU limit for `memsize` bytes, estimated high (the highest share reported,
+    macOS 26's): the floor of what this toolkit sets."""
+    return int(memsize * (HIGHEST_GPU_SHARE_SMALL if memsize <= SMALL_MEMORY else HIGHEST_GPU_SHARE_LARGE))
 
 
 def safe_wired_limit_mb(memsize):
     """A wired limit that leaves macOS room: memory less 1/8 of it, at least 6 GB and at most
-    16 GB kept back; never below macOS's own default. `auto`, and the most this toolkit sets."""
+    16 GB kept back; never below macOS's own default (estimated high: on a Mac under 24 GB the
+    default is the larger). `auto`, and the most this toolkit sets."""
     keep = min(max(int(memsize * RESERVE_FRACTION), RESERVE_MIN), RESERVE_MAX)
-    return max(memsize - keep, default_limit_bytes(memsize)) // MIB
+    return max(memsize - keep, highest_default_bytes(memsize)) // MIB
 
 
 def resolve_limit(setting, memsize):

@@ -560,16 +560,27 @@ def report(problems):
 
 
 def gpu_limit(hw):
-    """(bytes the GPU may wire, how that was decided) from the `hw` facts, or (None, why)."""
-    mem = (hw or {}).get("memsize")
+    """(bytes the GPU may wire, how that was decided) from the `hw` facts, or (None, why): the
+    sysctl's value when set (Metal's limit follows it exactly), else macOS's default as the Mac
+    reports it (`gpu_working_set_mb`, Metal's recommendedMaxWorkingSetSize, read by the env
+    stage), else that default estimated low from the memory size, and said to be an estimate."""
+    hw = hw or {}
+    mem = hw.get("memsize")
+    wired = hw.get("wired_limit_mb")
+    reported = hw.get("gpu_working_set_mb")
+    if wired and mem:
+        return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
+    if not wired and _is_number(reported) and reported > 0:
+        limit = reported * MIB
+        return (min(limit, mem) if mem else limit), (
+            f"macOS's default as the Mac reports it (Metal's recommendedMaxWorkingSetSize): {reported} MB"
+        )
     if not mem:
         return None, "memory size unknown"
-    wired = (hw or {}).get("wired_limit_mb")
-    if wired:
-        return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
     share = default_share(mem)
     return default_limit_bytes(mem), (
-        f"iogpu.wired_limit_mb={wired}: macOS's default, about {'2/3' if share < 0.7 else '3/4'} of {mem / GIB:.0f} GB"
+        f"iogpu.wired_limit_mb={wired}: macOS's default, estimated as {'2/3' if share < 0.7 else '3/4'} of "
+        f"{mem / GIB:.0f} GB until the env stage reads the Mac's own value (its MLX)"
     )
 
 

@@ -235,7 +235,8 @@ def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny)
 def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(sim_cluster, tmp_path):
     """iogpu.wired_limit_mb set low on m2: the model's share (~5 MB per rank, either mode) is
     more than m2's GPU may wire. The run stops before anything is copied, naming m2, the numbers
-    and the fix; with the limit back to macOS's default the same run copies."""
+    and the fix; with the limit back to macOS's default (as the env stage reads it through the
+    venv's MLX) the same run copies."""
     wide = make_tiny_model(
         tmp_path / "wide", dtype="float32", hidden_size=512, heads=4, kv_heads=2, intermediate_size=512
     )
@@ -243,7 +244,9 @@ def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(s
     cluster.reset()
     cluster.set_host("m2", wired_limit_mb=4)
     try:
-        run = run_site(cluster, tags=["network", "models"], extravars=settings(cluster, wide, model_sync_name="wide"))
+        run = run_site(
+            cluster, tags=["network", "env", "models"], extravars=settings(cluster, wide, model_sync_name="wide")
+        )
         assert run.rc != 0
         msgs = "\n".join(m for _, _, m in run.failures())
         assert "[ERROR] m2: tensor mode over 2 Mac(s)" in msgs and "[ERROR] m2: pipeline mode" in msgs, msgs
@@ -252,5 +255,15 @@ def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(s
             assert not (cluster.home(h) / "mlx-cluster" / "models" / "wide").exists(), h
     finally:
         cluster.set_host("m2", wired_limit_mb=0)
-    ok = run_site(cluster, tags=["models"], extravars=settings(cluster, wide, model_sync_name="wide"))
+    ok = run_site(cluster, tags=["env", "models"], extravars=settings(cluster, wide, model_sync_name="wide"))
     assert ok.rc == 0, ok.failures()
+    # the memory check took macOS's default as each Mac's MLX reports it (84 % of 512 GB on the
+    # simulated macOS 26), not the estimate
+    mem = {h: int(cluster.exec(h, ["sysctl", "-n", "hw.memsize"], check=True).stdout) for h in cluster.hosts}
+    read = {
+        e["event_data"]["host"]: e["event_data"]["res"]["ansible_facts"]["mlx_cluster"]["hw"]["gpu_working_set_mb"]
+        for e in ok.events
+        if e.get("event") == "runner_on_ok"
+        and e["event_data"].get("task") == "Use the GPU limit the Mac reports in the memory check"
+    }
+    assert read == {h: int(mem[h] * 0.84) >> 20 for h in cluster.hosts}, read

@@ -17,6 +17,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
     daemon_limit,
     default_limit_bytes,
     file_problem,
+    highest_default_bytes,
     plan_wired,
     resolve_limit,
     safe_wired_limit_mb,
@@ -27,7 +28,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (
 def test_safe_limit_leaves_macos_a_share(mem_gb):
     mem = mem_gb * GIB
     safe = safe_wired_limit_mb(mem) * MIB
-    assert safe > default_limit_bytes(mem) - MIB  # never below macOS's own default (whole MB)
+    assert safe > highest_default_bytes(mem) - MIB  # never below macOS's own default (whole MB)
+    assert highest_default_bytes(mem) >= default_limit_bytes(mem)  # the estimates: high and low
     assert mem - safe <= 16 * GIB and safe < mem  # strictly below memory (MLX's rule)
 
 
@@ -36,7 +38,9 @@ def test_safe_limit_values():
     assert safe_wired_limit_mb(128 * GIB) == 112 * 1024  # 1/8 = 16 GB kept
     assert safe_wired_limit_mb(64 * GIB) == 56 * 1024  # 1/8 of 64 GB = 8 GB kept
     assert safe_wired_limit_mb(32 * GIB) == 26 * 1024  # 6 GB kept (1/8 would be 4)
-    assert safe_wired_limit_mb(16 * GIB) == int(16 * GIB * 2 / 3) // MIB
+    assert safe_wired_limit_mb(16 * GIB) == 12 * 1024  # macOS 26's default (3/4), above 16 - 6 GB
+    assert safe_wired_limit_mb(8 * GIB) == 6 * 1024
+    assert safe_wired_limit_mb(24 * GIB) == 18 * 1024  # both rules agree
 
 
 def test_resolve_limit_auto_number_and_refusals():

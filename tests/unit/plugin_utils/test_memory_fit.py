@@ -47,16 +47,42 @@ def test_rank_bytes_per_mode():
 def test_gpu_limit_is_the_setting_or_macos_default_share():
     assert gpu_limit(hw(64, wired=60000)) == (60000 * MIB, "iogpu.wired_limit_mb=60000")
     limit, how = gpu_limit(hw(32))
-    assert limit == int(32 * GIB * 2 / 3) and "default" in how and "2/3 of 32 GB" in how
+    assert limit == int(32 * GIB * 2 / 3) and "default" in how and "2/3 of 32 GB" in how and "estimated" in how
     assert gpu_limit(hw(128))[0] == 96 * GIB
     assert gpu_limit({"memsize": 16 * GIB, "wired_limit_mb": None})[0] == int(16 * GIB * 2 / 3)
     assert gpu_limit({})[0] is None
 
 
+def test_macos_default_as_the_mac_reports_it_replaces_the_estimate():
+    # macOS 26 on a 128 GiB M5 Max: 107.52 GiB by default (antirez/ds4 PR #893), not the 96 GB
+    # the estimate gives
+    limit, how = gpu_limit({**hw(128), "gpu_working_set_mb": 110100})
+    assert limit == 110100 * MIB and "as the Mac reports it" in how and "110100 MB" in how
+    # once the sysctl is set, Metal reports it: the sysctl's value is the limit (a reading from
+    # before a change this run makes, or would make in check mode, does not count)
+    assert gpu_limit({**hw(128, wired=114688), "gpu_working_set_mb": 110100}) == (
+        114688 * MIB,
+        "iogpu.wired_limit_mb=114688",
+    )
+    assert gpu_limit({"gpu_working_set_mb": 12124})[0] == 12124 * MIB  # memory size unknown
+    assert gpu_limit({**hw(16), "gpu_working_set_mb": None})[0] == int(16 * GIB * 2 / 3)  # not read: the estimate
+
+
+def test_a_model_refused_by_the_estimate_fits_what_the_mac_reports():
+    hws = {h: hw(128) for h in HOSTS}
+    hws["m3"] = {**hw(16), "gpu_working_set_mb": 12124}  # 11.84 GB (macOS 26, llmfit PR #754)
+    weights = {"files": ["a"], "total_bytes": 40 * GIB, "shared_bytes": 0, "layer_bytes": [10 * GIB] * 4}
+    assert memory_fit(weights, HOSTS, hws, ["tensor"], 0.1)["fits"] == {"tensor": True}  # 11 GB each
+    hws["m3"] = hw(16)  # the same Mac before the env stage read it: 10.67 GB estimated
+    (p,) = memory_fit(weights, HOSTS, hws, ["tensor"], 0.1)["problems"]
+    assert p["host"] == "m3" and "estimated" in p["msg"]
+
+
 def test_safe_wired_limit_keeps_room_for_macos_and_never_lowers_the_default():
     assert safe_wired_limit_mb(128 * GIB) == 112 * 1024  # 1/8 kept back
     assert safe_wired_limit_mb(512 * GIB) == 496 * 1024  # at most 16 GB kept back
-    assert safe_wired_limit_mb(16 * GIB) == gpu_limit(hw(16))[0] // MIB  # 6 GB back is below the default
+    # 6 GB back would be below macOS 26's default (74 % of 16 GB): 3/4, the highest reported
+    assert safe_wired_limit_mb(16 * GIB) == 12 * 1024 > gpu_limit(hw(16))[0] // MIB
 
 
 def test_a_model_that_fits_everywhere_is_quiet():

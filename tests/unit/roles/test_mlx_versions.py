@@ -50,3 +50,37 @@ def test_the_versions_of_this_interpreter():
 )
 def test_in_place_only_for_exact_pins_installed(requirements, in_place):
     assert read(requirements)["in_place"] is in_place
+
+
+def read_with_mlx(tmp_path, core):
+    """The script's output with `core` as the source of mlx.core (a stand-in package put
+    first on the path): what a Mac's MLX would answer."""
+    (tmp_path / "mlx").mkdir()
+    (tmp_path / "mlx" / "__init__.py").write_text("")
+    (tmp_path / "mlx" / "core.py").write_text(core)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    res = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_the_gpu_limit_as_a_macs_mlx_reports_it(tmp_path):
+    # an M3 with 16 GB on macOS 26 (AlexsJones/llmfit PR #754): 11.84 GB
+    info = {"memory_size": 17179869184, "max_recommended_working_set_size": 12713115648}
+    core = f"def device_info():\n    return {info!r}\n"
+    assert read_with_mlx(tmp_path, core)["gpu_working_set_bytes"] == 12713115648
+
+
+@pytest.mark.parametrize(
+    "core",
+    [
+        pytest.param("def device_info():\n    return {'architecture': 'x86_64'}\n", id="no-metal-device"),
+        pytest.param("def device_info():\n    raise RuntimeError('no GPU')\n", id="mlx-cannot-start"),
+        pytest.param("raise ImportError('broken wheel')\n", id="mlx-cannot-import"),
+        pytest.param("def device_info():\n    return {'max_recommended_working_set_size': True}\n", id="not-a-number"),
+        pytest.param("def device_info():\n    return {'max_recommended_working_set_size': 0}\n", id="zero"),
+    ],
+)
+def test_no_gpu_limit_when_mlx_cannot_say(tmp_path, core):
+    out = read_with_mlx(tmp_path, core)
+    assert out["gpu_working_set_bytes"] is None and out["mlx"] == metadata.version("mlx")

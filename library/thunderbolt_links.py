@@ -78,9 +78,13 @@ options:
     type: str
     default: bridge0
   bridge_service:
-    description: Name of the Thunderbolt Bridge network service.
+    description:
+      - >-
+        Name of the Thunderbolt Bridge network service. Empty, the default, finds it by its
+        device (O(bridge)), whatever its name; macOS names it in the language the Mac was set up
+        in ("Thunderbolt Bridge", "Thunderbolt-Brücke", "Pont Thunderbolt", ...).
     type: str
-    default: Thunderbolt Bridge
+    default: ""
   host_routes:
     description: Add a host route to each peer over its cable, as MLX's own setup does.
     type: bool
@@ -476,7 +480,7 @@ def main():
             protected_ifaces=dict(type="list", elements="str", default=[]),
             pool=dict(type="str"),
             bridge=dict(type="str", default="bridge0"),
-            bridge_service=dict(type="str", default="Thunderbolt Bridge"),
+            bridge_service=dict(type="str", default=""),
             host_routes=dict(type="bool", default=True),
             state=dict(
                 type="dict",

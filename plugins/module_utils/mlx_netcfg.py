@@ -363,7 +363,7 @@ def plan_links(
     routes,
     protected=(),
     bridge="bridge0",
-    bridge_service="Thunderbolt Bridge",
+    bridge_service="",
     host_routes=True,
     stale=None,
     persistent=None,
@@ -373,6 +373,9 @@ def plan_links(
     links: [{iface, address, prefix, peer_address}]
     hwports: {"Thunderbolt 1": "en2", ...} (networksetup -listallhardwareports)
     services: [{name, hardware_port, device, enabled}] (-listnetworkserviceorder)
+    bridge_service: the bridge's network service by name; empty: the service whose device is
+        `bridge`, whatever macOS named it (it names it in the Mac's language: "Thunderbolt
+        Bridge", "Thunderbolt-Brücke", "Pont Thunderbolt", ...)
     interfaces: {iface: {ipv4: [{address, prefix}], members: [...]}} (ifconfig)
     service_info: {service name: parse_getinfo(...)} for the services of planned ifaces
     routes: {peer_address: parse_route_get(...)}
@@ -418,7 +421,11 @@ def plan_links(
     # every boot to come (its definition in the preferences, which configd builds it from).
     members = list((interfaces.get(bridge) or {}).get("members") or [])
     persisted = None if persistent is None else list(persistent.get("members") or [])
-    bridge_svc = next((s for s in services if s.get("name") == bridge_service), None)
+    bridge_svc = next(
+        (s for s in services if (s.get("name") == bridge_service if bridge_service else s.get("device") == bridge)),
+        None,
+    )
+    bridge_service = bridge_svc["name"] if bridge_svc else bridge_service or bridge
     foreign = [m for m in members if m not in tb_ifaces]
     persisted_foreign = [m for m in persisted or [] if m not in tb_ifaces]
     before["bridge"] = {

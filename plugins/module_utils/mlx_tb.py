@@ -426,7 +426,9 @@ def parse_ifconfig(text):
 
 
 def _bridge(hwports, bridge_text, services):
-    """The `bridge` section: what bridge0 is, who is in it, and whether its service is on."""
+    """The `bridge` section: what bridge0 is, who is in it, and whether its service is on. The
+    service is the one of the bridge's device, whatever its name (macOS names the bridge in the
+    Mac's language: "Thunderbolt-Brücke" on a Mac set up in German)."""
     device = hwports.get(BRIDGE_PORT, "bridge0")
     bridge = {"exists": False, "members": [], "service": None, "service_enabled": None}
     if bridge_text is not None:
@@ -440,8 +442,8 @@ def _bridge(hwports, bridge_text, services):
             if svc["device"] == device or svc["hardware_port"] == BRIDGE_PORT:
                 bridge["service"], bridge["service_enabled"] = svc["name"], svc["enabled"]
                 break
-    elif BRIDGE_PORT in hwports:
-        bridge["service"] = BRIDGE_PORT
+    else:
+        bridge["service"] = next((port for port, dev in hwports.items() if dev == device), None)
     return bridge
 
 

@@ -220,6 +220,9 @@ def _rdma_problems(host, rdma, cabled, sev, wanted, macos=None):
 
 def _bridge_problems(host, tb, cabled):
     bridge = tb.get("bridge") or {}
+    # the name System Settings shows: the bridge's service's, in the Mac's language
+    shown = bridge.get("service") or "Thunderbolt Bridge"
+    by_hand = f"System Settings > Network > ... > Manage Virtual Interfaces > {shown} > remove the ports"
     members = [m for m in bridge.get("members") or [] if m in cabled]
     if bridge.get("exists") and members:
         return [
@@ -229,9 +232,7 @@ def _bridge_problems(host, tb, cabled):
                 host,
                 f"the Thunderbolt Bridge on {host} holds cabled ports {', '.join(members)}: "
                 f"bridging a mesh makes a broadcast loop and blocks per-cable addresses",
-                "the network stage takes the ports out of the bridge and out of its definition (or: "
-                "System Settings > Network > ... > Manage Virtual Interfaces > Thunderbolt Bridge > "
-                "remove the ports)",
+                f"the network stage takes the ports out of the bridge and out of its definition (or: {by_hand})",
             )
         ]
     # out of the bridge now, but still in its definition: macOS puts them back at boot
@@ -244,8 +245,7 @@ def _bridge_problems(host, tb, cabled):
                 host,
                 f"the Thunderbolt Bridge definition on {host} still lists cabled ports {', '.join(persistent)}: "
                 f"macOS puts them back into the bridge at the next boot (whether or not its service is enabled)",
-                "the network stage removes them from the definition (or: System Settings > Network > ... > "
-                "Manage Virtual Interfaces > Thunderbolt Bridge > remove the ports)",
+                f"the network stage removes them from the definition (or: {by_hand})",
             )
         ]
     return []

@@ -148,6 +148,20 @@ def test_non_thunderbolt_interface_is_refused_even_when_not_protected():
         )
 
 
+@pytest.mark.parametrize("name", ["Thunderbolt-Brücke", "Pont Thunderbolt", "Thunderbolt ブリッジ"])
+def test_the_bridge_service_is_found_by_its_device_in_any_language(name):
+    """A Mac set up in German, French or Japanese: macOS named the bridge's port and service in
+    that language; the service of bridge0 is disabled under its own name."""
+    hwports = {k if k != "Thunderbolt Bridge" else name: v for k, v in HWPORTS.items()}
+    services = FRESH_SERVICES[:1] + [dict(FRESH_SERVICES[1], name=name, hardware_port=name)]
+    actions, _, before, _ = plan_links(LINKS, hwports, services, FRESH_IFACES, {}, {})
+    assert ["networksetup", "-setnetworkserviceenabled", name, "off"] in argvs(actions)
+    assert before["bridge"]["service_enabled"] is True
+    # a name given picks that service, not the device's
+    named, _, _, _ = plan_links(LINKS, hwports, services, FRESH_IFACES, {}, {}, bridge_service="Thunderbolt Bridge")
+    assert not any("-setnetworkserviceenabled" in a and "off" in a for a in argvs(named))
+
+
 def test_bridge_with_foreign_member_is_never_disabled():
     ifaces = dict(FRESH_IFACES, bridge0={"ipv4": [], "members": ["en2", "en0"]})
     actions, warnings, _, after = plan_links(LINKS[:1], HWPORTS, FRESH_SERVICES, ifaces, {}, {}, host_routes=False)

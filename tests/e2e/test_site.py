@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,13 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
         a, b = cable["a"], cable["b"]
         assert ping(cluster, a["host"], a["address"], b["address"]), cable
         assert ping(cluster, b["host"], b["address"], a["address"]), cable
+    # the Thunderbolt Bridge's service is off on every Mac, found by its device (bridge0), not by
+    # its name, which is the Mac's language's (mesh3_dock's m3: "Thunderbolt-Brücke")
+    for host in cluster.hosts:
+        order = cluster.exec(host, ["networksetup", "-listnetworkserviceorder"], check=True).stdout
+        (bridge,) = re.findall(r"^\(\*\) (.+)\n\(Hardware Port: .+, Device: bridge0\)$", order, re.M) or [order]
+        language = cluster.spec.host(host).language
+        assert bridge == {"en": "Thunderbolt Bridge", "de": "Thunderbolt-Brücke"}[language], (host, order)
     hostfile = json.loads((artifacts(cluster) / "hostfile.json").read_text())
     assert hostfile["backend"] == plan["topology"]["backend"]
     for host in cluster.hosts:  # the same hostfile at the same path on every Mac

@@ -49,6 +49,9 @@ HOST_DEFAULTS = {
     "memory_gb": 512,
     "ncpu": 32,
     "thunderbolt_bridge": True,
+    # the language macOS was set up in: it names the Thunderbolt Bridge's hardware port and
+    # service in it (shims/macos.py BRIDGE_NAMES)
+    "language": "en",
     # the login user's home directory, <mount point>/<home> (/srv/admin); a Mac whose admin
     # user is someone else (/Users/alice beside /Users/admin) has another
     "home": "admin",
@@ -74,6 +77,8 @@ HOST_DEFAULTS = {
     "pythons": ["homebrew"],
 }
 PYTHON_SOURCES = ("homebrew", "python.org")
+# the languages the shims name the Thunderbolt Bridge in (shims/macos.py BRIDGE_NAMES)
+LANGUAGES = ("en", "de", "fr", "ja")
 HOST_KEYS = {"name", *HOST_DEFAULTS}
 CABLE_KEYS = {"a", "b", "speed", "dock"}
 DOCK_KEYS = {"name", "vendor", "seen_by"}
@@ -97,6 +102,7 @@ class HostSpec:
     memory_gb: int
     ncpu: int
     thunderbolt_bridge: bool
+    language: str
     home: str
     battery: bool
     pmset: dict
@@ -252,6 +258,7 @@ class ClusterSpec:
                 "memory_gb": h.memory_gb,
                 "ncpu": h.ncpu,
                 "thunderbolt_bridge": h.thunderbolt_bridge,
+                "language": h.language,
                 "home": h.home,
                 "battery": h.battery,
                 "pmset": dict(h.pmset),
@@ -333,6 +340,8 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
         if not isinstance(v["pythons"], (list, tuple)) or not all(x in PYTHON_SOURCES for x in v["pythons"]):
             _fail(where, f"host {hname}: pythons lists some of {list(PYTHON_SOURCES)}, not {v['pythons']!r}")
         v["pythons"] = tuple(v["pythons"])
+        if v["language"] not in LANGUAGES:
+            _fail(where, f"host {hname}: language is one of {list(LANGUAGES)}, not {v['language']!r}")
         for key in ("rdma", "thunderbolt_bridge", "battery", "command_line_tools"):
             if not isinstance(v[key], bool):
                 _fail(where, f"host {hname}: {key} must be true or false, not {v[key]!r}")

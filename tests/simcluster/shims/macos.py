@@ -96,6 +96,22 @@ IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if 
 PING = next((p for p in ("/usr/bin/ping", "/bin/ping", "/usr/sbin/ping") if os.path.exists(p)), None)
 UUID_NS = "6a1f6f2e-3c59-4f0e-9a43-5e1c2d7b8a10"
 TB_BRIDGE_SERVICE = "Thunderbolt Bridge"
+# macOS names the Thunderbolt Bridge's hardware port, and the service it makes for it, in the
+# language the Mac was set up in (SystemConfiguration's localized interface names; the
+# translations as a public table of them lists: tests/simcluster/README.md). The Thunderbolt
+# ports keep "Thunderbolt N" (assumed: unverified).
+BRIDGE_NAMES = {
+    "en": TB_BRIDGE_SERVICE,
+    "de": "Thunderbolt-Brücke",
+    "fr": "Pont Thunderbolt",
+    "ja": "Thunderbolt ブリッジ",
+}
+
+
+def bridge_name(ctx):
+    return BRIDGE_NAMES[ctx.cfg.get("language") or "en"]
+
+
 BRIDGE = "bridge0"
 # The file the command names link to (it imports this module; see its docstring).
 SHIM_ENTRY = os.path.join(os.path.dirname(os.path.realpath(__file__)), "shim")
@@ -449,7 +465,7 @@ def hardware_ports(ctx, prefs=None, lk=None):
     prefs = prefs or ctx.prefs()
     ports = [("Ethernet", "en0", ctx.cfg["en0_mac"])]
     if BRIDGE in prefs.get("bridges", {}):
-        ports.append((TB_BRIDGE_SERVICE, BRIDGE, ctx.cfg["bridge_mac"]))
+        ports.append((bridge_name(ctx), BRIDGE, ctx.cfg["bridge_mac"]))
     for k, p in ctx.ports():
         ports.append((f"Thunderbolt {k}", p["iface"], p["mac"]))
     return ports
@@ -558,8 +574,8 @@ def default_prefs(ctx):
                 "ipv6": "Automatic",
             },
             {
-                "name": TB_BRIDGE_SERVICE,
-                "hardware_port": TB_BRIDGE_SERVICE,
+                "name": bridge_name(ctx),
+                "hardware_port": bridge_name(ctx),
                 "device": BRIDGE,
                 "enabled": bridge_on,
                 "ipv4": {"method": "DHCP"},

@@ -77,6 +77,8 @@ BENCH_HIDDEN = {
 }
 # Above this many cables the picture labels only the cables with a finding.
 DENSE_CABLES = 12
+# A Mac's box on the picture, in px.
+HOST_W, HOST_H = 176, 58
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,125 +293,135 @@ def _label(boxes, candidates, lines, size, colors, out, weight="normal"):
         y += size + 3
 
 
-def topology_svg(plan, macs=None, net_check=None):
-    """The cluster as an SVG drawing: hosts on a circle (ring order when there is a ring), one
-    line per cable, labels with ports, addresses, speed, class and measured bandwidth."""
-    plan = plan or {}
-    topology = plan.get("topology") or {}
-    cables = [c for c in (plan.get("links") or {}).get("cables") or [] if isinstance(c, dict)]
-    ip_cables = (plan.get("ip_plan") or {}).get("cables") or {}
+def _picture_hosts(plan, topology, cables):
+    """The hosts in drawing order: the ring's, then the plan's, then any other a cable names."""
     hosts = list(topology.get("ring") or [])
     hosts += [h for h in plan.get("hosts") or topology.get("hosts") or [] if h not in hosts]
     hosts += sorted({c[s]["host"] for c in cables for s in ("a", "b")} - set(hosts))
-    rank = {h: i for i, h in enumerate(plan.get("hosts") or [])}
-    measured, _ = _measured(net_check, cables)
-    no_rdma = _no_rdma(topology)
-    macs = macs or {}
+    return hosts
 
-    width, height = 1000, 660
-    cx, cy = width / 2, 310
+
+def _host_positions(hosts, cx, cy):
+    """{host: (x, y)}: the centres of the hosts' boxes, round (cx, cy)."""
     n = len(hosts)
     # an ellipse as wide as the page allows; an even count starts half a step round, so four
     # Macs make a square (the ring on its sides, the mesh's other cables on its diagonals)
     rx, ry = (0, 0) if n <= 1 else (300, 0) if n == 2 else (340 if n < 7 else 380, 250)
     start = -math.pi / 2 + (math.pi / n if n and n % 2 == 0 and n > 2 else 0)
-    pos = {
+    return {
         h: (
             cx + rx * math.cos(start + 2 * math.pi * i / max(n, 1)),
             cy + ry * math.sin(start + 2 * math.pi * i / max(n, 1)),
         )
         for i, h in enumerate(hosts)
     }
-    bw, bh = 176, 58
 
-    body, labels, ends, middles = [], [], [], []
-    # a dense picture (a mesh of 6 Macs and more) labels only the cables with a finding: every
-    # cable's ports, addresses and speed are in the table below it
-    dense = len(cables) > DENSE_CABLES
-    boxes = _Boxes()
-    for h in hosts:
-        x, y = pos[h]
-        boxes.add((x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2))
 
-    def edge_point(h, dx, dy, extra):
-        """Where the line from h's centre along (dx, dy) leaves its box, plus `extra` px."""
-        tx = (bw / 2) / abs(dx) if dx else float("inf")
-        ty = (bh / 2) / abs(dy) if dy else float("inf")
-        t = min(tx, ty) + extra
-        return pos[h][0] + dx * t, pos[h][1] + dy * t
+def _edge_point(centre, dx, dy, extra):
+    """Where the line from a host box's centre along (dx, dy) leaves the box, plus `extra` px."""
+    tx = (HOST_W / 2) / abs(dx) if dx else float("inf")
+    ty = (HOST_H / 2) / abs(dy) if dy else float("inf")
+    t = min(tx, ty) + extra
+    return centre[0] + dx * t, centre[1] + dy * t
 
+
+def _cable_line(c, start, end, shift, slow, tb4, color):
+    """The <line> of a cable from its a end to its b end, moved sideways by `shift` (dx, dy)."""
+    stroke = 5 if (slow or tb4) else 2.5
+    dash = ' stroke-dasharray="9 5"' if c.get("sighting") == "one-sided" or c.get("via") else ""
+    return (
+        '<line class="cable%s" data-cable="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" '
+        'stroke="%s" stroke-width="%s"%s/>'
+        % (
+            " slow" if slow else " tb4" if tb4 else "",
+            _e(c["id"]),
+            start[0] + shift[0],
+            start[1] + shift[1],
+            end[0] + shift[0],
+            end[1] + shift[1],
+            color,
+            stroke,
+            dash,
+        )
+    )
+
+
+def _middle_text(c, marks, m, slow, tb4, color):
+    """(lines, colours) of the label in a cable's middle: speed and class, measured bandwidth,
+    what is wrong."""
+    speed = "%s Gb/s %s" % (c.get("speed_gbps") or "?", c.get("link_class") or "")
+    lines, colors = [speed.strip()], [color if tb4 else COLORS["text"]]
+    if m and _is_number(m.get("gbps")):
+        lines.append("measured %s Gb/s%s" % (_num(m["gbps"]), " (slow)" if slow else ""))
+        colors.append(COLORS["slow"] if slow else COLORS["text"])
+    for text, klass in marks:
+        if klass == "warn" and not text.startswith(c.get("link_class") or "-"):
+            lines.append(text if len(text) <= 44 else text[:43] + "…")
+            colors.append(COLORS["tb4"])
+    return lines, colors
+
+
+def _end_labels(c, start, end, length, shift, pos, entry):
+    """[(candidate centres, lines, colours)]: each end's port and address, near its Mac."""
+    out = []
+    for end_name, (hx, hy), (ox, oy) in (("a", start, end), ("b", end, start)):
+        addr = (entry.get(end_name) or {}).get("address")
+        dx, dy = (ox - hx) / length, (oy - hy) / length
+        cands = []
+        for extra in (22, 40, 58, 76):
+            ex_, ey_ = _edge_point(pos[c[end_name]["host"]], dx, dy, extra)
+            cands.append((ex_ + shift[0], ey_ + shift[1]))
+        out.append((cands, [c[end_name]["iface"]] + ([addr] if addr else []), [COLORS["text"], "#555"]))
+    return out
+
+
+def _pair_drawings(h1, h2, group, pos, known, dense):
+    """The cables between two Macs, side by side: ([<line>], [end labels], [middle labels])."""
+    measured, no_rdma, ip_cables = known
+    (x1, y1), (x2, y2) = pos[h1], pos[h2]
+    length = math.hypot(x2 - x1, y2 - y1) or 1
+    ux, uy = (x2 - x1) / length, (y2 - y1) / length
+    px, py = -uy, ux
+    body, ends, middles = [], [], []
+    for i, c in enumerate(sorted(group, key=lambda c: c["id"])):
+        off = (i - (len(group) - 1) / 2) * 16
+        marks = _cable_status(c, no_rdma, measured)
+        slow = (measured.get(c["id"]) or {}).get("slow")
+        tb4 = c.get("link_class") in ("TB4", "TB3")
+        color = COLORS["slow"] if slow else COLORS["tb4"] if tb4 else COLORS["cable"]
+        start, end = ((x1, y1), (x2, y2)) if c["a"]["host"] == h1 else ((x2, y2), (x1, y1))
+        shift = (px * off, py * off)
+        body.append(_cable_line(c, start, end, shift, slow, tb4, color))
+        lines, colors = _middle_text(c, marks, measured.get(c["id"]), slow, tb4, color)
+        # beside the line first (above a flat one), then along it
+        cands = [
+            (x1 + (x2 - x1) * t + px * (off + side), y1 + (y2 - y1) * t + py * (off + side))
+            for side in (0, -40, 40)
+            for t in (0.5, 0.4, 0.6, 0.32, 0.68)
+        ]
+        if not dense or marks:
+            middles.append((cands, lines, colors))
+        if not dense:
+            ends += _end_labels(c, start, end, length, shift, pos, ip_cables.get(c["id"]) or {})
+    return body, ends, middles
+
+
+def _cable_drawings(topology, cables, pos, known, dense):
+    """([<line>], [end labels], [middle labels]) of every cable and every missing one; a label is
+    (candidate centres, lines, colours). known: (measured, no_rdma, the plan's addresses)."""
+    body, ends, middles = [], [], []
     # one line per cable; several cables between the same two Macs run side by side
     pairs = {}
     for c in cables:
         pairs.setdefault(tuple(sorted((c["a"]["host"], c["b"]["host"]))), []).append(c)
     missing = [tuple(p) for p in topology.get("missing") or [] if len(p) == 2 and p[0] in pos and p[1] in pos]
-
     for (h1, h2), group in sorted(pairs.items()):
         if h1 not in pos or h2 not in pos or h1 == h2:
             continue
-        (x1, y1), (x2, y2) = pos[h1], pos[h2]
-        length = math.hypot(x2 - x1, y2 - y1) or 1
-        ux, uy = (x2 - x1) / length, (y2 - y1) / length
-        px, py = -uy, ux
-        for i, c in enumerate(sorted(group, key=lambda c: c["id"])):
-            off = (i - (len(group) - 1) / 2) * 16
-            marks = _cable_status(c, no_rdma, measured)
-            slow = (measured.get(c["id"]) or {}).get("slow")
-            tb4 = c.get("link_class") in ("TB4", "TB3")
-            color = COLORS["slow"] if slow else COLORS["tb4"] if tb4 else COLORS["cable"]
-            stroke = 5 if (slow or tb4) else 2.5
-            dash = ' stroke-dasharray="9 5"' if c.get("sighting") == "one-sided" or c.get("via") else ""
-            a_host = c["a"]["host"]
-            sx, sy = (x1, y1) if a_host == h1 else (x2, y2)
-            ex, ey = (x2, y2) if a_host == h1 else (x1, y1)
-            body.append(
-                '<line class="cable%s" data-cable="%s" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" '
-                'stroke="%s" stroke-width="%s"%s/>'
-                % (
-                    " slow" if slow else " tb4" if tb4 else "",
-                    _e(c["id"]),
-                    sx + px * off,
-                    sy + py * off,
-                    ex + px * off,
-                    ey + py * off,
-                    color,
-                    stroke,
-                    dash,
-                )
-            )
-            # the middle label: speed and class, measured bandwidth, what is wrong
-            speed = "%s Gb/s %s" % (c.get("speed_gbps") or "?", c.get("link_class") or "")
-            lines, colors = [speed.strip()], [color if tb4 else COLORS["text"]]
-            m = measured.get(c["id"])
-            if m and _is_number(m.get("gbps")):
-                lines.append("measured %s Gb/s%s" % (_num(m["gbps"]), " (slow)" if slow else ""))
-                colors.append(COLORS["slow"] if slow else COLORS["text"])
-            for text, klass in marks:
-                if klass == "warn" and not text.startswith(c.get("link_class") or "-"):
-                    lines.append(text if len(text) <= 44 else text[:43] + "…")
-                    colors.append(COLORS["tb4"])
-            # beside the line first (above a flat one), then along it
-            cands = [
-                (x1 + (x2 - x1) * t + px * (off + side), y1 + (y2 - y1) * t + py * (off + side))
-                for side in (0, -40, 40)
-                for t in (0.5, 0.4, 0.6, 0.32, 0.68)
-            ]
-            if not dense or marks:
-                middles.append((cands, lines, colors))
-            if dense:
-                continue
-            # each end: its port and address, near its Mac
-            entry = ip_cables.get(c["id"]) or {}
-            for end, (hx, hy), (ox, oy) in (("a", (sx, sy), (ex, ey)), ("b", (ex, ey), (sx, sy))):
-                host = c[end]["host"]
-                addr = (entry.get(end) or {}).get("address")
-                dx, dy = (ox - hx) / length, (oy - hy) / length
-                cands = []
-                for extra in (22, 40, 58, 76):
-                    ex_, ey_ = edge_point(host, dx, dy, extra)
-                    cands.append((ex_ + px * off, ey_ + py * off))
-                ends.append((cands, [c[end]["iface"]] + ([addr] if addr else []), [COLORS["text"], "#555"]))
-
+        drawn = _pair_drawings(h1, h2, group, pos, known, dense)
+        body += drawn[0]
+        ends += drawn[1]
+        middles += drawn[2]
     for h1, h2 in missing:
         (x1, y1), (x2, y2) = pos[h1], pos[h2]
         body.append(
@@ -418,18 +430,31 @@ def topology_svg(plan, macs=None, net_check=None):
         )
         cands = [(x1 + (x2 - x1) * t, y1 + (y2 - y1) * t) for t in (0.5, 0.4, 0.6, 0.3, 0.7)]
         middles.append((cands, ["missing: %s <-> %s" % (h1, h2)], [COLORS["missing"]]))
+    return body, ends, middles
 
+
+def _placed_labels(hosts, pos, ends, middles):
+    """The labels' SVG, each where it overlaps no host box and no label placed before it."""
+    boxes = _Boxes()
+    for h in hosts:
+        x, y = pos[h]
+        boxes.add((x - HOST_W / 2, y - HOST_H / 2, x + HOST_W / 2, y + HOST_H / 2))
+    labels = []
     # the ends first (each has little room, by its Mac), then the middles
     for cands, lines, colors in ends:
         _label(boxes, cands, lines, 10, colors, labels)
     for cands, lines, colors in middles:
         _label(boxes, cands, lines, 11, colors, labels)
+    return labels
 
+
+def _host_nodes(hosts, pos, plan, macs):
+    """The hosts' boxes: name, rank (and coordinator role), macOS version."""
+    rank = {h: i for i, h in enumerate(plan.get("hosts") or [])}
     nodes = []
     for h in hosts:
         x, y = pos[h]
-        f = macs.get(h) or {}
-        osv = f.get("os") or {}
+        osv = (macs.get(h) or {}).get("os") or {}
         sub = "rank %s" % rank[h] if h in rank else "not in the plan"
         if (plan.get("coordinators") or {}).get(h):
             sub += " · %s" % plan["coordinators"][h]
@@ -438,15 +463,19 @@ def topology_svg(plan, macs=None, net_check=None):
             third = "macOS %s (%s)" % (osv.get("product_version"), osv.get("build_version") or "?")
         nodes.append(
             '<g class="host" data-host="%s"><rect x="%.1f" y="%.1f" width="%d" height="%d" rx="9" '
-            'fill="#f6f8fa" stroke="%s" stroke-width="1.6"/>' % (_e(h), x - bw / 2, y - bh / 2, bw, bh, COLORS["text"])
+            'fill="#f6f8fa" stroke="%s" stroke-width="1.6"/>'
+            % (_e(h), x - HOST_W / 2, y - HOST_H / 2, HOST_W, HOST_H, COLORS["text"])
         )
-        nodes.append(_svg_text(x, y - bh / 2 + 18, h, size=15, weight="bold"))
-        nodes.append(_svg_text(x, y - bh / 2 + 34, sub, size=10, color="#555"))
+        nodes.append(_svg_text(x, y - HOST_H / 2 + 18, h, size=15, weight="bold"))
+        nodes.append(_svg_text(x, y - HOST_H / 2 + 34, sub, size=10, color="#555"))
         if third:
-            nodes.append(_svg_text(x, y - bh / 2 + 48, third, size=10, color="#555"))
+            nodes.append(_svg_text(x, y - HOST_H / 2 + 48, third, size=10, color="#555"))
         nodes.append("</g>")
+    return nodes
 
-    legend = _legend(width, height - 62)
+
+def _picture_header(topology, cables, dense):
+    """The picture's title (backend, ring) and, on a dense one, why most cables have no label."""
     title = "backend %s" % (topology.get("backend") or "none fits the wiring")
     if topology.get("ring"):
         title += " · ring %s" % " → ".join(topology["ring"])
@@ -461,17 +490,38 @@ def topology_svg(plan, macs=None, net_check=None):
             anchor="start",
             color="#555",
         )
+    return header
+
+
+def topology_svg(plan, macs=None, net_check=None):
+    """The cluster as an SVG drawing: hosts on a circle (ring order when there is a ring), one
+    line per cable, labels with ports, addresses, speed, class and measured bandwidth."""
+    plan = plan or {}
+    topology = plan.get("topology") or {}
+    cables = [c for c in (plan.get("links") or {}).get("cables") or [] if isinstance(c, dict)]
+    ip_cables = (plan.get("ip_plan") or {}).get("cables") or {}
+    hosts = _picture_hosts(plan, topology, cables)
+    measured, _ = _measured(net_check, cables)
+    known = (measured, _no_rdma(topology), ip_cables)
+    width, height = 1000, 660
+    pos = _host_positions(hosts, width / 2, 310)
+    # a dense picture (a mesh of 6 Macs and more) labels only the cables with a finding: every
+    # cable's ports, addresses and speed are in the table below it
+    dense = len(cables) > DENSE_CABLES
+    body, ends, middles = _cable_drawings(topology, cables, pos, known, dense)
+    labels = _placed_labels(hosts, pos, ends, middles)
+    nodes = _host_nodes(hosts, pos, plan, macs or {})
     return (
         '<svg xmlns="http://www.w3.org/2000/svg" class="topology" role="img" '
         'aria-label="cluster topology" viewBox="0 0 %d %d" width="%d" height="%d" '
         'font-family="Helvetica, Arial, sans-serif">'
         % (width, height, width, height)
         + '<rect width="100%" height="100%" fill="#ffffff"/>'
-        + header
+        + _picture_header(topology, cables, dense)
         + "".join(body)
         + "".join(nodes)
         + "".join(labels)
-        + legend
+        + _legend(width, height - 62)
         + "</svg>"
     )
 
@@ -704,6 +754,65 @@ def _summary(data):
     return "".join(out)
 
 
+def _measured_cell(m):
+    """A cable's measured bandwidth as a table cell: best of how many runs, slow or not."""
+    return (
+        (
+            _num(m.get("gbps"))
+            + (" (best of %d)" % m["runs"] if m.get("runs", 0) > 1 else "")
+            + (" (slow)" if m.get("slow") else ""),
+            "bad" if m.get("slow") else "",
+        )
+        if m
+        else ""
+    )
+
+
+def _cable_row(c, entry, m, marks, rdma):
+    """A cable's row in the topology's table: its ends and their addresses, network, speed, class,
+    RDMA, measured bandwidth and status."""
+    status = (
+        ("; ".join(t for t, _ in marks), "bad" if any(k == "bad" for _, k in marks) else "warn")
+        if marks
+        else ("ok", "good")
+    )
+    return [
+        c["a"]["host"] + ":" + c["a"]["iface"],
+        (entry.get("a") or {}).get("address") or "",
+        c["b"]["host"] + ":" + c["b"]["iface"],
+        (entry.get("b") or {}).get("address") or "",
+        entry.get("network") or "",
+        "%s Gb/s" % c["speed_gbps"] if c.get("speed_gbps") else "unknown",
+        (c.get("link_class") or "?", "warn" if c.get("link_class") in ("TB4", "TB3") else ""),
+        "yes" if rdma else "no",
+        _measured_cell(m),
+        status,
+    ]
+
+
+def _missing_note(topology):
+    """The paragraph naming the missing cables and what that means for the backend; "" when none."""
+    missing = [p for p in topology.get("missing") or [] if len(p) == 2]
+    if not missing:
+        return ""
+    return '<p class="missing">Missing cables (host pairs without one): %s. %s</p>' % (
+        _e(", ".join("%s <-> %s" % tuple(p) for p in missing)),
+        _e("A full mesh needs them; the %s backend runs without them." % topology["backend"])
+        if topology.get("backend")
+        else _e("No backend fits: add them, or cable a ring."),
+    )
+
+
+def _external_note(plan):
+    """The paragraph naming the cables to Macs outside the inventory; "" when none."""
+    external = (plan.get("links") or {}).get("external") or []
+    if not external:
+        return ""
+    return '<p class="warn">Cabled to Macs outside the inventory: %s</p>' % _e(
+        ", ".join("%s:%s -> %s" % (e.get("host"), e.get("iface"), e.get("peer_name") or "unknown") for e in external)
+    )
+
+
 def _topology_section(data):
     plan = data.get("plan")
     if not isinstance(plan, dict):
@@ -719,72 +828,11 @@ def _topology_section(data):
     for c in sorted(cables, key=lambda c: c["id"]):
         entry = ip_cables.get(c["id"]) or {}
         m = measured.get(c["id"]) or {}
-        marks = _cable_status(c, no_rdma, measured)
-        status = (
-            ("; ".join(t for t, _ in marks), "bad" if any(k == "bad" for _, k in marks) else "warn")
-            if marks
-            else ("ok", "good")
-        )
-        rows.append(
-            [
-                c["a"]["host"] + ":" + c["a"]["iface"],
-                (entry.get("a") or {}).get("address") or "",
-                c["b"]["host"] + ":" + c["b"]["iface"],
-                (entry.get("b") or {}).get("address") or "",
-                entry.get("network") or "",
-                "%s Gb/s" % c["speed_gbps"] if c.get("speed_gbps") else "unknown",
-                (c.get("link_class") or "?", "warn" if c.get("link_class") in ("TB4", "TB3") else ""),
-                "yes" if c["id"] in rdma_cables else "no",
-                (
-                    _num(m.get("gbps"))
-                    + (" (best of %d)" % m["runs"] if m.get("runs", 0) > 1 else "")
-                    + (" (slow)" if m.get("slow") else ""),
-                    "bad" if m.get("slow") else "",
-                )
-                if m
-                else "",
-                status,
-            ]
-        )
-    parts.append(
-        _table(
-            [
-                "end A",
-                "address A",
-                "end B",
-                "address B",
-                "network",
-                "speed",
-                "class",
-                "RDMA",
-                "measured Gb/s",
-                "status",
-            ],
-            rows,
-            "cables",
-        )
-    )
-    missing = [p for p in topology.get("missing") or [] if len(p) == 2]
-    if missing:
-        parts.append(
-            '<p class="missing">Missing cables (host pairs without one): %s. %s</p>'
-            % (
-                _e(", ".join("%s <-> %s" % tuple(p) for p in missing)),
-                _e("A full mesh needs them; the %s backend runs without them." % topology["backend"])
-                if topology.get("backend")
-                else _e("No backend fits: add them, or cable a ring."),
-            )
-        )
-    external = (plan.get("links") or {}).get("external") or []
-    if external:
-        parts.append(
-            '<p class="warn">Cabled to Macs outside the inventory: %s</p>'
-            % _e(
-                ", ".join(
-                    "%s:%s -> %s" % (e.get("host"), e.get("iface"), e.get("peer_name") or "unknown") for e in external
-                )
-            )
-        )
+        rows.append(_cable_row(c, entry, m, _cable_status(c, no_rdma, measured), c["id"] in rdma_cables))
+    headers = ["end A", "address A", "end B", "address B", "network", "speed", "class", "RDMA", "measured Gb/s"]
+    parts.append(_table(headers + ["status"], rows, "cables"))
+    parts.append(_missing_note(topology))
+    parts.append(_external_note(plan))
     return _section("topology", "Topology", "".join(parts), data.get("plan_time"))
 
 
@@ -821,6 +869,82 @@ def _preflight_section(data):
     )
 
 
+def _sweep_parts(sweep):
+    """The all_sum sweep's HTML: over how many ranks on which backend, a fallback to the ring,
+    the table of sizes; [] without results."""
+    results = [r for r in sweep.get("results") or [] if isinstance(r, dict)]
+    if not results:
+        return []
+    parts = [
+        "<p>all_sum over %s ranks (%s backend), every size checked:</p>"
+        % (_e(sweep.get("world_size")), _e(sweep.get("backend")))
+    ]
+    if sweep.get("fallback_from"):
+        parts.append(
+            '<p class="fix">Fell back from %s to the ring backend: %s</p>'
+            % (_e(sweep["fallback_from"]), _e(sweep.get("fallback_reason") or ""))
+        )
+    rows = [
+        [
+            str(r.get("bytes")),
+            _num(r.get("latency_us_median"), 1),
+            _num(r.get("bus_bandwidth_gbps"), 3),
+            ("right", "good") if r.get("ok") else ("WRONG", "bad"),
+        ]
+        for r in results
+    ]
+    parts.append(_table(["bytes", "latency µs (median)", "bus bandwidth Gb/s", "sum"], rows, "sweep"))
+    return parts
+
+
+def _per_cable_status(r, slow_names, ratio, median):
+    """A cable's status cell in the per-cable table: slow, no result or ok."""
+    if r.get("name") in slow_names:
+        return ("slow: below %s × the median %s Gb/s" % (_num(ratio), _num(median)), "bad")
+    if not _is_number(r.get("gbps")):
+        return ("no result", "bad")
+    return ("ok", "good")
+
+
+def _per_cable_parts(nc, cables, per_cable):
+    """Each cable measured alone: a bar chart against the median, a table, the fix when one is slow."""
+    _, ratio = _measured(nc, cables)
+    slow = preflight_rules.slow_cables(per_cable, ratio)
+    slow_names = {r.get("name") for r in slow}
+    median = preflight_rules.median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
+    bars = [
+        (
+            r.get("name") or r.get("cable") or "?",
+            r.get("gbps"),
+            COLORS["slow"] if r.get("name") in slow_names else COLORS["cable"],
+        )
+        for r in per_cable
+    ]
+    parts = [
+        bar_chart(
+            "Each cable alone (all_sum, 2 ranks)",
+            "Gb/s",
+            bars,
+            (median, "median %s Gb/s" % _num(median)) if median is not None else None,
+        )
+    ]
+    rows = [
+        [
+            r.get("name") or r.get("cable") or "?",
+            _num(r.get("gbps"), 3),
+            _per_cable_status(r, slow_names, ratio, median),
+        ]
+        for r in per_cable
+    ]
+    parts.append(_table(["cable", "bus bandwidth Gb/s", "status"], rows, "per-cable"))
+    if slow:
+        parts.append(
+            '<p class="fix">Fix: a TB4 cable, a dock or a bad cable on that port: replace it with a '
+            "Thunderbolt 5 cable directly between the two Macs.</p>"
+        )
+    return parts
+
+
 def _net_check_section(data):
     nc = data.get("net_check")
     if not isinstance(nc, dict):
@@ -829,81 +953,12 @@ def _net_check_section(data):
             "Collective check",
             _empty("The collective check has not run yet (opt-in: ansible-playbook site.yml --tags net_check)."),
         )
-    sweep = nc.get("sweep") or {}
-    parts = []
-    results = [r for r in sweep.get("results") or [] if isinstance(r, dict)]
-    if results:
-        parts.append(
-            "<p>all_sum over %s ranks (%s backend), every size checked:</p>"
-            % (_e(sweep.get("world_size")), _e(sweep.get("backend")))
-        )
-        if sweep.get("fallback_from"):
-            parts.append(
-                '<p class="fix">Fell back from %s to the ring backend: %s</p>'
-                % (_e(sweep["fallback_from"]), _e(sweep.get("fallback_reason") or ""))
-            )
-        parts.append(
-            _table(
-                ["bytes", "latency µs (median)", "bus bandwidth Gb/s", "sum"],
-                [
-                    [
-                        str(r.get("bytes")),
-                        _num(r.get("latency_us_median"), 1),
-                        _num(r.get("bus_bandwidth_gbps"), 3),
-                        ("right", "good") if r.get("ok") else ("WRONG", "bad"),
-                    ]
-                    for r in results
-                ],
-                "sweep",
-            )
-        )
+    parts = _sweep_parts(nc.get("sweep") or {})
     plan = data.get("plan") or {}
     cables = [c for c in (plan.get("links") or {}).get("cables") or [] if isinstance(c, dict)]
     per_cable = [r for r in nc.get("cables") or [] if isinstance(r, dict)]
     if per_cable:
-        measured, ratio = _measured(nc, cables)
-        slow = preflight_rules.slow_cables(per_cable, ratio)
-        slow_names = {r.get("name") for r in slow}
-        median = preflight_rules.median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
-        bars = [
-            (
-                r.get("name") or r.get("cable") or "?",
-                r.get("gbps"),
-                COLORS["slow"] if r.get("name") in slow_names else COLORS["cable"],
-            )
-            for r in per_cable
-        ]
-        parts.append(
-            bar_chart(
-                "Each cable alone (all_sum, 2 ranks)",
-                "Gb/s",
-                bars,
-                (median, "median %s Gb/s" % _num(median)) if median is not None else None,
-            )
-        )
-        parts.append(
-            _table(
-                ["cable", "bus bandwidth Gb/s", "status"],
-                [
-                    [
-                        r.get("name") or r.get("cable") or "?",
-                        _num(r.get("gbps"), 3),
-                        ("slow: below %s × the median %s Gb/s" % (_num(ratio), _num(median)), "bad")
-                        if r.get("name") in slow_names
-                        else ("no result", "bad")
-                        if not _is_number(r.get("gbps"))
-                        else ("ok", "good"),
-                    ]
-                    for r in per_cable
-                ],
-                "per-cable",
-            )
-        )
-        if slow:
-            parts.append(
-                '<p class="fix">Fix: a TB4 cable, a dock or a bad cable on that port: replace it with a '
-                "Thunderbolt 5 cable directly between the two Macs.</p>"
-            )
+        parts += _per_cable_parts(nc, cables, per_cable)
     if not parts:
         parts.append(_empty("The collective check saved no results."))
     return _section("net_check", "Collective check", "".join(parts), data.get("net_check_time"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
+from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import is_number
 
 GIB = 2**30
 NAMES = (
@@ -41,10 +42,6 @@ NAMES = (
     "mlx_cluster_benchmark_peak_memory_bytes",
     "mlx_cluster_mac_info",
 )
-
-
-def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _plan(reg, plan):
@@ -75,7 +72,7 @@ def _preflight(reg, problems):
 
 
 def _net_check(reg, results):
-    cables = [c for c in results.get("cables") or [] if isinstance(c, dict) and _number(c.get("gbps"))]
+    cables = [c for c in results.get("cables") or [] if isinstance(c, dict) and is_number(c.get("gbps"))]
     if cables:
         bw = Gauge(
             "mlx_cluster_cable_bandwidth_gbps",
@@ -89,14 +86,14 @@ def _net_check(reg, results):
             ["cable"],
             registry=reg,
         )
-        ratio = results.get("slow_ratio") if _number(results.get("slow_ratio")) else preflight_rules.SLOW_RATIO
+        ratio = results.get("slow_ratio") if is_number(results.get("slow_ratio")) else preflight_rules.SLOW_RATIO
         slow_names = {c.get("name") or c.get("cable") for c in preflight_rules.slow_cables(cables, ratio)}
         for c in cables:
             name = str(c.get("name") or c.get("cable"))
             bw.labels(name).set(c["gbps"])
             slow.labels(name).set(1 if name in slow_names else 0)
     sweep = [r for r in (results.get("sweep") or {}).get("results") or [] if isinstance(r, dict)]
-    sweep = [r for r in sweep if _number(r.get("bytes")) and _number(r.get("bus_bandwidth_gbps"))]
+    sweep = [r for r in sweep if is_number(r.get("bytes")) and is_number(r.get("bus_bandwidth_gbps"))]
     if sweep:
         g = Gauge(
             "mlx_cluster_allsum_bus_bandwidth_gbps",
@@ -135,12 +132,12 @@ def _bench(reg, runs):
         registry=reg,
     )
     for key, run in sorted(latest.items()):
-        if _number(run.get("generation_tps")):
+        if is_number(run.get("generation_tps")):
             gen.labels(*key).set(run["generation_tps"])
-        if _number(run.get("prompt_tps")):
+        if is_number(run.get("prompt_tps")):
             prompt.labels(*key).set(run["prompt_tps"])
         mem = run.get("peak_memory_gb")
-        mem = [m for m in (mem if isinstance(mem, list) else [mem]) if _number(m)]
+        mem = [m for m in (mem if isinstance(mem, list) else [mem]) if is_number(m)]
         if mem:
             peak.labels(*key).set(round(max(mem) * GIB))
 

@@ -516,10 +516,10 @@ def slow_cables(results, ratio=SLOW_RATIO):
     """The per-cable results (``[{name, gbps, ...}]``) whose ``gbps`` is below ``ratio`` x the
     median of all cables, each with ``median_gbps`` added. A cable far slower than its siblings
     is a TB4 cable, a dock, a bad port or not the cable planned."""
-    mid = median([r["gbps"] for r in results if _is_number(r.get("gbps"))])
+    mid = median([r["gbps"] for r in results if is_number(r.get("gbps"))])
     if mid is None:
         return []
-    return [dict(r, median_gbps=mid) for r in results if _is_number(r.get("gbps")) and r["gbps"] < ratio * mid]
+    return [dict(r, median_gbps=mid) for r in results if is_number(r.get("gbps")) and r["gbps"] < ratio * mid]
 
 
 def median(values):
@@ -531,7 +531,8 @@ def median(values):
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def _is_number(value):
+def is_number(value):
+    """True for an int or a float, False for a bool (JSON's true is no number) and the rest."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -570,7 +571,7 @@ def gpu_limit(hw):
     reported = hw.get("gpu_working_set_mb")
     if wired and mem:
         return min(wired * MIB, mem), f"iogpu.wired_limit_mb={wired}"
-    if not wired and _is_number(reported) and reported > 0:
+    if not wired and is_number(reported) and reported > 0:
         limit = reported * MIB
         return (min(limit, mem) if mem else limit), (
             f"macOS's default as the Mac reports it (Metal's recommendedMaxWorkingSetSize): {reported} MB"

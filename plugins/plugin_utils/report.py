@@ -22,6 +22,7 @@ import os
 from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
+from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import is_number
 
 REPORT_NAME = "report.html"
 PREFLIGHT_NAME = "preflight.json"
@@ -147,10 +148,6 @@ def _num(value, digits=2):
     return "%.*f" % (digits, value)
 
 
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _table(headers, rows, cls=""):
     """rows: lists of cells; a cell is text (escaped here) or (text, css class)."""
     out = ['<table class="%s">' % _e(cls), "<thead><tr>"]
@@ -204,7 +201,7 @@ def _measured(net_check, cables):
     (matched by cable id, or by the name the check gives when the id is absent)."""
     results = [r for r in ((net_check or {}).get("cables") or []) if isinstance(r, dict)]
     ratio = (net_check or {}).get("slow_ratio")
-    ratio = ratio if _is_number(ratio) else preflight_rules.SLOW_RATIO
+    ratio = ratio if is_number(ratio) else preflight_rules.SLOW_RATIO
     slow_named = {(r.get("cable"), r.get("name")) for r in preflight_rules.slow_cables(results, ratio)}
     by_name = {_cable_name(c): c["id"] for c in cables}
     out = {}
@@ -351,7 +348,7 @@ def _middle_text(c, marks, m, slow, tb4, color):
     what is wrong."""
     speed = "%s Gb/s %s" % (c.get("speed_gbps") or "?", c.get("link_class") or "")
     lines, colors = [speed.strip()], [color if tb4 else COLORS["text"]]
-    if m and _is_number(m.get("gbps")):
+    if m and is_number(m.get("gbps")):
         lines.append("measured %s Gb/s%s" % (_num(m["gbps"]), " (slow)" if slow else ""))
         colors.append(COLORS["slow"] if slow else COLORS["text"])
     for text, klass in marks:
@@ -579,8 +576,8 @@ def line_chart(title, unit, labels, series, width=960, height=280):
     plot_w, plot_h = width - left - right, height - top - bottom
     ranges = [[v if isinstance(v, tuple) else (v, None, None) for v in vals] for _, vals in series]
     series = [(name, [v[0] for v in rng]) for (name, _), rng in zip(series, ranges)]
-    values = [v for _, vals in series for v in vals if _is_number(v)]
-    values += [hi for rng in ranges for _, _, hi in rng if _is_number(hi)]
+    values = [v for _, vals in series for v in vals if is_number(v)]
+    values += [hi for rng in ranges for _, _, hi in rng if is_number(hi)]
     ymax = _nice_max(max(values) if values else 1.0)
     n = len(labels)
 
@@ -616,16 +613,16 @@ def line_chart(title, unit, labels, series, width=960, height=280):
             out.append(_svg_text(xpos(i), top + plot_h + 16, lab, size=10, color="#555"))
     for s, (name, vals) in enumerate(series):
         color = SERIES_COLORS[s % len(SERIES_COLORS)]
-        pts = [(xpos(i), ypos(v)) for i, v in enumerate(vals) if _is_number(v)]
+        pts = [(xpos(i), ypos(v)) for i, v in enumerate(vals) if is_number(v)]
         if len(pts) > 1:
             out.append(
                 '<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
                 % (color, " ".join("%.1f,%.1f" % p for p in pts))
             )
         for i, v in enumerate(vals):
-            if _is_number(v):
+            if is_number(v):
                 _, lo, hi = ranges[s][i]
-                if _is_number(lo) and _is_number(hi):
+                if is_number(lo) and is_number(hi):
                     out.append(
                         '<line class="range" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" '
                         'stroke-width="2" stroke-opacity="0.6"/>' % (xpos(i), ypos(lo), xpos(i), ypos(hi), color)
@@ -634,7 +631,7 @@ def line_chart(title, unit, labels, series, width=960, height=280):
                     '<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s: %s</title></circle>'
                     % (xpos(i), ypos(v), color, _e(name), _e(_num(v)))
                 )
-        last = [(i, v) for i, v in enumerate(vals) if _is_number(v)]
+        last = [(i, v) for i, v in enumerate(vals) if is_number(v)]
         if last:
             i, v = last[-1]
             out.append(_svg_text(xpos(i) + 7, ypos(v) - 6, _num(v), size=10, anchor="start", color=color))
@@ -653,7 +650,7 @@ def bar_chart(title, unit, bars, marker=None, width=960):
     left, right, top, row = 230, 110, 34, 24
     height = top + row * max(len(bars), 1) + 34
     plot_w = width - left - right
-    values = [v for _, v, _ in bars if _is_number(v)] + ([marker[0]] if marker and _is_number(marker[0]) else [])
+    values = [v for _, v, _ in bars if is_number(v)] + ([marker[0]] if marker and is_number(marker[0]) else [])
     xmax = _nice_max(max(values) if values else 1.0)
     out = [
         '<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="%s" '
@@ -665,13 +662,13 @@ def bar_chart(title, unit, bars, marker=None, width=960):
     for i, (label, value, color) in enumerate(bars):
         y = top + row * i
         out.append(_svg_text(left - 8, y + 15, label, size=11, anchor="end"))
-        if _is_number(value):
+        if is_number(value):
             w = plot_w * value / xmax
             out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (left, y + 3, w, row - 7, color))
             out.append(_svg_text(left + w + 6, y + 15, "%s %s" % (_num(value), unit), size=11, anchor="start"))
         else:
             out.append(_svg_text(left + 6, y + 15, "no result", size=11, anchor="start", color=COLORS["slow"]))
-    if marker and _is_number(marker[0]):
+    if marker and is_number(marker[0]):
         x = left + plot_w * marker[0] / xmax
         out.append(
             '<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="4 4"/>'
@@ -731,7 +728,7 @@ def _summary(data):
             (
                 (r.get("generation_tps"), str(r.get("mode")))
                 for r in runs
-                if r.get("_run") == last[0] and _is_number(r.get("generation_tps"))
+                if r.get("_run") == last[0] and is_number(r.get("generation_tps"))
             ),
             default=None,
         )
@@ -901,7 +898,7 @@ def _per_cable_status(r, slow_names, ratio, median):
     """A cable's status cell in the per-cable table: slow, no result or ok."""
     if r.get("name") in slow_names:
         return ("slow: below %s × the median %s Gb/s" % (_num(ratio), _num(median)), "bad")
-    if not _is_number(r.get("gbps")):
+    if not is_number(r.get("gbps")):
         return ("no result", "bad")
     return ("ok", "good")
 
@@ -911,7 +908,7 @@ def _per_cable_parts(nc, cables, per_cable):
     _, ratio = _measured(nc, cables)
     slow = preflight_rules.slow_cables(per_cable, ratio)
     slow_names = {r.get("name") for r in slow}
-    median = preflight_rules.median([r["gbps"] for r in per_cable if _is_number(r.get("gbps"))])
+    median = preflight_rules.median([r["gbps"] for r in per_cable if is_number(r.get("gbps"))])
     bars = [
         (
             r.get("name") or r.get("cable") or "?",
@@ -978,10 +975,10 @@ def _bench_row(run):
     """A benchmark result with the cells the table makes from its nested values."""
     row = dict(run)
     spread = ((run.get("stats") or {}).get("generation_tps") or {}) if isinstance(run.get("stats"), dict) else {}
-    if _is_number(spread.get("min")) and _is_number(spread.get("max")):
+    if is_number(spread.get("min")) and is_number(spread.get("max")):
         row["gen_spread"] = "%s–%s" % (_num(spread["min"]), _num(spread["max"]))
     peaks = run.get("peak_memory_gb")
-    if isinstance(peaks, list) and peaks and all(_is_number(p) for p in peaks):
+    if isinstance(peaks, list) and peaks and all(is_number(p) for p in peaks):
         row["peak_memory_gb"] = max(peaks)
     if isinstance(run.get("fast_synch"), bool):
         row["fast_synch"] = "on" if run["fast_synch"] else "off"
@@ -994,7 +991,7 @@ def _bench_row(run):
 def _spread(run, key):
     """(median, min, max) of a benchmark number over its trials; (value, None, None) without."""
     stats = (run.get("stats") or {}).get(key) if isinstance(run.get("stats"), dict) else None
-    if isinstance(stats, dict) and _is_number(stats.get("min")) and _is_number(stats.get("max")):
+    if isinstance(stats, dict) and is_number(stats.get("min")) and is_number(stats.get("max")):
         return run.get(key), stats["min"], stats["max"]
     return run.get(key), None, None
 
@@ -1003,7 +1000,7 @@ def _cell(key, value):
     if key == "tokens_sha256" and isinstance(value, str):
         return value[:12]
     if isinstance(value, list):
-        return " / ".join(_num(v) if _is_number(v) else str(v) for v in value)
+        return " / ".join(_num(v) if is_number(v) else str(v) for v in value)
     if isinstance(value, dict):
         return ", ".join("%s=%s" % (k, _cell(k, v)) for k, v in sorted(value.items()))
     text = _num(value)
@@ -1077,7 +1074,7 @@ def _bench_section(data):
                     and str(r.get("backend")) == backend
                     and r.get("world_size") == world
                     and str(r.get("mode")) == mode
-                    and _is_number(r.get(key))
+                    and is_number(r.get(key))
                 ]
                 vals.append(hits[-1] if hits else None)
             series.append(("%s ×%s %s" % (backend, world, mode), vals))
@@ -1102,7 +1099,7 @@ def _versions_section(data):
             name = mac.get("name") or mac.get("model")
             return " ".join(x for x in (name, "(%s)" % hw["model"] if hw.get("model") else "") if x)
         if key == "memory":
-            return "%d GB" % round(hw["memsize"] / 2**30) if _is_number(hw.get("memsize")) else ""
+            return "%d GB" % round(hw["memsize"] / 2**30) if is_number(hw.get("memsize")) else ""
         if key == "macos":
             return (
                 "%s (%s)" % (osv["product_version"], osv.get("build_version") or "?")

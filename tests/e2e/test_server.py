@@ -593,5 +593,10 @@ def test_a_real_prometheus_scrapes_rank_0_and_sees_the_tokens_grow(pair, tmp_pat
         after = scraped("mlx_cluster_server_generated_tokens_total", lambda v: v >= before + tokens)
         assert after == before + tokens
         assert scraped('mlx_cluster_server_requests_total{outcome="ok"}', lambda v: v >= 1) >= 1
+        # every rank's peak memory, carried to rank 0 by the serving loop's turns: the model's
+        # weights at least, on each Mac
+        other = next(h for h in pair.hosts if h != pair.rank0)
+        assert scraped(f'mlx_cluster_server_rank_peak_memory_bytes{{rank="1",host="{other}"}}', lambda v: v > 0) > 0
+        assert scraped("count(mlx_cluster_server_rank_peak_memory_bytes > 0)", lambda v: v == 2) == 2
     stop = server(pair, "server_stop")
     assert stop.rc == 0, stop.failures()

@@ -31,6 +31,7 @@ def server_names():
     rank = {"rank": 0, "host": "m1", "pid": 1, "restarts": 0, "stall_restarts": 0}
     server.args, server.world, server.clock = Args(), {"size": 1, "ranks": [rank]}, lambda: 0.0
     server.depth = lambda: 0
+    server.ranks_memory = [1]
     server.progress = type("P", (), {"snapshot": staticmethod(lambda: {"progress_mono": 0.0})})()
     text = srv.Metrics(server).text().decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}

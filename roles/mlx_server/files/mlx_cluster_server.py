@@ -21,10 +21,12 @@ Rank 0 also runs a small HTTP server (ThreadingHTTPServer) on --host:--port:
 Every rank must take part in every generation (each forward pass has collectives), so rank 0
 does not generate alone: each turn of the serving loop is a broadcast that all ranks enter.
 
-    header  int32[4] all_sum: [kind, payload bytes, stop votes, sequence]
+    header  int32[4 + world size] all_sum: [kind, payload bytes, stop votes, sequence,
+            peak memory of rank 0 in KiB, of rank 1, ...]
             kind and payload length come from rank 0 (0 elsewhere); every rank adds 1 to
             "stop votes" when it was asked to stop (SIGTERM/SIGINT), so a signal to ANY
-            rank stops ALL ranks at the next turn.
+            rank stops ALL ranks at the next turn; each rank fills its own memory slot
+            (0 elsewhere), so rank 0 knows every rank's peak memory as of the last turn.
     payload uint8[n] all_sum (only for kind GENERATE): rank 0's request as UTF-8 JSON
             {"tokens", "max_tokens", "temperature", "top_p", "seed", "stop"}; 0 elsewhere.
 
@@ -137,19 +139,26 @@ def decode_request(data):
     return json.loads(bytes(data).decode())
 
 
-def header_row(is_root, kind=KIND_IDLE, payload_len=0, stop=False, seq=0):
+def header_row(is_root, kind=KIND_IDLE, payload_len=0, stop=False, seq=0, memory=None):
     """What one rank contributes to the header all_sum: kind, length and sequence come from
-    rank 0 only; every rank adds its stop vote."""
-    if is_root:
-        return [int(kind), int(payload_len), int(bool(stop)), int(seq)]
-    return [0, 0, int(bool(stop)), 0]
+    rank 0 only; every rank adds its stop vote; with `memory` = (rank, world size, peak KiB),
+    one slot per rank, this rank's filled."""
+    row = [int(kind), int(payload_len), int(bool(stop)), int(seq)] if is_root else [0, 0, int(bool(stop)), 0]
+    if memory is not None:
+        rank, size, kib = memory
+        row += [int(kib) if r == rank else 0 for r in range(size)]
+    return row
 
 
 def read_header(summed):
-    kind, length, votes, seq = (int(x) for x in summed)
-    if kind not in (KIND_IDLE, KIND_GENERATE) or not 0 <= length <= MAX_PAYLOAD:
+    kind, length, votes, seq = (int(x) for x in summed[:HEADER_LEN])
+    memory = [int(x) for x in summed[HEADER_LEN:]]
+    if kind not in (KIND_IDLE, KIND_GENERATE) or not 0 <= length <= MAX_PAYLOAD or min(memory, default=0) < 0:
         raise RuntimeError(f"corrupt broadcast header {list(summed)}: the ranks are out of step")
-    return {"kind": kind, "length": length, "stop_votes": votes, "seq": seq}
+    header = {"kind": kind, "length": length, "stop_votes": votes, "seq": seq}
+    if memory:
+        header["peak_memory_kib"] = memory
+    return header
 
 
 def payload_row(is_root, data, length):
@@ -166,8 +175,9 @@ def broadcast(group, request_bytes, stop, seq):
     root = group.rank() == 0
     kind = KIND_GENERATE if (root and request_bytes is not None) else KIND_IDLE
     length = len(request_bytes) if kind == KIND_GENERATE else 0
+    memory = (group.rank(), group.size(), min(mx.get_peak_memory() >> 10, 2**31 - 1))
     hdr = mx.distributed.all_sum(
-        mx.array(header_row(root, kind, length, stop, seq), dtype=mx.int32), group=group, stream=mx.cpu
+        mx.array(header_row(root, kind, length, stop, seq, memory), dtype=mx.int32), group=group, stream=mx.cpu
     )
     header = read_header(hdr.tolist())
     if header["kind"] != KIND_GENERATE or header["length"] == 0:
@@ -708,7 +718,8 @@ class Progress:
 class Metrics:
     """Rank 0's numbers for Prometheus, GET /metrics, in a registry of its own (prometheus_client):
     requests by outcome, prompt and generated tokens, generation time, queue depth, the serving
-    loop's heartbeat age, rank 0's peak memory, the restarts each rank's supervisor made (and
+    loop's heartbeat age, every rank's peak memory (carried by each turn's header),
+    the restarts each rank's supervisor made (and
     how many for a stall: read from every rank's supervisor state file at the group's start,
     gather_ranks), and an info metric with model, backend, world size and versions."""
 
@@ -746,8 +757,15 @@ class Metrics:
             "Seconds since rank 0's serving loop last made progress (a turn or a token).",
             registry=reg,
         ).set_function(lambda: max(0.0, server.clock() - server.progress.snapshot()["progress_mono"]))
-        Gauge("mlx_cluster_server_peak_memory_bytes", "Rank 0's peak memory (MLX).", registry=reg).set_function(
-            mx.get_peak_memory
+        # every rank's peak memory: rank 0's as of the scrape, the others' as of the serving loop's
+        # last turn (each rank adds its own to the turn's header); a stalled rank stalls the turn,
+        # and the heartbeat above with it: rank 0's heartbeat is the group's
+        self.server = server
+        self.rank_memory = Gauge(
+            "mlx_cluster_server_rank_peak_memory_bytes",
+            "Each rank's peak memory (MLX): rank 0's now, the others' as of the serving loop's last turn.",
+            ["rank", "host"],
+            registry=reg,
         )
         # as of the group's last start: any rank's restart restarts every rank, so it is current
         restarts = Gauge(
@@ -789,6 +807,11 @@ class Metrics:
         self.generation.observe(seconds)
 
     def text(self):
+        hosts = {r.get("rank"): str(r.get("host")) for r in self.server.world.get("ranks") or []}
+        for rank, kib in enumerate(list(self.server.ranks_memory) or [0]):
+            self.rank_memory.labels(str(rank), hosts.get(rank, "")).set(
+                mx.get_peak_memory() if rank == 0 else kib << 10
+            )
         return generate_latest(self.registry)
 
 
@@ -834,6 +857,7 @@ class Server:
         self.progress = Progress(None, args.stall_timeout, self.depth, clock)
         self.stopping = False
         self.httpd = None
+        self.ranks_memory = []  # every rank's peak memory in KiB, as of the serving loop's last turn
         self.metrics = Metrics(self)
 
     # -- the serving loop's side
@@ -1187,6 +1211,8 @@ def serve(group, model, tokenizer, server, stop, poll, progress):
         seq += 1
         header, req = broadcast(group, data, stop.requested, seq)
         progress.turn()
+        if root:
+            server.ranks_memory = header.get("peak_memory_kib") or server.ranks_memory
         if header["stop_votes"] > 0:
             if job is not None:
                 job.fail(ApiError(503, "the server is stopping", kind="server_error"))

@@ -415,6 +415,15 @@ def test_metrics_show_every_ranks_restarts_gathered_at_the_start_and_name_the_mo
     assert srv.gather_ranks(mx.distributed.init(), str(tmp_path / "none.json"))[0]["restarts"] == 0
     other = {"rank": 1, "host": "m2", "pid": 9, "restarts": 1, "stall_restarts": 1}
     server = srv.Server(args(), None, {"size": 2, "ranks": [me, other], "backend": "ring"})
+    before = [  # no turn yet: rank 0's alone
+        s.labels
+        for f in text_string_to_metric_families(server.metrics.text().decode())
+        for s in f.samples
+        if s.name == "mlx_cluster_server_rank_peak_memory_bytes"
+    ]
+    assert before == [{"rank": "0", "host": me["host"]}]
+    # the serving loop's last turn: every rank's peak memory, from the header (KiB)
+    server.ranks_memory = srv.read_header([0, 0, 0, 3, 1500, 2700])["peak_memory_kib"]
     text = server.metrics.text().decode()
     got = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -424,6 +433,12 @@ def test_metrics_show_every_ranks_restarts_gathered_at_the_start_and_name_the_mo
     assert got[("mlx_cluster_server_supervisor_restarts", (("host", me["host"]), ("rank", "0")))] == 2
     assert got[("mlx_cluster_server_stall_restarts", (("host", me["host"]), ("rank", "0")))] == 1
     assert got[("mlx_cluster_server_stall_restarts", (("host", "m2"), ("rank", "1")))] == 1
+    assert got[("mlx_cluster_server_rank_peak_memory_bytes", (("host", "m2"), ("rank", "1")))] == 2700 * 2**10
+    # rank 0's own, read at the scrape (not the header's, a turn old)
+    assert (
+        got[("mlx_cluster_server_rank_peak_memory_bytes", (("host", me["host"]), ("rank", "0")))]
+        == mx.get_peak_memory()
+    )
     (info,) = [dict(k[1]) for k in got if k[0] == "mlx_cluster_server_info"]
     assert (info["model"], info["backend"], info["world_size"]) == ("tiny", "ring", "2") and info["mlx"]
 

@@ -55,6 +55,17 @@ def test_a_broadcast_turn_gives_every_rank_rank0s_request_and_the_stop_votes(srv
     assert srv.decode_request(bytes(payload)) == REQ
 
 
+@pytest.mark.parametrize("world", [1, 2, 5])
+def test_each_turn_carries_every_ranks_peak_memory(srv, world):
+    """Each rank fills its own slot of the header; the sum gives rank 0 every rank's."""
+    mib = [1000 + 37 * r for r in range(world)]
+    header = srv.read_header(
+        all_sum([srv.header_row(r == 0, seq=4 if r == 0 else 0, memory=(r, world, mib[r])) for r in range(world)])
+    )
+    assert header == {"kind": srv.KIND_IDLE, "length": 0, "stop_votes": 0, "seq": 4, "peak_memory_kib": mib}
+    assert srv.header_row(False, memory=(1, 3, 77)) == [0, 0, 0, 0, 0, 77, 0]
+
+
 def test_an_idle_turn_carries_no_payload(srv):
     header = srv.read_header(all_sum([srv.header_row(True), srv.header_row(False)]))
     assert header == {"kind": srv.KIND_IDLE, "length": 0, "stop_votes": 0, "seq": 0}
@@ -82,7 +93,7 @@ def test_bad_requests_are_refused_before_the_broadcast(srv, bad, match):
         srv.encode_request(bad)
 
 
-@pytest.mark.parametrize("summed", [[7, 0, 0, 1], [1, -1, 0, 1], [0, 2**30, 0, 0]])
+@pytest.mark.parametrize("summed", [[7, 0, 0, 1], [1, -1, 0, 1], [0, 2**30, 0, 0], [0, 0, 0, 1, 5, -3]])
 def test_a_corrupt_header_is_an_error_not_a_hang(srv, summed):
     with pytest.raises(RuntimeError, match="out of step"):
         srv.read_header(summed)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass, field
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 
@@ -393,6 +394,43 @@ def plan_links(
     protected = set(protected or ())
     port_of_iface = {dev: port for port, dev in hwports.items() if dev}
     tb_ifaces = {dev for port, dev in hwports.items() if TB_PORT.match(port or "") and dev}
+    planned = _planned_links(links, protected, tb_ifaces, port_of_iface)
+    plan = _LinkPlan()
+    # 1. The Thunderbolt Bridge: take the planned ports out of it, now (ifconfig) and for
+    # every boot to come (its definition in the preferences, which configd builds it from).
+    _plan_bridge(plan, planned, tb_ifaces, protected, services, interfaces, bridge, bridge_service, persistent)
+    # 2. One network service per planned port, manual /30, enabled; then the runtime
+    # addresses, then the host routes. Runtime actions come after every networksetup change
+    # and carry `runtime` (what they do), so the module can skip one networksetup already did
+    # (macOS applies a manual address of an enabled service at once).
+    by_device = {s.get("device"): s for s in services if s.get("device")}
+    for iface in sorted(planned):
+        _plan_port(plan, iface, planned[iface], port_of_iface, by_device, interfaces, service_info, routes, host_routes)
+    # 3. The old ends of unplugged or moved cables: forget the cluster's addresses there.
+    for iface, addrs in sorted((stale or {}).items()):
+        if iface in planned or iface in protected:
+            continue
+        _plan_stale_port(plan, iface, addrs, by_device.get(iface), service_info)
+    return plan.actions + plan.runtime + plan.routes, plan.warnings, plan.before, plan.after
+
+
+@dataclass
+class _LinkPlan:
+    """What plan_links() builds, phase by phase: `actions` (networksetup, the bridge), then
+    `runtime` (ifconfig addresses), then `routes` (host routes), in that order in its result;
+    `warnings`; `before` and `after`, by interface ("bridge" for the bridge)."""
+
+    actions: list = field(default_factory=list)
+    runtime: list = field(default_factory=list)
+    routes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)
+
+
+def _planned_links(links, protected, tb_ifaces, port_of_iface):
+    """{iface: link} for `links`; LinkPlanError for a link on a protected interface, on an
+    interface that is not a Thunderbolt port, or a second link on one interface."""
     planned = {}
     for link in links:
         iface = link["iface"]
@@ -413,12 +451,15 @@ def plan_links(
         if iface in planned:
             raise LinkPlanError(f"two planned links on {iface}: the plan is inconsistent")
         planned[iface] = link
+    return planned
 
-    actions, warnings = [], []
-    before, after = {}, {}
 
-    # 1. The Thunderbolt Bridge: take the planned ports out of it, now (ifconfig) and for
-    # every boot to come (its definition in the preferences, which configd builds it from).
+# ---- phase 1: the Thunderbolt Bridge
+
+
+def _plan_bridge(plan, planned, tb_ifaces, protected, services, interfaces, bridge, bridge_service, persistent):
+    """Phase 1 of plan_links(): the planned ports out of `bridge` at runtime and out of its
+    definition (`persistent`), and its service off when every member is a Thunderbolt port."""
     members = list((interfaces.get(bridge) or {}).get("members") or [])
     persisted = None if persistent is None else list(persistent.get("members") or [])
     bridge_svc = next(
@@ -428,13 +469,38 @@ def plan_links(
     bridge_service = bridge_svc["name"] if bridge_svc else bridge_service or bridge
     foreign = [m for m in members if m not in tb_ifaces]
     persisted_foreign = [m for m in persisted or [] if m not in tb_ifaces]
-    before["bridge"] = {
+    service_enabled = bool(bridge_svc and bridge_svc.get("enabled"))
+    plan.before["bridge"] = {
         "members": members,
         "persistent_members": persisted,
-        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")),
+        "service_enabled": service_enabled,
     }
     take_out = [m for m in members if m in planned]
     forget = [m for m in persisted or [] if m in planned]
+    _refuse_a_management_bridge(bridge, protected, members, persisted, take_out, forget)
+    if take_out:
+        # One ifconfig for all of them (`ifconfig bridge0 deletem en2 deletem en3`, as BSD
+        # ifconfig takes any number of operations): one command instead of one per port.
+        plan.actions.append(
+            {
+                "argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
+                "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)",
+            }
+        )
+    _plan_bridge_definition(plan, bridge, planned, persisted, persisted_foreign, forget)
+    if planned and service_enabled:
+        _plan_bridge_service_off(plan, bridge, bridge_service, foreign)
+    plan.after["bridge"] = {
+        "members": [m for m in members if m not in planned],
+        "persistent_members": _persistent_members_after(persisted, persisted_foreign, planned),
+        "service_enabled": service_enabled and bool(foreign or not planned),
+        # disabled only when every member is a Thunderbolt port (see _plan_bridge_service_off)
+    }
+
+
+def _refuse_a_management_bridge(bridge, protected, members, persisted, take_out, forget):
+    """LinkPlanError when ports are to leave `bridge` (now or in its definition) and the bridge
+    is, or carries, an interface Ansible connects over."""
     if (take_out or forget) and (bridge in protected or protected & set(members + (persisted or []))):
         via = bridge if bridge in protected else ", ".join(sorted(protected & set(members + (persisted or []))))
         raise LinkPlanError(
@@ -442,169 +508,190 @@ def plan_links(
             f"management interface ({via}), the one Ansible connects over. Connect Ansible over "
             f"another interface, or take the ports out of the Thunderbolt Bridge by hand."
         )
-    if take_out:
-        # One ifconfig for all of them (`ifconfig bridge0 deletem en2 deletem en3`, as BSD
-        # ifconfig takes any number of operations): one command instead of one per port.
-        actions.append(
-            {
-                "argv": ["ifconfig", bridge] + [w for m in take_out for w in ("deletem", m)],
-                "why": f"take {', '.join(take_out)} out of {bridge} (a bridged port cannot carry its own address)",
-            }
-        )
+
+
+def _plan_bridge_definition(plan, bridge, planned, persisted, persisted_foreign, forget):
+    """The planned ports listed in the bridge's definition (`forget`) leave it, unless the
+    definition also lists other interfaces: then it is left alone, with a warning."""
     if forget and persisted_foreign:
-        warnings.append(
+        plan.warnings.append(
             f"the definition of {bridge} also lists {', '.join(persisted_foreign)}; leaving it alone, so after a "
             f"reboot {', '.join(forget)} are bridged again (System Settings > Network > ... > Manage Virtual "
             f"Interfaces: remove them from the bridge)"
         )
     elif forget:
-        actions.append(bridge_members_action(bridge, [m for m in persisted if m not in planned], forget))
-    if planned and bridge_svc and bridge_svc.get("enabled"):
-        if foreign:
-            warnings.append(
-                f"{bridge} also carries {', '.join(foreign)}; leaving the '{bridge_service}' "
-                f"service enabled and only removing the planned Thunderbolt ports from it"
-            )
-        else:
-            actions.append(
-                {
-                    "argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
-                    "why": f"disable the '{bridge_service}' service: {bridge} gets no address of its own "
-                    f"(DHCP or link-local) on the remaining ports",
-                }
-            )
-    after["bridge"] = {
-        "members": [m for m in members if m not in planned],
-        "persistent_members": None
-        if persisted is None
-        else persisted
-        if persisted_foreign
-        else [m for m in persisted if m not in planned],
-        "service_enabled": bool(bridge_svc and bridge_svc.get("enabled")) and bool(foreign or not planned),
-        # disabled only when every member is a Thunderbolt port (see above)
+        plan.actions.append(bridge_members_action(bridge, [m for m in persisted if m not in planned], forget))
+
+
+def _plan_bridge_service_off(plan, bridge, bridge_service, foreign):
+    """The bridge's enabled service goes off when every member is a Thunderbolt port; a bridge
+    that also carries `foreign` members keeps it, with a warning."""
+    if foreign:
+        plan.warnings.append(
+            f"{bridge} also carries {', '.join(foreign)}; leaving the '{bridge_service}' "
+            f"service enabled and only removing the planned Thunderbolt ports from it"
+        )
+    else:
+        plan.actions.append(
+            {
+                "argv": ["networksetup", "-setnetworkserviceenabled", bridge_service, "off"],
+                "why": f"disable the '{bridge_service}' service: {bridge} gets no address of its own "
+                f"(DHCP or link-local) on the remaining ports",
+            }
+        )
+
+
+def _persistent_members_after(persisted, persisted_foreign, planned):
+    """The bridge definition's members once the plan is applied: unknown (None), left alone
+    (it lists other interfaces too), or without the planned ports."""
+    if persisted is None:
+        return None
+    if persisted_foreign:
+        return persisted
+    return [m for m in persisted if m not in planned]
+
+
+# ---- phase 2: one planned port
+
+
+def _plan_port(plan, iface, link, port_of_iface, by_device, interfaces, service_info, routes, host_routes):
+    """Phase 2 of plan_links() for one planned link on `iface`: its service, its address now,
+    the host route to its peer; its before and after."""
+    address, prefix, peer = link["address"], int(link.get("prefix", 30)), link["peer_address"]
+    mask = netmask(prefix)
+    port = port_of_iface[iface]
+    svc = by_device.get(iface)
+    name = svc["name"] if svc else port
+    info = _plan_service(plan, iface, port, svc, name, service_info, address, prefix, mask)
+    current = [a for a in ((interfaces.get(iface) or {}).get("ipv4") or [])]
+    _plan_runtime_address(plan, iface, current, address, prefix, mask)
+    if host_routes:
+        _plan_host_route(plan, iface, peer, routes.get(peer) or {})
+    plan.before[iface] = {
+        "service": name if svc else None,
+        "persistent": _persistent_text(info),
+        "runtime": [f"{a['address']}/{a['prefix']}" for a in current],
+    }
+    plan.after[iface] = {
+        "service": name,
+        "persistent": f"{address}/{mask}",
+        "runtime": [f"{address}/{prefix}"],
+        "peer": peer,
     }
 
-    # 2. One network service per planned port, manual /30, enabled; then the runtime
-    # addresses, then the host routes. Runtime actions come after every networksetup change
-    # and carry `runtime` (what they do), so the module can skip one networksetup already did
-    # (macOS applies a manual address of an enabled service at once).
-    by_device = {s.get("device"): s for s in services if s.get("device")}
-    runtime, route_actions = [], []
-    for iface in sorted(planned):
-        link = planned[iface]
-        address, prefix, peer = link["address"], int(link.get("prefix", 30)), link["peer_address"]
-        mask = netmask(prefix)
-        port = port_of_iface[iface]
-        svc = by_device.get(iface)
-        name = svc["name"] if svc else port
-        if svc is None:
-            actions.append(
+
+def _plan_service(plan, iface, port, svc, name, service_info, address, prefix, mask):
+    """The network service `name` of `port`: created or enabled as needed, and the planned
+    address persisted on it unless it is there already. Returns its parse_getinfo() ({}
+    when not known)."""
+    if svc is None:
+        plan.actions.append(
+            {
+                "argv": ["networksetup", "-createnetworkservice", name, port],
+                "why": f"create a network service for {port} ({iface})",
+            }
+        )
+    elif not svc.get("enabled"):
+        plan.actions.append(
+            {
+                "argv": ["networksetup", "-setnetworkserviceenabled", name, "on"],
+                "why": f"enable the '{name}' service",
+            }
+        )
+    info = service_info.get(name) or {}
+    if not (info.get("method") == "manual" and info.get("address") == address and info.get("subnet") == mask):
+        plan.actions.append(
+            {
+                "argv": ["networksetup", "-setmanual", name, address, mask],
+                "why": f"persist {address}/{prefix} on '{name}' ({iface})",
+            }
+        )
+    return info
+
+
+def _plan_runtime_address(plan, iface, current, address, prefix, mask):
+    """Every other address of `iface` (`current`) removed now, and the planned one set."""
+    have = any(a.get("address") == address and int(a.get("prefix", -1)) == prefix for a in current)
+    for a in current:
+        if a.get("address") != address:
+            plan.runtime.append(
                 {
-                    "argv": ["networksetup", "-createnetworkservice", name, port],
-                    "why": f"create a network service for {port} ({iface})",
+                    "argv": ["ifconfig", iface, "inet", a["address"], "delete"],
+                    "why": f"remove stale {a['address']} from {iface}",
+                    "runtime": {"iface": iface, "op": "delete", "address": a["address"]},
                 }
             )
-        elif not svc.get("enabled"):
-            actions.append(
-                {
-                    "argv": ["networksetup", "-setnetworkserviceenabled", name, "on"],
-                    "why": f"enable the '{name}' service",
-                }
-            )
-        info = service_info.get(name) or {}
-        if not (info.get("method") == "manual" and info.get("address") == address and info.get("subnet") == mask):
-            actions.append(
-                {
-                    "argv": ["networksetup", "-setmanual", name, address, mask],
-                    "why": f"persist {address}/{prefix} on '{name}' ({iface})",
-                }
-            )
-        current = [a for a in ((interfaces.get(iface) or {}).get("ipv4") or [])]
-        have = any(a.get("address") == address and int(a.get("prefix", -1)) == prefix for a in current)
-        for a in current:
-            if a.get("address") != address:
-                runtime.append(
-                    {
-                        "argv": ["ifconfig", iface, "inet", a["address"], "delete"],
-                        "why": f"remove stale {a['address']} from {iface}",
-                        "runtime": {"iface": iface, "op": "delete", "address": a["address"]},
-                    }
-                )
-        if not have:
-            runtime.append(
-                {
-                    "argv": ["ifconfig", iface, "inet", address, "netmask", mask],
-                    "why": f"set {address}/{prefix} on {iface} now",
-                    "runtime": {"iface": iface, "op": "set", "address": address, "prefix": prefix},
-                }
-            )
-        if host_routes:
-            r = routes.get(peer) or {}
-            ok = r.get("interface") == iface and "HOST" in (r.get("flags") or []) and r.get("destination") == peer
-            if not ok:
-                route_actions.append(
-                    {
-                        "argv": [
-                            "route",
-                            "-n",
-                            "add" if not _has_host_route(r, peer) else "change",
-                            "-host",
-                            peer,
-                            "-interface",
-                            iface,
-                        ],
-                        "why": f"host route to {peer} over {iface}",
-                    }
-                )
-        before[iface] = {
-            "service": name if svc else None,
-            "persistent": f"{info.get('address')}/{info.get('subnet')}"
-            if info.get("method") == "manual"
-            else info.get("method"),
-            "runtime": [f"{a['address']}/{a['prefix']}" for a in current],
-        }
-        after[iface] = {
-            "service": name,
-            "persistent": f"{address}/{mask}",
-            "runtime": [f"{address}/{prefix}"],
-            "peer": peer,
-        }
-    # 3. The old ends of unplugged or moved cables: forget the cluster's addresses there.
-    for iface, addrs in sorted((stale or {}).items()):
-        if iface in planned or iface in protected:
-            continue
-        svc = by_device.get(iface)
-        info = service_info.get(svc["name"]) if svc else None
-        if info and info.get("method") == "manual" and info.get("address") in addrs:
-            actions.append(
-                {
-                    "argv": ["networksetup", "-setdhcp", svc["name"]],
-                    "why": f"forget {info['address']} on '{svc['name']}' ({iface}): no cable there now",
-                }
-            )
-        for a in addrs:
-            runtime.append(
-                {
-                    "argv": ["ifconfig", iface, "inet", a, "delete"],
-                    "why": f"remove {a} from {iface}: the cable it addressed is gone",
-                    "runtime": {"iface": iface, "op": "delete", "address": a},
-                }
-            )
-        before[iface] = {
-            "service": svc["name"] if svc else None,
-            "runtime": [f"{a}/30" for a in addrs],
-            "persistent": f"{info.get('address')}/{info.get('subnet')}"
-            if info and info.get("method") == "manual"
-            else (info or {}).get("method"),
-        }
-        after[iface] = {
-            "service": svc["name"] if svc else None,
-            "runtime": [],
-            "persistent": "dhcp"
-            if info and info.get("method") == "manual" and info.get("address") in addrs
-            else before[iface]["persistent"],
-        }
-    return actions + runtime + route_actions, warnings, before, after
+    if not have:
+        plan.runtime.append(
+            {
+                "argv": ["ifconfig", iface, "inet", address, "netmask", mask],
+                "why": f"set {address}/{prefix} on {iface} now",
+                "runtime": {"iface": iface, "op": "set", "address": address, "prefix": prefix},
+            }
+        )
+
+
+def _plan_host_route(plan, iface, peer, route):
+    """A host route to `peer` over `iface`, added (or changed) unless `route` is one."""
+    ok = route.get("interface") == iface and "HOST" in (route.get("flags") or []) and route.get("destination") == peer
+    if not ok:
+        plan.routes.append(
+            {
+                "argv": [
+                    "route",
+                    "-n",
+                    "add" if not _has_host_route(route, peer) else "change",
+                    "-host",
+                    peer,
+                    "-interface",
+                    iface,
+                ],
+                "why": f"host route to {peer} over {iface}",
+            }
+        )
+
+
+def _persistent_text(info):
+    """A service's persistent configuration in before/after: "address/mask" when manual,
+    else its method (None when not known)."""
+    if info and info.get("method") == "manual":
+        return f"{info.get('address')}/{info.get('subnet')}"
+    return (info or {}).get("method")
+
+
+# ---- phase 3: the old end of a cable
+
+
+def _plan_stale_port(plan, iface, addrs, svc, service_info):
+    """Phase 3 of plan_links() for one stale port: `addrs` removed from `iface` now, and its
+    service (`svc`) back to DHCP when it holds one of them."""
+    info = service_info.get(svc["name"]) if svc else None
+    forgotten = bool(info and info.get("method") == "manual" and info.get("address") in addrs)
+    if forgotten:
+        plan.actions.append(
+            {
+                "argv": ["networksetup", "-setdhcp", svc["name"]],
+                "why": f"forget {info['address']} on '{svc['name']}' ({iface}): no cable there now",
+            }
+        )
+    for a in addrs:
+        plan.runtime.append(
+            {
+                "argv": ["ifconfig", iface, "inet", a, "delete"],
+                "why": f"remove {a} from {iface}: the cable it addressed is gone",
+                "runtime": {"iface": iface, "op": "delete", "address": a},
+            }
+        )
+    plan.before[iface] = {
+        "service": svc["name"] if svc else None,
+        "runtime": [f"{a}/30" for a in addrs],
+        "persistent": _persistent_text(info),
+    }
+    plan.after[iface] = {
+        "service": svc["name"] if svc else None,
+        "runtime": [],
+        "persistent": "dhcp" if forgotten else plan.before[iface]["persistent"],
+    }
 
 
 def runtime_done(action, interfaces):

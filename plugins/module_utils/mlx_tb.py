@@ -142,18 +142,40 @@ def _port(bus, warnings):
     tag = bus.get("receptacle_1_tag")
     if domain is None and not isinstance(tag, dict):
         return None
+    receptacle, where = _receptacle(bus, domain, tag, warnings)
+    if receptacle is None:
+        return None
+    devices, peers = _devices_and_peers(bus.get("_items", []), where, warnings)
+    status, speed, capability = _status_and_speed(tag, devices, where, warnings)
+    return {
+        "receptacle": receptacle,
+        "bus": bus_display_name(bus.get("_name")),
+        "domain_uuid": domain,
+        "hardware_port": f"Thunderbolt {receptacle}",
+        "status": status,
+        "speed_gbps": speed,
+        "capability_gbps": capability,
+        "link_class": link_class(speed),
+        "peer": peers[0] if peers else None,
+        "devices": devices,
+    }
+
+
+def _receptacle(bus, domain, tag, warnings):
+    """(receptacle number, "receptacle N (bus name)" for warnings) of a bus with a `domain` or a
+    receptacle `tag`; (None, None) with a warning when the receptacle cannot be told."""
     where = bus_display_name(bus.get("_name")) or "a Thunderbolt bus"
     known = f"domain {domain}" if domain else "no domain_uuid_key"
     if not isinstance(tag, dict):
         warnings.append(f"{where} ({known}) has no receptacle_1_tag; the port is skipped")
-        return None
+        return None, None
     receptacle = _receptacle_id(tag.get("receptacle_id_key"))
     if receptacle is None:
         warnings.append(
             f"{where} ({known}) has no usable receptacle_id_key "
             f"({_short(tag.get('receptacle_id_key'))}); the port is skipped"
         )
-        return None
+        return None, None
     where = f"receptacle {receptacle} ({where})"
     if domain is None:
         warnings.append(
@@ -161,9 +183,13 @@ def _port(bus, warnings):
             f"is kept, but its cable can only be matched from the other Mac's side; "
             f"run `{SP_COMMAND}` again and check that the output is complete"
         )
+    return receptacle, where
 
+
+def _devices_and_peers(items, where, warnings):
+    """Every item behind a port, pre-order ([{name, vendor, depth, kind}]), and the Macs among
+    them ([{domain_uuid, name, model_id, via}]); a warning when there is more than one Mac."""
     devices, peers = [], []
-    items = bus.get("_items", [])
     for item, depth, hubs in _walk(items, where, warnings):
         kind = _item_kind(item)
         devices.append(
@@ -188,7 +214,13 @@ def _port(bus, warnings):
             f"{where}: {len(peers)} Macs behind one port "
             f"({', '.join(p['domain_uuid'] for p in peers)}); using the first"
         )
+    return devices, peers
 
+
+def _status_and_speed(tag, devices, where, warnings):
+    """(status, speed_gbps, capability_gbps) of a receptacle: "connected" with the link speed,
+    or "empty" with the speed the port is capable of. An unknown status is told from whether
+    anything hangs off the port (`devices`), with a warning."""
     raw_status = tag.get("receptacle_status_key")
     # "Up to 40 Gb/s" on a connected receptacle is still the link speed (older TB3 gear).
     speed, _ = parse_speed(tag.get("current_speed_key"))
@@ -207,19 +239,7 @@ def _port(bus, warnings):
             )
     else:
         capability, speed = speed, None
-
-    return {
-        "receptacle": receptacle,
-        "bus": bus_display_name(bus.get("_name")),
-        "domain_uuid": domain,
-        "hardware_port": f"Thunderbolt {receptacle}",
-        "status": status,
-        "speed_gbps": speed,
-        "capability_gbps": capability,
-        "link_class": link_class(speed),
-        "peer": peers[0] if peers else None,
-        "devices": devices,
-    }
+    return status, speed, capability
 
 
 def load_profiler_json(text):

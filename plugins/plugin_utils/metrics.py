@@ -18,6 +18,9 @@ Every name is below ``mlx_cluster_`` (NAMES lists them, for the dashboard's test
 - the benchmark, the latest run of each backend, mode and world size:
   ``mlx_cluster_benchmark_generation_tokens_per_second``, ``..._prompt_tokens_per_second``,
   ``..._peak_memory_bytes`` (the largest rank's);
+- the model stage, its last run that copied anything (artifacts/model_sync.json):
+  ``mlx_cluster_model_bytes``, ``mlx_cluster_model_sync_seconds`` (the stage's whole time) and
+  ``mlx_cluster_model_sync_copied_bytes`` per Mac (and how: over a cable without ssh, or rsync);
 - the Macs: ``mlx_cluster_mac_info`` (macOS and build, model, Python, mlx, mlx-lm per Mac).
 """
 
@@ -40,6 +43,9 @@ NAMES = (
     "mlx_cluster_benchmark_generation_tokens_per_second",
     "mlx_cluster_benchmark_prompt_tokens_per_second",
     "mlx_cluster_benchmark_peak_memory_bytes",
+    "mlx_cluster_model_bytes",
+    "mlx_cluster_model_sync_seconds",
+    "mlx_cluster_model_sync_copied_bytes",
     "mlx_cluster_mac_info",
 )
 
@@ -142,6 +148,32 @@ def _bench(reg, runs):
             peak.labels(*key).set(round(max(mem) * GIB))
 
 
+def _model_sync(reg, record):
+    model = str(record.get("model") or "")
+    if is_number(record.get("model_bytes")):
+        Gauge("mlx_cluster_model_bytes", "The model's size on its source, bytes.", ["model"], registry=reg).labels(
+            model
+        ).set(record["model_bytes"])
+    if is_number(record.get("seconds")):
+        Gauge(
+            "mlx_cluster_model_sync_seconds",
+            "The models stage's whole time in its last run that copied anything, seconds.",
+            ["model"],
+            registry=reg,
+        ).labels(model).set(record["seconds"])
+    macs = record.get("macs") if isinstance(record.get("macs"), dict) else {}
+    rows = [(h, m) for h, m in sorted(macs.items()) if isinstance(m, dict) and is_number(m.get("bytes"))]
+    if rows:
+        g = Gauge(
+            "mlx_cluster_model_sync_copied_bytes",
+            "Bytes each Mac got in that run, by how: thunderbolt (a cable without ssh) or rsync.",
+            ["model", "host", "via"],
+            registry=reg,
+        )
+        for host, m in rows:
+            g.labels(model, str(host), str(m.get("via") or "")).set(m["bytes"])
+
+
 def _macs(reg, macs, versions):
     hosts = sorted(set(macs) | set(versions))
     if not hosts:
@@ -175,6 +207,8 @@ def registry(data):
     if isinstance(data.get("net_check"), dict):
         _net_check(reg, data["net_check"])
     _bench(reg, [r for r in data.get("bench") or [] if isinstance(r, dict)])
+    if isinstance(data.get("model_sync"), dict):
+        _model_sync(reg, data["model_sync"])
     macs = data.get("macs") if isinstance(data.get("macs"), dict) else {}
     versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
     _macs(reg, macs, versions)

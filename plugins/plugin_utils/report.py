@@ -27,6 +27,8 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import is_nu
 REPORT_NAME = "report.html"
 PREFLIGHT_NAME = "preflight.json"
 VERSIONS_NAME = "versions.json"
+# what the models stage's last run that copied anything moved (roles/model_sync)
+MODEL_SYNC_NAME = "model_sync.json"
 PLAN_NAME = "plan.json"
 NET_CHECK_RESULTS = os.path.join("net_check", "results.json")
 BENCH_DIR = "bench"
@@ -113,6 +115,7 @@ def collect(artifacts_dir):
         ("plan", PLAN_NAME),
         ("preflight", PREFLIGHT_NAME),
         ("versions", VERSIONS_NAME),
+        ("model_sync", MODEL_SYNC_NAME),
         ("net_check", NET_CHECK_RESULTS),
     ):
         path = os.path.join(artifacts_dir, name)

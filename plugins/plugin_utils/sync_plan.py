@@ -365,3 +365,37 @@ def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):
             raise PlanError("%s not in the plan's hosts (%s)" % (", ".join(unknown), ", ".join(order)))
         order = [h for h in order if h in set(hosts)]
     return sync_rounds(order, cables, source=source, fanout=fanout, files=files)
+
+
+def copied(source_files, hosts, before, received):
+    """What the models stage moved to each Mac in this run, for artifacts/model_sync.json (the
+    report's metrics): ``{host: {"bytes", "files", "via"}}``.
+
+    `source_files`: the source's manifest ``{relpath: {size, ...}}``; `before`: ``{host:
+    model_manifest's result for the destination before the copy}`` (a skipped or missing result:
+    not measured that way); `received`: ``{host: model_receive's finished result}`` for the Macs
+    that got theirs over a cable without ssh (their receiver counts the bytes that arrived, a
+    resumed file its rest). Any other Mac (rsync: from the controller, from rank 0, along the
+    tree) is credited with the files whose size differed from the source's before the copy: what
+    it lacked, so what the copy sent (rsync's delta transfer may send less of a changed file).
+    A Mac measured neither way is left out."""
+    out = {}
+    for host in hosts:
+        got = received.get(host) if isinstance(received, Mapping) else None
+        if isinstance(got, Mapping) and isinstance(got.get("bytes"), int):
+            out[host] = {"bytes": got["bytes"], "files": len(got.get("copied") or []), "via": "thunderbolt"}
+            continue
+        had = before.get(host) if isinstance(before, Mapping) else None
+        if not isinstance(had, Mapping) or not isinstance(had.get("files"), Mapping):
+            continue
+        lacked = [
+            name
+            for name, f in source_files.items()
+            if (had["files"].get(name) or {}).get("size") != (f or {}).get("size")
+        ]
+        out[host] = {
+            "bytes": sum(int((source_files[n] or {}).get("size") or 0) for n in lacked),
+            "files": len(lacked),
+            "via": "rsync",
+        }
+    return out

@@ -76,10 +76,24 @@ def test_model_sync_and_benchmark_on_two_macs(sim_cluster, tiny, single_run):
         assert r["generation_tokens"] == TOKENS
     assert (bench / "results.md").exists()
 
-    # A second run copies nothing.
+    # What the copies moved, for the metrics: each Mac lacked the whole model and got it (from
+    # the controller over the LAN, or over its cable); the report's metrics.prom shows it.
+    artifacts = cluster.inventory_path.parent / "artifacts"
+    record = json.loads((artifacts / "model_sync.json").read_text())
+    assert record["model"] == "tiny" and record["model_bytes"] == sum(len(b) for b in src.values()), record
+    assert record["seconds"] > 0 and set(record["macs"]) == set(cluster.hosts), record
+    assert all(m["bytes"] == record["model_bytes"] for m in record["macs"].values()), record
+    assert record["copied_bytes"] == len(cluster.hosts) * record["model_bytes"], record
+    prom = (artifacts / "metrics.prom").read_text()
+    for h, m in record["macs"].items():
+        line = f'mlx_cluster_model_sync_copied_bytes{{host="{h}",model="tiny",via="{m["via"]}"}} {m["bytes"]:.1f}'
+        assert line in prom, prom
+
+    # A second run copies nothing, and leaves the record of the last copy as it is.
     again = run_site(cluster, tags=["models"], extravars=settings(cluster, tiny))
     assert again.rc == 0, again.failures()
     assert again.changed() == 0, again.stats
+    assert json.loads((artifacts / "model_sync.json").read_text()) == record
 
 
 def test_corrupted_weight_file_on_one_mac_is_named(sim_cluster, tiny):

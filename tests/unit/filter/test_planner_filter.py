@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
 from tests.unit.filter.planner_synth import cable, make_facts, mesh_cables
 
@@ -22,6 +23,7 @@ NAMES = [
     "mlx_dot",
     "mlx_discovery_request",
     "mlx_sync_rounds",
+    "mlx_sync_copied",
     "mlx_hostfile_writes",
 ]
 
@@ -198,3 +200,24 @@ def test_ansible_doc_renders_every_filter(tmp_path):
         assert name.rsplit(".", 1)[-1] in NAMES
         assert doc["doc"]["short_description"] and doc["examples"] and doc["return"]["_value"]
         assert "_input" in doc["doc"]["options"]
+
+
+def test_what_the_models_stage_moved_to_each_mac(filters):
+    """Over a cable: what the receiver counted; otherwise: the files whose size differed from the
+    source's before the copy; a Mac measured neither way (its manifest skipped) is left out."""
+    source = {"config.json": {"size": 900}, "a.safetensors": {"size": 5000}, "b.safetensors": {"size": 7000}}
+    before = {
+        "m1": {"files": dict(source)},  # the source itself: nothing to copy
+        "m2": {"files": {"config.json": {"size": 900}, "a.safetensors": {"size": 12}}},  # a part, b missing
+        "m3": {"skipped": True},  # got it over a cable: its receiver measured it
+        "m4": {"skipped": True},
+    }
+    received = {"m3": {"bytes": 4321, "copied": ["a.safetensors", "b.safetensors"]}, "m1": None}
+    got = filters["mlx_sync_copied"](source, ["m1", "m2", "m3", "m4"], before, received)
+    assert got == {
+        "m1": {"bytes": 0, "files": 0, "via": "rsync"},
+        "m2": {"bytes": 12000, "files": 2, "via": "rsync"},
+        "m3": {"bytes": 4321, "files": 2, "via": "thunderbolt"},
+    }
+    with pytest.raises(AnsibleFilterError, match="mlx_sync_copied: before must be"):
+        filters["mlx_sync_copied"](source, ["m1"], None, {})

@@ -36,6 +36,15 @@ def test_the_demos_artifacts_as_metrics(tmp_path):
     assert got[("mlx_cluster_benchmark_generation_tokens_per_second", key)] == latest["generation_tps"]
     assert got[("mlx_cluster_benchmark_prompt_tokens_per_second", key)] == latest["prompt_tps"]
     assert got[("mlx_cluster_benchmark_peak_memory_bytes", key)] == round(max(latest["peak_memory_gb"]) * 2**30)
+    # the models stage's last run that copied: its time, the model's size, each Mac's bytes and how
+    assert got[("mlx_cluster_model_sync_seconds", (("model", "Qwen3-0.6B-4bit"),))] == 16.4
+    assert got[("mlx_cluster_model_bytes", (("model", "Qwen3-0.6B-4bit"),))] == 209715200
+    copied = {
+        dict(k[1])["host"]: (dict(k[1])["via"], v)
+        for k, v in got.items()
+        if k[0] == "mlx_cluster_model_sync_copied_bytes"
+    }
+    assert copied == {"m1": ("rsync", 0), **{h: ("thunderbolt", 209715200) for h in ("m2", "m3", "m4")}}
     # every preflight finding counted under its check and severity
     counts = {k[1]: v for k, v in got.items() if k[0] == "mlx_cluster_preflight_problems"}
     assert sum(counts.values()) == len(data["preflight"])

@@ -442,9 +442,25 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
     ({host: bool}) for ``hostfile`` and ``ring_proven`` (False only when the step budget ran
     out, so a better ring, or any ring when ``ring`` is None, may exist).
     """
+    hosts, cables, rdma_hosts, backend = _arguments(links, hosts, rdma, backend, rdma_through_docks, rdma_required)
+    shape = _cable_shape(hosts, cables)
+    _add_rdma_shape(shape, *rdma_hosts, rdma_through_docks)
+    parts = _summary(shape)
+    if backend == "auto":
+        chosen, reason, fix_items = _auto_backend(shape, rdma_required)
+    else:
+        chosen, reason, fix_items = _asked_backend(shape, backend, rdma_required)
+    reason, fix_items = _rdma_use_notes(shape, chosen, reason, fix_items)
+    parts.append("backend %s" % chosen if chosen else "no backend fits")
+    parts.append(reason)
+    return _result(shape, chosen, reason, fix_items, parts)
+
+
+def _arguments(links, hosts, rdma, backend, rdma_through_docks, rdma_required):
+    """topology()'s arguments checked, in that order: (hosts, cables, _rdma_hosts(), backend)."""
     hosts = _host_list(hosts)
     cables = validated_cables(links)
-    rdma_by_host, devices, host_why = _rdma_hosts(rdma, hosts)
+    rdma_hosts = _rdma_hosts(rdma, hosts)
     if backend is None:
         backend = "auto"
     if backend != "auto" and backend not in BACKENDS:
@@ -452,24 +468,70 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
     for name, value in (("rdma_through_docks", rdma_through_docks), ("rdma_required", rdma_required)):
         if not isinstance(value, bool):
             raise PlanError("%s must be true or false, got %r" % (name, value))
+    return hosts, cables, rdma_hosts, backend
 
-    index = {h: i for i, h in enumerate(hosts)}
+
+class _Shape:
+    """What the cables between the plan's hosts form, for topology()'s steps.
+
+    _cable_shape sets, for every cable between two of ``hosts``: ``hosts``, ``index`` ({host:
+    position}), ``n``, ``inside`` (those cables), ``outside`` (how many others), ``weights``
+    (cables per pair), ``missing`` (pairs without one), ``mesh``, ``ring`` (host names or
+    None) and _ring_search's ``width``, ``notes`` and ``proven``.
+
+    _add_rdma_shape sets the same for the cables that carry RDMA: ``rdma_by_host``,
+    ``host_why`` ({host: (why, fix)} of a host without RDMA), ``no_rdma_hosts``,
+    ``rdma_cables``, ``no_rdma_cables`` (one entry per other cable between two RDMA hosts,
+    with its ``_pairs`` of (reason, fix) and its ``_hosts``), ``rdma_weights``,
+    ``rdma_missing``, ``rdma_mesh``, ``rdma_ring``, ``rdma_width`` and ``rdma_notes``.
+    """
+
+
+def _cable_shape(hosts, cables):
+    """The mesh and the best ring of the cables between two of ``hosts`` (a _Shape)."""
+    s = _Shape()
+    s.hosts, s.index, s.n = hosts, {h: i for i, h in enumerate(hosts)}, len(hosts)
+    s.inside = [c for c in cables if c["a"]["host"] in s.index and c["b"]["host"] in s.index]
+    s.outside = len(cables) - len(s.inside)
+    s.weights = _weights(s.inside, s.index, s.n)
+    s.missing = _missing_pairs(hosts, s.weights)
+    s.mesh = not s.missing
+    cycle, s.width, s.notes, s.proven = _ring_search(s.weights, hosts)
+    s.ring = [hosts[i] for i in cycle] if cycle else None
+    s.cycle = cycle
+    return s
+
+
+def _missing_pairs(hosts, weights):
     n = len(hosts)
-    inside = [c for c in cables if c["a"]["host"] in index and c["b"]["host"] in index]
-    outside = len(cables) - len(inside)
-    weights = _weights(inside, index, n)
-    missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n) if not weights[i][j]]
-    mesh = not missing
-    cycle, width, notes, proven = _ring_search(weights, hosts)
-    ring = [hosts[i] for i in cycle] if cycle else None
-    no_rdma = [h for h in hosts if not rdma_by_host[h]]
+    return [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n) if not weights[i][j]]
 
-    # Which cables can carry RDMA (only asked between two RDMA hosts).
+
+def _add_rdma_shape(s, rdma_by_host, devices, host_why, through_docks):
+    """Add to _Shape ``s`` which cables carry RDMA and the mesh and ring they form."""
+    s.rdma_by_host, s.host_why = rdma_by_host, host_why
+    s.no_rdma_hosts = [h for h in s.hosts if not rdma_by_host[h]]
+    s.rdma_cables, s.no_rdma_cables = _rdma_cables(s.inside, rdma_by_host, devices, through_docks)
+    s.rdma_weights = _weights(s.rdma_cables, s.index, s.n)
+    s.rdma_missing = _missing_pairs(s.hosts, s.rdma_weights)
+    s.rdma_mesh = not s.no_rdma_hosts and not s.rdma_missing
+    if s.no_rdma_hosts:
+        rdma_cycle, s.rdma_width, s.rdma_notes = None, 0, []
+    elif len(s.rdma_cables) == len(s.inside):
+        rdma_cycle, s.rdma_width, s.rdma_notes = s.cycle, s.width, s.notes
+    else:
+        rdma_cycle, s.rdma_width, s.rdma_notes, _p = _ring_search(s.rdma_weights, s.hosts)
+    s.rdma_ring = [s.hosts[i] for i in rdma_cycle] if rdma_cycle else None
+
+
+def _rdma_cables(inside, rdma_by_host, devices, through_docks):
+    """Which cables can carry RDMA (only asked between two RDMA hosts): (cables, entries of
+    the others)."""
     rdma_cables, no_rdma_cables = [], []
     for c in inside:
         if not (rdma_by_host[c["a"]["host"]] and rdma_by_host[c["b"]["host"]]):
             continue
-        reasons = _rdma_cable_reasons(c, devices, rdma_through_docks)
+        reasons = _rdma_cable_reasons(c, devices, through_docks)
         if reasons:
             no_rdma_cables.append(
                 {
@@ -483,157 +545,165 @@ def topology(links, hosts, rdma=False, backend="auto", rdma_through_docks=False,
             )
         else:
             rdma_cables.append(c)
-    rdma_weights = _weights(rdma_cables, index, n)
-    rdma_missing = [[hosts[i], hosts[j]] for i in range(n) for j in range(i + 1, n) if not rdma_weights[i][j]]
-    rdma_mesh = not no_rdma and not rdma_missing
-    if no_rdma:
-        rdma_cycle, rdma_width, rdma_notes = None, 0, []
-    elif len(rdma_cables) == len(inside):
-        rdma_cycle, rdma_width, rdma_notes = cycle, width, notes
-    else:
-        rdma_cycle, rdma_width, rdma_notes, _p = _ring_search(rdma_weights, hosts)
-    rdma_ring = [hosts[i] for i in rdma_cycle] if rdma_cycle else None
+    return rdma_cables, no_rdma_cables
 
-    def bad_cables(pairs=None):
-        """The cables that cannot carry RDMA (between ``pairs`` of hosts when given), named."""
-        keep = None if pairs is None else {frozenset(p) for p in pairs}
-        return [e for e in no_rdma_cables if keep is None or e["_hosts"] in keep]
 
-    def named(entries):
-        return join_limited(("%s (%s)" % (e["name"], "; ".join(e["reasons"])) for e in entries), 6)
+def _named(entries):
+    """Cables that cannot carry RDMA, by name with their reasons (the first 6)."""
+    return join_limited(("%s (%s)" % (e["name"], "; ".join(e["reasons"])) for e in entries), 6)
 
-    def why_no_rdma_mesh():
-        """(text, [(reason, fix)]) why jaccl cannot run."""
-        if no_rdma:
-            whys = []
-            for h in no_rdma:
-                if host_why[h] not in whys:
-                    whys.append(host_why[h])
-            return "; ".join(w for w, _f in whys), whys
-        if missing:
-            return ("no full mesh (no cable between %s)" % join_limited("%s-%s" % tuple(p) for p in missing), [])
-        bad = bad_cables(rdma_missing)
-        return (
-            "%s no cable that carries RDMA: %s"
-            % (
-                join_limited("%s-%s" % tuple(p) for p in rdma_missing)
-                + (" has" if len(rdma_missing) == 1 else " have"),
-                named(bad),
-            ),
-            [f for e in bad for f in e["_pairs"]],
-        )
 
-    def why_no_rdma_ring():
-        if no_rdma:
-            return why_no_rdma_mesh()
-        if not ring:
-            return ("no ring (%s)" % "; ".join(notes), [])
-        bad = no_rdma_cables
-        return (
-            "no ring of cables that carry RDMA (%s); cables that cannot: %s"
-            % ("; ".join(rdma_notes) or "none", named(bad)),
-            [f for e in bad for f in e["_pairs"]],
-        )
+def _why_no_rdma_mesh(s):
+    """(text, [(reason, fix)]) why jaccl cannot run."""
+    if s.no_rdma_hosts:
+        whys = []
+        for h in s.no_rdma_hosts:
+            if s.host_why[h] not in whys:
+                whys.append(s.host_why[h])
+        return "; ".join(w for w, _f in whys), whys
+    if s.missing:
+        return ("no full mesh (no cable between %s)" % join_limited("%s-%s" % tuple(p) for p in s.missing), [])
+    keep = {frozenset(p) for p in s.rdma_missing}
+    bad = [e for e in s.no_rdma_cables if e["_hosts"] in keep]
+    return (
+        "%s no cable that carries RDMA: %s"
+        % (
+            join_limited("%s-%s" % tuple(p) for p in s.rdma_missing)
+            + (" has" if len(s.rdma_missing) == 1 else " have"),
+            _named(bad),
+        ),
+        [f for e in bad for f in e["_pairs"]],
+    )
 
-    parts = ["%s, %s" % (plural(n, "host"), plural(len(inside), "cable"))]
-    if outside:
-        parts.append("%s to hosts outside this plan ignored" % plural(outside, "cable"))
-    if mesh:
+
+def _why_no_rdma_ring(s):
+    """(text, [(reason, fix)]) why jaccl-ring cannot run."""
+    if s.no_rdma_hosts:
+        return _why_no_rdma_mesh(s)
+    if not s.ring:
+        return ("no ring (%s)" % "; ".join(s.notes), [])
+    bad = s.no_rdma_cables
+    return (
+        "no ring of cables that carry RDMA (%s); cables that cannot: %s"
+        % ("; ".join(s.rdma_notes) or "none", _named(bad)),
+        [f for e in bad for f in e["_pairs"]],
+    )
+
+
+def _summary(s):
+    """The message's first parts: hosts and cables, the mesh, the ring, RDMA on the hosts."""
+    parts = ["%s, %s" % (plural(s.n, "host"), plural(len(s.inside), "cable"))]
+    if s.outside:
+        parts.append("%s to hosts outside this plan ignored" % plural(s.outside, "cable"))
+    if s.mesh:
         parts.append("full mesh")
     else:
         parts.append(
             "no full mesh: %s without a cable: %s"
-            % (plural(len(missing), "host pair"), join_limited("%s-%s" % tuple(p) for p in missing))
+            % (plural(len(s.missing), "host pair"), join_limited("%s-%s" % tuple(p) for p in s.missing))
         )
-    if ring:
-        parts.append("ring %s -> %s (%s per hop)" % (" -> ".join(ring), ring[0], plural(width, "cable")))
+    if s.ring:
+        parts.append("ring %s -> %s (%s per hop)" % (" -> ".join(s.ring), s.ring[0], plural(s.width, "cable")))
     else:
-        parts.append("no ring: %s" % "; ".join(notes))
-    if ring and notes:
-        parts.extend(notes)
-    parts.append("RDMA on every host" if not no_rdma else "no RDMA on %s" % join_limited(no_rdma))
+        parts.append("no ring: %s" % "; ".join(s.notes))
+    if s.ring and s.notes:
+        parts.extend(s.notes)
+    parts.append("RDMA on every host" if not s.no_rdma_hosts else "no RDMA on %s" % join_limited(s.no_rdma_hosts))
+    return parts
 
+
+def _auto_backend(s, rdma_required):
+    """backend auto: the best one that fits, (chosen or None, reason, [(reason, fix)])."""
     fix_items = []
-    if backend == "auto":
-        if rdma_mesh:
-            chosen = "jaccl"
-        elif rdma_ring:
-            chosen = "jaccl-ring"
-        elif ring:
-            chosen = "ring"
-        else:
-            chosen = None
-        if chosen == "jaccl":
-            reason = "jaccl: RDMA on every host and a cable that carries RDMA between every pair"
-        elif chosen == "jaccl-ring":
-            text, fix_items = why_no_rdma_mesh()
-            reason = "jaccl-ring, not jaccl: %s" % text
-        elif chosen == "ring":
-            text, fix_items = why_no_rdma_ring()
-            reason = "ring, not jaccl or jaccl-ring: %s" % text
-        else:
-            reason = "no backend fits: MLX needs a full mesh (jaccl, with RDMA) or a ring"
-        if rdma_required and chosen not in ("jaccl", "jaccl-ring"):
-            text, fix_items = why_no_rdma_ring()
-            reason = (
-                "no backend: RDMA is required (mlx_cluster_rdma_required) but neither "
-                "jaccl nor jaccl-ring fits: %s" % text
-            )
-            chosen = None
+    if s.rdma_mesh:
+        chosen = "jaccl"
+    elif s.rdma_ring:
+        chosen = "jaccl-ring"
+    elif s.ring:
+        chosen = "ring"
     else:
-        lacks = []
-        if backend == "jaccl" and not mesh:
-            lacks.append("a full mesh (no cable between %s)" % join_limited("%s-%s" % tuple(p) for p in missing))
-        if backend in ("jaccl-ring", "ring") and not ring:
-            lacks.append("a ring (%s)" % "; ".join(notes))
-        if backend in ("jaccl", "jaccl-ring") and no_rdma:
-            lacks.append("RDMA on %s" % join_limited(no_rdma))
-            fix_items += [host_why[h] for h in no_rdma]
-        if backend == "jaccl" and mesh and not no_rdma and not rdma_mesh:
-            text, items = why_no_rdma_mesh()
-            lacks.append("a cable that carries RDMA between every pair (%s)" % text)
-            fix_items += items
-        if backend == "jaccl-ring" and ring and not no_rdma and not rdma_ring:
-            text, items = why_no_rdma_ring()
-            lacks.append("a ring of cables that carry RDMA (%s)" % text)
-            fix_items += items
-        if backend == "ring" and rdma_required:
-            lacks.append("RDMA, which ring does not use (mlx_cluster_rdma_required is set)")
-            fix_items.append(("", "set mlx_cluster_backend to auto, jaccl or jaccl-ring"))
-        if lacks:
-            fix = _fixes(fix_items)
-            raise PlanError("backend %s needs %s%s" % (backend, " and ".join(lacks), ": fix: %s" % fix if fix else ""))
-        chosen = backend
-        reason = "%s: asked for (mlx_cluster_backend)" % backend
-    used = {c["id"] for c in rdma_cables}
-    if chosen in ("jaccl", "jaccl-ring") and no_rdma_cables:
-        reason += "; not used for RDMA: %s" % named(no_rdma_cables)
-        fix_items = fix_items + [f for e in no_rdma_cables for f in e["_pairs"]]
+        chosen = None
     if chosen == "jaccl":
-        counts = {rdma_weights[i][j] for i in range(n) for j in range(i + 1, n)}
+        reason = "jaccl: RDMA on every host and a cable that carries RDMA between every pair"
+    elif chosen == "jaccl-ring":
+        text, fix_items = _why_no_rdma_mesh(s)
+        reason = "jaccl-ring, not jaccl: %s" % text
+    elif chosen == "ring":
+        text, fix_items = _why_no_rdma_ring(s)
+        reason = "ring, not jaccl or jaccl-ring: %s" % text
+    else:
+        reason = "no backend fits: MLX needs a full mesh (jaccl, with RDMA) or a ring"
+    if rdma_required and chosen not in ("jaccl", "jaccl-ring"):
+        text, fix_items = _why_no_rdma_ring(s)
+        reason = (
+            "no backend: RDMA is required (mlx_cluster_rdma_required) but neither jaccl nor jaccl-ring fits: %s" % text
+        )
+        chosen = None
+    return chosen, reason, fix_items
+
+
+def _asked_backend(s, backend, rdma_required):
+    """An explicit backend: (backend, reason, []) when it fits, else PlanError naming what it
+    lacks and the fix."""
+    lacks, fix_items = [], []
+    if backend == "jaccl" and not s.mesh:
+        lacks.append("a full mesh (no cable between %s)" % join_limited("%s-%s" % tuple(p) for p in s.missing))
+    if backend in ("jaccl-ring", "ring") and not s.ring:
+        lacks.append("a ring (%s)" % "; ".join(s.notes))
+    if backend in ("jaccl", "jaccl-ring") and s.no_rdma_hosts:
+        lacks.append("RDMA on %s" % join_limited(s.no_rdma_hosts))
+        fix_items += [s.host_why[h] for h in s.no_rdma_hosts]
+    if backend == "jaccl" and s.mesh and not s.no_rdma_hosts and not s.rdma_mesh:
+        text, items = _why_no_rdma_mesh(s)
+        lacks.append("a cable that carries RDMA between every pair (%s)" % text)
+        fix_items += items
+    if backend == "jaccl-ring" and s.ring and not s.no_rdma_hosts and not s.rdma_ring:
+        text, items = _why_no_rdma_ring(s)
+        lacks.append("a ring of cables that carry RDMA (%s)" % text)
+        fix_items += items
+    if backend == "ring" and rdma_required:
+        lacks.append("RDMA, which ring does not use (mlx_cluster_rdma_required is set)")
+        fix_items.append(("", "set mlx_cluster_backend to auto, jaccl or jaccl-ring"))
+    if lacks:
+        fix = _fixes(fix_items)
+        raise PlanError("backend %s needs %s%s" % (backend, " and ".join(lacks), ": fix: %s" % fix if fix else ""))
+    return backend, "%s: asked for (mlx_cluster_backend)" % backend, fix_items
+
+
+def _rdma_use_notes(s, chosen, reason, fix_items):
+    """With jaccl or jaccl-ring: the reason and fixes get the cables left out of RDMA and, for
+    jaccl, the uneven cable counts per pair."""
+    if chosen in ("jaccl", "jaccl-ring") and s.no_rdma_cables:
+        reason += "; not used for RDMA: %s" % _named(s.no_rdma_cables)
+        fix_items = fix_items + [f for e in s.no_rdma_cables for f in e["_pairs"]]
+    if chosen == "jaccl":
+        counts = {s.rdma_weights[i][j] for i in range(s.n) for j in range(i + 1, s.n)}
         if len(counts) > 1:
             reason += (
                 "; %s per pair (pairs have %s cables that carry RDMA: as MLX, every pair "
                 "gets the smallest count)" % (plural(min(counts), "cable"), "/".join(str(k) for k in sorted(counts)))
             )
-    parts.append("backend %s" % chosen if chosen else "no backend fits")
-    parts.append(reason)
+    return reason, fix_items
+
+
+def _result(s, chosen, reason, fix_items, parts):
+    """topology()'s answer."""
     return {
-        "hosts": hosts,
-        "mesh": mesh,
-        "ring": ring,
-        "ring_width": width if ring else 0,
-        "ring_proven": proven,
+        "hosts": s.hosts,
+        "mesh": s.mesh,
+        "ring": s.ring,
+        "ring_width": s.width if s.ring else 0,
+        "ring_proven": s.proven,
         "backend": chosen,
         "backend_reason": reason,
         "backend_fix": _fixes(fix_items),
-        "missing": missing,
-        "rdma": rdma_by_host,
-        "rdma_cables": sorted(used),
-        "no_rdma": [{k: v for k, v in e.items() if not k.startswith("_")} for e in no_rdma_cables],
-        "rdma_mesh": rdma_mesh,
-        "rdma_missing": rdma_missing,
-        "rdma_ring": rdma_ring,
-        "rdma_ring_width": rdma_width if rdma_ring else 0,
+        "missing": s.missing,
+        "rdma": s.rdma_by_host,
+        "rdma_cables": sorted({c["id"] for c in s.rdma_cables}),
+        "no_rdma": [{k: v for k, v in e.items() if not k.startswith("_")} for e in s.no_rdma_cables],
+        "rdma_mesh": s.rdma_mesh,
+        "rdma_missing": s.rdma_missing,
+        "rdma_ring": s.rdma_ring,
+        "rdma_ring_width": s.rdma_width if s.rdma_ring else 0,
         "message": "; ".join(parts),
     }

@@ -5,10 +5,20 @@
     python -m tests.simcluster reboot  mesh4 HOST [--state DIR]
     python -m tests.simcluster down    mesh4 [--state DIR]
     python -m tests.simcluster cleanup [--dry-run]
+    python -m tests.simcluster from-capture FILE [--name NAME] [--out DIR]
 
 SPEC is a name from tests/simcluster/specs/ or a path; the state dir defaults to
 /tmp/mlxsim/<spec name>. `cleanup` removes the namespaces (and processes) of clusters
 whose state dir is gone (a harness that crashed and whose files were deleted).
+
+`from-capture` starts nothing: from a capture (`ansible-playbook site.yml --tags capture`:
+artifacts/capture-<time>.tar.gz) it writes DIR/NAME.yml, the spec of the cluster the capture
+shows (a host per Mac, named by its placeholder mac1, mac2, ...; the cables the toolkit's own
+planner finds in the Macs' replayed outputs), and the outputs as parser fixtures:
+DIR/<mac>/<command words joined by _>.txt, DIR/<mac>/commands.json, DIR/<mac>/files/,
+DIR/manifest.json. NAME defaults to the file's name without .tar.gz, DIR to
+artifacts/from-capture/NAME. What a spec cannot say as the Macs are is listed at the top of the
+spec and printed (tests/simcluster/capture.py).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -56,6 +67,37 @@ def _print_status(st):
         print(f"    {cid:<22} {c['speed']} Gb/s {state}{dock}: {ends}")
 
 
+def _from_capture(args):
+    """`from-capture`: the spec and the fixtures of a capture, written; 0, or 2 with the reason."""
+    # the toolkit is imported as its collection (ansible_collections.mlx.cluster), as bench/ does
+    collections = str(Path(__file__).resolve().parents[2] / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    from .capture import CaptureError, derive, read_capture, spec_yaml, write_fixtures
+    from .spec import parse_spec
+
+    try:
+        capture = read_capture(args.file)
+        spec, notes = derive(capture, args.name)
+        parsed = parse_spec(spec, source=f"the spec of {args.file}")
+    except (CaptureError, SpecError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("artifacts") / "from-capture" / spec["name"]
+    written = write_fixtures(capture, out)
+    spec_path = out / f"{spec['name']}.yml"
+    spec_path.write_text(spec_yaml(spec, notes), encoding="utf-8")
+    print(
+        f"spec {spec_path}: {len(parsed.hosts)} Macs ({', '.join(h.name for h in parsed.hosts)}), "
+        f"{len(parsed.cables)} cables"
+    )
+    print(f"fixtures: {len(written)} files under {out} (<mac>/*.txt: each command's stdout)")
+    for note in notes:
+        print(f"  note: {note}")
+    print(f"bring it up with:  python -m tests.simcluster up {shlex.quote(str(spec_path))}")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m tests.simcluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -84,7 +126,13 @@ def main(argv=None):
             s.add_argument("--json", action="store_true")
     c = sub.add_parser("cleanup")
     c.add_argument("--dry-run", action="store_true")
+    f = sub.add_parser("from-capture", help="a spec and parser fixtures from a capture (--tags capture)")
+    f.add_argument("file", help="the capture: artifacts/capture-<time>.tar.gz")
+    f.add_argument("--name", help="the spec's name (default: the file's name without .tar.gz)")
+    f.add_argument("--out", help="where to write them (default: artifacts/from-capture/<name>)")
     args = p.parse_args(argv)
+    if args.cmd == "from-capture":
+        return _from_capture(args)
 
     try:
         if args.cmd == "cleanup":

@@ -11,6 +11,8 @@ import tarfile
 import pytest
 
 from tests.e2e.runner import is_mutating, run_site
+from tests.simcluster import SimCluster
+from tests.simcluster.capture import facts_of, read_capture, spec_of, spec_yaml
 
 pytestmark = [pytest.mark.sim]
 
@@ -101,3 +103,62 @@ def test_a_capture_of_every_mac_redacted_read_only_and_one_mac_unreachable(sim_c
     newest = read(captures(cluster)[-1])
     assert json.loads(newest["capture/manifest.json"])["unread"] == 1
     assert sorted(newest) == ["capture/mac1.json", "capture/mac2.json", "capture/mac3.json", "capture/manifest.json"]
+
+
+def test_a_capture_rebuilt_as_a_simulation_plans_the_cluster_the_capture_shows(sim_cluster, tmp_path):
+    """The round trip: mesh4 captured; the capture turned into a simulation spec (`python -m
+    tests.simcluster from-capture`: the captured wiring and the captured, redacted domain UUIDs);
+    that simulation brought up and configured. Its plan (the cables, their /30s, the backend)
+    is the one the planner makes from the capture's own outputs, and the same wiring as the
+    original's, each Mac by its placeholder."""
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_addresses import ip_plan
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_cables import links
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_hostfile import hostfile
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_topology import topology
+    from ansible_collections.mlx.cluster.plugins.plugin_utils.planner import hostfile_text
+
+    cluster = sim_cluster("mesh4")
+    cluster.reset()
+    run = run_site(cluster, tags=["capture"], python_env=None)
+    assert run.rc == 0, run.failures()
+    names = {h: f"mac{i}" for i, h in enumerate(sorted(cluster.hosts), 1)}
+    assert f"m1 = {names['m1']}" in message(run)
+    capture = read_capture(captures(cluster)[-1])
+    spec = tmp_path / "rebuilt.yml"
+    spec.write_text(spec_yaml(spec_of(capture, name="rebuilt")))
+
+    # what the planner makes of the capture itself
+    facts = {mac: facts_of(c, mac) for mac, c in capture["macs"].items()}
+    found = links({m: f["thunderbolt"] for m, f in facts.items()})
+    want_ip = ip_plan(found, interfaces={m: f["interfaces"] for m, f in facts.items()})
+    want_topology = topology(found, list(facts), rdma={m: f.get("rdma") for m, f in facts.items()})
+
+    def configured(c):
+        done = run_site(c, tags=["network", "hostfile"], python_env=None)
+        assert done.rc == 0, done.failures()
+        art = c.inventory_path.parent / "artifacts"
+        return json.loads((art / "plan.json").read_text()), (art / "hostfile.json").read_text()
+
+    def wiring(plan, rename=lambda h: h):
+        return sorted(
+            tuple(sorted(f"{rename(e['host'])}:{e['iface']}" for e in (cab["a"], cab["b"])))
+            for cab in plan["ip_plan"]["cables"].values()
+        )
+
+    original, _ = configured(cluster)
+    rebuilt = SimCluster(str(spec), tmp_path / "state")
+    rebuilt.up()
+    try:
+        again, again_hostfile = configured(rebuilt)
+    finally:
+        rebuilt.down()
+
+    def nets(ip):
+        return {cid: (c["network"], c["a"], c["b"]) for cid, c in ip["cables"].items()}
+
+    assert nets(again["ip_plan"]) == nets(want_ip)  # the captured cables, their /30s and addresses
+    assert again["topology"] == want_topology and want_topology["backend"] == original["topology"]["backend"]
+    # the hostfile, byte for byte, as the planner writes it from the capture (the coordinators:
+    # the addresses the rebuilt cluster's inventory gives)
+    assert again_hostfile == hostfile_text(hostfile(want_topology, want_ip, coordinators=again["coordinators"]))
+    assert wiring(again) == wiring(original, names.get)  # the original's wiring, renamed

@@ -297,6 +297,9 @@ def host_of(name, facts, capture_mac, notes):
         "rdma": bool(rdma.get("devices")) and rdma.get("rdma_ctl") == "enabled",
         "memory_gb": max(1, round(hw["memsize"] / (1 << 30))),
         "ncpu": hw["ncpu"],
+        # the captured ids: the rebuilt cables are the captured ones (the same cable ids, so the
+        # same /30s in the plan)
+        "domain_uuids": {p["receptacle"]: p["domain_uuid"] for p in ports if p.get("domain_uuid")},
     }
     host["thunderbolt_bridge"], host["language"] = _bridge(name, tb, notes)
     power = facts.get("power")

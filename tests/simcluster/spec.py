@@ -52,6 +52,10 @@ HOST_DEFAULTS = {
     # the language macOS was set up in: it names the Thunderbolt Bridge's hardware port and
     # service in it (shims/macos.py BRIDGE_NAMES)
     "language": "en",
+    # each Thunderbolt port's domain UUID as system_profiler shows it ({receptacle: UUID});
+    # unset: one made from the host's name (from-capture sets the capture's, so a rebuilt
+    # cluster's cables have the captured ids, and the plan their /30s)
+    "domain_uuids": {},
     # the login user's home directory, <mount point>/<home> (/srv/admin); a Mac whose admin
     # user is someone else (/Users/alice beside /Users/admin) has another
     "home": "admin",
@@ -103,6 +107,7 @@ class HostSpec:
     ncpu: int
     thunderbolt_bridge: bool
     language: str
+    domain_uuids: dict
     home: str
     battery: bool
     pmset: dict
@@ -212,7 +217,8 @@ class ClusterSpec:
 
     # ---- derived identities (deterministic) ----------------------------------------------
     def domain_uuid(self, host: str, receptacle: int) -> str:
-        return str(uuid.uuid5(UUID_NAMESPACE, f"{host}/tb{receptacle}")).upper()
+        given = self.host(host).domain_uuids.get(receptacle)
+        return given.upper() if given else str(uuid.uuid5(UUID_NAMESPACE, f"{host}/tb{receptacle}")).upper()
 
     def switch_uid(self, host: str, receptacle: int) -> str:
         digest = hashlib.sha256(f"switch/{host}/{receptacle}".encode()).hexdigest()
@@ -289,6 +295,14 @@ class ClusterSpec:
         }
 
 
+def _is_uuid(text):
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _fail(where: str, msg: str):
     raise SpecError(f"{where}: {msg}")
 
@@ -340,6 +354,13 @@ def parse_spec(data, source: str = "<spec>") -> ClusterSpec:
         if not isinstance(v["pythons"], (list, tuple)) or not all(x in PYTHON_SOURCES for x in v["pythons"]):
             _fail(where, f"host {hname}: pythons lists some of {list(PYTHON_SOURCES)}, not {v['pythons']!r}")
         v["pythons"] = tuple(v["pythons"])
+        uuids = v["domain_uuids"]
+        if not isinstance(uuids, dict) or not all(
+            isinstance(k, int) and 1 <= k <= v["tb_ports"] and isinstance(u, str) and _is_uuid(u)
+            for k, u in uuids.items()
+        ):
+            _fail(where, f"host {hname}: domain_uuids maps receptacles 1..{v['tb_ports']} to UUIDs, not {uuids!r}")
+        v["domain_uuids"] = dict(uuids)
         if v["language"] not in LANGUAGES:
             _fail(where, f"host {hname}: language is one of {list(LANGUAGES)}, not {v['language']!r}")
         for key in ("rdma", "thunderbolt_bridge", "battery", "command_line_tools"):

@@ -136,7 +136,11 @@ def test_each_mac_is_mesh4s_mac_as_the_spec_loads_it(mesh4):
     assert "wired_limit_mb" not in host  # no spec key for it
     loaded = parse_spec(spec)
     for m, mac in names.items():
-        assert loaded.host(mac) == dataclasses.replace(mesh.host(m), name=mac)
+        # the captured (redacted) domain UUIDs, one per receptacle: the rebuilt cables are the captured ones
+        uuids = loaded.host(mac).domain_uuids
+        assert sorted(uuids) == [1, 2, 3, 4, 5, 6] and len(set(uuids.values())) == 6, uuids
+        assert all(loaded.domain_uuid(mac, k) == u.upper() for k, u in uuids.items())
+        assert loaded.host(mac) == dataclasses.replace(mesh.host(m), name=mac, domain_uuids=uuids)
 
 
 def test_the_spec_round_trips_into_the_cluster_json_of_mesh4(mesh4):

@@ -264,39 +264,38 @@ def read_text(path):
         return None
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            hostfile=dict(type="dict", required=True),
-            host=dict(type="str", required=True),
-            run_dir=dict(type="path", required=True),
-            python=dict(type="str", required=True),
-            script=dict(type="path", required=True),
-            keeper=dict(type="path", required=True),
-            model=dict(type="str", required=True),
-            imports=dict(type="list", elements="path", default=[]),
-            model_id=dict(type="str", default=""),
-            mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
-            address=dict(type="str", default="127.0.0.1"),
-            port=dict(type="int", default=8080),
-            ring_port=dict(type="int", default=42323),
-            init_timeout=dict(type="int", default=120),
-            max_tokens=dict(type="int", default=2048),
-            poll_interval=dict(type="float", default=0.5),
-            request_timeout=dict(type="int", default=600),
-            queue_size=dict(type="int", default=8),
-            allowed_hosts=dict(type="list", elements="str", default=[]),
-            stall_timeout=dict(type="int", default=120),
-            max_restarts=dict(type="int", default=3),
-            env=dict(type="list", elements="str", default=[], no_log=True),
-            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-            label=dict(type="str", default="org.mlx-cluster.server"),
-            api_key=dict(type="str", default="", no_log=True),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        hostfile=dict(type="dict", required=True),
+        host=dict(type="str", required=True),
+        run_dir=dict(type="path", required=True),
+        python=dict(type="str", required=True),
+        script=dict(type="path", required=True),
+        keeper=dict(type="path", required=True),
+        model=dict(type="str", required=True),
+        imports=dict(type="list", elements="path", default=[]),
+        model_id=dict(type="str", default=""),
+        mode=dict(type="str", choices=["tensor", "pipeline"], default="tensor"),
+        address=dict(type="str", default="127.0.0.1"),
+        port=dict(type="int", default=8080),
+        ring_port=dict(type="int", default=42323),
+        init_timeout=dict(type="int", default=120),
+        max_tokens=dict(type="int", default=2048),
+        poll_interval=dict(type="float", default=0.5),
+        request_timeout=dict(type="int", default=600),
+        queue_size=dict(type="int", default=8),
+        allowed_hosts=dict(type="list", elements="str", default=[]),
+        stall_timeout=dict(type="int", default=120),
+        max_restarts=dict(type="int", default=3),
+        env=dict(type="list", elements="str", default=[], no_log=True),
+        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+        label=dict(type="str", default="org.mlx-cluster.server"),
+        api_key=dict(type="str", default="", no_log=True),
     )
-    p = module.params
-    run_dir = p["run_dir"].rstrip("/") or "/"
+
+
+def rank_and_env(module, p, run_dir):
+    """(rank, its environment, the backend's files) once the settings are fit; fails else."""
     why = setting_problem(
         p["label"],
         {
@@ -318,6 +317,12 @@ def main():
             msg=f"queue_size ({p['queue_size']}), max_restarts ({p['max_restarts']}) and "
             f"stall_timeout ({p['stall_timeout']}) cannot be negative"
         )
+    return rank, env, files
+
+
+def program_sums(module, p):
+    """({what: sha256 or None} of the program and its supervisor, {import: sha256 or None});
+    fails on a missing one, except in check mode."""
     sums = {}
     for what, path in (("server program", p["script"]), ("server's supervisor", p["keeper"])):
         sums[what] = sha256_of(path) if os.path.isfile(path) else None
@@ -327,8 +332,11 @@ def main():
     missing = [path for path, digest in import_sums.items() if digest is None]
     if missing and not module.check_mode:
         module.fail_json(msg=f"{', '.join(missing)} (imported by {p['script']}) missing: deploy it first")
-    model_id = p["model_id"] or os.path.basename(p["model"].rstrip("/"))
-    world = len(p["hostfile"]["hosts"])
+    return sums, import_sums
+
+
+def settings_of(p, run_dir, model_id, sums, import_sums):
+    """What the settings hash covers (the extra environment's names, not its values)."""
     settings = {
         "model": p["model"],
         "model_id": model_id,
@@ -359,10 +367,12 @@ def main():
     }
     if p["api_key"]:  # a new key restarts the ranks (rank 0 reads it at start); the key itself is not recorded
         settings["api_key_sha256"] = hashlib.sha256(p["api_key"].encode()).hexdigest()
-    # a changed value restarts the ranks too; the values themselves are not shown (shown_env)
-    digest = settings_hash({**settings, "env_values": p["env"]})
-    own = rank_files(run_dir, rank)
-    argv = server_argv(
+    return settings
+
+
+def rank_argv(p, run_dir, world, model_id, digest, own):
+    """The rank's command line (without --run-id)."""
+    return server_argv(
         p["python"],
         p["script"],
         model=p["model"],
@@ -383,14 +393,24 @@ def main():
         allowed_hosts=p["allowed_hosts"],
         api_key_file=own["api_key"] if p["api_key"] else None,
     )
-    keeper = keeper_argv(
-        p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"], max_restarts=p["max_restarts"]
-    )
-    env_file = own["env"]
+
+
+def write_file(path, content):
+    """Write content to path (0600) through a temporary file beside it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(content)
+    os.replace(tmp, path)
+
+
+def write_rank_files(module, p, run_dir, env, files, own):
+    """Write the backend's files, the env file and the API key where they differ; remove a key
+    file no longer asked for. Returns (the paths written or removed, the diff)."""
+    env_file, key_file = own["env"], own["api_key"]
     before, after, written = {}, {}, []
     files = dict(files)
     files[os.path.basename(env_file)] = json.dumps(env, indent=2, sort_keys=True) + "\n"
-    key_file = own["api_key"]
     if p["api_key"]:
         files[os.path.basename(key_file)] = p["api_key"] + "\n"
     elif os.path.lexists(key_file):  # no key asked for any more: none left behind
@@ -409,15 +429,31 @@ def main():
         after[path] = "(the API key)\n" if secret else shown(content)
         written.append(path)
         if not module.check_mode:
-            tmp = f"{path}.tmp{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(content)
-            os.replace(tmp, path)
+            write_file(path, content)
     diff = {
         "before": "".join(f"# {k}\n{v}" for k, v in before.items()),
         "after": "".join(f"# {k}\n{v}" for k, v in after.items()),
     }
+    return written, diff
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    run_dir = p["run_dir"].rstrip("/") or "/"
+    rank, env, files = rank_and_env(module, p, run_dir)
+    sums, import_sums = program_sums(module, p)
+    model_id = p["model_id"] or os.path.basename(p["model"].rstrip("/"))
+    world = len(p["hostfile"]["hosts"])
+    settings = settings_of(p, run_dir, model_id, sums, import_sums)
+    # a changed value restarts the ranks too; the values themselves are not shown (shown_env)
+    digest = settings_hash({**settings, "env_values": p["env"]})
+    own = rank_files(run_dir, rank)
+    argv = rank_argv(p, run_dir, world, model_id, digest, own)
+    keeper = keeper_argv(
+        p["python"], p["keeper"], run_dir=run_dir, rank=rank, supervisor=p["supervisor"], max_restarts=p["max_restarts"]
+    )
+    written, diff = write_rank_files(module, p, run_dir, env, files, own)
     me = pwd.getpwuid(os.getuid())
     module.exit_json(
         changed=bool(written),
@@ -429,7 +465,7 @@ def main():
         argv=argv,
         keeper_argv=keeper,
         env=shown_env(env, p["env"]),
-        env_file=env_file,
+        env_file=own["env"],
         files=written,
         user=me.pw_name,
         home=me.pw_dir,

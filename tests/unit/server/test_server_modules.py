@@ -589,3 +589,36 @@ def test_the_ranks_environment_values_stay_in_its_0600_file_never_in_results_or_
     )
     assert changed.result["settings_hash"] != r["settings_hash"]
     assert "hf_other" not in json.dumps(changed.result) and "hf_s3cret_value" not in json.dumps(changed.result)
+
+
+def test_spec_writes_the_api_key_unshown_and_removes_it_when_none_is_set(module_runner, tmp_path):
+    """The key goes to api_key (0600) and to the rank as --api-key-file, never into a result or
+    diff; a later spec without a key removes the file (check mode only says so)."""
+    run = module_runner("mlx_server_spec", args={**spec_args(tmp_path, api_key="k3y_s3cret"), "_ansible_diff": True})
+    key_file = tmp_path / "api_key"
+    assert run.result["changed"] and key_file.read_text() == "k3y_s3cret\n"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert run.result["argv"][run.result["argv"].index("--api-key-file") + 1] == str(key_file)
+    assert "api_key_sha256" in run.result["settings"] and "k3y_s3cret" not in json.dumps(run.result)
+    assert f"# {key_file}\n(the API key)\n" in run.result["diff"]["after"]
+    args = {**spec_args(tmp_path), "_ansible_diff": True}
+    dry = module_runner("mlx_server_spec", args={**args, "_ansible_check_mode": True})
+    assert dry.result["changed"] and str(key_file) in dry.result["files"] and key_file.exists()
+    gone = module_runner("mlx_server_spec", args=args)
+    assert gone.result["files"] == [str(key_file)] and not key_file.exists()
+    assert "--api-key-file" not in gone.result["argv"] and "api_key_sha256" not in gone.result["settings"]
+
+
+def test_spec_needs_the_run_dir_and_the_imports_except_in_check_mode(module_runner, tmp_path):
+    helper, absent = tmp_path / "helper.py", tmp_path / "absent.py"
+    helper.write_text("# helper\n")
+    args = spec_args(tmp_path, imports=[str(helper), str(absent)])
+    run = module_runner("mlx_server_spec", args=args)
+    assert run.failed and run.result["msg"] == (f"{absent} (imported by {args['script']}) missing: deploy it first")
+    dry = module_runner("mlx_server_spec", args={**args, "_ansible_check_mode": True})
+    assert not dry.failed and dry.result["settings"]["imports_sha256"][str(absent)] is None
+    assert dry.result["settings"]["imports_sha256"][str(helper)] is not None
+    no_dir = {**spec_args(tmp_path), "run_dir": str(tmp_path / "nowhere")}
+    run = module_runner("mlx_server_spec", args=no_dir)
+    assert run.failed and run.result["msg"] == f"{tmp_path}/nowhere does not exist: create the server directory first"
+    assert not module_runner("mlx_server_spec", args={**no_dir, "_ansible_check_mode": True}).failed

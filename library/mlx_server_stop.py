@@ -227,37 +227,32 @@ def stop_rank(module, rank, found, grace, stopped, remaining):
     return True
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            run_dir=dict(type="path", required=True),
-            rank=dict(type="int"),
-            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-            label=dict(type="str", default="org.mlx-cluster.server"),
-            plist=dict(type="path"),
-            grace=dict(type="int", default=30),
-            **COMMAND_TIMEOUT_SPEC,
-        ),
-        required_if=[("supervisor", "launchd", ("plist",))],
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        run_dir=dict(type="path", required=True),
+        rank=dict(type="int"),
+        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+        label=dict(type="str", default="org.mlx-cluster.server"),
+        plist=dict(type="path"),
+        grace=dict(type="int", default=30),
+        **COMMAND_TIMEOUT_SPEC,
     )
-    p = module.params
-    run_dir = p["run_dir"].rstrip("/") or "/"
-    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": run_dir})
-    if why:
-        module.fail_json(msg=why)
-    ps = module.get_bin_path("ps", required=True)
-    if p["rank"] is not None:
-        ranks = [p["rank"]]
-    else:
-        try:
-            ranks = ranks_in(os.listdir(run_dir))
-        except OSError:
-            ranks = []
-    changed = False
-    launchd = {"booted_out": False, "plist_removed": False}
-    stopped, supervisors, leftovers, remaining, run_ids = [], [], [], [], []
-    # The run ids of what runs now, before anything moves: leftovers are found by them.
+
+
+def ranks_to_stop(rank, run_dir):
+    """The rank asked for, else every rank with a file in the run directory."""
+    if rank is not None:
+        return [rank]
+    try:
+        return ranks_in(os.listdir(run_dir))
+    except OSError:
+        return []
+
+
+def current_run_ids(module, run_dir, ranks):
+    """The run ids of what runs now, before anything moves: leftovers are found by them. One not
+    of the toolkit's form is warned about and left out."""
+    run_ids = []
     for rank in ranks:
         rid = read_json(f"{run_dir}/rank{rank}.json").get("run_id")
         if rid and not RUN_ID_RE.fullmatch(str(rid)):
@@ -267,46 +262,52 @@ def main():
             )
         elif rid and rid not in run_ids:
             run_ids.append(rid)
+    return run_ids
 
-    if p["supervisor"] == "launchd":
-        launchctl = module.get_bin_path("launchctl", required=True)
-        target = f"system/{p['label']}"
-        rc, out, _err = run(module, [launchctl, "print", target])
-        job = parse_launchctl_print(out if rc == 0 else "")
-        if job["loaded"]:
-            changed = True
-            if not module.check_mode:
-                start = time.monotonic()
-                cmd = [launchctl, "bootout", target]
-                # bootout waits for the job to exit: up to its ExitTimeOut (the grace), then SIGKILL
-                rc, out, err = run(module, cmd, timeout=p["grace"] + 30)
-                # 3 / 113: the job went away meanwhile (not loaded)
-                if rc not in (0, 3, 113):
-                    module.fail_json(
-                        msg=f"launchctl bootout {target} failed: {(err or out).strip()}; "
-                        "run the stop with become (sudo)",
-                        rc=rc,
-                        cmd=cmd,
-                        stderr=err,
-                    )
-                launchd["booted_out"] = True
-                if job["pid"]:
-                    stopped.append(
-                        {
-                            "pid": job["pid"],
-                            "rank": None,
-                            "how": "launchctl bootout",
-                            "seconds": round(time.monotonic() - start, 2),
-                        }
-                    )
-        if p["plist"] and os.path.exists(p["plist"]):
-            changed = True
-            if not module.check_mode:
-                os.unlink(p["plist"])
-                launchd["plist_removed"] = True
 
-    # Only launchd needed root (above). From here on this runs as the user whose run directory
-    # it is: what it reads there, and every process it signals, are that user's.
+def stop_launchd(module, p, launchd, stopped):
+    """Boot the launchd job out (by label) and remove its plist. Returns changed."""
+    changed = False
+    launchctl = module.get_bin_path("launchctl", required=True)
+    target = f"system/{p['label']}"
+    rc, out, _err = run(module, [launchctl, "print", target])
+    job = parse_launchctl_print(out if rc == 0 else "")
+    if job["loaded"]:
+        changed = True
+        if not module.check_mode:
+            start = time.monotonic()
+            cmd = [launchctl, "bootout", target]
+            # bootout waits for the job to exit: up to its ExitTimeOut (the grace), then SIGKILL
+            rc, out, err = run(module, cmd, timeout=p["grace"] + 30)
+            # 3 / 113: the job went away meanwhile (not loaded)
+            if rc not in (0, 3, 113):
+                module.fail_json(
+                    msg=f"launchctl bootout {target} failed: {(err or out).strip()}; run the stop with become (sudo)",
+                    rc=rc,
+                    cmd=cmd,
+                    stderr=err,
+                )
+            launchd["booted_out"] = True
+            if job["pid"]:
+                stopped.append(
+                    {
+                        "pid": job["pid"],
+                        "rank": None,
+                        "how": "launchctl bootout",
+                        "seconds": round(time.monotonic() - start, 2),
+                    }
+                )
+    if p["plist"] and os.path.exists(p["plist"]):
+        changed = True
+        if not module.check_mode:
+            os.unlink(p["plist"])
+            launchd["plist_removed"] = True
+    return changed
+
+
+def become_run_dir_owner(module, run_dir, launchd, stopped):
+    """Only launchd needed root (stop_launchd). From here on this runs as the user whose run
+    directory it is: what it reads there, and every process it signals, are that user's."""
     if os.path.lexists(run_dir):
         try:
             become_owner(run_dir)
@@ -317,40 +318,49 @@ def main():
                 launchd=launchd,
                 stopped=stopped,
             )
+
+
+def stop_ranks(module, ps, run_dir, ranks, grace, stopped, supervisors, remaining):
+    """Each rank: found, its supervisor told, the rank stopped, the supervisor reaped. Returns changed."""
+    changed = False
     for rank in ranks:
         start = time.monotonic()
         found = find_rank(module, ps, run_dir, rank)
         told, keeper = tell_supervisor(module, ps, run_dir, rank, supervisors)
-        did = stop_rank(module, rank, found, p["grace"], stopped, remaining)
+        did = stop_rank(module, rank, found, grace, stopped, remaining)
         if keeper:
             reap_supervisor(keeper, rank, start, supervisors, remaining)
         changed = changed or did or told
+    return changed
 
-    # Anything else of those starts still alive on this Mac (by run id, never by name).
-    if run_ids:
-        cmd = [ps, "-ax", "-ww", "-o", "pid=,args="]
-        rc, out, err = run(module, cmd)
-        if rc != 0:
-            module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
-        done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
-        found = [
-            f
-            for rid in run_ids
-            for f in processes_with(out, rid, own_pid=os.getpid())
-            if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)
-        ]
-        if found:
-            changed = True
-            leftovers = found
-            if not module.check_mode:
-                pids = [f["pid"] for f in found]
-                signal_all(pids, signal.SIGTERM)
-                left = wait_gone(pids, 5)
-                signal_all(left, signal.SIGKILL)
-                left = wait_gone(left, 5)
-                remaining += [f for f in found if f["pid"] in left]
 
-    # A stopped rank leaves no state a new start could mistake for its own.
+def end_leftovers(module, ps, run_ids, stopped, supervisors, remaining):
+    """Anything else of those starts still alive on this Mac (by run id, never by name):
+    SIGTERM, then SIGKILL. Returns what was found (the leftovers)."""
+    cmd = [ps, "-ax", "-ww", "-o", "pid=,args="]
+    rc, out, err = run(module, cmd)
+    if rc != 0:
+        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
+    done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
+    found = [
+        f
+        for rid in run_ids
+        for f in processes_with(out, rid, own_pid=os.getpid())
+        if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)
+    ]
+    if found and not module.check_mode:
+        pids = [f["pid"] for f in found]
+        signal_all(pids, signal.SIGTERM)
+        left = wait_gone(pids, 5)
+        signal_all(left, signal.SIGKILL)
+        left = wait_gone(left, 5)
+        remaining += [f for f in found if f["pid"] in left]
+    return found
+
+
+def tidy_rank_files(module, run_dir, ranks):
+    """A stopped rank leaves no state a new start could mistake for its own: its state files
+    set aside (the last one kept), its PID files removed. Returns changed."""
     tidy = []
     for rank in ranks:
         f = rank_files(run_dir, rank)
@@ -362,13 +372,40 @@ def main():
         ) + (((f"{run_dir}/state.json", f"{run_dir}/state.last.json"),) if rank == 0 else ()):
             if os.path.exists(path):
                 tidy.append((path, aside))
-    changed = changed or bool(tidy)
     if not module.check_mode:
         for path, aside in tidy:
             if aside:
                 os.replace(path, aside)
             else:
                 os.unlink(path)
+    return bool(tidy)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_if=[("supervisor", "launchd", ("plist",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    run_dir = p["run_dir"].rstrip("/") or "/"
+    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": run_dir})
+    if why:
+        module.fail_json(msg=why)
+    ps = module.get_bin_path("ps", required=True)
+    ranks = ranks_to_stop(p["rank"], run_dir)
+    changed = False
+    launchd = {"booted_out": False, "plist_removed": False}
+    stopped, supervisors, leftovers, remaining = [], [], [], []
+    run_ids = current_run_ids(module, run_dir, ranks)
+    if p["supervisor"] == "launchd":
+        changed = stop_launchd(module, p, launchd, stopped)
+    become_run_dir_owner(module, run_dir, launchd, stopped)
+    changed = stop_ranks(module, ps, run_dir, ranks, p["grace"], stopped, supervisors, remaining) or changed
+    if run_ids:
+        leftovers = end_leftovers(module, ps, run_ids, stopped, supervisors, remaining)
+        changed = changed or bool(leftovers)
+    changed = tidy_rank_files(module, run_dir, ranks) or changed
     result = dict(
         changed=changed,
         stopped=stopped,

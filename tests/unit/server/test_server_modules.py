@@ -622,3 +622,70 @@ def test_spec_needs_the_run_dir_and_the_imports_except_in_check_mode(module_runn
     run = module_runner("mlx_server_spec", args=no_dir)
     assert run.failed and run.result["msg"] == f"{tmp_path}/nowhere does not exist: create the server directory first"
     assert not module_runner("mlx_server_spec", args={**no_dir, "_ansible_check_mode": True}).failed
+
+
+LAUNCHCTL_PRINT = ("/usr/bin/launchctl", "print", "system/org.mlx-cluster.server")
+LAUNCHCTL_BOOTOUT = ("/usr/bin/launchctl", "bootout", "system/org.mlx-cluster.server")
+LOADED_JOB = "system/org.mlx-cluster.server = {\n\tstate = running\n\tpid = 999999\n}\n"
+
+
+def test_stop_launchd_check_mode_boots_out_nothing_and_a_failed_bootout_says_so(module_runner, tmp_path):
+    plist = tmp_path / "org.mlx-cluster.server.plist"
+    plist.write_text("<plist/>")
+    args = {"run_dir": str(tmp_path), "supervisor": "launchd", "plist": str(plist)}
+    dry = module_runner(
+        "mlx_server_stop",
+        args={**args, "_ansible_check_mode": True},
+        commands={LAUNCHCTL_PRINT: (0, LOADED_JOB, "")},
+    )
+    assert dry.result["changed"] and dry.result["launchd"] == {"booted_out": False, "plist_removed": False}
+    assert dry.calls == [list(LAUNCHCTL_PRINT)] and plist.exists()
+    run = module_runner(
+        "mlx_server_stop",
+        args=args,
+        commands={LAUNCHCTL_PRINT: (0, LOADED_JOB, ""), LAUNCHCTL_BOOTOUT: (5, "", "Boot-out failed: 5\n")},
+    )
+    assert run.failed and run.result["rc"] == 5 and run.result["cmd"] == list(LAUNCHCTL_BOOTOUT)
+    assert run.result["msg"] == (
+        "launchctl bootout system/org.mlx-cluster.server failed: Boot-out failed: 5; run the stop with become (sudo)"
+    )
+    assert plist.exists()
+
+
+def test_stop_refuses_a_linked_run_dir_and_fails_when_ps_does(module_runner, tmp_path, sleeper):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = module_runner("mlx_server_stop", args={"run_dir": str(tmp_path / "link"), "supervisor": "process"})
+    assert linked.failed and linked.result["msg"].startswith(f"refusing to stop the server from {tmp_path}/link: ")
+    assert linked.result["stopped"] == [] and linked.calls == []
+    p = sleeper()
+    write_rank(tmp_path, 0, p.pid)
+    run = module_runner(
+        "mlx_server_stop",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
+        commands={
+            (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+            PS_ALL: (1, "", "ps: boom\n"),
+        },
+    )
+    assert run.failed and run.result["msg"] == "ps failed: ps: boom" and run.result["rc"] == 1
+    assert p.wait(5) == -15 and (tmp_path / "rank0.json").exists()  # stopped; its files as they were
+
+
+def test_stop_fails_naming_what_outlived_sigkill(module_runner, tmp_path, sleeper):
+    p = sleeper()
+    write_rank(tmp_path, 0, p.pid)
+    run = module_runner(
+        "mlx_server_stop",
+        args={"run_dir": str(tmp_path), "supervisor": "process", "grace": 5},
+        commands={
+            (*PS_ONE, str(p.pid), "-o", "pid=,args="): (0, ps_line(p.pid, tmp_path), ""),
+            PS_ALL: (0, "", ""),
+        },
+        module_attrs={"wait_gone": lambda pids, seconds: list(pids)},  # as if nothing ever ended
+    )
+    r = run.result
+    assert run.failed and r["msg"].startswith(f"processes [{p.pid}] did not end even after SIGKILL")
+    assert [(s["pid"], s["how"]) for s in r["stopped"]] == [(p.pid, "SIGKILL after 5s")]
+    assert r["remaining"][0]["pid"] == p.pid and r["ranks"] == [0] and r["run_ids"] == [RUN_ID]
+    assert not (tmp_path / "rank0.json").exists()  # tidied before the failure is reported

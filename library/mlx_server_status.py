@@ -347,94 +347,115 @@ def stalled(st):
     return (st.get("progress") or {}).get("stalled") or ""
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            run_dir=dict(type="path", required=True),
-            rank=dict(type="int"),
-            supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-            label=dict(type="str", default="org.mlx-cluster.server"),
-            want_hash=dict(type="str", default=""),
-            wait=dict(type="int", default=0),
-            url=dict(type="str", default=""),
-            model_id=dict(type="str", default=""),
-            chat=dict(type="bool", default=False),
-            log_lines=dict(type="int", default=20),
-            api_key=dict(type="str", default="", no_log=True),
-            **COMMAND_TIMEOUT_SPEC,
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        run_dir=dict(type="path", required=True),
+        rank=dict(type="int"),
+        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
+        label=dict(type="str", default="org.mlx-cluster.server"),
+        want_hash=dict(type="str", default=""),
+        wait=dict(type="int", default=0),
+        url=dict(type="str", default=""),
+        model_id=dict(type="str", default=""),
+        chat=dict(type="bool", default=False),
+        log_lines=dict(type="int", default=20),
+        api_key=dict(type="str", default="", no_log=True),
+        **COMMAND_TIMEOUT_SPEC,
     )
-    p = module.params
-    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": p["run_dir"]})
-    if why:
-        module.fail_json(msg=why)
-    rank = p["rank"]
-    if rank is None:
-        try:
-            found = ranks_in(os.listdir(p["run_dir"]))
-        except OSError:
-            found = []
-        if not found:
-            module.exit_json(
-                changed=False,
-                status={
-                    "rank": None,
-                    "running": False,
-                    "phase": None,
-                    "message": "",
-                    "pid": None,
-                    "since": None,
-                    "started": None,
-                    "settings_hash": None,
-                    "run_id": None,
-                    "launchd": None,
-                    "supervisor": None,
-                    "progress": None,
-                    "progress_line": "",
-                    "log_tail": "",
-                    "problems": ["no rank of the server on this host"],
-                },
-                healthy=False,
-                reason="no rank of the server on this host",
-            )
-        rank = found[0]
-    if rank != 0:
-        p["url"] = ""  # only rank 0 serves HTTP
-    began = time.monotonic()
-    deadline = began + p["wait"]
-    st = look(module, p, rank)
-    if p["wait"] <= 0:
-        healthy, reason = st["running"] and st["phase"] == "ready", ""
-        if not st["running"]:
-            reason = f"rank {rank} is not running ({describe(st)})"
-        elif not healthy:
-            reason = f"rank {rank} is not ready ({describe(st)})"
-        elif stalled(st):
-            healthy, reason = False, f"rank {rank} is stalled: {stalled(st)}"
-        elif p["url"]:
-            healthy, st["http"] = probe(p, time.monotonic() + 10)
-            if not healthy:
-                reason = f"rank {rank}'s API does not answer: {st['http']}"
-                if p["want_hash"]:
-                    st["problems"].append(reason)
-        module.exit_json(changed=False, status=st, healthy=healthy, reason=reason)
-    reason, http_detail = "", None
+
+
+def no_rank_status():
+    """The status of a host with no rank of the server."""
+    return {
+        "rank": None,
+        "running": False,
+        "phase": None,
+        "message": "",
+        "pid": None,
+        "since": None,
+        "started": None,
+        "settings_hash": None,
+        "run_id": None,
+        "launchd": None,
+        "supervisor": None,
+        "progress": None,
+        "progress_line": "",
+        "log_tail": "",
+        "problems": ["no rank of the server on this host"],
+    }
+
+
+def rank_to_read(module, p):
+    """The rank asked for, else the first with a file in the run directory; with none, the
+    module answers (not healthy) here."""
+    if p["rank"] is not None:
+        return p["rank"]
+    try:
+        found = ranks_in(os.listdir(p["run_dir"]))
+    except OSError:
+        found = []
+    if not found:
+        module.exit_json(
+            changed=False,
+            status=no_rank_status(),
+            healthy=False,
+            reason="no rank of the server on this host",
+        )
+    return found[0]
+
+
+def health_now(p, rank, st):
+    """(healthy, reason) of the rank as it is, without waiting (its API probed once when
+    ready); the probe's answer goes into st["http"], its failure into st["problems"]."""
+    healthy, reason = st["running"] and st["phase"] == "ready", ""
+    if not st["running"]:
+        reason = f"rank {rank} is not running ({describe(st)})"
+    elif not healthy:
+        reason = f"rank {rank} is not ready ({describe(st)})"
+    elif stalled(st):
+        healthy, reason = False, f"rank {rank} is stalled: {stalled(st)}"
+    elif p["url"]:
+        healthy, st["http"] = probe(p, time.monotonic() + 10)
+        if not healthy:
+            reason = f"rank {rank}'s API does not answer: {st['http']}"
+            if p["want_hash"]:
+                st["problems"].append(reason)
+    return healthy, reason
+
+
+def given_up(st, rank, began):
+    """Why waiting for the rank is over though it is not ready, or "" while it may come up."""
+    if not st["running"]:
+        # A rank that said it failed or stopped is done (this is a start: its supervisor
+        # may try again, but the failure is the news); one without a word may not have
+        # written its files yet (just started), or its supervisor is about to start it.
+        if st["phase"] in ("failed", "stopped") or time.monotonic() - began >= STARTUP_GRACE and not pending(st):
+            return f"rank {rank} is not running ({describe(st)})"
+    elif st["phase"] in ("stopped", "failed"):
+        return f"rank {rank} is exiting ({describe(st)})"
+    elif stalled(st):
+        return f"rank {rank} is stalled: {stalled(st)}"
+    return ""
+
+
+def timed_out(st, rank, wait, http_detail):
+    """Why the rank is not healthy when the wait is over."""
+    if st["running"] and st["phase"] == "ready":
+        return f"rank {rank} is up but its API is not healthy after {wait}s: {http_detail}"
+    if st["running"]:
+        return f"rank {rank} did not come up within {wait}s ({describe(st)})"
+    return f"rank {rank} is not running ({describe(st)})"
+
+
+def wait_healthy(module, p, rank, st, began, deadline):
+    """Look at the rank every second until it is ready (and its API answers) or the wait is
+    over; the module answers here either way."""
+    http_detail = None
     while True:
-        if not st["running"]:
-            # A rank that said it failed or stopped is done (this is a start: its supervisor
-            # may try again, but the failure is the news); one without a word may not have
-            # written its files yet (just started), or its supervisor is about to start it.
-            if st["phase"] in ("failed", "stopped") or time.monotonic() - began >= STARTUP_GRACE and not pending(st):
-                reason = f"rank {rank} is not running ({describe(st)})"
-                break
-        elif st["phase"] in ("stopped", "failed"):
-            reason = f"rank {rank} is exiting ({describe(st)})"
+        reason = given_up(st, rank, began)
+        if reason:
             break
-        elif stalled(st):
-            reason = f"rank {rank} is stalled: {stalled(st)}"
-            break
-        elif st["phase"] == "ready":
+        if st["running"] and st["phase"] == "ready":
             if not p["url"]:
                 module.exit_json(changed=False, status=st, healthy=True, reason="")
             ok, http_detail = probe(p, deadline)
@@ -442,17 +463,30 @@ def main():
             if ok:
                 module.exit_json(changed=False, status=st, healthy=True, reason="")
         if time.monotonic() >= deadline:
-            if st["running"] and st["phase"] == "ready":
-                reason = f"rank {rank} is up but its API is not healthy after {p['wait']}s: {http_detail}"
-            elif st["running"]:
-                reason = f"rank {rank} did not come up within {p['wait']}s ({describe(st)})"
-            else:
-                reason = f"rank {rank} is not running ({describe(st)})"
+            reason = timed_out(st, rank, p["wait"], http_detail)
             break
         time.sleep(1.0)
         st = look(module, p, rank)
     st["http"] = http_detail
     module.exit_json(changed=False, status=st, healthy=False, reason=reason)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    why = setting_problem(p["label"], {"the run directory (mlx_server_run_dir)": p["run_dir"]})
+    if why:
+        module.fail_json(msg=why)
+    rank = rank_to_read(module, p)
+    if rank != 0:
+        p["url"] = ""  # only rank 0 serves HTTP
+    began = time.monotonic()
+    deadline = began + p["wait"]
+    st = look(module, p, rank)
+    if p["wait"] <= 0:
+        healthy, reason = health_now(p, rank, st)
+        module.exit_json(changed=False, status=st, healthy=healthy, reason=reason)
+    wait_healthy(module, p, rank, st, began, deadline)
 
 
 if __name__ == "__main__":

@@ -689,3 +689,90 @@ def test_stop_fails_naming_what_outlived_sigkill(module_runner, tmp_path, sleepe
     assert [(s["pid"], s["how"]) for s in r["stopped"]] == [(p.pid, "SIGKILL after 5s")]
     assert r["remaining"][0]["pid"] == p.pid and r["ranks"] == [0] and r["run_ids"] == [RUN_ID]
     assert not (tmp_path / "rank0.json").exists()  # tidied before the failure is reported
+
+
+def test_status_of_a_host_without_a_rank(module_runner, tmp_path):
+    run = module_runner("mlx_server_status", args={"run_dir": str(tmp_path), "supervisor": "process", "wait": 60})
+    r = run.result
+    assert not run.failed and not r["healthy"] and r["reason"] == "no rank of the server on this host"
+    assert r["status"]["rank"] is None and r["status"]["problems"] == ["no rank of the server on this host"]
+    assert run.calls == []
+
+
+class _Clock:
+    """A stand-in for the module's `time`: sleep moves it on, nothing waits."""
+
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def time(self):
+        return 1763700000.0
+
+
+def _status_run(module_runner, tmp_path, states, answers, **args):
+    """mlx_server_status over the rank states `states` (one per look) and the API answers
+    `answers` (one per probe); -> (run, looks, probes, clock)."""
+    states, answers, looks, probes, clock = list(states), list(answers), [], [], _Clock()
+
+    def look(module, p, rank):
+        looks.append(rank)
+        return {"problems": [], "progress": None, "message": "", **states.pop(0)}
+
+    def probe(p, deadline):
+        probes.append(deadline - clock.now)
+        return answers.pop(0)
+
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(tmp_path), "rank": 0, "supervisor": "process", **args},
+        module_attrs={"look": look, "probe": probe, "time": clock},
+    )
+    return run, looks, probes, clock
+
+
+def test_status_wait_probes_the_api_once_the_rank_is_ready(module_runner, tmp_path):
+    run, looks, probes, clock = _status_run(
+        module_runner,
+        tmp_path,
+        [{"running": True, "phase": "loading"}, {"running": True, "phase": "ready"}] * 2,
+        [(False, "no answer"), (True, {"models": ["tiny"]})],
+        wait=30,
+        url="http://127.0.0.1:8080",
+    )
+    assert run.result["healthy"] and run.result["reason"] == ""
+    assert run.result["status"]["http"] == {"models": ["tiny"]}
+    assert looks == [0] * 4 and clock.slept == [1.0] * 3 and probes == [29.0, 27.0]
+
+
+def test_status_wait_names_why_the_rank_is_not_healthy_when_time_is_up(module_runner, tmp_path):
+    ready = {"running": True, "phase": "ready"}
+    run, _looks, _probes, _clock = _status_run(
+        module_runner, tmp_path, [ready] * 3, [(False, "503")] * 3, wait=2, url="http://127.0.0.1:8080"
+    )
+    assert not run.result["healthy"] and run.result["status"]["http"] == "503"
+    assert run.result["reason"] == "rank 0 is up but its API is not healthy after 2s: 503"
+    loading = {"running": True, "phase": "loading", "message": "layer 3"}
+    run, *_ = _status_run(module_runner, tmp_path, [loading] * 3, [], wait=2)
+    assert run.result["reason"] == "rank 0 did not come up within 2s (loading: layer 3)"
+    exiting = {"running": True, "phase": "stopped"}
+    run, *_ = _status_run(module_runner, tmp_path, [exiting], [], wait=2)
+    assert run.result["reason"] == "rank 0 is exiting (stopped)" and run.result["status"]["http"] is None
+
+
+def test_status_without_wait_probes_the_api_once_and_counts_its_silence_a_problem(module_runner, tmp_path):
+    ready = {"running": True, "phase": "ready"}
+    run, _looks, probes, _clock = _status_run(
+        module_runner, tmp_path, [ready], [(False, "refused")], url="http://127.0.0.1:8080", want_hash="h" * 64
+    )
+    assert not run.result["healthy"] and probes == [10.0]
+    assert run.result["reason"] == "rank 0's API does not answer: refused"
+    assert run.result["status"]["problems"] == ["rank 0's API does not answer: refused"]
+    run, *_ = _status_run(module_runner, tmp_path, [{"running": True, "phase": "loading"}], [])
+    assert not run.result["healthy"] and run.result["reason"] == "rank 0 is not ready (loading)"

@@ -268,6 +268,7 @@ passes:
   sample: [{"excluded": 3, "seconds": 1.2, "rc": 0}, {"excluded": 0, "seconds": 0.4, "rc": 0}]
 """
 
+import functools
 import os
 import shutil
 import socket
@@ -386,32 +387,36 @@ def usable_log_file(module, runner, rsync, log_file, source):
     return log_file
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            src=dict(type="path", required=True),
-            dest=dict(type="str", required=True),
-            host=dict(type="str", default=""),
-            ssh_args=dict(type="list", elements="str", default=[]),
-            ssh=dict(type="str", default="ssh"),
-            host_label=dict(type="str", default=""),
-            ssh_trust=dict(type="str", choices=["yours", "toolkit"], default="yours"),
-            dest_home=dict(type="str", default=""),
-            delete=dict(type="bool", default=False),
-            checksum=dict(type="bool", default=False),
-            log_file=dict(type="path"),
-            rsync_path=dict(type="str", default=""),
-            source_name=dict(type="str", default=""),
-            progress_interval=dict(type="int", default=0),
-            progress_file=dict(type="path"),
-            stall_timeout=dict(type="int", default=120),
-            wait_for=dict(type="dict"),
-            upstream_name=dict(type="str", default=""),
-            skip=dict(type="list", elements="str", default=[]),
-            **COMMAND_TIMEOUT_SPEC,
-        ),
-        supports_check_mode=True,
+def module_args():
+    """The options DOCUMENTATION describes, as AnsibleModule takes them."""
+    return dict(
+        src=dict(type="path", required=True),
+        dest=dict(type="str", required=True),
+        host=dict(type="str", default=""),
+        ssh_args=dict(type="list", elements="str", default=[]),
+        ssh=dict(type="str", default="ssh"),
+        host_label=dict(type="str", default=""),
+        ssh_trust=dict(type="str", choices=["yours", "toolkit"], default="yours"),
+        dest_home=dict(type="str", default=""),
+        delete=dict(type="bool", default=False),
+        checksum=dict(type="bool", default=False),
+        log_file=dict(type="path"),
+        rsync_path=dict(type="str", default=""),
+        source_name=dict(type="str", default=""),
+        progress_interval=dict(type="int", default=0),
+        progress_file=dict(type="path"),
+        stall_timeout=dict(type="int", default=120),
+        wait_for=dict(type="dict"),
+        upstream_name=dict(type="str", default=""),
+        skip=dict(type="list", elements="str", default=[]),
+        **COMMAND_TIMEOUT_SPEC,
     )
+
+
+def checked_request(module, relay):
+    """(source, skip_words, wait_for): this Mac's name, the `--exclude` words of `skip` and what
+    a relay waits for but them; fails on a refused destination or, but for a relay, a missing
+    source directory."""
     p = module.params
     host, dest = p["host"], p["dest"]
     source = p["source_name"] or socket.gethostname()
@@ -419,7 +424,6 @@ def main():
     problem = check_dest(dest, home)
     if problem:
         module.fail_json(msg=f"refusing to sync into {remote_spec(host, dest)}: {problem}")
-    relay = p["wait_for"] is not None and not module.check_mode
     # what another sender brings (skip) stays out of every pass, and out of what a relay waits for
     skip_words, skipped = relay_excludes(p["skip"]), set(p["skip"])
     wait_for = {rel: e for rel, e in (p["wait_for"] or {}).items() if rel not in skipped}
@@ -428,51 +432,62 @@ def main():
             msg=f"the model directory {p['src']} does not exist on {source}: nothing is "
             "downloaded by this stage; put the model there first"
         )
-    rsync = module.get_bin_path("rsync", required=True)
+    return source, skip_words, wait_for
+
+
+def ssh_transport(module, relay):
+    """(ssh, rsh, control): the ssh program, rsync's --rsh and, for a relay, the socket of the
+    SSH master its passes share (None without); all None for a local copy."""
+    p = module.params
     rsh = ssh = control = None
-    if host:
+    if not p["host"]:
+        return ssh, rsh, control
+    try:
+        ssh = p["ssh"] if os.path.isabs(p["ssh"]) else module.get_bin_path(p["ssh"], required=True)
+        rsh = ssh_command(ssh, p["ssh_args"])
+    except ValueError as exc:
+        module.fail_json(msg=f"ssh_args: {exc}")
+    if relay:
+        # the passes over one SSH connection (relay_master_args), its socket in a directory
+        # of this run's own; a temporary directory whose path ssh's -e cannot carry: no sharing
+        control_dir = tempfile.mkdtemp(prefix="mlxc-relay-")
+        control = os.path.join(control_dir, "cm")
         try:
-            ssh = p["ssh"] if os.path.isabs(p["ssh"]) else module.get_bin_path(p["ssh"], required=True)
-            rsh = ssh_command(ssh, p["ssh_args"])
-        except ValueError as exc:
-            module.fail_json(msg=f"ssh_args: {exc}")
-        if relay:
-            # the passes over one SSH connection (relay_master_args), its socket in a directory
-            # of this run's own; a temporary directory whose path ssh's -e cannot carry: no sharing
-            control_dir = tempfile.mkdtemp(prefix="mlxc-relay-")
-            control = os.path.join(control_dir, "cm")
-            try:
-                rsh = ssh_command(ssh, list(p["ssh_args"]) + relay_master_args(control))
-            except ValueError:
-                shutil.rmtree(control_dir, ignore_errors=True)
-                control = None
-    runner = Runner(p["command_timeout"])
+            rsh = ssh_command(ssh, list(p["ssh_args"]) + relay_master_args(control))
+        except ValueError:
+            shutil.rmtree(control_dir, ignore_errors=True)
+            control = None
+    return ssh, rsh, control
 
-    def end_master():
-        """Ends the relay's SSH master, if one was started, and removes its directory."""
-        if control is None:
-            return
-        try:
-            runner.run(relay_master_exit_argv(ssh, control, host))
-        except (CommandTimeout, OSError):
-            pass  # it ends by itself after RELAY_MASTER_IDLE seconds idle
-        shutil.rmtree(os.path.dirname(control), ignore_errors=True)
 
-    log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
-    # a dry run sends nothing, so prints no progress
-    progress_file = p["progress_file"] if not module.check_mode else None
-    total = (
-        sum(int(e.get("size") or 0) for e in wait_for.values() if isinstance(e, dict))
-        if relay
-        else tree_size(p["src"], p["skip"])
-    )
-    on_output, finish = watch_progress(progress_file, total)
+def end_master(runner, ssh, control, host):
+    """Ends the relay's SSH master, if one was started, and removes its directory."""
+    if control is None:
+        return
+    try:
+        runner.run(relay_master_exit_argv(ssh, control, host))
+    except (CommandTimeout, OSError):
+        pass  # it ends by itself after RELAY_MASTER_IDLE seconds idle
+    shutil.rmtree(os.path.dirname(control), ignore_errors=True)
+
+
+def copy_total(p, relay, wait_for):
+    """Bytes the copy is to bring: what a relay waits for, else the source directory's (but skip)."""
+    if relay:
+        return sum(int(e.get("size") or 0) for e in wait_for.values() if isinstance(e, dict))
+    return tree_size(p["src"], p["skip"])
+
+
+def pass_runner(module, runner, rsync, rsh, log_file, progress_file, on_output, skip_words, passes):
+    """run_pass(excludes=()) -> (rc, out, err, argv): one rsync pass, recorded in `passes`."""
+    p = module.params
+    host = p["host"]
 
     def run_pass(excludes=()):
         argv = rsync_argv(
             rsync,
             p["src"],
-            remote_spec(host, dest),
+            remote_spec(host, p["dest"]),
             ssh_command=rsh,
             dry_run=module.check_mode,
             delete=p["delete"],
@@ -488,66 +503,109 @@ def main():
         passes.append({"excluded": len(excludes) // 2, "seconds": round(time.monotonic() - started, 3), "rc": rc})
         return rc, out, err, argv
 
-    passes = []
-    if relay:
-        try:
-            results = relay_passes(
-                wait_for,
-                lambda: look(p["src"]),
-                run_pass,
-                time.monotonic,
-                time.sleep,
-                p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT,
-            )
-        except UpstreamStalled as exc:
-            if finish:
-                finish()
-            module.fail_json(
-                msg=stall_message(
-                    source,
-                    p["host_label"] or host,
-                    p["upstream_name"] or "its sender",
-                    exc.complete,
-                    exc.pending,
-                    exc.waited,
-                ),
-                complete=exc.complete,
-                pending=exc.pending,
-                passes=passes,
-            )
-        finally:
-            end_master()
-    else:
-        results = [run_pass()]
+    return run_pass
+
+
+def relay_copy(module, source, wait_for, run_pass, passes, finish, end):
+    """The relay's passes' results, as files arrive; fails when its sender stalls. `end()` ends
+    the SSH master either way (after the failure's JSON, as a `finally`)."""
+    p = module.params
+    try:
+        return relay_passes(
+            wait_for,
+            lambda: look(p["src"]),
+            run_pass,
+            time.monotonic,
+            time.sleep,
+            p["stall_timeout"] if p["stall_timeout"] > 0 else RELAY_WAIT_DEFAULT,
+        )
+    except UpstreamStalled as exc:
+        if finish:
+            finish()
+        module.fail_json(
+            msg=stall_message(
+                source,
+                p["host_label"] or p["host"],
+                p["upstream_name"] or "its sender",
+                exc.complete,
+                exc.pending,
+                exc.waited,
+            ),
+            complete=exc.complete,
+            pending=exc.pending,
+            passes=passes,
+        )
+    finally:
+        end()
+
+
+def finish_progress(module, finish):
+    """Writes the progress file's last state; a problem writing it is a warning, not a failure."""
     if finish:
         problem = finish()
         if problem:
             module.warn(f"{problem} (the copy itself went on)")
-    rc, out, err, argv = results[-1]
-    if rc != 0:
-        module.fail_json(
-            msg=explain_failure(
-                rc,
-                err,
-                host,
-                dest,
-                source,
-                name=p["host_label"] or host,
-                user=ssh_login(p["ssh_args"]),
-                trust=p["ssh_trust"],
-                stall_timeout=p["stall_timeout"],
-            ),
-            rc=rc,
-            cmd=argv,
-            stderr=err,
-            stdout=out,
-            passes=passes if relay else [],
-        )
+
+
+def fail_copy(module, source, last, passes):
+    """Fails with why the last pass `(rc, out, err, argv)` failed, in words."""
+    p = module.params
+    rc, out, err, argv = last
+    host = p["host"]
+    module.fail_json(
+        msg=explain_failure(
+            rc,
+            err,
+            host,
+            p["dest"],
+            source,
+            name=p["host_label"] or host,
+            user=ssh_login(p["ssh_args"]),
+            trust=p["ssh_trust"],
+            stall_timeout=p["stall_timeout"],
+        ),
+        rc=rc,
+        cmd=argv,
+        stderr=err,
+        stdout=out,
+        passes=passes,
+    )
+
+
+def exit_copied(module, results, log_file, passes):
+    """Exits with what the passes `results` changed, the last one's rc and argv."""
+    rc, _out, _err, argv = results[-1]
     items = merge_itemized([parse_itemized(r[1]) for r in results])
-    result = dict(items, rc=rc, cmd=argv, log_file=log_file, passes=passes if relay else [])
+    result = dict(items, rc=rc, cmd=argv, log_file=log_file, passes=passes)
     if module._diff and items["changed"]:
         result["diff"] = {"prepared": "".join(without_progress(r[1]) for r in results)}
     module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=module_args(), supports_check_mode=True)
+    p = module.params
+    relay = p["wait_for"] is not None and not module.check_mode
+    source, skip_words, wait_for = checked_request(module, relay)
+    rsync = module.get_bin_path("rsync", required=True)
+    ssh, rsh, control = ssh_transport(module, relay)
+    runner = Runner(p["command_timeout"])
+    log_file = usable_log_file(module, runner, rsync, p["log_file"], source)
+    # a dry run sends nothing, so prints no progress
+    progress_file = p["progress_file"] if not module.check_mode else None
+    on_output, finish = watch_progress(progress_file, copy_total(p, relay, wait_for))
+    passes = []
+    run_pass = pass_runner(module, runner, rsync, rsh, log_file, progress_file, on_output, skip_words, passes)
+    if relay:
+        end = functools.partial(end_master, runner, ssh, control, p["host"])
+        results = relay_copy(module, source, wait_for, run_pass, passes, finish, end)
+    else:
+        results = [run_pass()]
+    finish_progress(module, finish)
+    reported = passes if relay else []
+    if results[-1][0] != 0:
+        fail_copy(module, source, results[-1], reported)
+    exit_copied(module, results, log_file, reported)
 
 
 if __name__ == "__main__":

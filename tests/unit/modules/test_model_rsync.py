@@ -237,6 +237,27 @@ def test_ssh_args_that_rsync_would_split_are_refused(module_runner, src):
     assert out.failed and out.calls == [] and "ssh_args" in out.result["msg"]
 
 
+def test_a_relay_whose_socket_path_ssh_cannot_carry_copies_without_a_master(module_runner, src, tmp_path, monkeypatch):
+    """A temporary directory with a space in its path cannot go into rsync's -e: the relay's
+    passes then run over plain ssh, no master is ended, and the directory is removed at once."""
+    import os
+    import tempfile
+
+    spaced = tmp_path / "with space"
+    spaced.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spaced))
+    st = os.stat(os.path.join(src, "model.safetensors"))
+    wait_for = {"model.safetensors": {"size": st.st_size, "mtime": int(st.st_mtime)}}
+    argv = remote_argv(src)
+    out = module_runner(
+        "model_rsync", args=push(src, ssh_args=SSH_ARGS, wait_for=wait_for), bins=BINS, commands={argv: (0, FIRST, "")}
+    )
+    assert not out.failed, out.result
+    assert out.calls == [list(argv)]
+    assert [p["excluded"] for p in out.result["passes"]] == [0] and out.result["passes"][0]["rc"] == 0
+    assert list(spaced.iterdir()) == []
+
+
 def test_rsync_missing_fails(module_runner, src):
     out = module_runner("model_rsync", args=push(src), bins={"rsync": None, "ssh": SSH})
     assert out.failed and out.calls == [] and "rsync" in out.result["msg"]

@@ -177,33 +177,25 @@ def put(module, path, text, mode, diffs):
     return True
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            key=dict(type="str", default="~/.ssh/mlx_cluster_ed25519", no_log=False),
-            make_key=dict(type="bool", default=False),
-            comment=dict(type="str", default="mlx-cluster"),
-            host_key_dir=dict(type="path", default="/etc/ssh"),
-            authorized_keys=dict(type="list", elements="str", no_log=False),
-            marker=dict(type="str", default=MARKER),
-            known_hosts=dict(type="str"),
-            known_hosts_path=dict(type="str", default="~/.ssh/mlx_cluster_known_hosts"),
-            command_file=dict(type="str", default="~/.ssh/mlx_cluster_receive_only"),
-            **COMMAND_TIMEOUT_SPEC,
-        ),
-        supports_check_mode=True,
+def module_args():
+    """The options DOCUMENTATION describes, as AnsibleModule takes them."""
+    return dict(
+        key=dict(type="str", default="~/.ssh/mlx_cluster_ed25519", no_log=False),
+        make_key=dict(type="bool", default=False),
+        comment=dict(type="str", default="mlx-cluster"),
+        host_key_dir=dict(type="path", default="/etc/ssh"),
+        authorized_keys=dict(type="list", elements="str", no_log=False),
+        marker=dict(type="str", default=MARKER),
+        known_hosts=dict(type="str"),
+        known_hosts_path=dict(type="str", default="~/.ssh/mlx_cluster_known_hosts"),
+        command_file=dict(type="str", default="~/.ssh/mlx_cluster_receive_only"),
+        **COMMAND_TIMEOUT_SPEC,
     )
-    p = module.params
-    key = os.path.expanduser(p["key"])
-    known_hosts_path = os.path.expanduser(p["known_hosts_path"])
-    command_file = os.path.expanduser(p["command_file"])
-    authorized_path = os.path.expanduser("~/.ssh/authorized_keys")
-    try:
-        marker_lines(p["marker"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
 
-    host_key_files = sorted(glob.glob(os.path.join(p["host_key_dir"], "ssh_host_*_key.pub")))
+
+def read_host_keys(module, host_key_dir):
+    """This Mac's public host keys in `host_key_dir`, in file name order; fails when there are none."""
+    host_key_files = sorted(glob.glob(os.path.join(host_key_dir, "ssh_host_*_key.pub")))
     texts = []
     for path in host_key_files:
         try:
@@ -214,51 +206,67 @@ def main():
     host_keys = host_key_lines(texts)
     if not host_keys:
         module.fail_json(
-            msg=f"no ssh host key (ssh_host_*_key.pub) in {p['host_key_dir']}: the other Macs could not "
+            msg=f"no ssh host key (ssh_host_*_key.pub) in {host_key_dir}: the other Macs could not "
             "check whom they reach. Fix: turn Remote Login on (System Settings > General > Sharing), "
             "which makes the host keys, or set ssh_trust_host_key_dir to where they are."
         )
+    return host_keys
 
-    changed, key_created, diffs = False, False, []
-    if p["make_key"] and not os.path.exists(key):
-        key_created = changed = True
-        if not module.check_mode:
-            make_dir(module, os.path.dirname(key))
-            argv = [
-                module.get_bin_path("ssh-keygen", required=True),
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                p["comment"],
-                "-f",
-                key,
-            ]
-            rc, out, err = module_run(module, Runner(p["command_timeout"]), argv)
-            if rc != 0:
-                module.fail_json(
-                    msg=f"ssh-keygen could not make the cluster key {key}: {(err or out).strip()}",
-                    rc=rc,
-                    cmd=argv,
-                    stderr=err,
-                )
-    public = read_text(module, key + ".pub")
-    public_key = public.strip() if public and public.strip() else None
 
+def ensure_key(module, key):
+    """True when the cluster key is (in check mode, would be) made now: asked for and missing."""
+    p = module.params
+    if not (p["make_key"] and not os.path.exists(key)):
+        return False
+    if not module.check_mode:
+        make_dir(module, os.path.dirname(key))
+        argv = [
+            module.get_bin_path("ssh-keygen", required=True),
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            p["comment"],
+            "-f",
+            key,
+        ]
+        rc, out, err = module_run(module, Runner(p["command_timeout"]), argv)
+        if rc != 0:
+            module.fail_json(
+                msg=f"ssh-keygen could not make the cluster key {key}: {(err or out).strip()}",
+                rc=rc,
+                cmd=argv,
+                stderr=err,
+            )
+    return True
+
+
+def sync_authorized_keys(module, authorized_path, diffs):
+    """(changed, block): the marked block written as `authorized_keys` asks, and the keys it holds
+    after (None when there is no block)."""
+    p = module.params
+    changed = False
     text = read_text(module, authorized_path)
     block = split_block(text, p["marker"])[1] if text is not None else None
     if p["authorized_keys"] is not None:
         wanted = [k.strip() for k in p["authorized_keys"] if k.strip()]
         if block != wanted:
-            changed |= put(module, authorized_path, with_block(text, p["marker"], wanted), 0o600, diffs)
+            changed = put(module, authorized_path, with_block(text, p["marker"], wanted), 0o600, diffs)
         block = wanted
+    return changed, block
+
+
+def sync_command_file(module, command_file, block, diffs):
+    """(changed, command_file_ok): the forced command written when a key of `block` runs it,
+    removed when `authorized_keys` leaves no key."""
+    changed = False
     command_file_ok = read_text(module, command_file) == RECEIVE_ONLY
     if block is not None and any("command=" in line for line in block) and not command_file_ok:
-        changed |= put(module, command_file, RECEIVE_ONLY, 0o600, diffs)
+        changed = put(module, command_file, RECEIVE_ONLY, 0o600, diffs)
         command_file_ok = True
-    elif p["authorized_keys"] is not None and not block and os.path.lexists(command_file):
+    elif module.params["authorized_keys"] is not None and not block and os.path.lexists(command_file):
         changed = True  # no key runs it any more
         diffs.append(
             {"before_header": command_file, "after_header": command_file, "before": "(the forced command)", "after": ""}
@@ -269,6 +277,29 @@ def main():
             except OSError as exc:
                 module.fail_json(msg=f"cannot remove {command_file}: {exc.strerror}")
         command_file_ok = False
+    return changed, command_file_ok
+
+
+def main():
+    module = AnsibleModule(argument_spec=module_args(), supports_check_mode=True)
+    p = module.params
+    key = os.path.expanduser(p["key"])
+    known_hosts_path = os.path.expanduser(p["known_hosts_path"])
+    command_file = os.path.expanduser(p["command_file"])
+    authorized_path = os.path.expanduser("~/.ssh/authorized_keys")
+    try:
+        marker_lines(p["marker"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    host_keys = read_host_keys(module, p["host_key_dir"])
+
+    diffs = []
+    key_created = changed = ensure_key(module, key)
+    public = read_text(module, key + ".pub")
+    public_key = public.strip() if public and public.strip() else None
+    block_changed, block = sync_authorized_keys(module, authorized_path, diffs)
+    command_changed, command_file_ok = sync_command_file(module, command_file, block, diffs)
+    changed |= block_changed | command_changed
     known_hosts = read_text(module, known_hosts_path)
     if p["known_hosts"] is not None:
         changed |= put(module, known_hosts_path, p["known_hosts"], 0o600, diffs)

@@ -458,48 +458,51 @@ def with_file_diffs(links_diff, files):
     return [links_diff] + files["diff"] if files.get("diff") else links_diff
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            links=dict(
-                type="list",
-                elements="dict",
-                required=True,
-                options=dict(
-                    iface=dict(type="str", required=True),
-                    address=dict(type="str", required=True),
-                    prefix=dict(type="int", default=30),
-                    peer_address=dict(type="str", required=True),
-                    # carried along from the plan, for messages only
-                    netmask=dict(type="str"),
-                    cable=dict(type="str"),
-                    peer_host=dict(type="str"),
-                    peer_iface=dict(type="str"),
-                ),
+def module_args():
+    """The options DOCUMENTATION describes, as AnsibleModule takes them."""
+    return dict(
+        links=dict(
+            type="list",
+            elements="dict",
+            required=True,
+            options=dict(
+                iface=dict(type="str", required=True),
+                address=dict(type="str", required=True),
+                prefix=dict(type="int", default=30),
+                peer_address=dict(type="str", required=True),
+                # carried along from the plan, for messages only
+                netmask=dict(type="str"),
+                cable=dict(type="str"),
+                peer_host=dict(type="str"),
+                peer_iface=dict(type="str"),
             ),
-            protected_ifaces=dict(type="list", elements="str", default=[]),
-            pool=dict(type="str"),
-            bridge=dict(type="str", default="bridge0"),
-            bridge_service=dict(type="str", default=""),
-            host_routes=dict(type="bool", default=True),
-            state=dict(
-                type="dict",
-                options=dict(
-                    hardware_ports=dict(type="dict"),
-                    services=dict(type="list", elements="dict"),
-                    interfaces=dict(type="dict"),
-                ),
-            ),
-            verify=dict(type="bool", default=False),
-            verify_count=dict(type="int", default=2),
-            verify_timeout=dict(type="int", default=3),
-            verify_wait=dict(type="int", default=60),
-            files=dict(FILES_SPEC["files"], required=False, default=[]),
-            fail_on_no_answer=dict(type="bool", default=True),
-            **COMMAND_TIMEOUT_SPEC,
         ),
-        supports_check_mode=True,
+        protected_ifaces=dict(type="list", elements="str", default=[]),
+        pool=dict(type="str"),
+        bridge=dict(type="str", default="bridge0"),
+        bridge_service=dict(type="str", default=""),
+        host_routes=dict(type="bool", default=True),
+        state=dict(
+            type="dict",
+            options=dict(
+                hardware_ports=dict(type="dict"),
+                services=dict(type="list", elements="dict"),
+                interfaces=dict(type="dict"),
+            ),
+        ),
+        verify=dict(type="bool", default=False),
+        verify_count=dict(type="int", default=2),
+        verify_timeout=dict(type="int", default=3),
+        verify_wait=dict(type="int", default=60),
+        files=dict(FILES_SPEC["files"], required=False, default=[]),
+        fail_on_no_answer=dict(type="bool", default=True),
+        **COMMAND_TIMEOUT_SPEC,
     )
+
+
+def plan(module):
+    """(state, actions, before, after): what read_state read and what plan_links makes of it; its
+    warnings given; fails when the links cannot be planned."""
     p = module.params
     try:
         state = read_state(module, p["links"])
@@ -522,15 +525,11 @@ def main():
         )
     for w in warnings:
         module.warn(w)
-    if module.check_mode:
-        files = write_some_files(module, p["files"])
-        module.exit_json(
-            changed=bool(actions) or files.get("changed", False),
-            actions=actions,
-            links=p["links"],
-            diff=with_file_diffs({"before": before, "after": after}, files),
-            **files_out(files),
-        )
+    return state, actions, before, after
+
+
+def apply_actions(module, actions):
+    """(ran, already): the actions run in order, and the runtime ones networksetup had applied."""
     ran, already, now = [], [], None
     for action in actions:
         if action.get("runtime") and any(a["argv"][0] == "networksetup" for a in ran):
@@ -545,23 +544,45 @@ def main():
         else:
             run(module, action["argv"])
         ran.append(action)
-    files = write_some_files(module, p["files"])
-    out = dict(
-        changed=bool(actions) or files.get("changed", False),
+    return ran, already
+
+
+def links_out(module, planned, ran, before, after, files):
+    """The result: changed (actions `planned` or files written), the actions that `ran`, the
+    links, the diff and the files written."""
+    return dict(
+        changed=bool(planned) or files.get("changed", False),
         actions=ran,
-        links=p["links"],
+        links=module.params["links"],
         diff=with_file_diffs({"before": before, "after": after}, files),
         **files_out(files),
     )
+
+
+def verify_into(module, out, interfaces):
+    """Adds `verified` and `no_answer` to `out`; fails with it when a cable does not answer and
+    fail_on_no_answer says so."""
+    p = module.params
+    out["verified"] = verify(module, p["links"], interfaces)
+    out["no_answer"] = [{"peer_host": r["peer_host"], "problem": r["problem"]} for r in out["verified"] if not r["ok"]]
+    if out["no_answer"] and p["fail_on_no_answer"]:
+        module.fail_json(msg=no_answer_msg(out["no_answer"]), **out)
+
+
+def main():
+    module = AnsibleModule(argument_spec=module_args(), supports_check_mode=True)
+    p = module.params
+    state, actions, before, after = plan(module)
+    if module.check_mode:
+        files = write_some_files(module, p["files"])
+        module.exit_json(**links_out(module, actions, actions, before, after, files))
+    ran, already = apply_actions(module, actions)
+    files = write_some_files(module, p["files"])
+    out = links_out(module, actions, ran, before, after, files)
     if already:
         out["applied_by_networksetup"] = already
     if p["verify"]:
-        out["verified"] = verify(module, p["links"], state[2])
-        out["no_answer"] = [
-            {"peer_host": r["peer_host"], "problem": r["problem"]} for r in out["verified"] if not r["ok"]
-        ]
-        if out["no_answer"] and p["fail_on_no_answer"]:
-            module.fail_json(msg=no_answer_msg(out["no_answer"]), **out)
+        verify_into(module, out, state[2])
     module.exit_json(**out)
 
 

@@ -235,6 +235,7 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    SERVER_SPEC,
     SpecError,
     keeper_argv,
     launch_env,
@@ -268,7 +269,6 @@ def argument_spec():
     return dict(
         hostfile=dict(type="dict", required=True),
         host=dict(type="str", required=True),
-        run_dir=dict(type="path", required=True),
         python=dict(type="str", required=True),
         script=dict(type="path", required=True),
         keeper=dict(type="path", required=True),
@@ -288,8 +288,7 @@ def argument_spec():
         stall_timeout=dict(type="int", default=120),
         max_restarts=dict(type="int", default=3),
         env=dict(type="list", elements="str", default=[], no_log=True),
-        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-        label=dict(type="str", default="org.mlx-cluster.server"),
+        **SERVER_SPEC,
         api_key=dict(type="str", default="", no_log=True),
     )
 

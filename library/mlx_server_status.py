@@ -143,6 +143,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    SERVER_SPEC,
     open_nofollow,
     parse_launchctl_print,
     problems,
@@ -349,10 +350,8 @@ def stalled(st):
 
 def argument_spec():
     return dict(
-        run_dir=dict(type="path", required=True),
         rank=dict(type="int"),
-        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-        label=dict(type="str", default="org.mlx-cluster.server"),
+        **SERVER_SPEC,
         want_hash=dict(type="str", default=""),
         wait=dict(type="int", default=0),
         url=dict(type="str", default=""),

@@ -125,6 +125,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     RUN_ID_RE,
+    SERVER_SPEC,
     become_owner,
     parse_launchctl_print,
     process_matches,
@@ -229,10 +230,8 @@ def stop_rank(module, rank, found, grace, stopped, remaining):
 
 def argument_spec():
     return dict(
-        run_dir=dict(type="path", required=True),
         rank=dict(type="int"),
-        supervisor=dict(type="str", choices=["launchd", "process"], default="launchd"),
-        label=dict(type="str", default="org.mlx-cluster.server"),
+        **SERVER_SPEC,
         plist=dict(type="path"),
         grace=dict(type="int", default=30),
         **COMMAND_TIMEOUT_SPEC,

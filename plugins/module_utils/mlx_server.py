@@ -36,6 +36,16 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsaf
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
 
 # mlx.launch's defaults (mlx/_distributed_utils/launch.py): one connection per address.
+# where a server runs, as the three server modules take it (spec, status, stop): its run
+# directory, the rank on this Mac, the supervisor and the LaunchDaemon's label
+SUPERVISORS = ("launchd", "process")
+DEFAULT_LABEL = "org.mlx-cluster.server"
+SERVER_SPEC = dict(
+    run_dir=dict(type="path", required=True),
+    supervisor=dict(type="str", choices=list(SUPERVISORS), default="launchd"),
+    label=dict(type="str", default=DEFAULT_LABEL),
+)
+
 RING_FILE = "ring_hosts.json"
 IBV_FILE = "ibv_devices.json"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -94,6 +94,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_P
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import ALF_DIR
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, CommandTimeout, Runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import LAUNCH_DAEMONS
 
 
 def read_text(path):
@@ -122,7 +123,7 @@ def main():
     except Exception as exc:  # noqa: BLE001 - a parser that breaks on this Mac's output is what a capture is for
         notes.append(f"discovery's parsers fail on this Mac's output: {type(exc).__name__}: {exc}")
     plists = sorted(
-        set(glob.glob(OUR_DAEMONS)) | {f"/Library/LaunchDaemons/{lb}.plist" for lb in module.params["launchd_labels"]}
+        set(glob.glob(OUR_DAEMONS)) | {f"{LAUNCH_DAEMONS}/{lb}.plist" for lb in module.params["launchd_labels"]}
     )
     labels = [os.path.basename(p)[: -len(".plist")] for p in plists]
     extra = [["launchctl", "print", f"system/{label}"] for label in labels]

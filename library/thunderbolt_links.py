@@ -249,6 +249,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     SC_PREFERENCES,
     LinkPlanError,
     bridges_from_preferences,
+    getinfo_argv,
     no_answer_msg,
     parse_getinfo,
     parse_netstat_routes,
@@ -371,10 +372,7 @@ def read_state(module, links):
     info = services_from_preferences(prefs, listed) if listed and prefs is not None else {}
     ask = [n for n in names if n not in info]
     info.update(
-        {
-            name: parse_getinfo(res[1])
-            for name, res in zip(ask, run_all(module, [["networksetup", "-getinfo", n] for n in ask]))
-        }
+        {name: parse_getinfo(res[1]) for name, res in zip(ask, run_all(module, [getinfo_argv(n) for n in ask]))}
     )
     if table is not None:
         routes = {peer: route_of(table, peer) for peer in routes_wanted}

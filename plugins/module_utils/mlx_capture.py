@@ -31,30 +31,41 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     BRIDGE_ARGV,
     CLUSTER_ARGVS,
     ROUTE_ARGV,
+    SERVICE_ORDER_ARGV,
     label,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import NETSTAT_ROUTES_ARGV, SC_PREFERENCES
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
+    NETSTAT_ROUTES_ARGV,
+    SC_PREFERENCES,
+    getinfo_argv,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import ALF_GETTERS
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import LOG_FILE_PROBE
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import parse_service_order
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import LABEL as WIRED_LABEL
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import LAUNCH_DAEMONS
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST_PATH as WIRED_PLIST
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import SERVICE as WIRED_SERVICE
 
 FORMAT = 1
+# whether the Command Line Tools are there (the simulation rebuilt from a capture needs it)
+CLT_ARGV = ["xcode-select", "-p"]
 # What the other stages read besides discovery's commands (the network stage's routes, the
-# port check's firewall, the power stage's LaunchDaemon, the model stage's rsync)
+# power stage's LaunchDaemon, the model stage's rsync and its --log-file probe); the port
+# check's firewall tool is not on PATH: the module finds it (firewall_argv)
 CAPTURE_ARGVS = tuple(CLUSTER_ARGVS) + (
     BRIDGE_ARGV,
     ROUTE_ARGV,
     NETSTAT_ROUTES_ARGV,
-    ["launchctl", "print", f"system/{WIRED_LABEL}"],
+    ["launchctl", "print", WIRED_SERVICE],
     ["rsync", "--version"],
-    ["xcode-select", "-p"],
+    ["rsync", *LOG_FILE_PROBE],
+    CLT_ARGV,
 )
 FILES = (SC_PREFERENCES, WIRED_PLIST)
 # the toolkit's LaunchDaemons (the wired limit's, the server's by default): read, and printed by launchctl
-OUR_DAEMONS = "/Library/LaunchDaemons/org.mlx-cluster.*.plist"
+OUR_DAEMONS = f"{LAUNCH_DAEMONS}/org.mlx-cluster.*.plist"
 # the most of one output kept (system_profiler's JSON of a Mac with a dock is tens of KB)
 MAX_OUTPUT = 1 << 20
 
@@ -76,15 +87,16 @@ def record(run, taken):
         try:
             result = run(argv, required=False)
         except CommandTimeout as exc:
-            entry.update(error=f"no answer within {exc.timeout}s", seconds=round(time.monotonic() - t0, 3))
+            entry["error"] = f"no answer within {exc.timeout}s"
             raise
         except ParseError as exc:
-            entry.update(error=exc.message, seconds=round(time.monotonic() - t0, 3))
+            entry["error"] = exc.message
             raise
         except OSError as exc:
-            entry.update(error=f"could not be started: {exc}", seconds=round(time.monotonic() - t0, 3))
+            entry["error"] = f"could not be started: {exc}"
             raise ParseError(label(argv), f"could not be started: {exc}") from None
-        entry["seconds"] = round(time.monotonic() - t0, 3)
+        finally:
+            entry["seconds"] = round(time.monotonic() - t0, 3)
         if result is None:
             entry["error"] = "not installed"
             if required:
@@ -108,13 +120,13 @@ def missing_argvs(taken, extra=()):
     each service the service order lists (once it is known)."""
     done = {label(e["argv"]) for e in taken}
     todo = [list(a) for a in tuple(CAPTURE_ARGVS) + tuple(extra) if label(a) not in done]
-    order = next((e for e in taken if e["argv"][:2] == ["networksetup", "-listnetworkserviceorder"]), None)
+    order = next((e for e in taken if e["argv"] == SERVICE_ORDER_ARGV), None)
     if order and order.get("rc") == 0:
         try:
             services = parse_service_order(order.get("stdout") or "")
         except ParseError:
             services = []
-        todo += [["networksetup", "-getinfo", s["name"]] for s in services if s.get("name")]
+        todo += [getinfo_argv(s["name"]) for s in services if s.get("name")]
     return [a for a in todo if label(a) not in done]
 
 

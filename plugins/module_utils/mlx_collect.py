@@ -36,6 +36,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
     TB_PORT,
     bridges_from_preferences,
+    getinfo_argv,
     parse_getinfo,
     parse_netstat_routes,
     ping_argv,
@@ -391,7 +392,7 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     out, peers, pings = [], [], []
     for svc in facts.get("services") or []:
         if svc.get("device") in tb and svc.get("name") and svc["name"] not in (known or {}):
-            out.append(("info", svc["name"], ["networksetup", "-getinfo", svc["name"]]))
+            out.append(("info", svc["name"], getinfo_argv(svc["name"])))
     for iface in sorted(tb):
         info = (facts.get("interfaces") or {}).get(iface) or {}
         for a in info.get("ipv4") or []:

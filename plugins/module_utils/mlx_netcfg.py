@@ -27,6 +27,12 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import Parse
 TB_PORT = re.compile(r"^Thunderbolt \d+$")
 
 
+def getinfo_argv(service):
+    """`networksetup -getinfo SERVICE`: what discovery, the network module and the capture read
+    of a network service (parse_getinfo)."""
+    return ["networksetup", "-getinfo", service]
+
+
 def parse_getinfo(text):
     """Parse `networksetup -getinfo SERVICE`.
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_capture import CLT_ARGV
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     WIRED_LIMIT_ARGV,
     collect_cluster,
@@ -51,7 +52,6 @@ from .spec import HOST_DEFAULTS, HOST_NAME, LANGUAGES
 
 FALLBACK_CIDR = "10.99.0.0/24"
 BRIDGE_DEVICE = "bridge0"
-XCODE_SELECT_ARGV = ["xcode-select", "-p"]
 # at most this much of one archive member is read (a capture keeps at most 1 MiB per output)
 MAX_MEMBER = 64 << 20
 _MAC_NAME = re.compile(r"^capture/([^/]+)\.json$")
@@ -312,7 +312,7 @@ def host_of(name, facts, capture_mac, notes):
     updates = _software_update(facts.get("updates"))
     if updates is not None and read is not None and "rc" in read:
         host["software_update"] = updates
-    clt = _entry(capture_mac, XCODE_SELECT_ARGV)
+    clt = _entry(capture_mac, CLT_ARGV)
     if clt is not None and "rc" in clt:
         host["command_line_tools"] = clt["rc"] == 0
     wired = hw.get("wired_limit_mb")

@@ -22,6 +22,8 @@ def extras(read_fixture):
             'Could not find service "org.mlx-cluster.wired-limit" in domain for system\n',
         ),
         ("/usr/bin/rsync", "--version"): (0, "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n", ""),
+        # model_rsync's probe: whether this rsync takes --log-file (openrsync of macOS 15 does not)
+        ("/usr/bin/rsync", "--log-file=/dev/null", "--version"): (1, "", "openrsync: unrecognized option\n"),
         ("/usr/bin/xcode-select", "-p"): (0, "/Library/Developer/CommandLineTools\n", ""),
     }
     for name in SERVICES:

@@ -278,6 +278,6 @@ def test_a_model_too_big_for_one_macs_gpu_stops_before_the_copy_naming_the_mac(s
         e["event_data"]["host"]: e["event_data"]["res"]["ansible_facts"]["mlx_cluster"]["hw"]["gpu_working_set_mb"]
         for e in ok.events
         if e.get("event") == "runner_on_ok"
-        and e["event_data"].get("task") == "Use the GPU limit the Mac reports in the memory check"
+        and e["event_data"].get("task") == "Record the versions, and the GPU limit the Mac reports for the memory check"
     }
     assert read == {h: int(mem[h] * 0.84) >> 20 for h in cluster.hosts}, read

@@ -57,6 +57,21 @@ except urllib.error.HTTPError as e:
     print(json.dumps({"status": e.code, "body": json.loads(e.read() or b"null")}))
 """
 
+# What a hostile or broken client sends, each as raw bytes with exactly its headers (#33): the
+# status of every answer, one per line. The last case announces a body over the limit and sends
+# none of it: the server must answer before reading it.
+BAD_CLIENT = r"""
+import json, socket, sys
+port, cases = int(sys.argv[1]), json.loads(sys.argv[2])
+for headers, body in cases:
+    conn = socket.create_connection(("127.0.0.1", port), timeout=60)
+    head = {"Host": f"127.0.0.1:{port}", "Content-Length": str(len(body)), **headers}
+    conn.sendall(("POST /v1/completions HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+                  + "Connection: close\r\n\r\n").encode() + (body.encode() if "X-No-Body" not in headers else b""))
+    print(conn.makefile("rb").readline().split()[1].decode())
+    conn.close()
+"""
+
 
 def playbook(tmp_path_factory):
     """The server plays run from site.yml, as a user runs them (`--tags server`)."""
@@ -194,6 +209,30 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     completion = http(pair, "/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 4})
     assert completion["status"] == 200 and completion["body"]["object"] == "text_completion"
     assert http(pair, "/v1/chat/completions", {**ask, "model": "other"})["status"] == 404
+
+    # #33: what a web page, a rebound name or a broken client sends is refused before it reaches
+    # the ranks, and the group serves on with the very same processes
+    before_bad = rank_pids(pair)
+    json_type = {"Content-Type": "application/json"}
+    good_body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 2})
+    cases = [
+        ({"Content-Type": "text/plain"}, good_body),  # a page's simple POST
+        ({**json_type, "Origin": "https://evil.example"}, good_body),  # a page's cross-site POST
+        ({**json_type, "Host": "rebound.evil.example"}, good_body),  # DNS rebinding
+        (json_type, json.dumps({"prompt": [2**70], "max_tokens": 2})),  # an id no vocabulary has
+        (json_type, json.dumps({"prompt": [10**6], "max_tokens": 2})),  # past this vocabulary
+        (json_type, '{"prompt": "x", "max_tokens": NaN}'),
+        (json_type, '{"prompt": "x", "max_tokens": 1e999}'),  # Infinity by another name
+        (json_type, '{"prompt": "x", "max_tokens": 2, "seed": Infinity}'),
+        (json_type, "not json"),
+        ({**json_type, "Content-Length": str(9 * 1024 * 1024), "X-No-Body": "1"}, ""),  # over 8 MiB
+    ]
+    bad = pair.exec(pair.rank0, [sys.executable, "-c", BAD_CLIENT, str(PORT), json.dumps(cases)], timeout=120)
+    assert bad.returncode == 0, bad.stderr
+    assert bad.stdout.split() == ["415", "403", "403", "400", "400", "400", "400", "400", "400", "413"], bad.stdout
+    after_bad = http(pair, "/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 4})
+    assert after_bad["status"] == 200, after_bad
+    assert rank_pids(pair) == before_bad  # no rank went down, none restarted
 
     pids, keepers = rank_pids(pair), rank_pids(pair, "keeper")
     assert all(pids.values()) and all(keepers.values())

@@ -7,6 +7,7 @@ that file for every Mac and copies nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -93,6 +94,40 @@ def test_tree_on_ring4_every_copy_over_the_senders_own_cable(sim_cluster, tiny):
     for h in ("m2", "m3", "m4"):  # --check copied nothing
         dest = cluster.home(h) / "mlx-cluster" / "models" / "tiny" / "config.json"
         assert dest.read_bytes() == (tiny / "config.json").read_bytes(), h
+
+    # rank 0 as the source: the one Mac across the ring from it, with no cable to it, is named
+    rank0 = run_site(cluster, tags=["models"], extravars={**extravars, "model_sync_source": "rank0"}, check=True)
+    assert rank0.rc == 0, rank0.failures()
+    uncabled = {h for h in cluster.hosts if h != "m1"} - {e["peer_host"] for e in plan["ip_plan"]["hosts"]["m1"]}
+    assert uncabled == {"m3"}
+    (warned,) = rank0.results("Warn about Macs that rank 0 has no Thunderbolt cable to")
+    msgs = [r["msg"] for r in warned["res"]["results"] if not r.get("skipped")]
+    assert len(msgs) == 1 and "no Thunderbolt cable between m1 and m3" in msgs[0], msgs
+
+    # a Mac on the way fails: the Mac behind it is named with its way, the other still gets its copy
+    way = rounds["copies"]["m3"]["src"]
+    for h in cluster.hosts:
+        if h != "m1":
+            fresh = cluster.home(h) / "mlx-cluster" / "models"
+            subprocess.run(["rm", "-rf", str(fresh / "tiny")], check=True)
+    (cluster.home(way) / "mlx-cluster" / "models" / "tiny").write_text("in the way\n")
+    broken = run_site(cluster, tags=["models"], extravars=extravars)
+    assert broken.rc != 0
+    failed = {task: (h, msg) for h, task, msg in broken.failures()}
+    assert sorted(failed) == [
+        "Check the destination on every Mac, and make the directory that holds it",
+        "Stop when a Mac's copy differs from the source",
+    ], failed
+    assert failed["Check the destination on every Mac, and make the directory that holds it"][0] == way
+    assert "m3" in failed["Stop when a Mac's copy differs from the source"][1]  # m3 lacks its copy, named
+    (named,) = broken.results("Name the Macs whose sender dropped out")
+    msgs = [r["msg"] for r in named["res"]["results"] if not r.get("skipped")]
+    assert (
+        len(msgs) == 1 and f"m3 gets no copy in this run: {way}, on its way from m1 (m1 -> {way} -> m3)" in msgs[0]
+    ), msgs
+    other = ({"m2", "m4"} - {way}).pop()
+    assert sorted(tree_copies(broken)) == [other]
+    (cluster.home(way) / "mlx-cluster" / "models" / "tiny").unlink()
 
 
 CONTROLLER_TASK = "Copy the model from the controller to every Mac"

@@ -983,196 +983,222 @@ class Server:
 
 
 def make_handler(server):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "mlx-cluster"
-        timeout = SOCKET_TIMEOUT  # a client that stops sending or reading is dropped, its thread freed
+    """The request handler class of rank 0's HTTP server, answering for `server`. http.server
+    makes one handler per request from the class alone, so the class carries it (`api`)."""
+    return type("Handler", (ApiHandler,), {"api": server})
 
-        def log_message(self, fmt, *a):
-            log(f"http {self.address_string()} {fmt % a}")
 
-        def send_json(self, status, body, headers=None):
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+class ApiHandler(BaseHTTPRequestHandler):
+    """One HTTP request to rank 0: the checks every request passes (Host, Origin, Content-Type,
+    the API key), the GET routes, and a completion queued then answered whole or streamed.
+    `api` is the Server (make_handler sets it); `self.server` is http.server's own."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "mlx-cluster"
+    timeout = SOCKET_TIMEOUT  # a client that stops sending or reading is dropped, its thread freed
+    api = None
+
+    def log_message(self, fmt, *a):
+        log(f"http {self.address_string()} {fmt % a}")
+
+    def send_json(self, status, body, headers=None):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def read_body(self):
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if n < 0:
+            raise ApiError(400, "missing or bad Content-Length")
+        if n > MAX_BODY:
+            self.close_connection = True  # the body is not read
+            raise ApiError(413, f"the body is {n} bytes: at most {MAX_BODY}")
+        try:
+            body = json.loads(self.rfile.read(n) or b"null", parse_constant=refuse_constant)
+        except ValueError as exc:
+            raise ApiError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return body
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        server = self.api
+        path = self.path.split("?", 1)[0].rstrip("/")
+        refused = check_host(self.headers, server.allowed_hosts)  # a page's DNS rebinding reads no reply
+        if refused is not None:
+            self.send_json(refused.status, refused.body())
+            return
+        allowed = authorized(self.headers, server.api_key)
+        if path == "/health":
+            self.send_json(*server.health(detail=allowed))
+        elif not allowed:
+            err = unauthorized()
+            self.send_json(err.status, err.body(), err.headers)
+        elif path == "/metrics":
+            data = server.metrics.text()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
             self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+        else:
+            self.send_json(*models_answer(server, path))
 
-        def read_body(self):
-            try:
-                n = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                n = -1
-            if n < 0:
-                raise ApiError(400, "missing or bad Content-Length")
-            if n > MAX_BODY:
-                self.close_connection = True  # the body is not read
-                raise ApiError(413, f"the body is {n} bytes: at most {MAX_BODY}")
-            try:
-                body = json.loads(self.rfile.read(n) or b"null", parse_constant=refuse_constant)
-            except ValueError as exc:
-                raise ApiError(400, f"the body is not JSON: {exc}") from None
-            if not isinstance(body, dict):
-                raise ApiError(400, "the body must be a JSON object")
-            return body
+    def do_POST(self):  # noqa: N802
+        server = self.api
+        path = self.path.split("?", 1)[0].rstrip("/")
+        try:
+            job, chat, stream = self.queue_completion(path)
+        except ApiError as err:
+            server.metrics.answered(err.status)
+            self.send_json(err.status, err.body(), err.headers)
+            return
+        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        if stream:
+            self.stream(job, rid, chat)
+            server.metrics.answered(200 if job.error is None and job.result is not None else 500)
+            return
+        status, body = wait_for_completion(server, job, rid, chat)
+        server.metrics.answered(status)
+        self.send_json(status, body)
 
-        def do_GET(self):  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0].rstrip("/")
-            refused = check_host(self.headers, server.allowed_hosts)  # a page's DNS rebinding reads no reply
-            if refused is not None:
-                self.send_json(refused.status, refused.body())
-                return
-            allowed = authorized(self.headers, server.api_key)
-            if path == "/health":
-                self.send_json(*server.health(detail=allowed))
-                return
-            if not allowed:
-                err = unauthorized()
-                self.send_json(err.status, err.body(), err.headers)
-                return
-            if path == "/metrics":
-                data = server.metrics.text()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            if path == "/v1/models":
-                self.send_json(200, server.models())
-            elif path.startswith("/v1/models/"):
-                if path[len("/v1/models/") :] == server.args.model_id:
-                    self.send_json(200, server.model_card())
-                else:
-                    self.send_json(404, ApiError(404, "no such model", code="model_not_found").body())
-            else:
-                self.send_json(404, ApiError(404, f"no route {path}").body())
+    def queue_completion(self, path):
+        """Check a completion request and queue it: (job, chat?, stream?). Raises the ApiError to
+        answer instead."""
+        server = self.api
+        refused = check_request_headers(self.headers, server.allowed_hosts)
+        if refused is None and not authorized(self.headers, server.api_key):
+            refused = unauthorized()
+        if refused is not None:
+            self.close_connection = True  # its body is not read
+            raise refused
+        if path not in ("/v1/chat/completions", "/v1/completions"):
+            raise ApiError(404, f"no route {path}")
+        body = self.read_body()
+        server.check_model(body)
+        params = sampling_params(body, server.args.max_tokens)
+        chat = path == "/v1/chat/completions"
+        server.check_room()  # a full queue answers 503 before the prompt is tokenized
+        tokens = (
+            chat_prompt(server.tokenizer, body.get("messages"))
+            if chat
+            else completion_prompt(server.tokenizer, body.get("prompt"), server.vocab_size)
+        )
+        stream = bool(body.get("stream"))
+        return server.submit(params, tokens, stream), chat, stream
 
-        def do_POST(self):  # noqa: N802
-            path = self.path.split("?", 1)[0].rstrip("/")
-            try:
-                refused = check_request_headers(self.headers, server.allowed_hosts)
-                if refused is None and not authorized(self.headers, server.api_key):
-                    refused = unauthorized()
-                if refused is not None:
-                    self.close_connection = True  # its body is not read
-                    raise refused
-                if path not in ("/v1/chat/completions", "/v1/completions"):
-                    raise ApiError(404, f"no route {path}")
-                body = self.read_body()
-                server.check_model(body)
-                params = sampling_params(body, server.args.max_tokens)
-                chat = path == "/v1/chat/completions"
-                server.check_room()  # a full queue answers 503 before the prompt is tokenized
-                tokens = (
-                    chat_prompt(server.tokenizer, body.get("messages"))
-                    if chat
-                    else completion_prompt(server.tokenizer, body.get("prompt"), server.vocab_size)
-                )
-                stream = bool(body.get("stream"))
-                job = server.submit(params, tokens, stream)
-            except ApiError as err:
-                server.metrics.answered(err.status)
-                self.send_json(err.status, err.body(), err.headers)
-                return
-            rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
-            if stream:
-                self.stream(job, rid, chat)
-                server.metrics.answered(200 if job.error is None and job.result is not None else 500)
-                return
-            if not job.done.wait(server.args.request_timeout):
-                server.abandon(job)  # still queued: it leaves the queue; under way: it runs to its end
-                server.metrics.answered(504)
-                self.send_json(504, ApiError(504, "generation did not finish in time", kind="server_error").body())
-                return
-            if job.error is not None:
-                server.metrics.answered(job.error.status)
-                self.send_json(job.error.status, job.error.body())
-                return
-            server.metrics.answered(200)
-            self.send_json(200, self.final_body(job, rid, chat))
-
-        def final_body(self, job, rid, chat):
-            res = job.result
-            usage = {
-                "prompt_tokens": len(job.request["tokens"]),
-                "completion_tokens": len(res["tokens"]),
-                "total_tokens": len(job.request["tokens"]) + len(res["tokens"]),
-            }
-            if chat:
-                choice = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": res["text"]},
-                    "finish_reason": res["finish_reason"],
-                    "logprobs": None,
-                }
-            else:
-                choice = {"index": 0, "text": res["text"], "finish_reason": res["finish_reason"], "logprobs": None}
-            return {
-                "id": rid,
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()),
-                "model": server.args.model_id,
-                "choices": [choice],
-                "usage": usage,
-            }
-
-        def stream(self, job, rid, chat):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            created = int(time.time())
-
-            def event(delta=None, finish=None):
-                if chat:
-                    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
-                else:
-                    choice = {
-                        "index": 0,
-                        "text": (delta or {}).get("content", ""),
-                        "finish_reason": finish,
-                        "logprobs": None,
-                    }
-                body = {
-                    "id": rid,
-                    "object": "chat.completion.chunk" if chat else "text_completion",
-                    "created": created,
-                    "model": server.args.model_id,
-                    "choices": [choice],
-                }
+    def stream(self, job, rid, chat):
+        """Server-sent events as the text comes; a client that goes away leaves the generation
+        to run to its end (every rank is in it)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for body in stream_events(self.api, job, rid, chat, int(time.time())):
                 self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
                 self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            log("http client went away during a stream (the generation still runs to its end)")
 
-            try:
-                if chat:
-                    event({"role": "assistant", "content": ""})
-                deadline = time.monotonic() + server.args.request_timeout
-                while True:
-                    try:
-                        piece = job.chunks.get(timeout=max(0.1, deadline - time.monotonic()))
-                    except queue.Empty:
-                        server.abandon(job)
-                        break
-                    if piece is None:
-                        break
-                    event({"content": piece})
-                if job.error is None and job.result is not None:
-                    event(finish=job.result["finish_reason"])
-                else:
-                    err = job.error or ApiError(504, "generation did not finish in time", kind="server_error")
-                    self.wfile.write(b"data: " + json.dumps(err.body()).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                log("http client went away during a stream (the generation still runs to its end)")
 
-    return Handler
+def models_answer(server, path):
+    """(HTTP status, body) of GET /v1/models and /v1/models/<id>; 404 for any other path."""
+    if path == "/v1/models":
+        return 200, server.models()
+    if path.startswith("/v1/models/"):
+        if path[len("/v1/models/") :] == server.args.model_id:
+            return 200, server.model_card()
+        return 404, ApiError(404, "no such model", code="model_not_found").body()
+    return 404, ApiError(404, f"no route {path}").body()
+
+
+def wait_for_completion(server, job, rid, chat):
+    """(HTTP status, body) of a completion answered whole: the text, the generation's error, or
+    504 when it did not finish within --request-timeout."""
+    if not job.done.wait(server.args.request_timeout):
+        server.abandon(job)  # still queued: it leaves the queue; under way: it runs to its end
+        return 504, ApiError(504, "generation did not finish in time", kind="server_error").body()
+    if job.error is not None:
+        return job.error.status, job.error.body()
+    return 200, completion_body(server, job, rid, chat)
+
+
+def completion_body(server, job, rid, chat):
+    """The OpenAI body of a finished completion: chat.completion or text_completion."""
+    res = job.result
+    usage = {
+        "prompt_tokens": len(job.request["tokens"]),
+        "completion_tokens": len(res["tokens"]),
+        "total_tokens": len(job.request["tokens"]) + len(res["tokens"]),
+    }
+    if chat:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": res["text"]},
+            "finish_reason": res["finish_reason"],
+            "logprobs": None,
+        }
+    else:
+        choice = {"index": 0, "text": res["text"], "finish_reason": res["finish_reason"], "logprobs": None}
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": server.args.model_id,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def stream_events(server, job, rid, chat, created):
+    """The bodies of a streamed completion's events, each as the generation hands its text out:
+    the assistant's role first (chat), each piece of text, then the finish reason, or else the
+    error (the generation's, or 504 when no text came within --request-timeout: the job then
+    leaves the queue, or runs to its end when under way)."""
+    if chat:
+        yield stream_chunk(server, rid, chat, created, {"role": "assistant", "content": ""})
+    deadline = time.monotonic() + server.args.request_timeout
+    while True:
+        try:
+            piece = job.chunks.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            server.abandon(job)
+            break
+        if piece is None:
+            break
+        yield stream_chunk(server, rid, chat, created, {"content": piece})
+    if job.error is None and job.result is not None:
+        yield stream_chunk(server, rid, chat, created, finish=job.result["finish_reason"])
+    else:
+        yield (job.error or ApiError(504, "generation did not finish in time", kind="server_error")).body()
+
+
+def stream_chunk(server, rid, chat, created, delta=None, finish=None):
+    """One event's body: a chat.completion.chunk (a delta) or a text_completion (its text)."""
+    if chat:
+        choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
+    else:
+        choice = {"index": 0, "text": (delta or {}).get("content", ""), "finish_reason": finish, "logprobs": None}
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": server.args.model_id,
+        "choices": [choice],
+    }
 
 
 # --- the serving loop (every rank) ---

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import threading
 import time
 import urllib.error
@@ -254,6 +255,75 @@ def test_streaming_client_gets_the_text(rig):
     with urllib.request.urlopen(req, timeout=10) as resp:
         events = [line[6:] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and json.loads(events[0])["choices"][0]["text"] == "abc"
+
+
+# (path, POST body or None for a GET, status, words in the answer)
+ROUTES = [
+    pytest.param("/v1/models", None, 200, '"id": "tiny"', id="models"),
+    pytest.param("/v1/models/tiny/?x=1", None, 200, '"object": "model"', id="model-card"),
+    pytest.param("/v1/models/other", None, 404, "model_not_found", id="no-such-model"),
+    pytest.param("/v1/embeddings", None, 404, "no route /v1/embeddings", id="get-no-route"),
+    pytest.param("/v1/embeddings", {"input": "x"}, 404, "no route /v1/embeddings", id="post-no-route"),
+    pytest.param("/v1/completions", {"prompt": [1], "model": "gpt-4"}, 404, "model_not_found", id="other-model"),
+    pytest.param("/v1/completions", [1, 2], 400, "the body must be a JSON object", id="not-an-object"),
+    pytest.param("/v1/chat/completions", {"messages": "x"}, 400, "'messages' must be", id="bad-messages"),
+    # a prompt the ranks refuse (encode_request): the serving loop hands its error back
+    pytest.param(
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": "EMPTY"}]}, 400, "token ids", id="no-tokens"
+    ),
+]
+
+
+@pytest.mark.parametrize("path, body, status, words", ROUTES)
+def test_each_route_answers_with_its_status(rig, path, body, status, words):
+    rig.server.tokenizer = FakeTokenizer()
+    rig.gen.gate.set()
+    got, _, answer = http(rig.url + path, body)
+    assert got == status and words in json.dumps(answer), answer
+    assert rig.gen.order == []
+
+
+class FakeTokenizer:
+    has_chat_template = False
+
+    def encode(self, text, add_special_tokens=True):
+        return [] if "EMPTY" in text else [len(text)]
+
+
+def test_a_chat_completion_answers_whole_and_streamed(rig):
+    rig.server.tokenizer = FakeTokenizer()
+    rig.gen.gate.set()
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    status, _, body = http(rig.url + "/v1/chat/completions", chat)
+    assert status == 200 and body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "abc"}, "finish_reason": "length", "logprobs": None}
+    ]
+    assert body["usage"] == {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
+    req = urllib.request.Request(
+        rig.url + "/v1/chat/completions",
+        data=json.dumps(dict(chat, stream=True)).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        events = [line[6:] for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
+    deltas = [(c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks]
+    assert deltas == [({"role": "assistant", "content": ""}, None), ({"content": "abc"}, None), ({}, "length")]
+
+
+@pytest.mark.parametrize("length, status", [("abc", 400), (str(9 * 1024 * 1024), 413)], ids=["bad", "too-large"])
+def test_a_bad_or_too_large_content_length_is_refused_before_the_body_is_read(rig, length, status):
+    host, port = rig.url.split("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(
+            f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n".encode()
+        )
+        assert conn.makefile("rb").readline().split()[1] == str(status).encode()
 
 
 # ---- the heartbeat and the stall rule, on a fake clock ------------------------------------

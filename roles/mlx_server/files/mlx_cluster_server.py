@@ -246,7 +246,26 @@ class RankState:
 
 
 def parse_args(argv):
+    """The command line, checked. What argparse cannot check alone (bounds, the stall timeout
+    against the poll interval, the model directory, the API key file) ends as its usage error
+    too (exit 2). Options are added by concern, in the order --help lists them."""
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    _add_group_options(p)
+    _add_serving_options(p)
+    _add_access_options(p)
+    p.add_argument("--settings-hash", default="", help="recorded in the state files")
+    p.add_argument(
+        "--run-id", default="", help="unique id of this start, so its processes can be found (and only they)"
+    )
+    args = p.parse_args(argv)
+    _check_args(p, args)
+    args.model_id = args.model_id or Path(args.model).name
+    args.api_key = _read_api_key(p, args.api_key_file)
+    return args
+
+
+def _add_group_options(p):
+    """The model, the run directory, and the distributed group this rank joins."""
     p.add_argument("--model", required=True, help="local model directory (never downloaded)")
     p.add_argument("--run-dir", required=True, help="directory for pid, state and rank files")
     p.add_argument(
@@ -265,6 +284,10 @@ def parse_args(argv):
         default="any",
         help="mx.distributed.init backend (any: the first one the launcher set up)",
     )
+
+
+def _add_serving_options(p):
+    """Rank 0's HTTP server, the requests' limits and the serving loop's pace and stall bound."""
     p.add_argument("--host", default="127.0.0.1", help="address rank 0's HTTP server binds")
     p.add_argument("--port", type=int, default=8080, help="port rank 0's HTTP server binds")
     p.add_argument("--model-id", default="", help="model name in the API (default: the directory name)")
@@ -287,6 +310,10 @@ def parse_args(argv):
         default=120.0,
         help="seconds without a turn or a token after which the loop counts as stalled (0: never)",
     )
+
+
+def _add_access_options(p):
+    """Who may use rank 0's API: the names it may be reached by, and the key it asks for."""
     p.add_argument(
         "--allowed-host",
         action="append",
@@ -300,11 +327,11 @@ def parse_args(argv):
         help="a file (the user's alone) holding the key clients send as `Authorization: Bearer KEY`; "
         "without it no key is asked for",
     )
-    p.add_argument("--settings-hash", default="", help="recorded in the state files")
-    p.add_argument(
-        "--run-id", default="", help="unique id of this start, so its processes can be found (and only they)"
-    )
-    args = p.parse_args(argv)
+
+
+def _check_args(p, args):
+    """What argparse's types do not check: the bounds, the stall timeout against the poll
+    interval, and that --model is a local model directory. A breach is a usage error (exit 2)."""
     if (
         args.expect_world < 1
         or args.init_timeout <= 0
@@ -324,16 +351,20 @@ def parse_args(argv):
         )
     if not (Path(args.model) / "config.json").is_file():
         p.error(f"--model {args.model}: not a local model directory (no config.json)")
-    args.model_id = args.model_id or Path(args.model).name
-    args.api_key = None
-    if args.api_key_file:
-        try:
-            args.api_key = Path(args.api_key_file).read_bytes().strip() or None
-        except OSError as exc:
-            p.error(f"--api-key-file {args.api_key_file}: {exc.strerror}")
-        if args.api_key is None:
-            p.error(f"--api-key-file {args.api_key_file} is empty")
-    return args
+
+
+def _read_api_key(p, path):
+    """The API key (bytes) from --api-key-file, or None when no key is asked for; a file that
+    cannot be read or is empty is a usage error (exit 2)."""
+    if not path:
+        return None
+    try:
+        key = Path(path).read_bytes().strip() or None
+    except OSError as exc:
+        p.error(f"--api-key-file {path}: {exc.strerror}")
+    if key is None:
+        p.error(f"--api-key-file {path} is empty")
+    return key
 
 
 def authorized(headers, key):

@@ -422,6 +422,57 @@ def test_arguments_bound_the_stall_timeout_and_queue(srv, tmp_path, argv, ok):
             srv.parse_args(base + argv)
 
 
+def test_a_bare_command_line_gets_the_defaults(srv, tmp_path):
+    model = tmp_path / "qwen"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    assert vars(srv.parse_args(["--model", str(model), "--run-dir", "r"])) == {
+        "model": str(model),
+        "run_dir": "r",
+        "mode": "tensor",
+        "expect_world": 1,
+        "init_timeout": 120.0,
+        "backend": "any",
+        "host": "127.0.0.1",
+        "port": 8080,
+        "model_id": "qwen",  # the directory's name
+        "max_tokens": 2048,
+        "poll_interval": 0.5,
+        "request_timeout": 600.0,
+        "queue_size": 8,
+        "stall_timeout": 120.0,
+        "allowed_host": [],
+        "api_key_file": "",
+        "api_key": None,
+        "settings_hash": "",
+        "run_id": "",
+    }
+
+
+BOUNDS = "--expect-world and --max-tokens must be >= 1, --init-timeout and --poll-interval > 0, --port in 1..65535"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        pytest.param(["--expect-world", "0"], BOUNDS, id="no-ranks"),
+        pytest.param(["--init-timeout", "0"], BOUNDS, id="no-init-time"),
+        pytest.param(["--max-tokens", "0"], BOUNDS, id="no-tokens"),
+        pytest.param(["--poll-interval", "0"], BOUNDS, id="no-poll-interval"),
+        pytest.param(["--port", "0"], BOUNDS, id="port-0"),
+        pytest.param(["--port", "65536"], BOUNDS, id="port-65536"),
+        pytest.param(["--mode", "data"], "argument --mode: invalid choice: 'data'", id="mode"),
+        pytest.param(["--backend", "tcp"], "argument --backend: invalid choice: 'tcp'", id="backend"),
+        pytest.param(["--model", "/nonexistent"], "--model /nonexistent: not a local model directory", id="model"),
+    ],
+)
+def test_other_bad_arguments_are_usage_errors(srv, tmp_path, capsys, argv, words):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit) as exc:
+        srv.parse_args(["--model", str(tmp_path), "--run-dir", "r"] + argv)
+    assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
 # (progress, seconds since its last progress) -> stalled?  The same for every copy of the rule.
 STALL_TABLE = [
     ({"stall_timeout": 60, "generating": True, "tokens": 3}, 59.0, False),

@@ -359,30 +359,14 @@ def main():
 
 
 def run(module, p, hostfile, hosts, wrapper):
+    """The job, once every host answers SSH: launched on the hostfile, or at once on the ring when
+    RDMA already failed in this run; when RDMA could not be brought up, run again on the ring
+    (fallback_hostfile) or fail naming the Macs and cables. Ends the module."""
     env = dict(os.environ)
     if wrapper:
         env["PATH"] = os.pathsep.join([wrapper, os.environ.get("PATH", "")])
     if p["ssh_check_timeout"] > 0:
-        down = ssh_check(env, hosts, p["ssh_check_timeout"])
-        if down:
-            words = []
-            for h, rc, err in down:
-                t = p["ssh_targets"].get(h) or {}
-                words.append(
-                    f"rank {hosts.index(h)}: "
-                    + (
-                        explain_ssh_failure(err, rc, "the controller", h, t.get("host", h), t.get("user"))
-                        or f"ssh to {h} failed (exit {rc}): {err or 'no message'}"
-                    )
-                )
-            module.fail_json(
-                msg="not started: " + " ".join(words),
-                failed_ranks=[{"rank": hosts.index(h), "host": h, "code": None, "killed": False} for h, _, _ in down],
-                elapsed=0.0,
-                stdout_tail="",
-                stderr_tail="",
-                fallback=None,
-            )
+        check_ssh(module, p, hosts, env)
     launcher = p["launcher"] or os.path.join(os.path.dirname(sys.executable), "mlx.launch")
     if not os.path.exists(launcher):
         launcher = module.get_bin_path("mlx.launch", required=True)
@@ -400,36 +384,7 @@ def run(module, p, hostfile, hosts, wrapper):
         job = launch(module, launcher, p, p["hostfile"], hosts, env, p["timeout"])
         rdma = rdma_failure(job["failed_ranks"], hostfile, job.pop("stdout")) if job["why"] else None
     if rdma and p["fallback_hostfile"]:
-        # The RDMA launch itself is never retried: the job runs once more, on the TCP ring.
-        ring_hosts = hostfile_hosts(p["fallback_hostfile"])
-        if not rdma.get("earlier"):
-            module.warn(
-                f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
-                f"cables (mlx_cluster_fallback_backend: ring), ranks {', '.join(ring_hosts)}"
-            )
-        fallback = {"from": rdma["backend"], "to": "ring", "hosts": ring_hosts, "reason": rdma["msg"]}
-        left = max(1, int(p["timeout"] - (time.monotonic() - start)))
-        first = job
-        fd, path = tempfile.mkstemp(prefix="mlx-cluster-ring-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(p["fallback_hostfile"], f)
-            job = launch(module, launcher, p, path, ring_hosts, env, left, backend="ring")
-        finally:
-            os.unlink(path)
-        job.pop("stdout")
-        job["elapsed"] = round(time.monotonic() - start, 3)
-        if job["why"]:
-            module.fail_json(
-                msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
-                f"{job['why']}: {job['who']}.{job['detail']}",
-                rdma_failure=rdma,
-                fallback=fallback,
-                first_run=strip(first) or None,
-                **strip(job),
-            )
-        job["result"].update(fallback_from=rdma["backend"], fallback_reason=rdma["msg"])
-        module.exit_json(changed=False, result=job["result"], rdma_failure=rdma, fallback=fallback, **strip(job))
+        return run_on_ring(module, p, launcher, env, name, job, rdma, start)
     if rdma:
         module.fail_json(
             msg=f"{name}: {rdma['msg']}, or set mlx_cluster_fallback_backend: ring to run on the "
@@ -441,6 +396,66 @@ def run(module, p, hostfile, hosts, wrapper):
     if job["why"]:
         module.fail_json(msg=f"{name} {job['why']}: {job['who']}.{job['detail']}", fallback=None, **strip(job))
     module.exit_json(changed=False, result=job["result"], fallback=None, **strip(job))
+
+
+def check_ssh(module, p, hosts, env):
+    """Fail before anything starts when a host of the hostfile does not answer `ssh HOST true`,
+    naming each such rank, why ssh failed and the fix."""
+    down = ssh_check(env, hosts, p["ssh_check_timeout"])
+    if not down:
+        return
+    words = []
+    for h, rc, err in down:
+        t = p["ssh_targets"].get(h) or {}
+        words.append(
+            f"rank {hosts.index(h)}: "
+            + (
+                explain_ssh_failure(err, rc, "the controller", h, t.get("host", h), t.get("user"))
+                or f"ssh to {h} failed (exit {rc}): {err or 'no message'}"
+            )
+        )
+    module.fail_json(
+        msg="not started: " + " ".join(words),
+        failed_ranks=[{"rank": hosts.index(h), "host": h, "code": None, "killed": False} for h, _, _ in down],
+        elapsed=0.0,
+        stdout_tail="",
+        stderr_tail="",
+        fallback=None,
+    )
+
+
+def run_on_ring(module, p, launcher, env, name, first, rdma, start):
+    """RDMA could not be brought up (in `first`, or earlier in this run): the job runs once more
+    on the fallback ring hostfile (a private temporary file) with what is left of the timeout.
+    The RDMA launch itself is never retried. Ends the module."""
+    ring_hosts = hostfile_hosts(p["fallback_hostfile"])
+    if not rdma.get("earlier"):
+        module.warn(
+            f"{name}: {rdma['msg']} Falling back to the ring backend over the same Thunderbolt "
+            f"cables (mlx_cluster_fallback_backend: ring), ranks {', '.join(ring_hosts)}"
+        )
+    fallback = {"from": rdma["backend"], "to": "ring", "hosts": ring_hosts, "reason": rdma["msg"]}
+    left = max(1, int(p["timeout"] - (time.monotonic() - start)))
+    fd, path = tempfile.mkstemp(prefix="mlx-cluster-ring-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(p["fallback_hostfile"], f)
+        job = launch(module, launcher, p, path, ring_hosts, env, left, backend="ring")
+    finally:
+        os.unlink(path)
+    job.pop("stdout")
+    job["elapsed"] = round(time.monotonic() - start, 3)
+    if job["why"]:
+        module.fail_json(
+            msg=f"{name}: {rdma['msg']} The fallback to the ring backend over the same cables "
+            f"{job['why']}: {job['who']}.{job['detail']}",
+            rdma_failure=rdma,
+            fallback=fallback,
+            first_run=strip(first) or None,
+            **strip(job),
+        )
+    job["result"].update(fallback_from=rdma["backend"], fallback_reason=rdma["msg"])
+    module.exit_json(changed=False, result=job["result"], rdma_failure=rdma, fallback=fallback, **strip(job))
 
 
 def strip(job):

@@ -2,7 +2,7 @@
 failure names the Mac, its cables and the fix; with fallback_hostfile the job runs once more on
 the ring hostfile and says so. The launcher is a stand-in (`launcher` option) that answers as
 mlx.launch does for a jaccl job whose rank 1 exited with the RDMA exit code, and runs a ring
-job; every run is logged.
+job (or fails it: ring_fails); every run is logged.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ if backend == "jaccl":
     print("\\x1b[33m[WARN] Node with rank 1 exited with code {code}\\x1b[0m", file=sys.stderr)
     print("\\x1b[33m[WARN] Node with rank 0 was killed\\x1b[0m", file=sys.stderr)
     sys.exit({exit})
+if {ring_fails}:
+    print("[rank 0/2 m1] Traceback: the ring broke too", flush=True)
+    print("\\x1b[33m[WARN] Node with rank 0 exited with code 1\\x1b[0m", file=sys.stderr)
+    sys.exit(1)
 print(json.dumps({{"backend": "ring", "world_size": 2, "mode": "tensor"}}))
 """
 
@@ -51,7 +55,9 @@ RING = {
 def files(tmp_path):
     log = tmp_path / "launches.log"
     launcher = tmp_path / "mlx.launch"
-    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(log), code=RDMA_EXIT, exit=1))
+    launcher.write_text(
+        FAKE_LAUNCHER.format(python=sys.executable, log=str(log), code=RDMA_EXIT, exit=1, ring_fails=False)
+    )
     launcher.chmod(0o700)
     jaccl = tmp_path / "hostfile.json"
     jaccl.write_text(json.dumps(JACCL))
@@ -106,7 +112,9 @@ def test_with_the_fallback_the_job_runs_once_on_the_ring_and_says_so(capsys, fil
 
 def test_a_failure_that_is_not_rdma_does_not_fall_back(capsys, files, tmp_path):
     launcher = tmp_path / "other.launch"
-    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable, log=str(files["log"]), code=3, exit=1))
+    launcher.write_text(
+        FAKE_LAUNCHER.format(python=sys.executable, log=str(files["log"]), code=3, exit=1, ring_fails=False)
+    )
     launcher.chmod(0o700)
     run = _launch(capsys, dict(files, launcher=str(launcher)), fallback_hostfile=RING)
     assert run.failed and "RDMA" not in run.result["msg"].split(":")[0]
@@ -129,3 +137,20 @@ def test_after_an_earlier_rdma_failure_the_job_starts_on_the_ring_at_once(capsys
     assert (run.result["result"]["backend"], run.result["result"]["fallback_from"]) == ("ring", "jaccl")
     assert run.result["result"]["fallback_reason"].endswith("m2")
     assert any("RDMA is not tried again" in w for w in run.warnings)
+
+
+def test_when_the_ring_fails_too_both_runs_are_reported(capsys, files, tmp_path):
+    launcher = tmp_path / "ring-fails.launch"
+    launcher.write_text(
+        FAKE_LAUNCHER.format(python=sys.executable, log=str(files["log"]), code=RDMA_EXIT, exit=1, ring_fails=True)
+    )
+    launcher.chmod(0o700)
+    run = _launch(capsys, dict(files, launcher=str(launcher)), fallback_hostfile=RING)
+    assert run.failed and len(files["log"].read_text().splitlines()) == 2
+    msg = run.result["msg"]
+    assert msg.startswith("mlx_cluster_bench.py: RDMA could not be brought up (backend jaccl) on m2 (rank 1)")
+    assert "The fallback to the ring backend over the same cables failed (launcher exit 1): rank 0 (m1)" in msg
+    assert "the ring broke too" in msg
+    assert run.result["rdma_failure"]["hosts"] == ["m2"] and run.result["fallback"]["to"] == "ring"
+    assert run.result["first_run"]["failed_ranks"][0]["host"] == "m2"  # the RDMA run's ranks
+    assert run.result["failed_ranks"][0]["host"] == "m1"  # the ring run's

@@ -374,7 +374,7 @@ def run(module, p, hostfile, hosts, wrapper):
     name = os.path.basename(p["script"])
     if p["fallback_reason"]:
         # RDMA failed earlier in this run: not tried again
-        job = dict(why="", failed_ranks=[], stdout="")
+        job = dict(why="", failed_ranks=[], stdout="", detail="")
         rdma = {"backend": hostfile.get("backend"), "msg": p["fallback_reason"], "earlier": True}
         module.warn(
             f"{name}: RDMA could not be brought up earlier in this run: running on the ring backend "

@@ -139,6 +139,16 @@ def test_after_an_earlier_rdma_failure_the_job_starts_on_the_ring_at_once(capsys
     assert any("RDMA is not tried again" in w for w in run.warnings)
 
 
+def test_an_earlier_rdma_failure_without_a_ring_to_fall_back_on_fails_naming_the_fix(capsys, files):
+    """fallback_reason with an empty fallback hostfile: nothing is launched, and the message is
+    the RDMA failure's own with the fix (once a KeyError: the earlier failure had no detail)."""
+    run = _launch(capsys, files, fallback_hostfile={}, fallback_reason="RDMA could not be brought up ... m2")
+    assert run.failed
+    assert run.result["msg"].startswith("mlx_cluster_bench.py: RDMA could not be brought up ... m2, or set ")
+    assert "mlx_cluster_fallback_backend: ring" in run.result["msg"]
+    assert not files["log"].exists()  # not launched
+
+
 def test_when_the_ring_fails_too_both_runs_are_reported(capsys, files, tmp_path):
     launcher = tmp_path / "ring-fails.launch"
     launcher.write_text(

@@ -827,9 +827,15 @@ class Metrics:
             }
         )
 
-    def answered(self, status):
-        """Count one completion request's answer by its HTTP status."""
-        outcome = "ok" if status < 400 else "queue_full" if status == 503 else "refused" if status < 500 else "error"
+    def answered(self, status, code=None):
+        """Count one completion request's answer by its HTTP status (and error code: a 503 is
+        queue_full only when the queue was full, code server_busy; a stopping server's is an error)."""
+        if status < 400:
+            outcome = "ok"
+        elif status == 503 and code == "server_busy":
+            outcome = "queue_full"
+        else:
+            outcome = "refused" if status < 500 else "error"
         self.requests.labels(outcome).inc()
 
     def generated(self, prompt_tokens, tokens, seconds):
@@ -1089,7 +1095,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         try:
             job, chat, stream = self.queue_completion(path)
         except ApiError as err:
-            server.metrics.answered(err.status)
+            server.metrics.answered(err.status, err.code)
             self.send_json(err.status, err.body(), err.headers)
             return
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
@@ -1098,7 +1104,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             server.metrics.answered(200 if job.error is None and job.result is not None else 500)
             return
         status, body = wait_for_completion(server, job, rid, chat)
-        server.metrics.answered(status)
+        server.metrics.answered(status, ((body.get("error") or {}) if isinstance(body, dict) else {}).get("code"))
         self.send_json(status, body)
 
     def queue_completion(self, path):

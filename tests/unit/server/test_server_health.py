@@ -585,3 +585,20 @@ def test_the_outcomes_a_running_server_counts(rig):
     assert got[("mlx_cluster_server_requests_total", (("outcome", "error"),))] == 0
     assert got[("mlx_cluster_server_generated_tokens_total", ())] == 3
     assert got[("mlx_cluster_server_generation_seconds_count", ())] == 1
+
+
+def test_a_stopping_servers_503_counts_as_an_error_not_a_full_queue(rig):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rig.server.stopping = True
+    status, _, body = http(rig.url + "/v1/completions", {"prompt": [1], "max_tokens": 1})
+    assert status == 503 and "stopping" in body["error"]["message"]
+    rig.server.stopping = False
+    with urllib.request.urlopen(rig.url + "/metrics", timeout=10) as resp:
+        got = {
+            (s.name, tuple(s.labels.items())): s.value
+            for f in text_string_to_metric_families(resp.read().decode())
+            for s in f.samples
+        }
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "queue_full"),))] == 0
+    assert got[("mlx_cluster_server_requests_total", (("outcome", "error"),))] == 1

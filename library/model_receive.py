@@ -19,6 +19,12 @@ description:
     once every file is in place, when no sender is connected for O(idle_timeout) seconds, or when a
     connection stalls for O(stall_timeout) seconds. In check mode nothing is started: RV(todo)
     lists what the copy would bring."
+  - "With O(report), a sender that reports for this Mac (M(mlx.cluster.model_send)
+    O(mlx.cluster.model_send#module:report)) gets the receiver's result once every file is in
+    place, the comparison with the source included (the weight files the source does not have,
+    listed when the receiver starts); the receiver then ends and leaves no status behind, so
+    O(state=finished) is needed only where that sender did not get it
+    (RV(mlx.cluster.model_send#module:received) empty)."
   - "O(state=finished): waits up to O(wait) seconds for this directory's receiver to end, ends
     it (by PID, only while its arguments still name O(run_id)) when it has not, and returns what it
     received. Nothing listens afterwards. Problems (a file that arrived damaged, a full disk, a
@@ -82,6 +88,13 @@ options:
         the record of verified files (C(.mlx-cluster-sha256.json)) says, and record what was read
         (for model_sync_checksum, a file changed in place with its size and time kept).
       - Without it, a file whose size and modification time match its record is taken as it is.
+    type: bool
+    default: false
+  report:
+    description:
+      - With O(state=started), a sender will ask for the result once it is done
+        (M(mlx.cluster.model_send) O(mlx.cluster.model_send#module:report)); once every file is in
+        place the receiver waits a few seconds for it, hands it the result and ends.
     type: bool
     default: false
   python:
@@ -343,6 +356,17 @@ def finish(module, p, runner, label):
     module.exit_json(changed=ended or bool(out["copied"]), **out)
 
 
+def compare_once_in_place(module, path, files, label):
+    """The comparison with the source that will hold once every file of `files` is in place: the
+    receiver writes only those, so the weight files the source lacks are the ones there now
+    (listed by size, no file read)."""
+    listing, warnings = walk(path) if os.path.isdir(path) else ({}, [])
+    for warning in warnings:
+        module.warn(warning)
+    done = dict(listing or {}, **{rel: {"size": f["size"]} for rel, f in files.items()})
+    return [x for x in compare_manifests(files, {label: done}) if x["kind"] == "extra_weight"]
+
+
 def compare_with(module, path, expected, label):
     """model_manifest's comparison, by size, of what is in path now (its own files left out;
     a listing by size reads no file, so it cannot fail: what it cannot see is a warning)."""
@@ -365,6 +389,7 @@ def main():
             idle_timeout=dict(type="int", default=300),
             wait=dict(type="int", default=30),
             rehash=dict(type="bool", default=False),
+            report=dict(type="bool", default=False),
             expected=dict(type="dict"),
             python=dict(type="path"),
             label=dict(type="str", default=""),
@@ -416,6 +441,8 @@ def main():
             addresses=p["addresses"],
             stall=p["stall_timeout"],
             idle=p["idle_timeout"],
+            report=p["report"],
+            compare=compare_once_in_place(module, p["path"], p["files"], label) if p["report"] else None,
         ),
         p["command_timeout"],
     )

@@ -86,6 +86,14 @@ options:
   progress_file:
     description: Where this module keeps its progress (set by the action plugin; not for playbooks).
     type: path
+  report:
+    description:
+      - Once every file is sent, ask the receiver for its result (RV(received)); with every file in
+        place there it ends by itself, and its Mac needs no
+        M(mlx.cluster.model_receive) O(mlx.cluster.model_receive#module:state=finished).
+      - One sender per receiving Mac reports (not the tree's direct share).
+    type: bool
+    default: false
 author:
   - mlx-cluster contributors
 """
@@ -119,6 +127,14 @@ mb_per_s:
 files:
   description: Per file sent, C(bytes) and C(resumed) (the offset it resumed from), or C(had).
   returned: always
+  type: dict
+received:
+  description:
+    - With O(report), the receiver's result when every file was in place (what
+      M(mlx.cluster.model_receive) O(mlx.cluster.model_receive#module:state=finished) returns, with
+      C(compare)); none when it was not settled (another sender's files still to come, a file
+      that failed) or did not answer.
+  returned: success
   type: dict
 """
 
@@ -204,12 +220,13 @@ def main():
             what=dict(type="str", default="model"),
             progress_interval=dict(type="int", default=0),
             progress_file=dict(type="path"),
+            report=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     if module.check_mode:
-        module.exit_json(changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={})
+        module.exit_json(changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={}, received=None)
     src = p["source_name"] or socket.gethostname()
     sender = Sender(
         p["path"],
@@ -220,6 +237,7 @@ def main():
         streams=p["streams"],
         stall=p["stall_timeout"],
         follow=p["follow"],
+        report=p["report"],
     )
     result = run_with_progress(sender, p["progress_file"], p["what"])
     rate = round(result["bytes"] / result["seconds"] / 1e6, 1) if result["seconds"] else 0.0
@@ -237,7 +255,11 @@ def main():
             errors=result["errors"],
             **out,
         )
-    module.exit_json(changed=result["bytes"] > 0 or any(not f.get("had") for f in result["files"].values()), **out)
+    module.exit_json(
+        changed=result["bytes"] > 0 or any(not f.get("had") for f in result["files"].values()),
+        received=result["received"],
+        **out,
+    )
 
 
 if __name__ == "__main__":

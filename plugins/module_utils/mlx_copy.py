@@ -26,6 +26,14 @@ Protocol (one JSON object per line, then raw bytes):
     sender: {"file": rel}                        receiver: {"offset": k} | {"have": true} | {"error": E}
     sender: the file's bytes from k to its size  receiver: {"ok": true} | {"ok": false, "error": E}
     sender: {"end": true}
+A sender that reports for its receiving Mac (`report`), once every stream of it has ended, asks on
+one more connection for the receiver's last word:
+    sender: {"magic": MAGIC, "token": T}, {"result": true}
+    receiver: {"settled": true, "result": R} | {"settled": false}
+R is the receiver's result (what model_receive's finished state returns), given only when every
+file is in place; the receiver then ends by itself and keeps no status behind, so nobody needs to
+collect it. Otherwise (a file failed, or another sender's files are still to come) the receiver
+goes on, and model_receive collects it as before.
 The code runs on the Macs' Python (3.9 and later), standard library only.
 """
 
@@ -58,6 +66,9 @@ LINE_MAX = 64 * 1024
 HELLO_TIMEOUT = 10
 # How often a relay looks for more of a file its own copy is still receiving.
 FOLLOW_POLL = 0.05
+# Seconds a receiver with every file in place waits for its reporting sender to ask for its
+# result (it asks at once, after its last file; one that died is not waited on longer).
+REPORT_WAIT = 10
 
 
 class CopyError(Exception):
@@ -221,9 +232,27 @@ class Receiver:
     one port (0: the kernel picks it) and returns the port;
     `serve()` runs until every file is settled, no sender is connected for `idle` seconds, or a
     connection stalls for `stall` seconds; it returns what happened (see RETURN of model_receive).
+    report: a sender will ask for the result once it is done (`{"result": true}`): once every
+    file is settled, wait up to REPORT_WAIT seconds for it. compare: the comparison with the
+    source that holds once every file is in place (model_receive lists, before the copy, the
+    weight files the source does not have: the copy writes only the source's files), handed over
+    with the result.
     """
 
-    def __init__(self, root, files, token, addresses, port=0, stall=120, idle=300, clock=time.monotonic, rehash=False):
+    def __init__(
+        self,
+        root,
+        files,
+        token,
+        addresses,
+        port=0,
+        stall=120,
+        idle=300,
+        clock=time.monotonic,
+        rehash=False,
+        report=False,
+        compare=None,
+    ):
         bad = sorted(filter(None, (rel_problem(rel) for rel in files)))
         if bad:
             raise CopyError("refusing to receive " + "; ".join(bad), "path")
@@ -242,6 +271,10 @@ class Receiver:
         self.socks = []
         self.dry = False
         self.done = threading.Event()
+        self.compare = compare
+        self.await_report = report  # a reporting sender has yet to ask
+        self.reported = threading.Event()  # the result was handed to it
+        self.started = clock()
 
     # -- set-up
     def prepare(self, dry=False):
@@ -329,10 +362,19 @@ class Receiver:
         return all(self.status.get(rel) in ("had", "copied", "failed") for rel in self.files)
 
     def serve(self):
-        start = self.clock()
+        self.started = self.clock()
         threads = []
+        settled_at = None
         try:
-            while not self.settled() and not self.done.is_set():
+            while not self.done.is_set():
+                if self.settled():
+                    with self.lock:  # (a failed file is never reported: nothing to wait for)
+                        waiting = (
+                            self.await_report and not self.reported.is_set() and "failed" not in self.status.values()
+                        )
+                    settled_at = self.clock() if settled_at is None else settled_at
+                    if not waiting or self.clock() - settled_at > REPORT_WAIT:
+                        break
                 with self.lock:
                     quiet = self.connections == 0 and self.clock() - self.last > self.idle
                 if quiet:
@@ -353,10 +395,14 @@ class Receiver:
                 sock.close()
         for t in threads:
             t.join(self.stall + 5)
+        return self.outcome()
+
+    def outcome(self):
+        """What happened so far (see RETURN of model_receive)."""
         failed = sorted(rel for rel in self.files if self.status.get(rel) != "had" and self.status.get(rel) != "copied")
         return {
             "port": self.port,
-            "seconds": round(self.clock() - start, 3),
+            "seconds": round(self.clock() - self.started, 3),
             "copied": sorted(rel for rel, s in self.status.items() if s == "copied"),
             "had": sorted(rel for rel, s in self.status.items() if s == "had"),
             "missing": failed,
@@ -365,6 +411,22 @@ class Receiver:
             "strangers": self.strangers,
             "bytes": sum(r["bytes"] for r in self.results.values()),
         }
+
+    def report(self, chan):
+        """The reporting sender asks for the last word: the result, with the comparison, when
+        every file is in place (the receiver then ends), else "not settled" (and nobody else will
+        ask: the receiver ends as it would have, leaving its status for model_receive)."""
+        with self.lock:
+            out = self.outcome() if self.settled() else None
+            if out is None or out["missing"] or self.compare is None:
+                self.await_report = False
+                out = None
+        if out is None:
+            chan.send({"settled": False})
+            return
+        out["compare"] = self.compare
+        chan.send({"settled": True, "result": out})
+        self.reported.set()
 
     def problem(self, rel, kind, msg):
         with self.lock:
@@ -393,6 +455,9 @@ class Receiver:
             while True:
                 req = chan.line()
                 if req.get("end"):
+                    return
+                if req.get("result"):
+                    self.report(chan)
                     return
                 self.one_file(chan, req.get("file"), peer)
         except socket.timeout:
@@ -430,8 +495,9 @@ class Receiver:
             raise
         with self.lock:
             self.status[rel] = "copied" if ok else "failed"
-        if ok:
+        if ok:  # acknowledged once settled and recorded: a sender told "ok" finds it so
             self.hashes.save()
+            chan.send({"ok": True})
 
     def write_file(self, chan, rel, want):
         part, full = part_path(self.root, rel), os.path.join(self.root, rel)
@@ -481,7 +547,6 @@ class Receiver:
             os.utime(part, (want["mtime"], want["mtime"]))
         os.replace(part, full)
         self.hashes.record(rel, os.stat(full), sha)
-        chan.send({"ok": True})
         return True
 
 
@@ -498,6 +563,8 @@ class Sender:
     follow: `root` is a copy still arriving (this Mac relays it): a file is sent as its bytes
     appear, from its temporary name or its final one, and a file that stops growing for `stall`
     seconds fails as stalled upstream.
+    report: once every stream has ended without an error, ask the receiver for its result
+    (`run()`'s "received"; None when it is not settled or did not answer).
     """
 
     def __init__(
@@ -513,8 +580,10 @@ class Sender:
         connect_timeout=10,
         clock=time.monotonic,
         sleep=time.sleep,
+        report=False,
     ):
         self.root, self.files, self.token, self.address, self.port = root, files, token, address, port
+        self.report = report
         self.streams, self.stall, self.follow, self.connect_timeout = max(1, streams), stall, follow, connect_timeout
         self.clock, self.sleep = clock, sleep
         self.queue = send_order(files)
@@ -540,7 +609,24 @@ class Sender:
             "bytes": self.sent,
             "files": self.results,
             "errors": self.errors,
+            "received": self.ask_result() if self.report and not self.errors else None,
         }
+
+    def ask_result(self):
+        """The receiver's last word, once every stream is done: its result when every file is in
+        place (it then ends by itself), else None (model_receive collects it)."""
+        chan = None
+        try:
+            chan = self.connect()
+            chan.send({"result": True})
+            answer = chan.line()
+        except (CopyError, OSError):  # (socket.timeout is an OSError)
+            return None
+        finally:
+            if chan is not None:
+                chan.sock.close()
+        result = answer.get("result")
+        return result if answer.get("settled") is True and isinstance(result, dict) else None
 
     def fail(self, exc):
         with self.lock:
@@ -692,7 +778,16 @@ def receiver_main(settings):
     root = cfg["root"]
     status = os.path.join(root, STATUS)
     try:
-        rx = Receiver(root, cfg["files"], cfg["token"], cfg["addresses"], stall=cfg["stall"], idle=cfg["idle"])
+        rx = Receiver(
+            root,
+            cfg["files"],
+            cfg["token"],
+            cfg["addresses"],
+            stall=cfg["stall"],
+            idle=cfg["idle"],
+            report=cfg.get("report", False),
+            compare=cfg.get("compare"),
+        )
         rx.prepare()
         port = rx.bind()
     except (CopyError, OSError) as exc:
@@ -703,8 +798,21 @@ def receiver_main(settings):
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # model_receive has read its line and gone
     result = rx.serve()
+    if rx.reported.is_set():  # its sender has the result: nothing to collect, nothing left behind
+        remove_own(status, os.path.join(root, LOG))
+        return
     result.update(state="done", pid=os.getpid())
     write_json(status, result)
+
+
+def remove_own(status, log):
+    """Remove the receiver's status, and its log when it said nothing."""
+    for path in (status, log):
+        try:
+            if path == status or os.path.getsize(path) == 0:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def sys_stdout_line(obj):

@@ -316,3 +316,71 @@ def test_a_receiver_no_sender_reaches_ends_by_itself(tmp_path):
 def test_senders_go_through_a_model_in_one_order():
     files = {"b": {"size": 5}, "a": {"size": 5}, "c": {"size": 9}, "d": {"size": 1}}
     assert send_order(files) == ["c", "a", "b", "d"]
+
+
+EXTRA = [{"host": "m2", "file": "old.safetensors", "kind": "extra_weight", "msg": "m2: old.safetensors ..."}]
+
+
+def test_a_reporting_sender_gets_the_receivers_result_and_the_receiver_ends(tmp_path):
+    """The sender done with its files asks for the last word: every file in place, so it gets
+    the result (with the comparison model_receive made before the copy) and the receiver ends
+    at once, with nobody left to collect it."""
+    files = random_files(tmp_path / "src", SIZES)
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, report=True, compare=EXTRA)
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, streams=2, report=True).run()
+    t.join(mlx_copy.REPORT_WAIT / 2)
+    assert not t.is_alive() and rx.reported.is_set()
+    received = sent["received"]
+    assert received["copied"] == sorted(SIZES) and received["missing"] == [] and received["compare"] == EXTRA
+    assert received["bytes"] == sum(SIZES.values()) == got["bytes"]
+    with pytest.raises(CopyError) as exc:  # nothing listens after it
+        Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port).connect()
+    assert exc.value.kind == "refused"
+
+
+def test_a_receiver_still_owed_files_is_not_settled_and_ends_with_its_last_file(tmp_path, monkeypatch):
+    """Two senders (a relay and a direct share): the reporter that finishes first hears "not
+    settled" (None: model_receive collects); the receiver ends with the other sender's last
+    file, without waiting for a report nobody will ask for."""
+    monkeypatch.setattr(mlx_copy, "REPORT_WAIT", 30)
+    files = random_files(tmp_path / "src", SIZES)
+    mine = {rel: f for rel, f in files.items() if rel.endswith(".json")}
+    rest = {rel: f for rel, f in files.items() if rel not in mine}
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, report=True, compare=[])
+    rx.prepare()
+    port, t, got = start(rx)
+    first = Sender(str(tmp_path / "src"), mine, TOKEN, "127.0.0.1", port, report=True).run()
+    assert first["errors"] == [] and first["received"] is None and t.is_alive()
+    second = Sender(str(tmp_path / "src"), rest, TOKEN, "127.0.0.1", port).run()
+    assert second["errors"] == [] and second["received"] is None  # (not a reporter: it does not ask)
+    t.join(5)
+    assert not t.is_alive() and not rx.reported.is_set()
+    assert got["copied"] == sorted(SIZES) and got["missing"] == []
+
+
+def test_a_reporter_that_never_asks_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(mlx_copy, "REPORT_WAIT", 0.5)
+    files = random_files(tmp_path / "src", {"w.safetensors": 10_000})
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, report=True, compare=[])
+    rx.prepare()
+    port, t, got = start(rx)
+    Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port).run()  # copies, never asks
+    assert t.is_alive()  # waiting for the report
+    t.join(5)
+    assert not t.is_alive() and not rx.reported.is_set() and got["copied"] == ["w.safetensors"]
+
+
+def test_a_failed_file_is_never_reported_as_settled(tmp_path, monkeypatch):
+    """A file that arrived damaged: the reporter hears "not settled", so model_receive collects
+    the receiver and the stage names the file."""
+    files = random_files(tmp_path / "src", {"w.safetensors": 10_000})
+    files["w.safetensors"] = dict(files["w.safetensors"], sha256="0" * 64)
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, report=True, compare=[])
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = Sender(str(tmp_path / "src"), files, TOKEN, "127.0.0.1", port, report=True).run()
+    assert sent["errors"] and sent["received"] is None  # (a sender with an error does not ask)
+    t.join(5)
+    assert not t.is_alive() and got["missing"] == ["w.safetensors"]

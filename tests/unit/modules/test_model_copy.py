@@ -103,6 +103,44 @@ def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_aft
     assert again.result["changed"] is False and again.result["port"] is None and again.result["todo"] == []
 
 
+def test_a_reporting_sender_gets_the_result_and_leaves_nothing_to_collect(module_runner, dirs):
+    """report on both ends: the sender's result carries the receiver's (copied files, the weight
+    file the source lacks as the comparison); the receiver ends by itself and leaves neither its
+    status nor an empty log in the model directory."""
+    src, dest = dirs
+    files = random_files(src, {"a.safetensors": 40_000, "config.json": 100})
+    dest.mkdir(parents=True)
+    (dest / "stale.safetensors").write_bytes(b"old shard")  # left by an older model
+    r = started(module_runner, dest, files, report=True, label="m2").result
+    sent = module_runner(
+        "model_send",
+        args={
+            "path": str(src),
+            "files": files,
+            "address": "127.0.0.1",
+            "port": r["port"],
+            "token": TOKEN,
+            "label": "m2",
+            "report": True,
+        },
+    )
+    assert not sent.failed, sent.result
+    got = sent.result["received"]
+    assert got["copied"] == sorted(files) and got["missing"] == [] and got["bytes"] == 40_100
+    assert [(p["host"], p["file"], p["kind"]) for p in got["compare"]] == [("m2", "stale.safetensors", "extra_weight")]
+    for _ in range(50):
+        if not alive(r["pid"]):
+            break
+        time.sleep(0.1)
+    assert not alive(r["pid"])
+    assert sorted(p.name for p in dest.iterdir()) == [
+        ".mlx-cluster-sha256.json",
+        "a.safetensors",
+        "config.json",
+        "stale.safetensors",
+    ]
+
+
 def test_collecting_compares_the_directory_with_the_source_when_asked(module_runner, dirs):
     src, dest = dirs
     files = random_files(src, {"a.safetensors": 4000, "config.json": 100})

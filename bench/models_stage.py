@@ -1,0 +1,122 @@
+"""The models stage's wall time, this tree against another checkout of the toolkit, in one
+interleaved run on one simulated cluster (issue #27's "the stage's own time", as a ratio).
+
+The simulated cluster comes up once, the network stage runs once, then `site.yml --tags models`
+(the defaults: the tree from the controller, the cables without ssh; a small model, so the copy
+itself is a small part and the stage's own work is what differs) runs `--runs` times from each
+tree, alternating which goes first, every Mac's models removed before each run. Only the tree
+the playbook comes from changes between runs: the same cluster, model and Python.
+
+    git worktree add --detach /tmp/wt-old <older commit>
+    python bench/models_stage.py --against /tmp/wt-old [--spec ring8] [--size-mb 20] [--runs 4]
+        [--markdown docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, fmt, machine, machine_lines, stats, write_section  # noqa: E402
+from bench.model_sync import MODEL, make_model  # noqa: E402
+from tests.e2e import runner  # noqa: E402
+from tests.simcluster import SimCluster  # noqa: E402
+
+SECTION = "## The models stage against an older tree"
+
+
+def commit(tree):
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def measure(spec, size_mb, runs, trees, state_root):
+    """{name: [seconds of each run]}, the trees' runs interleaved on one cluster."""
+    model = state_root / "model" / MODEL
+    if not model.exists():
+        make_model(model, size_mb)
+    cluster = SimCluster(spec, state_dir=state_root / spec)
+    cluster.up()
+    extra = {"model_sync_name": MODEL, "model_sync_source_path": str(model), "mlx_cluster_backend": "ring"}
+    times = {name: [] for name in trees}
+    try:
+        setup = runner.run_site(cluster, tags=["network", "hostfile"], extravars={"mlx_cluster_backend": "ring"})
+        if setup.rc != 0:
+            raise SystemExit(f"the network stage failed: {setup.failures()}")
+        names = list(trees)
+        for i in range(runs):
+            for name in names if i % 2 == 0 else names[::-1]:
+                for h in cluster.hosts:
+                    shutil.rmtree(Path(cluster.home(h)) / "mlx-cluster" / "models", ignore_errors=True)
+                runner.ROOT = trees[name]  # the playbook, ansible.cfg and collection of that tree
+                t0 = time.perf_counter()
+                run = runner.run_site(cluster, tags=["models"], extravars=extra)
+                seconds = time.perf_counter() - t0
+                if run.rc != 0:
+                    raise SystemExit(f"the models stage failed from {trees[name]}: {run.failures()}")
+                times[name].append(round(seconds, 2))
+                print(f"run {i + 1}, {name}: {seconds:.2f} s", flush=True)
+    finally:
+        runner.ROOT = ROOT
+        cluster.down()
+    return times
+
+
+def table(times, labels):
+    this, other = stats(times["this"]), stats(times["other"])
+    return [
+        "| tree | runs | models stage, median (min–max) s | ratio to the other |",
+        "|---|---|---|---|",
+        f"| this tree ({labels['this']}) | {len(times['this'])} | {fmt(this)} | "
+        f"{this['median'] / other['median']:.2f}x |",
+        f"| the other ({labels['other']}) | {len(times['other'])} | {fmt(other)} | 1.00x |",
+    ]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--against", required=True, type=Path, help="another checkout (e.g. a git worktree)")
+    parser.add_argument("--spec", default="ring8", help="the simulated cluster (default ring8)")
+    parser.add_argument("--size-mb", type=int, default=20, help="model size (default 20)")
+    parser.add_argument("--runs", type=int, default=4, help="runs of each tree (default 4)")
+    parser.add_argument("--markdown", metavar="FILE", help="replace (or add) this benchmark's section of FILE")
+    parser.add_argument("--state-root", type=Path, default=Path("/tmp/mlxsim-models-stage"))
+    args = parser.parse_args(argv)
+    if not (args.against / "site.yml").exists():
+        parser.error(f"{args.against} is not a checkout of the toolkit (no site.yml)")
+    info = machine()
+    trees = {"this": ROOT, "other": args.against.resolve()}
+    times = measure(args.spec, args.size_mb, args.runs, trees, args.state_root)
+    info["loadavg_end"] = round(os.getloadavg()[0], 2)
+    labels = {name: commit(tree) for name, tree in trees.items()}
+    lines = table(times, labels)
+    print("\n".join(lines))
+    if args.markdown:
+        command = " ".join(["python", "bench/models_stage.py", *sys.argv[1:]])
+        section = [
+            SECTION,
+            "",
+            f"Generated by `bench/models_stage.py`. `site.yml --tags models` on the simulated {args.spec} "
+            f"(defaults: the tree from the controller, the cables without ssh; a {args.size_mb} MB model, "
+            "so the stage's own work dominates), from this tree and from an older one, runs interleaved "
+            "on one cluster. Every run, in seconds: "
+            + "; ".join(f"{labels[n]}: {', '.join(str(t) for t in times[n])}" for n in trees)
+            + ".",
+            "",
+            *lines,
+            "",
+            *machine_lines(info),
+            f"- `{command}`",
+        ]
+        write_section(Path(args.markdown), SECTION, "\n".join(section) + "\n")
+
+
+if __name__ == "__main__":
+    main()

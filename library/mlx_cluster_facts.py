@@ -133,11 +133,13 @@ ansible_facts:
           type: dict
           sample: {"rdma_ctl": "enabled", "devices": [], "usable": false, "problems": []}
         interfaces:
-          description: Every interface of plain C(ifconfig).
+          description:
+            - Every interface of C(ifconfig -v), with C(type) as it says (C(IP over Thunderbolt) for a
+              Thunderbolt port, whatever the Mac's language names the port).
           returned: always
           type: dict
           sample: {"en0": {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": true, "mtu": 1500,
-                   "status": "active", "members": []}}
+                   "status": "active", "members": [], "type": "Ethernet"}}
         services:
           description:
             - Every network service in service order (C(networksetup -listnetworkserviceorder)); null

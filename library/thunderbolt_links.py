@@ -272,6 +272,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     module_run,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
+    IFCONFIG_ARGV,
     parse_hardware_ports,
     parse_ifconfig,
     parse_service_order,
@@ -345,7 +346,7 @@ def read_state(module, links):
     lists = (
         []
         if reuse
-        else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"], ["ifconfig"]]
+        else [["networksetup", "-listallhardwareports"], ["networksetup", "-listnetworkserviceorder"], IFCONFIG_ARGV]
     )
     # the host routes: every one from one `netstat -rn -f inet` (read with the lists above)
     first = run_all(module, lists + ([NETSTAT_ROUTES_ARGV] if routes_wanted else []), may_fail=[NETSTAT_ROUTES_ARGV])
@@ -533,7 +534,7 @@ def apply_actions(module, actions):
         if action.get("runtime") and any(a["argv"][0] == "networksetup" for a in ran):
             # networksetup may have applied the address already: look once, skip what is done
             if now is None:
-                now = parse_ifconfig(run(module, ["ifconfig"])[1])
+                now = parse_ifconfig(run(module, IFCONFIG_ARGV)[1])
             if runtime_done(action, now):
                 already.append(action)
                 continue

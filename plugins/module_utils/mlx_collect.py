@@ -34,7 +34,6 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     NETSTAT_ROUTES_ARGV,
-    TB_PORT,
     bridges_from_preferences,
     getinfo_argv,
     parse_getinfo,
@@ -43,6 +42,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     pings_from_here,
     route_of,
     slash30_partner,
+    thunderbolt_devices,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import (
@@ -55,6 +55,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import rdma_f
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     BRIDGE_PORT,
+    IFCONFIG_ARGV,
+    parse_ifconfig,
     parse_service_order,
     thunderbolt_facts,
 )
@@ -66,7 +68,6 @@ BRIDGE_ARGV = ["ifconfig", "bridge0"]
 IBV_DEVICES_ARGV = ["ibv_devices"]
 IBV_DEVINFO_ARGV = ["ibv_devinfo", "-v"]
 RDMA_CTL_ARGV = ["rdma_ctl", "status"]
-IFCONFIG_ARGV = ["ifconfig"]
 ROUTE_ARGV = ["route", "-n", "get", "default"]
 SW_VERS_ARGV = ["sw_vers"]
 SYSCTL_ARGV = ["sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"]
@@ -85,7 +86,7 @@ SUDO_PROBE_ARGV = ["sudo", "-n", "/bin/sh", "-c", "true"]
 # does not name the management address; `ibv_devinfo -v` only when `ibv_devices` exists).
 # All read-only and independent: a module may start them at once and answer `run` from
 # their results, in any order.
-# bridge0 is read from the plain `ifconfig` there (it lists every interface): no `ifconfig bridge0`.
+# bridge0 is read from the `ifconfig -v` there (it lists every interface): no `ifconfig bridge0`.
 CLUSTER_ARGVS = (
     SYSCTL_ARGV,
     WIRED_LIMIT_ARGV,
@@ -187,7 +188,7 @@ def optional(run, argv, warnings, missing_ok=True):
 
 
 def ifconfig_block(text, name):
-    """The lines of interface `name` in plain `ifconfig` output; None when it is not listed."""
+    """The lines of interface `name` in `ifconfig` (or `-v`) output; None when it is not listed."""
     lines, inside = [], False
     for line in (text or "").splitlines():
         if line and not line[0].isspace():
@@ -199,7 +200,7 @@ def ifconfig_block(text, name):
 
 def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, preferences=None):
     """mlx_thunderbolt facts: system_profiler, networksetup (x2), ifconfig bridge0 (or the
-    bridge0 block of `ifconfig_text`, plain `ifconfig` already read). `raw`, a dict, receives
+    bridge0 block of `ifconfig_text`, `ifconfig -v` already read). `raw`, a dict, receives
     the `-listnetworkserviceorder` text (None when it could not be read). `preferences`, the
     bytes of the network preferences file (mlx_netcfg.read_preferences()), gives
     `bridge.persistent_members`: the members macOS puts into the bridge at the next boot
@@ -222,7 +223,11 @@ def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, prefer
         else:
             raise ParseError(bridge_label, f"exited with {rc}: {_first_line(err or out)}")
     try:
-        facts = thunderbolt_facts(sp, hwports, bridge, order, model_id=model_id)
+        interfaces = parse_ifconfig(ifconfig_text) if ifconfig_text is not None else None
+    except ParseError as exc:
+        raise ParseError(label(IFCONFIG_ARGV), exc.message) from None
+    try:
+        facts = thunderbolt_facts(sp, hwports, bridge, order, model_id=model_id, interfaces=interfaces)
     except ParseError as exc:
         if exc.command == "ifconfig":  # the only ifconfig output read here is bridge0's
             raise ParseError(bridge_label, exc.message) from None
@@ -384,11 +389,7 @@ def link_probe_argvs(facts, ping="ping", count=2, timeout=2, known=None):
     nothing more.
     Returns [(kind, key, argv)]: kind "info" (key: service), "routes" (key: the other ends'
     addresses, a tuple), "ping" (key: iface)."""
-    tb = {
-        dev
-        for port, dev in ((facts.get("thunderbolt") or {}).get("hardware_ports") or {}).items()
-        if dev and TB_PORT.match(port or "")
-    }
+    tb = thunderbolt_devices((facts.get("thunderbolt") or {}).get("hardware_ports"), facts.get("interfaces"))
     out, peers, pings = [], [], []
     for svc in facts.get("services") or []:
         if svc.get("device") in tb and svc.get("name") and svc["name"] not in (known or {}):

@@ -101,7 +101,8 @@ def mgmt_by_iface(interfaces, iface):
 
 
 def interfaces_facts(ifconfig_text):
-    """`interfaces` of mlx_cluster from plain `ifconfig` (macOS lists every interface)."""
+    """`interfaces` of mlx_cluster from `ifconfig -v` (macOS lists every interface; `type` says
+    which are Thunderbolt ports, mlx_tb.THUNDERBOLT_TYPE)."""
     return {
         name: {
             "ipv4": entry["ipv4"],
@@ -109,6 +110,7 @@ def interfaces_facts(ifconfig_text):
             "mtu": entry["mtu"],
             "status": entry["status"],
             "members": entry["members"],
+            "type": entry["type"],
         }
         for name, entry in parse_ifconfig(ifconfig_text).items()
     }

@@ -23,8 +23,19 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import THUNDERBOLT_TYPE
 
 TB_PORT = re.compile(r"^Thunderbolt \d+$")
+
+
+def thunderbolt_devices(hwports, interfaces):
+    """The devices of a Mac's Thunderbolt ports: hardware port "Thunderbolt N", or (a Mac in
+    another language names its ports in it) an interface `ifconfig -v` calls THUNDERBOLT_TYPE."""
+    return {
+        dev
+        for port, dev in (hwports or {}).items()
+        if dev and (TB_PORT.match(port or "") or ((interfaces or {}).get(dev) or {}).get("type") == THUNDERBOLT_TYPE)
+    }
 
 
 def getinfo_argv(service):
@@ -344,10 +355,11 @@ def stale_ports(links, hwports, interfaces, pool, protected=()):
     except ValueError:
         return {}
     planned = {link["iface"] for link in links}
+    tb = thunderbolt_devices(hwports, interfaces)
     out = {}
-    for port, iface in sorted(hwports.items()):
+    for _port, iface in sorted(hwports.items()):
         info = interfaces.get(iface) or {}
-        if not TB_PORT.match(port or "") or iface in planned or iface in protected or info.get("status") != "inactive":
+        if iface not in tb or iface in planned or iface in protected or info.get("status") != "inactive":
             continue
         addrs = []
         for a in info.get("ipv4") or []:
@@ -399,7 +411,7 @@ def plan_links(
     """
     protected = set(protected or ())
     port_of_iface = {dev: port for port, dev in hwports.items() if dev}
-    tb_ifaces = {dev for port, dev in hwports.items() if TB_PORT.match(port or "") and dev}
+    tb_ifaces = thunderbolt_devices(hwports, interfaces)
     planned = _planned_links(links, protected, tb_ifaces, port_of_iface)
     plan = _LinkPlan()
     # 1. The Thunderbolt Bridge: take the planned ports out of it, now (ifconfig) and for

@@ -25,6 +25,11 @@ SP_COMMAND = "system_profiler SPThunderboltDataType -json"
 HWPORTS_COMMAND = "networksetup -listallhardwareports"
 SERVICE_ORDER_COMMAND = "networksetup -listnetworkserviceorder"
 IFCONFIG_COMMAND = "ifconfig"
+# What `ifconfig -v` calls a Thunderbolt port's interface ("type: IP over Thunderbolt", a public
+# capture: tests/simcluster/README.md); ifconfig's own words, the same in every language.
+THUNDERBOLT_TYPE = "IP over Thunderbolt"
+# Every interface, with its type: what discovery and the network stage read (parse_ifconfig).
+IFCONFIG_ARGV = [IFCONFIG_COMMAND, "-v"]
 
 BRIDGE_PORT = "Thunderbolt Bridge"
 DETECT_FIX = "sudo networksetup -detectnewhardware"
@@ -396,11 +401,13 @@ def netmask_prefix(mask):
 
 
 def parse_ifconfig(text):
-    """Parse macOS `ifconfig`, `ifconfig -a` or `ifconfig IFACE`.
+    """Parse macOS `ifconfig`, `ifconfig -a`, `ifconfig -v` or `ifconfig IFACE`.
 
     Returns {iface: {"flags": [...], "up", "mtu", "ipv4": [{"address", "prefix"}],
-    "members": [...], "status": "active"|"inactive"|None}}. inet6 lines are ignored.
-    Text that holds no interface header raises ParseError.
+    "members": [...], "status": "active"|"inactive"|None, "type": str|None}}. `type` is what
+    `-v` says the interface is (THUNDERBOLT_TYPE for a Thunderbolt port; ifconfig's words are
+    not translated), None without `-v`. inet6 lines are ignored. Text that holds no interface
+    header raises ParseError.
     """
     text, _ = to_text(text, IFCONFIG_COMMAND)
     interfaces, current = {}, None
@@ -417,6 +424,7 @@ def parse_ifconfig(text):
                     "ipv4": [],
                     "members": [],
                     "status": None,
+                    "type": None,
                 },
             )
             continue
@@ -435,6 +443,8 @@ def parse_ifconfig(text):
         elif line.startswith("status: "):
             value = line.split(":", 1)[1].strip()
             current["status"] = value if value in ("active", "inactive") else None
+        elif line.startswith("type: "):
+            current["type"] = line.split(":", 1)[1].strip() or None
     if not interfaces and text.strip():
         raise ParseError(IFCONFIG_COMMAND, "no interface in the output")
     return interfaces
@@ -467,12 +477,26 @@ def _bridge(hwports, bridge_text, services):
     return bridge
 
 
-def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_order_text=None, model_id=None):
+def port_by_identity(hwports, interfaces, receptacle):
+    """(hardware port, device) of Thunderbolt receptacle N on a Mac whose hardware ports are not
+    named "Thunderbolt N" (macOS names them in the Mac's language): the port whose device
+    `ifconfig -v` calls THUNDERBOLT_TYPE and whose name ends in N; (None, None) when none is."""
+    for name, dev in sorted(hwports.items()):
+        tail = re.search(r"(\d+)\s*$", name or "")
+        if (interfaces.get(dev) or {}).get("type") == THUNDERBOLT_TYPE and tail and int(tail.group(1)) == receptacle:
+            return name, dev
+    return None, None
+
+
+def thunderbolt_facts(
+    sp_text, hwports_text, bridge_ifconfig_text=None, service_order_text=None, model_id=None, interfaces=None
+):
     """Assemble `ansible_facts.mlx_thunderbolt` (docs/design.md) from captured outputs.
 
     `bridge_ifconfig_text` is `ifconfig bridge0` output, or None when bridge0 does not
-    exist; `service_order_text` is None when it was not read. ParseError names the
-    command whose output was bad.
+    exist; `service_order_text` is None when it was not read; `interfaces`, parse_ifconfig()
+    of `ifconfig -v`, finds a port whose hardware port is not "Thunderbolt N" by its type
+    (port_by_identity). ParseError names the command whose output was bad.
     """
     facts = parse_system_profiler(sp_text)
     hwports = parse_hardware_ports(hwports_text)
@@ -481,6 +505,9 @@ def thunderbolt_facts(sp_text, hwports_text, bridge_ifconfig_text=None, service_
     ports = []
     for port in facts["ports"]:
         iface = hwports.get(port["hardware_port"])
+        if iface is None and interfaces:
+            name, iface = port_by_identity(hwports, interfaces, port["receptacle"])
+            port = dict(port, hardware_port=name) if name else port
         if iface is None:
             warnings.append(
                 f"networksetup has no hardware port '{port['hardware_port']}' "

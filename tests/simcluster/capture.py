@@ -45,6 +45,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_P
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_power import UPDATE_KEYS, UPDATES_ARGV
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import CommandTimeout
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import IFCONFIG_ARGV
 from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_cables
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
 
@@ -139,6 +140,12 @@ def read_capture(path):
 # ---- the facts, by the product's own sequence ----------------------------------------------------
 
 
+# What a capture made by an older toolkit holds instead of a command discovery runs now: plain
+# `ifconfig` before `ifconfig -v` (its interfaces then have no type: the ports are found by
+# their English names only).
+OLDER_ARGVS = {tuple(IFCONFIG_ARGV): ("ifconfig",)}
+
+
 def replay(capture_mac):
     """A `run(argv, required=True)` for mlx_collect's functions that answers from the recorded
     commands: (rc, stdout, stderr); None for a command the capture does not hold or that was not
@@ -149,7 +156,8 @@ def replay(capture_mac):
         recorded.setdefault(tuple(str(a) for a in entry["argv"]), entry)
 
     def run(argv, required=True):
-        entry = recorded.get(tuple(str(a) for a in argv))
+        key = tuple(str(a) for a in argv)
+        entry = recorded.get(key, recorded.get(OLDER_ARGVS.get(key)))
         error = None if entry is None else entry.get("error")
         if entry is None or error == "not installed":
             if required:

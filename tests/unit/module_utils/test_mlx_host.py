@@ -89,6 +89,7 @@ def test_interfaces_facts_keys(read_fixture):
         "mtu": 1500,
         "status": "active",
         "members": [],
+        "type": None,
     }
 
 
@@ -233,7 +234,7 @@ def test_collect_cluster(read_fixture):
         **POWER_ANSWERS,
         ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
         ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
-        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("ifconfig", "-v"): (0, "ifconfig_all_studio.txt", ""),
         ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
         ("route", "-n", "get", "default"): (0, "route_get_default_en0.txt", ""),
     }
@@ -277,7 +278,7 @@ def test_collect_cluster_falls_back_to_default_route(read_fixture):
         ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
         # an older macOS: no such oid (sysctl exits 1)
         ("sysctl", "-n", "iogpu.wired_limit_mb"): (1, None, "sysctl: unknown oid 'iogpu.wired_limit_mb'\n"),
-        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("ifconfig", "-v"): (0, "ifconfig_all_studio.txt", ""),
         ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
         ("route", "-n", "get", "default"): (1, None, "route: writing to routing socket: not in table\n"),
     }
@@ -294,7 +295,7 @@ def _cluster_answers():
         **POWER_ANSWERS,
         ("sysctl", "-n", "hw.memsize", "hw.model", "hw.ncpu"): (0, "sysctl_hw_studio_m4max.txt", ""),
         ("sysctl", "-n", "iogpu.wired_limit_mb"): (0, "sysctl_wired_limit_0.txt", ""),
-        ("ifconfig",): (0, "ifconfig_all_studio.txt", ""),
+        ("ifconfig", "-v"): (0, "ifconfig_all_studio.txt", ""),
         ("sw_vers",): (0, "sw_vers_26_2.txt", ""),
     }
 

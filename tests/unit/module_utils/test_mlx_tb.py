@@ -452,6 +452,7 @@ def test_ifconfig_bridge_members(read_fixture):
         "ipv4": [],
         "members": ["en2", "en3"],
         "status": "active",
+        "type": None,  # (plain ifconfig: -v says it)
     }
 
 
@@ -585,3 +586,35 @@ def test_thunderbolt_facts_propagates_parse_errors(read_fixture):
     with pytest.raises(ParseError) as info:
         thunderbolt_facts(read_fixture("sp_direct_studio_a.json"), "garbage")
     assert info.value.command == mlx_tb.HWPORTS_COMMAND
+
+
+def test_ifconfig_verbose_gives_each_interface_its_type(read_fixture):
+    """`ifconfig -v` (as a public capture shows it: `index N` after the mtu, `type:` and many
+    more lines): the same fields as plain ifconfig, and the type, ifconfig's own words."""
+    parsed = parse_ifconfig(read_fixture("ifconfig_v_studio.txt"))
+    assert {n: p["type"] for n, p in parsed.items()} == {
+        "en0": "Ethernet",
+        "bridge0": None,
+        "en2": mlx_tb.THUNDERBOLT_TYPE,
+        "en3": mlx_tb.THUNDERBOLT_TYPE,
+    }
+    assert parsed["en2"]["mtu"] == 1500 and parsed["en2"]["ipv4"] == [{"address": "10.208.0.1", "prefix": 30}]
+    assert parsed["bridge0"]["members"] == ["en3"] and parsed["en3"]["status"] == "inactive"
+    assert parse_ifconfig(read_fixture("ifconfig_all_studio.txt"))["en2"]["type"] is None  # plain: not said
+
+
+def test_ports_named_in_another_language_are_found_by_their_type(read_fixture):
+    """A Mac set up in Chinese names its ports "雷雳 N" (assumed: tests/simcluster/README.md):
+    with `ifconfig -v`, receptacle N is the IP over Thunderbolt port whose name ends in N, and
+    its hardware port is given as the Mac names it (the network stage's networksetup calls use
+    it); without it, the port's interface is unknown, with the fix."""
+    sp = read_fixture("sp_direct_studio_a.json")
+    hwports = read_fixture("networksetup_hwports_studio_chinese.txt")
+    interfaces = parse_ifconfig(read_fixture("ifconfig_v_studio.txt"))
+    facts = thunderbolt_facts(sp, hwports, interfaces=interfaces)
+    found = {p["receptacle"]: (p["hardware_port"], p["iface"]) for p in facts["ports"]}
+    assert found[1] == ("雷雳 1", "en2") and found[2] == ("雷雳 2", "en3")
+    assert found[3] == ("Thunderbolt 3", None) and found[4] == ("Thunderbolt 4", None)  # no such port listed
+    assert len(facts["warnings"]) == 2
+    blind = thunderbolt_facts(sp, hwports)
+    assert all(p["iface"] is None for p in blind["ports"]) and len(blind["warnings"]) == 4

@@ -312,7 +312,17 @@ _DEVICE_ONLY = {
         pytest.param(
             "parse_ifconfig",
             "en0: flags=8863<UP> mtu " + "9" * 5000 + "\n",
-            {"en0": {"flags": ["UP"], "up": True, "mtu": None, "ipv4": [], "members": [], "status": None}},
+            {
+                "en0": {
+                    "flags": ["UP"],
+                    "up": True,
+                    "mtu": None,
+                    "ipv4": [],
+                    "members": [],
+                    "status": None,
+                    "type": None,
+                }
+            },
             id="mtu-5000-digits",
         ),
         # "²".isdigit() but not isdecimal(): no number

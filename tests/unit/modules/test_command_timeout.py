@@ -98,7 +98,7 @@ def test_after_a_hung_probe_the_next_ones_are_not_run(module_runner, read_fixtur
         pytest.param(ORDER, "networksetup -listnetworkserviceorder", "configd", id="networksetup-optional"),
         pytest.param(SW_VERS, "sw_vers", "run it by hand on the Mac", id="generic"),
         pytest.param(SYSCTL, "sysctl -n hw.memsize hw.model hw.ncpu", "run it by hand on the Mac", id="sysctl"),
-        pytest.param(IFCONFIG, "ifconfig", "raise mlx_cluster_command_timeout", id="ifconfig"),
+        pytest.param(IFCONFIG, "ifconfig -v", "raise mlx_cluster_command_timeout", id="ifconfig"),
     ],
 )
 def test_any_other_hung_command_fails_the_mac_naming_it_and_the_fix(

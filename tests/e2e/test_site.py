@@ -70,7 +70,10 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
         order = cluster.exec(host, ["networksetup", "-listnetworkserviceorder"], check=True).stdout
         (bridge,) = re.findall(r"^\(\*\) (.+)\n\(Hardware Port: .+, Device: bridge0\)$", order, re.M) or [order]
         language = cluster.spec.host(host).language
-        assert bridge == {"en": "Thunderbolt Bridge", "de": "Thunderbolt-Brücke"}[language], (host, order)
+        assert bridge == {"en": "Thunderbolt Bridge", "de": "Thunderbolt-Brücke", "zh": "雷雳网桥"}[language], (
+            host,
+            order,
+        )
     hostfile = json.loads((artifacts(cluster) / "hostfile.json").read_text())
     assert hostfile["backend"] == plan["topology"]["backend"]
     for host in cluster.hosts:  # the same hostfile at the same path on every Mac

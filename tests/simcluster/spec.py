@@ -82,7 +82,7 @@ HOST_DEFAULTS = {
 }
 PYTHON_SOURCES = ("homebrew", "python.org")
 # the languages the shims name the Thunderbolt Bridge in (shims/macos.py BRIDGE_NAMES)
-LANGUAGES = ("en", "de", "fr", "ja")
+LANGUAGES = ("en", "de", "fr", "ja", "zh")
 HOST_KEYS = {"name", *HOST_DEFAULTS}
 CABLE_KEYS = {"a", "b", "speed", "dock"}
 DOCK_KEYS = {"name", "vendor", "seen_by"}

@@ -99,17 +99,29 @@ TB_BRIDGE_SERVICE = "Thunderbolt Bridge"
 # macOS names the Thunderbolt Bridge's hardware port, and the service it makes for it, in the
 # language the Mac was set up in (SystemConfiguration's localized interface names; the
 # translations as a public table of them lists: tests/simcluster/README.md). The Thunderbolt
-# ports keep "Thunderbolt N" (assumed: unverified).
+# ports keep "Thunderbolt N" in the languages whose name for Thunderbolt is "Thunderbolt";
+# Chinese (zh) names both with Apple's Chinese name for Thunderbolt, 雷雳 (assumed: no capture
+# of a Mac set up in Chinese was found), so a Mac there is found only by its ports' identity.
 BRIDGE_NAMES = {
     "en": TB_BRIDGE_SERVICE,
     "de": "Thunderbolt-Brücke",
     "fr": "Pont Thunderbolt",
     "ja": "Thunderbolt ブリッジ",
+    "zh": "雷雳网桥",
 }
+TB_PORT_NAMES = {"zh": "雷雳 {}"}
+# What `ifconfig -v` says a port is (a public capture: "type: IP over Thunderbolt").
+IFCONFIG_TYPES = {"en0": "Ethernet"}
+TB_IFCONFIG_TYPE = "IP over Thunderbolt"
 
 
 def bridge_name(ctx):
     return BRIDGE_NAMES[ctx.cfg.get("language") or "en"]
+
+
+def tb_port_name(ctx, k):
+    """The hardware port of Thunderbolt receptacle k, in the Mac's language."""
+    return TB_PORT_NAMES.get(ctx.cfg.get("language") or "en", "Thunderbolt {}").format(k)
 
 
 BRIDGE = "bridge0"
@@ -467,7 +479,7 @@ def hardware_ports(ctx, prefs=None, lk=None):
     if BRIDGE in prefs.get("bridges", {}):
         ports.append((bridge_name(ctx), BRIDGE, ctx.cfg["bridge_mac"]))
     for k, p in ctx.ports():
-        ports.append((f"Thunderbolt {k}", p["iface"], p["mac"]))
+        ports.append((tb_port_name(ctx, k), p["iface"], p["mac"]))
     return ports
 
 
@@ -1163,7 +1175,9 @@ def visible(ctx, lk):
     return names
 
 
-def render_iface(ctx, name, lk, rt):
+def render_iface(ctx, name, lk, rt, verbose=False):
+    """One interface as macOS ifconfig prints it; verbose (-v): its index after the mtu and its
+    type after the status (the Thunderbolt ports "IP over Thunderbolt", as a public capture)."""
     link = lk[name]
     mname = mac_name(name)
     up = is_up(link)
@@ -1178,8 +1192,8 @@ def render_iface(ctx, name, lk, rt):
             bits |= 0x100  # xnu sets a member promiscuous as it joins (bridge_ioctl_add)
     names = ",".join(n for b, n in FLAG_BITS if bits & b)
     mtu = 16384 if name == "lo" else link.get("mtu", 1500)
-    lines = [f"{mname}: flags={bits:x}<{names}> mtu {mtu}"]
     scope = link.get("ifindex", 0)
+    lines = [f"{mname}: flags={bits:x}<{names}> mtu {mtu}" + (f" index {scope}" if verbose else "")]
     if name == "lo":
         lines.append("\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>")
     elif name == "en0":
@@ -1233,6 +1247,11 @@ def render_iface(ctx, name, lk, rt):
     else:
         active = has_carrier(link)
     lines.append(f"\tstatus: {'active' if active else 'inactive'}")
+    if verbose:
+        kind = TB_IFCONFIG_TYPE if mname in ctx.tb_ifaces() else IFCONFIG_TYPES.get(mname)
+        if kind:
+            lines.append(f"\ttype: {kind}")
+        lines.append("\tscheduler: FQ_CODEL")
     return "\n".join(lines)
 
 
@@ -1273,7 +1292,7 @@ def cmd_ifconfig(ctx, args):
             names = [n for n in names if is_up(lk[n])]
         if "d" in flags:
             names = [n for n in names if not is_up(lk[n])]
-        out("\n".join(render_iface(ctx, n, lk, rt) for n in names))
+        out("\n".join(render_iface(ctx, n, lk, rt, verbose="v" in flags) for n in names))
         return 0
     if args[0] in ("-l", "-lu", "-ld"):
         names = visible(ctx, lk)

@@ -143,14 +143,14 @@ def test_command_timeout_is_documented_once_and_specified_once():
 
 def test_the_design_picture_names_every_plugin_file():
     """docs/design.md's picture of the rooms is drawn from the code: every module_utils,
-    plugin_utils, action, filter and callback file is named in it (a file added without a place
-    in the picture fails here)."""
+    plugin_utils, action, filter, callback and inventory file is named in it (a file added
+    without a place in the picture fails here)."""
     text = (ROOT / "docs" / "design.md").read_text()
     start = text.index(" controller (runs where ansible-playbook runs)")
     picture = text[start : text.index("```", start)]
     missing = [
         f"{folder}/{p.name}"
-        for folder in ("module_utils", "plugin_utils", "action", "filter", "callback")
+        for folder in ("module_utils", "plugin_utils", "action", "filter", "callback", "inventory")
         for p in sorted((ROOT / "plugins" / folder).glob("*.py"))
         if p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}\b", picture)
     ]

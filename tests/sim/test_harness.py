@@ -406,6 +406,28 @@ def test_stop_and_start_sshd(sim_cluster):
     assert "Accepted publickey for admin" in c.sshd_log("m2")
 
 
+@pytest.mark.sim
+def test_a_mac_announces_ssh_on_its_lan_port_only(sim_cluster):
+    """Remote Login's Bonjour announcement (announce.py) listens on en0 alone: the mDNS group
+    is joined there and on no Thunderbolt port or bridge0; stop_sshd withdraws it."""
+    c = sim_cluster("pair")
+    assert wait_until(lambda: all(c.announcing(h) for h in c.hosts)), c.status()["hosts"]
+    for h in c.hosts:
+        joined, iface = set(), None
+        for line in c.exec(h, ["ip", "maddr", "show"], check=True).stdout.splitlines():
+            m = re.match(r"^\d+:\s+(\S+)", line)
+            iface = m.group(1) if m else iface
+            if "224.0.0.251" in line:
+                joined.add(iface)
+        assert joined == {"en0"}, (h, joined)
+    c.stop_sshd("m2")
+    try:
+        assert not c.announcing("m2") and not c.status()["hosts"]["m2"]["announcing"]
+    finally:
+        c.start_sshd("m2")
+    assert wait_until(lambda: c.announcing("m2"))
+
+
 # ---------------------------------------------------------------------------------------
 # shims: formats and logging
 # ---------------------------------------------------------------------------------------

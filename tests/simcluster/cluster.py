@@ -1070,7 +1070,7 @@ class SimCluster:
     def _spawn_host(self, host):
         hd = self.host_dir(host)
         self._lay_pythons(host)
-        for f in ("init.status", "sshd.pid"):
+        for f in ("init.status", "sshd.pid", "announcing", "registering"):
             (hd / f).unlink(missing_ok=True)
         log = open(hd / "init.log", "ab")
         proc = subprocess.Popen(
@@ -1187,13 +1187,20 @@ class SimCluster:
             raise SimError(f"{host}: {shlex.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
         return r
 
+    def on_lan(self, argv) -> list[str]:
+        """argv run in the controller's namespace (`<prefix>-ctl`, on the Macs' LAN: mgmt0), where
+        a controller that browses the LAN with multicast DNS must run to hear the Macs."""
+        return [_ip(), "netns", "exec", self.ctl_ns, *[str(a) for a in argv]]
+
     def ssh(self, host, command, timeout=60, **kw) -> subprocess.CompletedProcess:
         """Run a command over real SSH as the harness (harness_ssh_config: by name, user, key)."""
         argv = ["/usr/bin/ssh", "-F", str(self.harness_ssh_config_path), host]
         argv += [command] if isinstance(command, str) else list(command)
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.harness_env(), **kw)
 
-    def stop_sshd(self, host):
+    def stop_sshd(self, host, timeout=5.0):
+        """Remote Login off: sshd ends, and the Mac's Bonjour announcement of ssh is withdrawn
+        (announce.py follows sshd) before this returns."""
         pid = self._sshd_pid(host)
         if pid is None:
             return
@@ -1202,6 +1209,17 @@ class SimCluster:
             _kill_verified(pid, self.state_dir, signal.SIGKILL)
             _wait_gone([pid], 5)
         (self.host_dir(host) / "sshd.pid").unlink(missing_ok=True)
+        deadline = time.monotonic() + timeout
+        hd = self.host_dir(host)
+        while self.is_up(host) and ((hd / "announcing").exists() or (hd / "registering").exists()):
+            if time.monotonic() > deadline:
+                raise SimError(f"{host} still announces ssh over Bonjour {timeout}s after sshd stopped")
+            time.sleep(0.02)
+
+    def announcing(self, host) -> bool:
+        """Whether the Mac announces ssh over Bonjour now (announce.py: while its sshd runs; a Mac
+        that is off announces nothing)."""
+        return (self.host_dir(host) / "announcing").exists() and self.is_up(host)
 
     def start_sshd(self, host, timeout=10):
         if self._sshd_pid(host) is not None:
@@ -1650,12 +1668,14 @@ class SimCluster:
                 "mgmt_address": self.mgmt_address(name),
                 "sshd_pid": None,
                 "sshd_alive": False,
+                "announcing": False,
                 "interfaces": {},
             }
             if alive:
                 try:
                     sp = self._sshd_pid(name)
                     entry["sshd_pid"], entry["sshd_alive"] = sp, sp is not None
+                    entry["announcing"] = (self.host_dir(name) / "announcing").exists()
                 except SimError:
                     pass
             if entry["namespace_exists"]:

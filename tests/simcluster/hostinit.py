@@ -7,9 +7,9 @@ The harness starts it as
 
 so it runs in the host's network namespace with its own mount, UTS and PID namespaces.
 It gives the Mac its private view of the machine, boots its network from the persistent
-preferences (shims/macos.py boot), runs sshd, and reaps orphans until it is killed; when
-it dies every process of the Mac dies with it (PID namespace), and the `unshare` parent
-the harness recorded kills it when killed (--kill-child).
+preferences (shims/macos.py boot), runs sshd and its Bonjour announcement (announce.py), and
+reaps orphans until it is killed; when it dies every process of the Mac dies with it (PID
+namespace), and the `unshare` parent the harness recorded kills it when killed (--kill-child).
 
 Private view (all mounts live only in this host's mount namespace):
 - /srv      <- <state>/hosts/<host>/home   (HOME=/srv/admin, sudo -H HOME=/srv/root)
@@ -193,6 +193,17 @@ def main():
             cwd="/",
         )
         children.add(sshd.pid)
+        # Remote Login's Bonjour announcement, while sshd runs (announce.py)
+        with open(os.path.join(hostdir, "announce.log"), "ab") as log:
+            announce = subprocess.Popen(
+                [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "announce.py"), state, host],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd="/",
+            )
+        children.add(announce.pid)
     except Exception as exc:  # noqa: BLE001 - reported to the harness, then exit
         with open(status, "w") as f:
             f.write(f"error: {exc}\n")

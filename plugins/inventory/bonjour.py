@@ -35,7 +35,10 @@ description:
     such address is left out, with a warning naming it and its addresses.
   - A Mac announced but not resolved to a host and address within O(timeout) is left out with a
     warning. A Mac that announces but does not answer ssh stays in the inventory; the run's own
-    checks name it. No Mac found is an error saying what was browsed, for how long, and the fix.
+    checks name it. No Mac found is an error saying what was browsed, for how long, and the fix;
+    Ansible stops on it only with C(unparsed_is_failed) in C([inventory]) (this project's
+    ansible.cfg sets it; elsewhere C(ANSIBLE_INVENTORY_UNPARSED_FAILED=true)), else it warns and
+    runs over no host.
   - The browse runs on this controller, on every interface with an IPv4 address, and takes
     O(timeout) seconds (and at most a second more), never longer. With O(cache) on, what it found
     is kept per Ansible's inventory cache options and used until O(cache_timeout), or until

@@ -103,27 +103,13 @@ def test_the_macs_are_found_and_site_yml_runs_through_that_inventory_alone(sim_c
     assert graph.returncode == 0 and graph.stdout.split() == ["@mac_cluster:", "|--m1", "|--m2"], graph.stdout
 
     # the README's way to a written inventory: the same hosts, read back without a browse
-    written = subprocess.run(
-        cluster.on_lan([BIN / "ansible-inventory", "-i", source, "--list", "--yaml"]),
-        capture_output=True,
-        text=True,
-        env=ansible_env(tmp_path),
-        cwd=ROOT,
-        timeout=120,
-    )
+    written, _ = on_lan(cluster, [BIN / "ansible-inventory", "-i", source, "--list", "--yaml"], tmp_path)
     assert written.returncode == 0, written.stderr
     hosts_yml = tmp_path / "written" / "hosts.yml"
     hosts_yml.parent.mkdir()
     hosts_yml.write_text(written.stdout)
     assert "unsafe" not in written.stdout, written.stdout
-    again = subprocess.run(
-        [BIN / "ansible-inventory", "-i", hosts_yml, "--list"],
-        capture_output=True,
-        text=True,
-        env=ansible_env(tmp_path),
-        cwd=ROOT,
-        timeout=120,
-    )
+    again, _ = on_lan(cluster, [BIN / "ansible-inventory", "-i", hosts_yml, "--list"], tmp_path)  # (no browse)
     assert again.returncode == 0, again.stderr
     back = json.loads(again.stdout)
     assert back["mac_cluster"]["hosts"] == cluster.hosts

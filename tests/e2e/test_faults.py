@@ -270,6 +270,28 @@ def test_macos_versions_differ(sim_cluster):
             f.converged(run_site(cluster, tags=["rdma_check"]))
 
 
+def test_a_mac_that_does_not_answer_discovery_is_named_with_the_fix(sim_cluster):
+    """Remote Login off on m2 before any run: the run stops after discovery naming m2 and the
+    fix, and plans nothing (before, the plan of the Mac that was left failed: "a cluster needs
+    at least 2 hosts"); Remote Login on again, the same run passes."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    with Fault("a Mac that does not answer at discovery (Remote Login off)") as f:
+        cluster.stop_sshd("m2")
+        try:
+            run = run_site(cluster, tags=["rdma_check"], python_env=None)
+        finally:
+            cluster.start_sshd("m2")
+        assert run.rc != 0
+        named = [(h, m) for h, task, m in run.failures() if task == "Stop when a Mac did not answer"]
+        assert len(named) == 1, run.failures()
+        f.message(named[0][1])
+        assert named[0][1].startswith("m2 did not answer over ssh") and "Remote Login" in named[0][1], named
+        assert "at least 2 hosts" not in fail_text(run)
+        assert not run.results("Plan links, topology, addresses and hostfile (once, on the controller)")
+        f.converged(run_site(cluster, tags=["rdma_check"], python_env=None))
+
+
 def test_mlx_versions_differ(sim_cluster):
     cluster = sim_cluster("pair")
     cluster.reset()

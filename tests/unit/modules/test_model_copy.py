@@ -49,6 +49,12 @@ def started(module_runner, dest, files, **extra):
     return module_runner("model_receive", args=args)
 
 
+def send(module_runner, src, files, port, **extra):
+    """model_send from `src` to the receiver on loopback at `port`, for m2."""
+    args = {"path": str(src), "files": files, "address": "127.0.0.1", "port": port, "token": TOKEN, "label": "m2"}
+    return module_runner("model_send", args=dict(args, **extra))
+
+
 def ps(pid):
     """The `ps` answer model_receive reads before it ends a receiver: its real arguments."""
     with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -70,18 +76,7 @@ def test_the_model_arrives_through_the_detached_receiver_and_nothing_listens_aft
     assert r["changed"] and r["port"] and r["todo"][0] == "a.safetensors" and r["todo_bytes"] == 1_505_200
     pid = r["pid"]
     assert alive(pid)
-    sent = module_runner(
-        "model_send",
-        args={
-            "path": str(src),
-            "files": files,
-            "address": "127.0.0.1",
-            "port": r["port"],
-            "token": TOKEN,
-            "label": "m2",
-            "streams": 2,
-        },
-    )
+    sent = send(module_runner, src, files, r["port"], streams=2)
     assert not sent.failed, sent.result
     assert sent.result["bytes"] == 1_505_200 and sent.result["changed"]
     done = module_runner(
@@ -112,18 +107,7 @@ def test_a_reporting_sender_gets_the_result_and_leaves_nothing_to_collect(module
     dest.mkdir(parents=True)
     (dest / "stale.safetensors").write_bytes(b"old shard")  # left by an older model
     r = started(module_runner, dest, files, report=True, label="m2").result
-    sent = module_runner(
-        "model_send",
-        args={
-            "path": str(src),
-            "files": files,
-            "address": "127.0.0.1",
-            "port": r["port"],
-            "token": TOKEN,
-            "label": "m2",
-            "report": True,
-        },
-    )
+    sent = send(module_runner, src, files, r["port"], report=True)
     assert not sent.failed, sent.result
     got = sent.result["received"]
     assert got["copied"] == sorted(files) and got["missing"] == [] and got["bytes"] == 40_100
@@ -145,17 +129,7 @@ def test_collecting_compares_the_directory_with_the_source_when_asked(module_run
     src, dest = dirs
     files = random_files(src, {"a.safetensors": 4000, "config.json": 100})
     r = started(module_runner, dest, files).result
-    sent = module_runner(
-        "model_send",
-        args={
-            "path": str(src),
-            "files": files,
-            "address": "127.0.0.1",
-            "port": r["port"],
-            "token": TOKEN,
-            "label": "m2",
-        },
-    )
+    sent = send(module_runner, src, files, r["port"])
     assert not sent.failed, sent.result
     (dest / "stale.safetensors").write_bytes(b"old shard")  # left by an older model
     expected = dict(files, **{"b.safetensors": {"size": 10, "sha256": "0" * 64}})  # one the sender never had
@@ -224,19 +198,7 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runn
 def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runner, dirs):
     src, _ = dirs
     files = random_files(src, {"a.safetensors": 10})
-    out = module_runner(
-        "model_send",
-        args={
-            "path": str(src),
-            "files": files,
-            "address": "127.0.0.1",
-            "port": 1,
-            "token": TOKEN,
-            "label": "m2",
-            "source_name": "m1",
-            "cable": "m1 en2 <-> m2 en3",
-        },
-    )
+    out = send(module_runner, src, files, 1, source_name="m1", cable="m1 en2 <-> m2 en3")
     assert out.failed
     assert out.result["msg"].startswith("copy m1 -> m2 over m1 en2 <-> m2 en3 (127.0.0.1:1): nothing listens")
     assert "its receiver is not running" in out.result["msg"]
@@ -264,19 +226,7 @@ def test_the_sender_keeps_its_progress_file_for_the_lines_a_user_sees(module_run
     files = random_files(src, {"a.safetensors": 1_500_000, "config.json": 200})
     r = started(module_runner, dest, files).result
     progress = tmp_path / "progress.json"
-    sent = module_runner(
-        "model_send",
-        args={
-            "path": str(src),
-            "files": files,
-            "address": "127.0.0.1",
-            "port": r["port"],
-            "token": TOKEN,
-            "label": "m2",
-            "what": "wheels",
-            "progress_file": str(progress),
-        },
-    )
+    sent = send(module_runner, src, files, r["port"], what="wheels", progress_file=str(progress))
     assert not sent.failed, sent.result
     state = json.loads(progress.read_text())
     assert state["done"] is True and state["what"] == "wheels"

@@ -29,7 +29,8 @@ description:
   - B(Address.) A Mac answers on every interface, so it may be seen with several addresses. The
     one chosen as C(ansible_host) is never in 169.254.0.0/16 (link-local, the Thunderbolt
     Bridge); it is the lowest address on one of this controller's own networks shorter than /30
-    (the LAN). When none is (the Macs are on another subnet, seen through a Bonjour gateway), it
+    (the LAN), one outside O(exclude_networks) first (a LAN as wide as 10.0.0.0/8 holds the
+    Thunderbolt pool). When none is (the Macs are on another subnet, seen through a Bonjour gateway), it
     is the lowest address outside this controller's /30-or-longer networks (its own Thunderbolt
     cables) and outside O(exclude_networks) (the Thunderbolt /30s), with a warning. A Mac with no
     such address is left out, with a warning naming it and its addresses.

@@ -72,7 +72,8 @@ def choose_address(addresses, networks, exclude=(THUNDERBOLT_POOL,)):
     """(address, note) for a Mac announcing `addresses`, seen from a controller whose interfaces
     are on `networks` (CIDRs); address None when none may be used. The rule:
     1. never 169.254.0.0/16 (link-local: the Thunderbolt Bridge), loopback, multicast or 0.0.0.0;
-    2. an address on one of the controller's own networks shorter than /30 (its LAN): the lowest;
+    2. an address on one of the controller's own networks shorter than /30 (its LAN): the lowest,
+       one outside `exclude` first (a LAN as wide as 10.0.0.0/8 holds the Thunderbolt pool);
     3. else (the Macs reached through a Bonjour gateway from another subnet) the lowest address
        outside the controller's /30-or-longer networks (its own Thunderbolt cables) and outside
        `exclude` (the toolkit's Thunderbolt pool), with a note saying so."""
@@ -86,7 +87,9 @@ def choose_address(addresses, networks, exclude=(THUNDERBOLT_POOL,)):
             if a.version == 4 and a not in LINK_LOCAL and not (a.is_loopback or a.is_multicast or a.is_unspecified)
         }
     )
-    on_lan = [a for a in usable if any(a in n for n in lan)]
+    # (a LAN as wide as 10.0.0.0/8 holds the Thunderbolt pool too: a cable's end only when the
+    # Mac has no other address on it)
+    on_lan = sorted((a for a in usable if any(a in n for n in lan)), key=lambda a: (any(a in n for n in cables), a))
     if on_lan:
         return str(on_lan[0]), None
     rest = [a for a in usable if not any(a in n for n in cables)]

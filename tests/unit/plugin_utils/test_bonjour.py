@@ -49,6 +49,8 @@ def test_natural_order():
     [
         pytest.param(["169.254.3.4", "192.168.1.20"], LAN, "192.168.1.20", False, id="link-local-never"),
         pytest.param(["10.208.0.1", "192.168.1.20"], LAN, "192.168.1.20", False, id="lan-over-thunderbolt"),
+        # a LAN wide enough to hold the Thunderbolt pool: the cable's end is lower, not chosen
+        pytest.param(["10.208.0.1", "10.250.1.20"], ["10.0.0.0/8"], "10.250.1.20", False, id="wide-lan-holds-the-pool"),
         pytest.param(["192.168.1.30", "192.168.1.20"], LAN, "192.168.1.20", False, id="lowest-on-lan"),
         pytest.param(["169.254.3.4"], LAN, None, False, id="only-link-local"),
         pytest.param(["10.208.0.1"], LAN, None, False, id="only-thunderbolt-pool"),

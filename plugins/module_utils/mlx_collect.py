@@ -56,7 +56,6 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import Command
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_tb import (
     BRIDGE_PORT,
     IFCONFIG_ARGV,
-    parse_ifconfig,
     parse_service_order,
     thunderbolt_facts,
 )
@@ -198,13 +197,14 @@ def ifconfig_block(text, name):
     return "\n".join(lines) + "\n" if lines else None
 
 
-def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, preferences=None):
+def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, preferences=None, interfaces=None):
     """mlx_thunderbolt facts: system_profiler, networksetup (x2), ifconfig bridge0 (or the
     bridge0 block of `ifconfig_text`, `ifconfig -v` already read). `raw`, a dict, receives
     the `-listnetworkserviceorder` text (None when it could not be read). `preferences`, the
     bytes of the network preferences file (mlx_netcfg.read_preferences()), gives
     `bridge.persistent_members`: the members macOS puts into the bridge at the next boot
-    (None when not given or not readable)."""
+    (None when not given or not readable). `interfaces`, interfaces_facts() of `ifconfig -v`,
+    finds the ports a Mac in another language names otherwise (mlx_tb.port_by_identity)."""
     sp = required(run, SP_ARGV)
     hwports = required(run, HWPORTS_ARGV)
     warnings = []
@@ -222,10 +222,6 @@ def collect_thunderbolt(run, model_id=None, raw=None, ifconfig_text=None, prefer
             bridge = None  # no bridge0 at all: nothing to take apart
         else:
             raise ParseError(bridge_label, f"exited with {rc}: {_first_line(err or out)}")
-    try:
-        interfaces = parse_ifconfig(ifconfig_text) if ifconfig_text is not None else None
-    except ParseError as exc:
-        raise ParseError(label(IFCONFIG_ARGV), exc.message) from None
     try:
         facts = thunderbolt_facts(sp, hwports, bridge, order, model_id=model_id, interfaces=interfaces)
     except ParseError as exc:
@@ -350,13 +346,16 @@ def collect_cluster(run, ssh_connection, disk, preferences=None, power=True, upd
     wired = run(WIRED_LIMIT_ARGV, required=False)  # (rc, out, err), None: no sysctl at all
     hw["wired_limit_mb"] = parse_wired_limit(*wired[:2]) if wired else None
     ifconfig_text = required(run, IFCONFIG_ARGV)
+    try:  # (read once: the ports' types for the Thunderbolt facts, and the interfaces fact)
+        interfaces = interfaces_facts(ifconfig_text)
+    except ParseError as exc:
+        raise ParseError(label(IFCONFIG_ARGV), exc.message) from None
     raw = {}
     thunderbolt, warnings = collect_thunderbolt(
-        run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text, preferences=preferences
+        run, model_id=hw["model"], raw=raw, ifconfig_text=ifconfig_text, interfaces=interfaces, preferences=preferences
     )
     rdma, rdma_warnings = collect_rdma(run, cabled_ifaces(thunderbolt))
     warnings = list(warnings) + rdma_warnings
-    interfaces = interfaces_facts(ifconfig_text)
     facts = {
         "thunderbolt": thunderbolt,
         "rdma": rdma,

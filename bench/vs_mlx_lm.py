@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Benchmark: our benchmark script's tokens/s against `mlx_lm.benchmark`'s, on one machine.
+
+    .venv/bin/python bench/vs_mlx_lm.py [--rounds N] [--trials N] [--json [FILE]] [--markdown FILE]
+
+Both run on the same tiny model made on the spot (tests/tinymodel.py, float32, 4 layers;
+nothing is downloaded), the same prompt and generation lengths and the same number of timed
+trials after one warm-up: `python -m mlx_lm.benchmark -p P -g G -n T` and
+`roles/benchmark/files/mlx_cluster_bench.py --prompt-tokens P --generation-tokens G
+--num-trials T`. The two run back to back, their order reversed every other round, so a load
+that comes and goes on the machine falls on both. Per run the median of the trials is taken
+(mlx_lm.benchmark prints each trial; a trial preempted by another process moves a mean, not a
+median), per round ours / theirs, then min/median/max over the rounds.
+
+The definitions themselves (what counts as a prompt token/s and a generation token/s) are
+proven equal on a fixed clock in tests/unit/bench/test_bench_tps_formula.py; this measures
+whether, live, the numbers agree. Not a timed test: tests/unit/bench/test_bench_vs_mlx_lm.py
+checks that both do the same work, never a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, emit, fmt, log, machine, machine_lines, stats, write_section  # noqa: E402
+
+HEADING = "## Our benchmark against mlx_lm.benchmark (bench/vs_mlx_lm.py)"
+SCRIPT = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
+TRIAL = re.compile(r"^Trial \d+:\s+prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)", re.M)
+PROMPT_TOKENS, GENERATION_TOKENS = 64, 48
+
+
+def env():
+    e = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for var in ("MLX_RANK", "MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "MLX_WORLD_SIZE"):
+        e.pop(var, None)
+    return e
+
+
+def run_theirs(model, trials):
+    out = subprocess.run(
+        [sys.executable, "-m", "mlx_lm.benchmark", "--model", str(model)]
+        + ["-p", str(PROMPT_TOKENS), "-g", str(GENERATION_TOKENS), "-n", str(trials)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(),
+        check=False,
+    )
+    rows = [tuple(map(float, t)) for t in TRIAL.findall(out.stdout)]
+    if out.returncode or len(rows) != trials:
+        raise SystemExit(f"mlx_lm.benchmark failed (exit {out.returncode}): {out.stderr[-1500:]}")
+    prompt, gen, _ = (statistics.median(c) for c in zip(*rows))
+    return prompt, gen
+
+
+def run_ours(model, trials):
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(model)]
+        + ["--prompt-tokens", str(PROMPT_TOKENS), "--generation-tokens", str(GENERATION_TOKENS)]
+        + ["--num-trials", str(trials)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(),
+        check=False,
+    )
+    if out.returncode:
+        raise SystemExit(f"our benchmark failed (exit {out.returncode}): {out.stderr[-1500:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return r["stats"]["prompt_tps"]["median"], r["stats"]["generation_tps"]["median"]
+
+
+def measure(rounds, trials):
+    from tests.tinymodel import make_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="vs-mlx-lm-") as tmp:
+        model = make_tiny_model(Path(tmp) / "tiny", dtype="float32", layers=4)
+        samples = {k: [] for k in ("ours_prompt", "theirs_prompt", "ours_gen", "theirs_gen")}
+        for i in range(rounds):
+            order = (("ours", run_ours), ("theirs", run_theirs))
+            for side, fn in order if i % 2 == 0 else order[::-1]:
+                prompt, gen = fn(model, trials)
+                samples[f"{side}_prompt"].append(prompt)
+                samples[f"{side}_gen"].append(gen)
+            log(f"round {i + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in samples.items()))
+    for what in ("prompt", "gen"):
+        samples[f"{what}_ratio"] = [o / t for o, t in zip(samples[f"ours_{what}"], samples[f"theirs_{what}"])]
+    return {k: stats(v) for k, v in samples.items()} | {"samples": samples}
+
+
+def table(result, info, argv):
+    rows = [
+        "| tokens/s (median of the trials per run; min–max over rounds) | ours | mlx_lm.benchmark | ours / theirs |",
+        "|---|---|---|---|",
+    ]
+    for label, key in (("prompt", "prompt"), ("generation", "gen")):
+        rows.append(
+            f"| {label} | {fmt(result[f'ours_{key}'], 0)} | {fmt(result[f'theirs_{key}'], 0)} "
+            f"| {fmt(result[f'{key}_ratio'])} |"
+        )
+    return "\n".join(
+        [
+            HEADING,
+            "",
+            f"Generated by `{argv}`: the same tiny model (float32, 4 layers), {PROMPT_TOKENS} prompt and "
+            f"{GENERATION_TOKENS} generated tokens, the two run back to back and their order reversed "
+            "every other round. The ratio is taken per round. A ratio far from 1 on a busy machine is "
+            "the machine; a ratio far from 1 in every round would be a difference in what is measured.",
+            "",
+            *rows,
+            "",
+            *machine_lines(
+                info, dists=("mlx", "mlx-lm"), load_note="no simulated cluster: both run on the machine itself"
+            ),
+        ]
+    )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--trials", type=int, default=5, help="timed trials per run (mlx_lm.benchmark's default: 5)")
+    ap.add_argument("--json", nargs="?", const="-", help="print the JSON (or write it to FILE and print the table)")
+    ap.add_argument("--markdown", help="replace this script's section of the Markdown FILE")
+    args = ap.parse_args(argv)
+    info = machine(dists=("mlx", "mlx-lm"))
+    result = measure(args.rounds, args.trials)
+    info["loadavg_end"] = round(os.getloadavg()[0], 2)
+    cmd = f".venv/bin/python bench/vs_mlx_lm.py --rounds {args.rounds} --trials {args.trials}"
+    text = table(result, info, cmd)
+    if args.markdown:
+        write_section(Path(args.markdown), HEADING, text)
+    emit({"machine": info, **result}, args.json, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

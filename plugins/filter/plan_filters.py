@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 """Filters over the planner's steps in plugins/plugin_utils/, one module each: mlx_links
 (plan_cables), mlx_topology (plan_topology), mlx_ip_plan (plan_addresses), mlx_hostfile
-(plan_hostfile), mlx_dot (plan_picture), mlx_discovery_request and mlx_hostfile_writes
-(planner, the plan step); and over plugin_utils/sync_plan.py: mlx_sync_rounds.
+(plan_hostfile), mlx_dot (plan_picture), mlx_discovery_request, mlx_hostfile_writes and
+mlx_bench_backends (planner, the plan step); and over plugin_utils/sync_plan.py: mlx_sync_rounds.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
 function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
@@ -144,6 +144,12 @@ def mlx_hostfile_writes(plan, files=None):
     return _call("mlx_hostfile_writes", planner.hostfile_writes, plan, files)
 
 
+def mlx_bench_backends(plan, backends=None):
+    """planner.side_by_side: the hostfile of each backend benchmark_backends lists."""
+    _check("mlx_bench_backends", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
+    return _call("mlx_bench_backends", planner.side_by_side, plan, [] if backends is None else backends)
+
+
 def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     """the cluster plan -> the model's tree: {rounds: [[{dest, src, path, via, address, split, ...}]] by
     hops, copies, depth, lan, warnings}."""
@@ -183,4 +189,5 @@ class FilterModule:
             "mlx_sync_rounds": mlx_sync_rounds,
             "mlx_sync_copied": mlx_sync_copied,
             "mlx_hostfile_writes": mlx_hostfile_writes,
+            "mlx_bench_backends": mlx_bench_backends,
         }

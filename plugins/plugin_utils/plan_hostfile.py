@@ -129,6 +129,15 @@ def hostfile(topology, plan, coordinators=None, envs=(), backend=None):
     return {"backend": backend, "envs": list(envs), "hosts": out}
 
 
+def lan_ring(hosts, plan, coordinators, envs=()):
+    """A ``ring`` hostfile over the management LAN instead of the cables: ranks in `hosts`
+    order, each listening on its coordinator address (checked as for jaccl: IPv4, reachable
+    from every host, not a cable address). For measuring what the cables buy."""
+    _pairs, addresses = _plan_pairs(plan)
+    out = [{"ssh": h, "ips": [_coordinator(h, coordinators or {}, addresses)], "rdma": []} for h in hosts]
+    return {"backend": "ring", "envs": list(envs), "hosts": out}
+
+
 def _refuse_unfit(topology, backend, hosts, ring, width, rdma_shape, fix):
     """A PlanError naming what `backend` needs and the wiring lacks (RDMA on every host, a
     full mesh, a ring, a cable that carries RDMA between every pair)."""

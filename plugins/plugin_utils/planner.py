@@ -31,7 +31,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import PLIST
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_addresses import DEFAULT_POOL, ip_plan
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_cables import links
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError, join_limited
-from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_hostfile import hostfile
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_hostfile import hostfile, lan_ring
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_topology import topology
 
 # MLX's distributed backends the plan can choose (module_utils/mlx_launch.BACKENDS, best
@@ -228,6 +228,66 @@ def fallback(topo, addresses, backend, hostfile_name, envs=()):
         ) from None
     stem = hostfile_name[: -len(".json")] if hostfile_name.endswith(".json") else hostfile_name
     return {"backend": backend, "from": planned, "hostfile": ring, "hostfile_name": "%s-%s.json" % (stem, backend)}
+
+
+# benchmark_backends: a backend over the Thunderbolt cables (as the plan would write it), or
+# the TCP ring over the management LAN, to measure what the cables and RDMA buy.
+LAN_RING = "ring-lan"
+SIDE_BY_SIDE_CHOICES = BACKENDS + (LAN_RING,)
+
+
+def side_by_side(plan, names):
+    """The hostfiles to run the same job on, one after the other, to compare backends.
+
+    `names`: entries of SIDE_BY_SIDE_CHOICES in the order asked (the first is what the others
+    are compared with); empty: the plan's backend alone. Returns ``[{name, backend, over,
+    hostfile, hostfile_name, content}]``: ``over`` is ``thunderbolt`` or ``lan``; the plan's backend
+    gets the plan's own hostfile and name, the ring over the cables the fallback's when the
+    plan has one, any other backend over the cables the hostfile the plan would write for it
+    (a PlanError when the wiring cannot carry it, naming why), ``ring-lan`` a ring in rank
+    order over each Mac's coordinator address (its address on the management LAN). Each entry
+    also carries ``content``, the hostfile as written (hostfile_text)."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise PlanError("benchmark_backends must be a list, got %r" % (names,))
+    planned = (plan.get("hostfile") or {}).get("backend")
+    names = list(names) or ([planned] if planned else [])
+    unknown = [n for n in names if n not in SIDE_BY_SIDE_CHOICES]
+    if unknown:
+        raise PlanError(
+            "benchmark_backends: %s not one of %s" % (join_limited(map(repr, unknown)), ", ".join(SIDE_BY_SIDE_CHOICES))
+        )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PlanError("benchmark_backends lists %s more than once" % join_limited(twice))
+    if not names:
+        raise PlanError("no MLX backend fits this wiring: %s" % plan["topology"].get("message", "no mesh and no ring"))
+    envs = list((plan.get("hostfile") or {}).get("envs") or [])
+    name = plan["hostfile_name"]
+    stem = name[: -len(".json")] if name.endswith(".json") else name
+    fall = plan.get("fallback") or {}
+    out = []
+    for n in names:
+        entry = {"name": n, "backend": "ring" if n == LAN_RING else n, "over": "thunderbolt"}
+        if n == planned:
+            entry.update(hostfile=plan["hostfile"], hostfile_name=name)
+        elif n == fall.get("backend"):
+            entry.update(hostfile=fall["hostfile"], hostfile_name=fall["hostfile_name"])
+        elif n == LAN_RING:
+            try:
+                made = lan_ring(plan["hosts"], plan["ip_plan"], plan.get("coordinators"), envs)
+            except PlanError as exc:
+                raise PlanError("benchmark_backends ring-lan: %s" % exc.message) from None
+            entry.update(over="lan", hostfile=made, hostfile_name="%s-%s.json" % (stem, n))
+        else:
+            try:
+                made = hostfile(
+                    plan["topology"], plan["ip_plan"], coordinators=plan.get("coordinators"), envs=envs, backend=n
+                )
+            except PlanError as exc:
+                raise PlanError("benchmark_backends %s: %s" % (n, exc.message)) from None
+            entry.update(hostfile=made, hostfile_name="%s-%s.json" % (stem, n))
+        out.append(dict(entry, content=hostfile_text(entry["hostfile"])))
+    return out
 
 
 def make_plan(facts_by_host, settings):

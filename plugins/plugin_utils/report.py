@@ -22,6 +22,7 @@ import os
 from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
+from ansible_collections.mlx.cluster.plugins.plugin_utils.bench_runs import SIDE_BY_SIDE_SUFFIX
 from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import is_number
 
 REPORT_NAME = "report.html"
@@ -51,6 +52,9 @@ SERIES_COLORS = ["#2f6fb3", "#e07b00", "#2e7d32", "#8e44ad", "#c62828", "#00838f
 BENCH_COLUMNS = [
     ("backend", "backend"),
     ("fallback_from", "fell back from"),
+    ("compared_as", "as asked"),
+    ("over", "over"),
+    ("round", "round"),
     ("world_size", "ranks"),
     ("mode", "mode"),
     ("prompt_tokens", "prompt tok"),
@@ -129,6 +133,11 @@ def collect(artifacts_dir):
         run = _read_json(os.path.join(bench, name), notes)
         if isinstance(run, dict) and "generation_tps" in run:
             data["bench"].append(dict(run, _run=name.split("-", 1)[0], _time=_mtime(os.path.join(bench, name))))
+        elif name.endswith(SIDE_BY_SIDE_SUFFIX) and isinstance(run, dict) and isinstance(run.get("modes"), dict):
+            # the comparison of a run that compared backends (bench_runs.side_by_side): the latest
+            stamp = _mtime(os.path.join(bench, name))
+            if stamp >= (data.get("bench_compare") or {}).get("_time", ""):
+                data["bench_compare"] = dict(run, _time=stamp)
     return data
 
 
@@ -1010,6 +1019,30 @@ def _cell(key, value):
     return text if len(text) <= 80 else text[:79] + "…"
 
 
+def _compare_table(compare):
+    """The latest comparison of backends, as HTML parts: each backend's tokens/s per mode and its
+    ratio to the first one listed; [] without one."""
+    if not isinstance(compare, dict) or not isinstance(compare.get("modes"), dict):
+        return []
+    rows = []
+    for mode, entries in compare["modes"].items():
+        for r in entries if isinstance(entries, list) else []:
+            if not isinstance(r, dict):
+                continue
+            name = str(r.get("name")) + (" (fell back to the ring)" if r.get("fell_back") else "")
+            rows.append(
+                [str(mode), name, str(r.get("over"))]
+                + [_num(r.get(k)) if is_number(r.get(k)) else "-" for k in ("prompt_tps", "generation_tps")]
+                + ["%sx" % _num(r.get(k)) if is_number(r.get(k)) else "-" for k in ("prompt_ratio", "generation_ratio")]
+            )
+    headers = ["mode", "backend", "over", "prompt tok/s", "gen tok/s", "prompt ratio", "gen ratio"]
+    return [
+        "<h3>Backends side by side (run %s, %s round(s); ratios to %s, per round, then the median)</h3>"
+        % (_e(str(compare.get("run_id") or "?")[:8]), _e(compare.get("rounds")), _e(compare.get("reference"))),
+        _table(headers, rows, "bench"),
+    ]
+
+
 def _bench_section(data):
     runs = [r for r in data.get("bench") or [] if isinstance(r, dict)]
     if not runs:
@@ -1049,7 +1082,11 @@ def _bench_section(data):
             + [_cell(k, r.get(k)) for k, _ in columns]
             + [os.path.basename(str(r.get("model") or ""))]
         )
-    parts = ['<div class="scroll">', _table(headers, rows, "bench"), "</div>"]
+    parts = _compare_table(data.get("bench_compare")) + [
+        '<div class="scroll">',
+        _table(headers, rows, "bench"),
+        "</div>",
+    ]
     fell_back = [r for r in table_rows if r.get("fallback_reason")]
     if fell_back:  # the latest run that had to: RDMA could not be brought up, it ran on the ring
         last = max(fell_back, key=lambda r: (index.get(r.get("_run") or "?", 0), str(r.get("mode"))))
@@ -1059,7 +1096,7 @@ def _bench_section(data):
         )
     labels = ["%s %s" % ((t or "")[5:16], run[:6]) for run, t in order]
     names = sorted(
-        {(str(r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
+        {(str(r.get("compared_as") or r.get("backend")), r.get("world_size"), str(r.get("mode"))) for r in runs},
         key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, k[2]),
     )
     for key, title in (
@@ -1074,7 +1111,7 @@ def _bench_section(data):
                     _spread(r, key)
                     for r in runs
                     if r.get("_run") == run
-                    and str(r.get("backend")) == backend
+                    and str(r.get("compared_as") or r.get("backend")) == backend
                     and r.get("world_size") == world
                     and str(r.get("mode")) == mode
                     and is_number(r.get(key))

@@ -126,10 +126,30 @@ def test_corrupted_weight_file_on_one_mac_is_named(sim_cluster, tiny):
         shard.write_bytes(original)
 
 
-def test_rank_that_cannot_start_fails_in_time_naming_the_host(sim_cluster, tiny):
+def test_backends_side_by_side_then_a_rank_that_cannot_start_fails_in_time(sim_cluster, tiny):
+    """#32: the same benchmark on the ring over the cable and the ring over the LAN, two rounds
+    (the order reversed in the second), compared in results.md; then m2 unreachable."""
     cluster = sim_cluster("pair")
-    ok = run_site(cluster, extravars=settings(cluster, tiny, benchmark_modes=["tensor"]))
+    bench = cluster.inventory_path.parent / "artifacts" / "bench"
+    shutil.rmtree(bench, ignore_errors=True)  # other tests' runs
+    compare = {"benchmark_modes": ["tensor"], "benchmark_backends": ["ring", "ring-lan"], "benchmark_rounds": 2}
+    ok = run_site(cluster, extravars=settings(cluster, tiny, **compare))
     assert ok.rc == 0, ok.failures()
+    lan = json.loads((bench.parent / "hostfile-ring-lan.json").read_text())
+    assert lan["hosts"] == [{"ssh": h, "ips": [cluster.mgmt_address(h)], "rdma": []} for h in cluster.hosts], lan
+    runs = {p.name.split("-", 1)[1]: json.loads(p.read_text()) for p in bench.glob("*.json")}
+    names = ["ring-w2-tensor-r1.json", "ring-lan-w2-tensor-r1.json", "ring-lan-w2-tensor-r2.json"]
+    assert sorted(runs) == sorted(names + ["ring-w2-tensor-r2.json", "side-by-side.json"]), sorted(runs)
+    assert [runs[n]["compared_as"] for n in names] == ["ring", "ring-lan", "ring-lan"]
+    assert {runs[n]["over"] for n in names[1:]} == {"lan"} and runs[names[0]]["over"] == "thunderbolt"
+    # the same greedy tokens whatever the wire
+    assert len({r["tokens_sha256"] for n, r in runs.items() if n != "side-by-side.json"}) == 1, runs
+    side = runs["side-by-side.json"]
+    assert (side["reference"], side["rounds"]) == ("ring", 2)
+    ring, over_lan = side["modes"]["tensor"]
+    assert (ring["name"], ring["generation_ratio"], over_lan["name"], over_lan["runs"]) == ("ring", 1.0, "ring-lan", 2)
+    assert over_lan["generation_ratio"] > 0 and over_lan["prompt_ratio"] > 0, side
+    assert "## Backends side by side" in (bench / "results.md").read_text()
     cluster.stop_sshd("m2")
     try:
         # The playbook stops at once, naming the Mac it cannot reach.

@@ -25,6 +25,7 @@ NAMES = [
     "mlx_sync_rounds",
     "mlx_sync_copied",
     "mlx_hostfile_writes",
+    "mlx_bench_backends",
 ]
 
 

@@ -377,3 +377,53 @@ def test_hostfile_writes_only_what_differs():
     assert planner.hostfile_writes(plan, {plan["hostfile_path"]: dict(right, mode="0644")}) == [entry]
     assert planner.hostfile_writes(plan, {plan["hostfile_path"]: None}) == [entry]
     assert planner.hostfile_writes(dict(plan, hostfile=None)) == []
+
+
+def test_backends_side_by_side_get_the_plans_hostfiles_or_the_ones_it_would_write():
+    """benchmark_backends: the planned backend keeps the plan's hostfile, the ring over the cables
+    is the fallback's when there is one, ring-lan a ring over the coordinator addresses; an empty
+    list is the plan's backend alone."""
+    facts = _rdma_facts()
+    plan = planner.make_plan(facts, settings(fallback_backend="ring"))
+    assert planner.side_by_side(plan, []) == [
+        {
+            "name": "jaccl",
+            "backend": "jaccl",
+            "over": "thunderbolt",
+            "hostfile": plan["hostfile"],
+            "hostfile_name": "hostfile.json",
+            "content": planner.hostfile_text(plan["hostfile"]),
+        }
+    ]
+    jaccl, ring, lan = planner.side_by_side(plan, ["jaccl", "ring", "ring-lan"])
+    assert (ring["hostfile"], ring["hostfile_name"]) == (plan["fallback"]["hostfile"], "hostfile-ring.json")
+    assert (lan["backend"], lan["over"], lan["hostfile_name"]) == ("ring", "lan", "hostfile-ring-lan.json")
+    assert lan["hostfile"] == {
+        "backend": "ring",
+        "envs": [],
+        "hosts": [{"ssh": h, "ips": ["10.1.0.%d" % (i + 11)], "rdma": []} for i, h in enumerate(HOSTS)],
+    }
+    # without a fallback the ring over the cables is the one the plan would write
+    no_fallback = planner.make_plan(facts, settings())
+    assert planner.side_by_side(no_fallback, ["ring"])[0]["hostfile"] == plan["fallback"]["hostfile"]
+    # a ring plan: the ring is the plan's own; jaccl there is refused naming why
+    ring_plan = planner.make_plan(cluster_facts(), settings())
+    assert planner.side_by_side(ring_plan, ["ring"])[0]["hostfile_name"] == "hostfile.json"
+    with pytest.raises(plan_common.PlanError, match="benchmark_backends jaccl: .*RDMA"):
+        planner.side_by_side(ring_plan, ["ring", "jaccl"])
+
+
+@pytest.mark.parametrize(
+    ("names", "coordinators", "message"),
+    [
+        (["ring", "mpi"], None, r"benchmark_backends: 'mpi' not one of jaccl, jaccl-ring, ring, ring-lan"),
+        (["ring", "ring"], None, "benchmark_backends lists ring more than once"),
+        ("ring", None, "benchmark_backends must be a list"),
+        (["ring-lan"], {"m1": "10.1.0.11", "m2": "", "m3": "10.1.0.13"}, "ring-lan: no coordinator address for m2"),
+        (["ring-lan"], {"m1": "10.1.0.11", "m2": "169.254.3.4", "m3": "10.1.0.13"}, "ring-lan: .*169.254.3.4 for m2"),
+    ],
+)
+def test_backends_side_by_side_refused_naming_what_to_fix(names, coordinators, message):
+    plan = planner.make_plan(cluster_facts(), settings(**({"coordinators": coordinators} if coordinators else {})))
+    with pytest.raises(plan_common.PlanError, match=message):
+        planner.side_by_side(plan, names)

@@ -462,3 +462,30 @@ def test_a_controller_without_prometheus_client_still_gets_its_report_and_the_fi
     assert res["changed"] and (folder / "report.html").is_file() and not (folder / "metrics.prom").exists()
     assert res["metrics"] is None
     assert any("run scripts/controller.sh again" in w for w in res["warnings"]), res
+
+
+def test_a_run_that_compared_backends_is_shown_side_by_side_with_the_ratio(tmp_path):
+    """The latest comparison (artifacts/bench/<run>-side-by-side.json) leads the benchmark section;
+    the ring over the cables and the ring over the LAN are two series, not one 'ring'."""
+    art = artifacts(tmp_path)
+    bench = art / "bench"
+    bench.mkdir(exist_ok=True)
+    for name, over, gen in (("ring", "thunderbolt", 40.0), ("ring-lan", "lan", 10.0)):
+        run = {"backend": "ring", "compared_as": name, "over": over, "round": 1, "world_size": 2}
+        run.update(mode="tensor", prompt_tps=100.0, generation_tps=gen)
+        (bench / f"cmp12345-{name}-w2-tensor-r1.json").write_text(json.dumps(run))
+    rows = [
+        {"name": "ring", "over": "thunderbolt", "prompt_tps": 100.0, "generation_tps": 40.0, "generation_ratio": 1.0},
+        {"name": "ring-lan", "over": "lan", "prompt_tps": 100.0, "generation_tps": 10.0, "generation_ratio": 0.25},
+    ]
+    compare = {"run_id": "cmp12345", "reference": "ring", "rounds": 2, "modes": {"tensor": rows}}
+    (bench / "cmp12345-side-by-side.json").write_text(json.dumps(compare))
+    page = report.render(report.collect(str(art)))
+    section = page.split('id="benchmark"')[1]
+    assert "Backends side by side (run cmp12345, 2 round(s); ratios to ring, per round, then the median)" in section
+    table = section.split('<table class="bench">')[1].split("</table>")[0]
+    cells = ["tensor", "ring-lan", "lan", "100.00", "10.00", "-", "0.25x"]
+    assert "<tr>%s</tr>" % "".join("<td>%s</td>" % c for c in cells) in table
+    chart = re.search(r'aria-label="Generation tokens/s per run[^"]*".*?</svg>', page, re.S).group(0)
+    assert "ring-lan ×2 tensor" in chart and "ring ×2 tensor" in chart
+    assert "side by side" not in report.render(fixture_data(tmp_path / "plain"))

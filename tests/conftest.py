@@ -10,6 +10,7 @@
 
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -57,6 +58,10 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workeroutput"):  # a worker: its rows go to the controller
         session.config.workeroutput["reliability_rows"] = json.dumps(reliability.ROWS if reliability else [])
         return
+    # the venvs the workers' runs shared, owned by this process
+    from tests.e2e.runner import venv_cache
+
+    shutil.rmtree(venv_cache(os.getpid()), ignore_errors=True)
     if reliability is None and not _WORKER_ROWS:
         return
     from tests.e2e import reliability as rel

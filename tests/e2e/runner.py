@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -218,13 +219,23 @@ def env_vars(cluster, python_env):
     raise ValueError(f"python_env is venv, existing or None, not {python_env!r}")
 
 
-# The venvs the env stage made in this worker, by where a Mac sees them: a venv is made once per
-# worker and copied to the Macs of every later cluster with the same home and base Python,
-# before that cluster's first run (a Mac on which an earlier run of the stage made it). The
-# stage's making of a venv is the tests' of test_first_run (python_env=None: never copied to).
-VENV_CACHE = Path(tempfile.gettempdir()) / f"mlxc-venvs-{os.getpid()}"
+# The venvs the env stage made in this test run, by where a Mac sees them: a venv is made once
+# per run (by whichever pytest-xdist worker's env stage makes it first) and copied to the Macs of
+# every later cluster with the same home and base Python, before that cluster's first run (a
+# Mac on which an earlier run of the stage made it). The stage's making of a venv is the tests'
+# of test_first_run (python_env=None: never copied to). The cache belongs to the run's
+# controlling process (the workers' parent), which removes it when the session ends
+# (tests/conftest.py); a run without workers removes its own at exit.
+def venv_cache(owner):
+    return Path(tempfile.gettempdir()) / f"mlxc-venvs-{owner}"
+
+
+VENV_CACHE = venv_cache(os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid())
 VENV = "mlx-cluster/venv"  # below the Mac's home: python_env's default, <cluster dir>/venv
-atexit.register(shutil.rmtree, VENV_CACHE, ignore_errors=True)
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    atexit.register(shutil.rmtree, VENV_CACHE, ignore_errors=True)
+# the env stage's task that makes the venv: ok on a host = that host's venv holds every pin
+INSTALL_TASK = "Install the pinned mlx and mlx-lm into the venv"
 
 
 def _venv_key(cluster, host):
@@ -232,11 +243,18 @@ def _venv_key(cluster, host):
 
 
 def _venv_base(venv):
-    """The base Python a venv was made from (its bin/python link), or None."""
-    try:
-        return os.readlink(venv / "bin" / "python")
-    except OSError:
-        return None
+    """The base Python a venv was made from, or None: where its bin/python link leads, through
+    the links within bin/ (venv makes python -> python3.11 -> /opt/homebrew/bin/python3.11)."""
+    link = venv / "bin" / "python"
+    for _ in range(8):
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return None
+        if os.path.isabs(target):
+            return target
+        link = link.parent / target
+    return None
 
 
 def seed_venvs(cluster):
@@ -254,18 +272,54 @@ def seed_venvs(cluster):
         subprocess.run(["cp", "-a", str(cached), str(dest)], check=True)
 
 
-def keep_venv(cluster):
-    """After a run that made the venvs: keep one (per home) for the next clusters."""
+def keep_venv(cluster, events):
+    """After a run whose env stage made a Mac's venv (its install task ok there, whatever the
+    rest of the run did): keep one (per home) for the next clusters. Two workers may keep the
+    same one at once: each copies to a name of its own, the first rename wins."""
+    made_on = {
+        ev.get("event_data", {}).get("host")
+        for ev in events
+        if ev.get("event") == "runner_on_ok" and ev.get("event_data", {}).get("task") == INSTALL_TASK
+    }
     for host in cluster.hosts:
         cached = VENV_CACHE / _venv_key(cluster, host)
         made = cluster.home(host) / VENV
-        if cached.exists() or _venv_base(made) is None:
+        if host not in made_on or cached.exists() or _venv_base(made) is None:
             continue
-        tmp = cached.with_name(cached.name + ".part")
+        tmp = cached.with_name(f"{cached.name}.part-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", str(made), str(tmp)], check=True)
-        tmp.rename(cached)
+        try:
+            tmp.rename(cached)
+        except OSError:  # another worker kept it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _profile(cluster, playbook, tags, check, started, events):
+    """With MLXC_PROFILE=<file>: one JSON line per playbook run (the test, the wiring, the run's
+    wall time, each task's time summed over its hosts), to find where the suite's time goes
+    (bench/NOTES.md, "Where the suite's time goes"). Off by default; never read by a test."""
+    path = os.environ.get("MLXC_PROFILE")
+    if not path:
+        return
+    tasks = {}
+    for ev in events:
+        data = ev.get("event_data") or {}
+        if ev.get("event", "").startswith("runner_on_") and isinstance(data.get("duration"), (int, float)):
+            key = "%s | %s" % (data.get("role") or "-", data.get("task") or "?")
+            tasks[key] = tasks.get(key, 0.0) + data["duration"]
+    line = {
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0],
+        "spec": getattr(getattr(cluster, "spec", None), "name", "?"),
+        "playbook": playbook,
+        "tags": tags,
+        "check": check,
+        "seconds": round(time.monotonic() - started, 2),
+        "tasks": {k: round(v, 2) for k, v in tasks.items()},
+    }
+    with open(path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def run_site(
@@ -274,7 +328,7 @@ def run_site(
     """Run `playbook` against the cluster's inventory; return a Run. The env stage takes its
     default path (a venv, from the lab's mirror) unless `python_env` says "existing", or None
     for nothing but the inventory and `extravars` (a new user's defaults). With the default
-    path, a Mac without the venv gets the one this worker's env stage made already (seed_venvs)."""
+    path, a Mac without the venv gets the one this run's env stage made already (seed_venvs)."""
     if python_env == "venv":
         seed_venvs(cluster)
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
@@ -293,6 +347,7 @@ def run_site(
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
+    started = time.monotonic()
     r = ansible_runner.run(
         private_data_dir=str(work),
         project_dir=str(ROOT),
@@ -306,11 +361,7 @@ def run_site(
         timeout=timeout,
     )
     stdout = r.stdout.read() if r.stdout else ""
-    if (
-        python_env == "venv"
-        and r.rc == 0
-        and not check
-        and not any(k.startswith("python_env_") for k in extravars or {})
-    ):
-        keep_venv(cluster)
+    _profile(cluster, playbook, tags, check, started, list(r.events))
+    if python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {}):
+        keep_venv(cluster, r.events)
     return Run(rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=stdout)

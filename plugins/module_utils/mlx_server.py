@@ -9,6 +9,8 @@
 - `rank_files()`: the names of a rank's files in the run directory (one place for them).
 - `server_argv()`: the rank's command line; `keeper_argv()`: its supervisor's
   (files/mlx_server_daemon.py: runs the rank, kills it when stalled, restarts it, bounded).
+- `launchd_plist()`: the LaunchDaemon's plist, the one writer of it (the server's ranks, and
+  the port probe's job that connects as they will).
 - `parse_launchctl_print()`: state and PID of a launchd job from `launchctl print`.
 - `process_matches()`: is a recorded PID still our rank (its command line names our run
   directory and run id)? PIDs are never looked up by process name.
@@ -292,6 +294,52 @@ def keeper_argv(python, keeper, *, run_dir, rank, supervisor, max_restarts):
         str(max_restarts),
     ]
     return argv + (["--detach"] if supervisor == "process" else [])
+
+
+# ---- the LaunchDaemon ------------------------------------------------------------------------
+
+
+def launchd_plist(label, argv, *, user, home, workdir, log, exit_timeout, keep_alive=True, comment=""):
+    """A LaunchDaemon's plist (XML text) for a program run the way the server's ranks run: the
+    rank's supervisor (role mlx_server, through the filter mlx_launchd_plist), and the port
+    probe's connecting side (mlx_port_probe `launchd_user`), which must meet what a rank meets.
+    Loaded with `launchctl bootstrap system <plist>` (root: the plist root:wheel, 0644), ended
+    with `launchctl bootout system/<label>`.
+
+    - `argv`: the program and its arguments, as they are (no shell). No environment but HOME:
+      the plist is readable by every user, so a rank's environment stays in its 0600 env file
+      (the supervisor's --env-file).
+    - `user` (UserName): the job runs as this user, with `home` as HOME, in `workdir`, its
+      output and errors appended to `log`, umask 077.
+    - `keep_alive`: the server's supervisor restarts the rank itself (spaced, bounded) and exits
+      0 when it stops on purpose or gives up, so launchd starts it again only after a crash
+      (KeepAlive: {SuccessfulExit: false}, ThrottleInterval 10 s), and at boot (RunAtLoad).
+      False: the job runs once, at load, and is never started again.
+    - `exit_timeout` (ExitTimeOut): seconds between SIGTERM and SIGKILL at bootout (the server:
+      time to finish a generation).
+    - `comment`: an XML comment at the top, for whoever reads the file on the Mac."""
+    import plistlib  # only the LaunchDaemon's writers pay for it
+
+    if "--" in comment or comment.endswith("-"):
+        raise ValueError("an XML comment may not hold '--' nor end with '-'")
+    job = {
+        "Label": str(label),
+        "ProgramArguments": [str(a) for a in argv],
+        "EnvironmentVariables": {"HOME": str(home)},
+        "UserName": str(user),
+        "WorkingDirectory": str(workdir),
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+        "Umask": 0o077,
+        "RunAtLoad": True,
+    }
+    if keep_alive:
+        job.update(KeepAlive={"SuccessfulExit": False}, ThrottleInterval=10)
+    job.update(ExitTimeOut=int(exit_timeout), ProcessType="Interactive")
+    text = plistlib.dumps(job, fmt=plistlib.FMT_XML, sort_keys=False).decode("utf-8")
+    if comment:
+        text = text.replace('<plist version="1.0">', f'<!-- {comment} -->\n<plist version="1.0">', 1)
+    return text
 
 
 def _num(x):

@@ -16,16 +16,14 @@ Which ports (MLX's sources, mlx 0.32):
 
 `endpoints(hostfile, port)` lists them; `LISTENER` is the program the ranks' own interpreter runs
 as the listener (the ALF judges per application, so only that interpreter's listener says what
-the ranks will meet); `connect_probe()` is the connecting side; `parse_alf()` reads
+the ranks will meet); the connecting side is module_utils/mlx_port_connect.py (run in-process
+over ssh, or by the ranks' interpreter as a launchd job); `parse_alf()` reads
 ``socketfilterfw``'s answers.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
-import time
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS, STARTING_PORT
 
@@ -34,12 +32,6 @@ SOCKETFILTERFW = ALF_DIR + "/socketfilterfw"
 # One socketfilterfw run answers several getters, one line each (public captures, e.g.
 # `--getglobalstate --getblockall --getallowsigned --getstealthmode`).
 ALF_GETTERS = ("--getglobalstate", "--getblockall", "--getstealthmode", "--getallowsigned")
-
-# What the connecting side sends and what the listener answers: a connection that the Mac's
-# kernel accepts but the firewall then resets (what the ALF does to an application it blocks,
-# when not in stealth mode) never gets the answer, so "connected" alone is not success.
-HELLO = b"mlx-port-probe "
-ANSWER = b"mlx-port-probe-ok "
 
 
 def endpoints(hostfile, starting_port=STARTING_PORT):
@@ -125,7 +117,8 @@ def targets(endpoint_list, host):
 # It binds every ADDRESS:PORT (SO_REUSEADDR only: a port another socket listens on, such as a
 # rank left from an earlier run, which MLX's SO_REUSEPORT would silently share, fails with
 # EADDRINUSE), prints one JSON line ({"executable", "bound", "errors"}) and closes its standard
-# output, then answers HELLO <token> with ANSWER <token> until DEADLINE seconds have passed.
+# output, then answers HELLO <token> with ANSWER <token> (module_utils/mlx_port_connect.py's)
+# until DEADLINE seconds have passed.
 LISTENER = r"""
 import errno, json, os, select, socket, sys, time
 deadline = time.monotonic() + float(sys.argv[3])
@@ -188,71 +181,6 @@ def app_bundle(executable):
         return path
     rest = path[i + len(marker) :].split("/", 1)[0]
     return path[:i] + marker + rest + "/Resources/Python.app"
-
-
-# ---------------------------------------------------------------------------------------------
-# the connecting side
-# ---------------------------------------------------------------------------------------------
-
-# errno names on both systems: macOS ETIMEDOUT 60, EHOSTUNREACH 65, ECONNREFUSED 61 (Linux 110,
-# 113, 111): the names are what messages show.
-UNREACHABLE = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN, errno.EADDRNOTAVAIL}
-
-
-def connect_probe(address, port, token, timeout, connect=socket.create_connection):
-    """One bounded connect to address:port, HELLO token sent, ANSWER token awaited. ->
-    {address, port, result, errno, error, seconds}; result: ok | timeout | refused | unreachable
-    | reset (accepted, then reset before the listener answered) | no_answer (accepted, silent)
-    | wrong_answer (something else answered)."""
-    start = time.monotonic()
-    out = {"address": address, "port": int(port), "result": "ok", "errno": None, "error": None}
-
-    def done(result, exc=None):
-        out["result"] = result
-        if exc is not None and getattr(exc, "errno", None):
-            out["errno"] = exc.errno
-            out["error"] = errno.errorcode.get(exc.errno, str(exc.errno))
-        elif exc is not None:
-            out["error"] = "timeout" if isinstance(exc, socket.timeout) else type(exc).__name__
-        out["seconds"] = round(time.monotonic() - start, 3)
-        return out
-
-    try:
-        sock = connect((address, int(port)), timeout=timeout)
-    except socket.timeout as exc:
-        return done("timeout", exc)
-    except ConnectionRefusedError as exc:
-        return done("refused", exc)
-    except OSError as exc:
-        if exc.errno == errno.ETIMEDOUT:
-            return done("timeout", exc)
-        if exc.errno in UNREACHABLE:
-            return done("unreachable", exc)
-        if exc.errno in (errno.ECONNRESET, errno.ECONNABORTED):
-            return done("reset", exc)
-        return done("error", exc)
-    try:
-        sock.settimeout(max(timeout - (time.monotonic() - start), 1.0))
-        sock.sendall(HELLO + token.encode())
-        data = b""
-        while len(data) < len(ANSWER) + len(token):
-            chunk = sock.recv(256)
-            if not chunk:
-                break
-            data += chunk
-    except socket.timeout as exc:
-        return done("no_answer", exc)
-    except (ConnectionResetError, BrokenPipeError) as exc:
-        return done("reset", exc)
-    except OSError as exc:
-        return done("reset" if exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED) else "error", exc)
-    finally:
-        sock.close()
-    if data == ANSWER + token.encode():
-        return done("ok")
-    if not data:
-        return done("reset")  # closed without a byte: the listener never saw it
-    return done("wrong_answer")
 
 
 # ---------------------------------------------------------------------------------------------

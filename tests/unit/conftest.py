@@ -67,7 +67,8 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
 
     commands: {tuple(argv as run, with the resolved path): (rc, stdout, stderr), or HANG for a
               command that does not answer within its bound (CommandTimeout), or an
-              OSError for one that cannot be started}
+              OSError for one that cannot be started}; or a function argv -> such an answer
+              (a stand-in for a command whose argv holds a path made at run time)
     bins:     {tool name: resolved path or None (not installed)}; unknown tools -> /usr/bin/<tool>
     env:      extra os.environ entries for the run (e.g. SSH_CONNECTION)
     module_attrs: names of the loaded module to set first (e.g. a file path it reads)
@@ -106,9 +107,12 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         outcome.envs.append(dict(mlx_run.C_LOCALE, **(env_update or {})))
         outcome.timeouts.append(timeout)
         key = tuple(argv)
-        if key not in commands:
+        if callable(commands):
+            answer = commands(list(argv))
+        elif key not in commands:
             raise AssertionError(f"unexpected command {argv!r}")
-        answer = commands[key]
+        else:
+            answer = commands[key]
         if answer == HANG:
             raise mlx_run.CommandTimeout(argv, timeout)
         if isinstance(answer, OSError):

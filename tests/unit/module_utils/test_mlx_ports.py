@@ -1,9 +1,11 @@
 """plugins/module_utils/mlx_ports.py: the ports MLX's ranks listen on, socketfilterfw's answers,
-the listener and the bounded connect (over real sockets on this machine's loopback)."""
+the listener; plugins/module_utils/mlx_port_connect.py: the bounded connect, in-process and as the
+program a launchd job runs (over real sockets on this machine's loopback)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -11,12 +13,13 @@ import threading
 
 import pytest
 
+from ansible_collections.mlx.cluster.plugins.module_utils import mlx_port_connect
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import STARTING_PORT
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_port_connect import connect_probe
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import (
     LISTENER,
     alf_summary,
     app_bundle,
-    connect_probe,
     endpoints,
     listener_argv,
     listens,
@@ -270,6 +273,37 @@ def test_the_listener_answers_the_probe_and_names_what_it_could_not_bind(listene
     # a port another program listens on: EADDRINUSE, the listener's own and a second one alike
     again = listener([("127.0.0.1", port)])
     assert [e["error"] for e in again["errors"]] == ["EADDRINUSE"] and again["bound"] == []
+
+
+def test_the_same_probe_runs_as_a_program_with_nothing_but_the_standard_library(listener, tmp_path):
+    """What a launchd job runs (mlx_port_probe launchd_user): this very file, by an interpreter
+    that has no Ansible and no collection (-I: isolated, -S: no site-packages)."""
+    port = free_port()
+    listener([("127.0.0.1", port)])
+    targets = [
+        {"host": "m1", "address": "127.0.0.1", "port": port, "role": "ring"},
+        {"host": "m1", "address": "127.0.0.1", "port": free_port(), "role": "coordinator"},
+    ]
+    job = tmp_path / "targets.json"
+    job.write_text(json.dumps({"token": "tok", "timeout": 3, "targets": targets}))
+    results = tmp_path / "results.json"
+    run = subprocess.run(
+        [sys.executable, "-I", "-S", mlx_port_connect.__file__, str(job), str(results)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    said = json.loads(results.read_text())
+    assert [(r["host"], r["role"], r["port"], r["result"]) for r in said["results"]] == [
+        ("m1", "ring", port, "ok"),
+        ("m1", "coordinator", targets[1]["port"], "refused"),
+    ]
+    assert said["executable"] == os.path.realpath(sys.executable)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "targets.json"]  # no .tmp left
+    bad = subprocess.run([sys.executable, "-I", "-S", mlx_port_connect.__file__], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: ")
 
 
 def test_the_listener_ends_by_itself_at_its_deadline(listener):

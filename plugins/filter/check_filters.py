@@ -339,14 +339,22 @@ def mlx_port_endpoints(hostfile, starting_port=None):
         raise AnsibleFilterError(f"mlx_port_endpoints: {exc}") from exc
 
 
-def mlx_port_problems(endpoints, listened, connected, timeout=5):
-    if not isinstance(endpoints, list) or not isinstance(listened, dict) or not isinstance(connected, dict):
+def mlx_port_problems(endpoints, listened, connected, timeout=5, launched=None):
+    if (
+        not isinstance(endpoints, list)
+        or not isinstance(listened, dict)
+        or not isinstance(connected, dict)
+        or not isinstance(launched or {}, dict)
+    ):
         raise AnsibleFilterError(
             "mlx_port_problems: expects the endpoints (mlx_port_endpoints), then dicts host -> "
-            "the listen result and host -> the connect results of mlx.cluster.mlx_port_probe"
+            "the listen result, host -> the connect results and (optional) host -> the connect's "
+            "launchd result of mlx.cluster.mlx_port_probe"
         )
     try:
-        return port_rules.port_problems(plain(endpoints), plain(listened), plain(connected), int(timeout))
+        return port_rules.port_problems(
+            plain(endpoints), plain(listened), plain(connected), int(timeout), plain(launched or {})
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"mlx_port_problems: malformed input ({exc})") from exc
 

@@ -145,12 +145,91 @@ def _connect_problem(peer, r, e, listened, timeout):
     return _problem(peer, msg, fix, r["result"], peer=host, address=e["address"], port=e["port"])
 
 
-def port_problems(endpoints, listened, connected, timeout=5):
+def _interpreter(launchd):
+    python, exe = launchd.get("python") or "the ranks' interpreter", launchd.get("executable")
+    return python if not exe or exe == python else "%s (%s)" % (python, exe)
+
+
+def _local_network_problem(peer, r, e, launchd, timeout):
+    """`peer` reached endpoint `e` over ssh, but its launchd job (run as the server's ranks
+    run) did not (its result `r`): macOS Local Network privacy, as reported for macOS 26/27."""
+    host = e["host"]
+    if r.get("errno"):
+        how = "failed with %s (errno %d)" % (r.get("error") or r["errno"], r["errno"])
+    else:
+        how = "failed: " + HOW.get(r["result"], HOW["error"]).format(
+            timeout=timeout, error=r.get("error") or r["result"]
+        )
+    interpreter = _interpreter(launchd)
+    msg = (
+        "%s: macOS Local Network privacy refuses the launchd-started interpreter on %s: connecting as a "
+        "launchd job, as the server's ranks run (%s, as %s), to %s %s:%d (%s) %s, while the same connect "
+        "over ssh got the listener's answer (Apple's TN3179 exempts processes started over ssh, and says "
+        "launchd daemons are exempt too; this refusal of a launchd-started interpreter without an app "
+        "bundle is reported for macOS 26/27 and not verified on a Mac by this project)"
+        % (
+            peer,
+            peer,
+            interpreter,
+            launchd.get("user") or "the server's user",
+            host,
+            e["address"],
+            e["port"],
+            _what(e),
+            how,
+        )
+    )
+    fix = (
+        "on %s: allow %s in System Settings > Privacy & Security > Local Network if it is listed there; "
+        "otherwise run the server with `mlx_server_supervisor: process` (its ranks are then started over "
+        "ssh, which TN3179 exempts); %s" % (peer, interpreter, RERUN)
+    )
+    return _problem(peer, msg, fix, "local_network", peer=host, address=e["address"], port=e["port"])
+
+
+def _launchd_problems(launched, connected, by_key, broken, timeout):
+    """What each Mac's launchd job found (mlx_port_probe launchd_user) that its connects over
+    ssh did not: a connect refused only as a launchd job, or a job that could not run."""
+    out = []
+    for peer in sorted(launched):
+        launchd = launched[peer]
+        if not launchd:
+            continue
+        if launchd.get("error"):
+            out.append(
+                _problem(
+                    peer,
+                    "%s: the port probe could not run as a launchd job, as the server's ranks will: %s"
+                    % (peer, launchd["error"]),
+                    "on %s: the server's launchd supervisor needs the same (sudo without a password, "
+                    "the interpreter %s, the user %s): put that right, or run the server with "
+                    "`mlx_server_supervisor: process`; %s"
+                    % (peer, launchd.get("python") or "", launchd.get("user") or "", RERUN),
+                    "launchd_probe",
+                )
+            )
+            continue
+        over_ssh = {(r.get("host"), r.get("address"), r.get("port")): r for r in connected.get(peer) or []}
+        for r in launchd.get("results") or []:
+            key = (r.get("host"), r.get("address"), r.get("port"))
+            e = by_key.get(key)
+            if e is None or key in broken or r.get("result") == "ok":
+                continue
+            if (over_ssh.get(key) or {}).get("result") != "ok":
+                continue  # refused over ssh too: that problem is named as such, once
+            out.append(_local_network_problem(peer, r, e, launchd, timeout))
+    return out
+
+
+def port_problems(endpoints, listened, connected, timeout=5, launched=None):
     """-> {problems: [...], alf: {host: summary}, checked: [endpoint ids], message}.
 
     `endpoints`: mlx_ports.endpoints(); `listened`: {host: mlx_port_probe listen result};
-    `connected`: {host: [mlx_port_probe connect results]}. A Mac absent from `listened` (its
-    listener task did not run) is named; its endpoints' connects are not judged again."""
+    `connected`: {host: [mlx_port_probe connect results]}; `launched`: {host: mlx_port_probe
+    connect's `launchd`, what its launchd job found, or None}. A Mac absent from `listened` (its
+    listener task did not run) is named; its endpoints' connects are not judged again. A connect
+    that failed over ssh keeps its wording whatever the launchd job saw; one that failed only as
+    a launchd job is named as Local Network privacy refusing the launchd-started interpreter."""
     problems, alf_by_host, broken = [], {}, set()
     for host in sorted({e["host"] for e in endpoints} | set(listened)):
         result = listened.get(host)
@@ -204,6 +283,7 @@ def port_problems(endpoints, listened, connected, timeout=5):
             if e is None or key in broken or r.get("result") == "ok":
                 continue
             problems.append(_connect_problem(peer, r, e, listened, timeout))
+    problems += _launchd_problems(launched or {}, connected, by_key, broken, timeout)
     return {
         "problems": problems,
         "alf": alf_by_host,

@@ -159,3 +159,79 @@ def test_a_mac_missing_from_the_results_is_named():
     del lis["m3"]
     (p,) = port_problems(EPS, lis, connected())["problems"]
     assert p["code"] == "no_listener" and p["host"] == "m3"
+
+
+# ---- the connects as a launchd job (port_check_launchd_user) -------------------------------
+
+VENV = "/Users/admin/mlx-cluster/venv/bin/python"
+BASE = "/opt/homebrew/Cellar/python@3.12/3.12.8/Frameworks/Python.framework/Versions/3.12/bin/python3.12"
+
+
+def launched(failures=None, error=None):
+    """What each Mac's launchd job found: its connects as connected() words them, with the errno
+    a refused connect carries (EHOSTUNREACH 65 on macOS)."""
+    out = {}
+    for h, results in connected({k: v for k, v in (failures or {}).items()}).items():
+        for r in results:
+            if r["result"] == "unreachable":
+                r.update(errno=65, error="EHOSTUNREACH")
+        out[h] = {"user": "admin", "python": VENV, "executable": BASE, "error": error, "results": results}
+    return out
+
+
+def test_a_connect_refused_only_to_the_launchd_job_is_local_network_privacy_with_the_fix():
+    v = port_problems(EPS, listened(), connected(), 5, launched({("m2", "m3"): "unreachable"}))
+    (p,) = v["problems"]
+    # the Mac whose launchd-started interpreter is refused, the peer, the address and port
+    assert (p["host"], p["peer"], p["address"], p["port"], p["code"]) == (
+        "m2",
+        "m3",
+        "10.208.0.5",
+        32325,
+        "local_network",
+    )
+    assert p["msg"] == (
+        "m2: macOS Local Network privacy refuses the launchd-started interpreter on m2: connecting as a "
+        f"launchd job, as the server's ranks run ({VENV} ({BASE}), as admin), to m3 10.208.0.5:32325 (rank 2's "
+        "ring listener) failed with EHOSTUNREACH (errno 65), while the same connect over ssh got the "
+        "listener's answer (Apple's TN3179 exempts processes started over ssh, and says launchd daemons "
+        "are exempt too; this refusal of a launchd-started interpreter without an app bundle is reported "
+        "for macOS 26/27 and not verified on a Mac by this project)"
+    )
+    assert p["fix"] == (
+        f"on m2: allow {VENV} ({BASE}) in System Settings > Privacy & Security > Local Network if it is "
+        "listed there; otherwise run the server with `mlx_server_supervisor: process` (its ranks are then "
+        "started over ssh, which TN3179 exempts); then re-run (`--tags port_check` checks the ports alone)"
+    )
+    assert v["message"].startswith("port check: 1 problem(s) with the ports MLX uses; ")
+    assert f"\n- {p['msg']} -> fix: {p['fix']}" in v["message"]
+
+
+def test_a_launchd_job_that_times_out_alone_is_named_the_same_way_without_an_errno():
+    v = port_problems(EPS, listened(), connected(), 5, launched({("m1", "m2"): "timeout"}))
+    (p,) = v["problems"]
+    assert p["code"] == "local_network" and (p["host"], p["peer"]) == ("m1", "m2")
+    assert "to m2 10.208.0.2:32324 (rank 1's ring listener) failed: no answer within 5 s" in p["msg"]
+
+
+def test_a_failure_both_ways_keeps_todays_wording_once():
+    fails = {("m2", "m3"): "unreachable"}
+    v = port_problems(EPS, listened(), connected(fails), 5, launched(fails))
+    (p,) = v["problems"]
+    assert p["code"] == "unreachable" and p["msg"].startswith("m2 cannot reach m3 10.208.0.5:32325")
+    assert "Local Network privacy refuses" not in v["message"]
+    assert port_problems(EPS, listened(), connected(fails))["problems"] == v["problems"]
+
+
+def test_no_launchd_results_or_all_reached_change_nothing():
+    assert port_problems(EPS, listened(), connected(), 5, launched())["problems"] == []
+    assert port_problems(EPS, listened(), connected(), 5, {h: None for h in ("m1", "m2", "m3")})["problems"] == []
+
+
+def test_a_launchd_job_that_could_not_run_is_named_with_its_reason():
+    why = "`launchctl bootstrap system /tmp/x/org.mlx-cluster.port-probe.1.plist` exited 5: Bootstrap failed: 5"
+    v = port_problems(EPS, listened(), connected(), 5, {"m1": None, "m2": launched(error=why)["m2"], "m3": None})
+    (p,) = v["problems"]
+    assert (p["host"], p["code"]) == ("m2", "launchd_probe")
+    assert p["msg"] == f"m2: the port probe could not run as a launchd job, as the server's ranks will: {why}"
+    assert "`mlx_server_supervisor: process`" in p["fix"] and p["fix"].startswith("on m2: ")

@@ -100,6 +100,7 @@ LIVE_KEYS = {
     "firewall",
     "command_line_tools",
     "pythons",
+    "local_network_denied_to_daemons",
 }
 # The message of /usr/bin/python3 on a Mac without the Command Line Tools, over ssh (no UI to
 # ask for them): xcode-select's, as public reports quote it (samdoran/ansible-collection-macos
@@ -1541,8 +1542,11 @@ class SimCluster:
         "blocked"|"permitted"}} (what socketfilterfw answers; the traffic is block_ports()'s)). macOS before
         26.2 has no rdma_ctl/ibv_* at all. command_line_tools (false: /usr/bin/python3 is their stub,
         until `softwareupdate --install` of their label) and pythons (["homebrew", "python.org"]:
-        which python3.N the Mac has besides /usr/bin/python3) apply at once. reset() drops every
-        override."""
+        which python3.N the Mac has besides /usr/bin/python3) apply at once.
+        local_network_denied_to_daemons (true: macOS Local Network privacy refuses the programs
+        the Mac's launchd starts: their Python's connects to non-loopback addresses fail with
+        EHOSTUNREACH, from their next start on; see local_network/sitecustomize.py). reset() drops
+        every override."""
         self.spec.host(host)
         bad = set(overrides) - LIVE_KEYS
         if bad:

@@ -1906,6 +1906,12 @@ def cmd_sysctl(ctx, args):
 
 LAUNCHD_STATE = "launchd.json"
 LAUNCH_DAEMONS = "/Library/LaunchDaemons"
+# Live setting `local_network_denied_to_daemons`: macOS Local Network privacy refusing what
+# launchd starts, as reported for macOS 26/27 (TN3179 says daemons are exempt: off by
+# default). The programs the simulated launchd starts then get this directory on PYTHONPATH,
+# whose sitecustomize.py makes their Python's connects to non-loopback addresses fail with
+# EHOSTUNREACH. Read at each start of a job's program (a restart sees the setting as it is then).
+LOCAL_NETWORK_DENIED = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "local_network")
 LAUNCHCTL_IO = "Bootstrap failed: 5: Input/output error"
 LAUNCHCTL_AS_ROOT = "Try re-running the command as root for richer errors."
 SYSTEM_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -2068,8 +2074,14 @@ def launchd_job(ctx, label):
         return 0
     with open(_mac_file(ctx, job["path"]), "rb") as f:
         plist = plistlib.load(f)
-    env = {"PATH": os.path.join(ctx.hostdir, "bin") + ":/usr/bin:/bin:/usr/sbin:/sbin"}
-    env.update({str(k): str(v) for k, v in (plist.get("EnvironmentVariables") or {}).items()})
+
+    def job_env():
+        env = {"PATH": os.path.join(ctx.hostdir, "bin") + ":/usr/bin:/bin:/usr/sbin:/sbin"}
+        env.update({str(k): str(v) for k, v in (plist.get("EnvironmentVariables") or {}).items()})
+        if Ctx(ctx.state, ctx.host).cfg.get("local_network_denied_to_daemons"):
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (LOCAL_NETWORK_DENIED, env.get("PYTHONPATH")) if p)
+        return env
+
     keep = plist.get("KeepAlive", False)
     throttle = float(plist.get("ThrottleInterval", 10))
     exit_timeout = float(plist.get("ExitTimeOut", 20))
@@ -2103,7 +2115,7 @@ def launchd_job(ctx, label):
             child = subprocess.Popen(
                 job["arguments"],
                 executable=job["program"],
-                env=env,
+                env=job_env(),
                 cwd=plist.get("WorkingDirectory") or "/",
                 stdin=subprocess.DEVNULL,
                 stdout=out_f,

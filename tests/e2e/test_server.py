@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import plistlib
+import re
 import shutil
 import signal
 import subprocess
@@ -428,6 +429,11 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
         return res.returncode == 0 and json.loads(res.stdout)["status"] == 200
 
     try:
+        # m2's launchd-started interpreter is refused the network (macOS Local Network privacy,
+        # as reported for macOS 26/27), ssh sessions are not: the port check's launchd job meets
+        # the refusal and the run stops before any rank starts, naming m2, the errno and the fix
+        refused_lan(pair, extra)
+        # the setting off: the same run starts the server
         up = server(pair, **extra)
         assert up.rc == 0, up.failures()
         first = jobs()
@@ -450,6 +456,43 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
     for h in pair.hosts:
         assert pair.exec(h, ["test", "-e", plist]).returncode != 0, h  # not back at the next boot
         assert pair.exec(h, ["launchctl", "print", f"system/{label}"]).returncode == 113, h  # not loaded
+
+
+def refused_lan(pair, extra):
+    """A server run while m2 denies the network to what launchd starts: it fails in the port
+    check, which probes as the ranks will run (a launchd job), before a rank or a job of the
+    server exists; the probe's own job is gone from every Mac."""
+    pair.set_host("m2", local_network_denied_to_daemons=True)
+    try:
+        refused = server(pair, **extra)
+    finally:
+        pair.set_host("m2", local_network_denied_to_daemons=False)
+    assert refused.rc != 0
+    (fail,) = refused.results("Fail naming each pair of Macs that cannot reach a port MLX uses")
+    msg = fail["res"]["msg"]
+    (line,) = [ln for ln in msg.splitlines() if ln.startswith("- ")]  # m2 alone, one peer, one port
+    print(f"refused in {refused.seconds}s: {line}")
+    other = next(h for h in pair.hosts if h != "m2")
+    assert re.search(
+        r"^- m2: macOS Local Network privacy refuses the launchd-started interpreter on m2: connecting as a "
+        rf"launchd job, as the server's ranks run \(.*, as admin\), to {other} 10\.208\.\d+\.\d+:4232\d "
+        r"\(rank \d's ring listener\) failed with EHOSTUNREACH \(errno \d+\), while the same connect over ssh "
+        r"got the listener's answer",
+        line,
+    ), line
+    assert "reported for macOS 26/27 and not verified on a Mac" in line, line
+    assert "-> fix: on m2: allow " in line and "System Settings > Privacy & Security > Local Network" in line, line
+    assert "otherwise run the server with `mlx_server_supervisor: process`" in line, line
+    # stopped before any rank started: no restart, no rank, no server job on either Mac
+    restarts = refused.results("Restart every rank when the server is not running with these settings")
+    assert [r for r in restarts if not r["res"].get("skipped")] == []
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
+    for h in pair.hosts:
+        loaded = json.loads((pair.host_dir(h) / "launchd.json").read_text() or "{}")
+        ours = [label for label in loaded if label.startswith(("org.mlx-cluster.server", "org.mlx-cluster.port-probe"))]
+        assert ours == [], (h, loaded)  # neither the server's job nor the probe's
+        left = pair.exec(h, ["sh", "-c", "ls -d /tmp/org.mlx-cluster.port-probe.* 2>/dev/null"]).stdout
+        assert left == "", (h, left)
 
 
 def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair, tmp_path):

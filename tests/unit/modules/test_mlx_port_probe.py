@@ -133,7 +133,8 @@ class FakeLaunchd:
     """launchctl for one probe: `bootstrap system <plist>` reads the plist the module wrote and,
     as launchd would (`how` "run"), runs its ProgramArguments now, in its working directory,
     output to its log; "refuse": launchd refuses the plist; "silent": loaded, but the program
-    never writes anything (stuck); "crash": loaded, the program exits 1 at once with a
+    never writes anything (stuck); "fifo": the same, a FIFO where its results go; "crash":
+    loaded, the program exits 1 at once with a
     traceback in its log. `print` and `bootout` answer from that state."""
 
     def __init__(self, how):
@@ -162,6 +163,8 @@ class FakeLaunchd:
                         stderr=log,
                         start_new_session=True,
                     )
+            elif self.how == "fifo":  # what the job's user could leave where the results go
+                os.mkfifo(self.plist["ProgramArguments"][3])
             elif self.how == "crash":
                 with open(self.plist["StandardErrorPath"], "a") as log:
                     log.write("Traceback (most recent call last):\nImportError: no module named json\n")
@@ -170,7 +173,7 @@ class FakeLaunchd:
         if verb == "print":
             if not self.loaded or label != self.plist["Label"]:
                 return 113, "", f'Could not find service "{label}" in domain for system\n'
-            running = self.how == "silent" or (self.proc is not None and self.proc.poll() is None)
+            running = self.how in ("silent", "fifo") or (self.proc is not None and self.proc.poll() is None)
             code = 1 if self.how == "crash" else (self.proc.returncode if self.proc else "(never exited)")
             state = "running" if running else "not running"
             return 0, f"system/{label} = {{\n\tstate = {state}\n\tlast exit code = {code}\n}}\n", ""
@@ -260,6 +263,7 @@ def test_the_launchd_job_runs_the_probe_as_the_ranks_will_and_is_booted_out_and_
         ("refuse", "`launchctl bootstrap system {base}/{label}.plist` exited 5: Bootstrap failed: 5"),
         ("crash", "the launchd job {label}: it ended (exit code 1) without results; its log ends: Traceback"),
         ("silent", "the launchd job {label}: it wrote no results within 2 s"),
+        ("fifo", "the launchd job {label}: it wrote no results within 2 s"),  # read by root: never blocks
     ],
 )
 def test_a_launchd_job_that_does_not_report_is_named_booted_out_and_removed_within_the_bound(

@@ -151,7 +151,6 @@ import inspect
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -178,7 +177,11 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     command_text,
     first_line,
 )
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import launchd_plist, parse_launchctl_print
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
+    launchd_plist,
+    open_nofollow,
+    parse_launchctl_print,
+)
 
 # The launchd job: its label (a new one per run, never one a server or another probe holds),
 # the directory its files live in while it runs (tests point it elsewhere), and the seconds it
@@ -266,20 +269,10 @@ def _said(*texts):
     return "no output"
 
 
-def _open_regular(path):
-    """A file of the job's own directory (the user's), opened by root for reading: never through
-    a link, never blocking on a FIFO, nothing but a regular file (else OSError)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a regular file")
-    return os.fdopen(fd, "rb")
-
-
 def _read_tail(path, limit=600):
     """The end of the job's log (its interpreter's errors)."""
     try:
-        with _open_regular(path) as f:
+        with open_nofollow(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - limit))
             return f.read().decode("utf-8", "replace").strip()
@@ -292,7 +285,7 @@ def _read_results(path):
     job writes it under another name and renames it into place; no more than MAX_READ bytes
     are read."""
     try:
-        with _open_regular(path) as f:
+        with open_nofollow(path, "rb") as f:
             data = f.read(MAX_READ + 1)
     except OSError:
         return None

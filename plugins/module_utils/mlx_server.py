@@ -451,9 +451,14 @@ RUN_ID_RE = re.compile(r"^[a-z0-9]{24}$")
 
 
 def open_nofollow(path, mode="r"):
-    """A file of the run directory opened without following a symbolic link (a module that
-    runs as root reads nothing the user pointed it at)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    """A file of a directory the user owns, opened by root for reading: never through a
+    symbolic link (root reads nothing the user pointed it at), never blocking on a FIFO the user
+    left there, nothing but a regular file (else OSError). The run directory's files, and the
+    port probe's launchd job's (mlx_port_probe)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
     return os.fdopen(fd, mode)
 
 

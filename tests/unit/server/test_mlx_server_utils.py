@@ -4,6 +4,7 @@ code), the settings hash, launchctl parsing, PID checks and restart reasons."""
 from __future__ import annotations
 
 import json
+import os
 from argparse import Namespace
 from pathlib import Path
 
@@ -505,6 +506,11 @@ def test_the_run_directory_is_read_without_following_links(tmp_path):
     assert ms.read_pid(str(tmp_path / "rank0.pid")) is None
     (tmp_path / "rank1.json").write_text('{"run_id": "x"}')
     assert ms.read_json(str(tmp_path / "rank1.json")) == {"run_id": "x"}
+    # a FIFO the user left in the run directory: root's read fails at once, never blocks
+    os.mkfifo(tmp_path / "rank2.json")
+    os.mkfifo(tmp_path / "rank2.pid")
+    assert ms.read_json(str(tmp_path / "rank2.json")) == {}
+    assert ms.read_pid(str(tmp_path / "rank2.pid")) is None
 
 
 @pytest.mark.parametrize(

@@ -226,8 +226,19 @@ def fallback(topo, addresses, backend, hostfile_name, envs=()):
         raise PlanError(
             "mlx_cluster_fallback_backend %s: no %s hostfile fits this wiring: %s" % (backend, backend, exc.message)
         ) from None
+    return {
+        "backend": backend,
+        "from": planned,
+        "hostfile": ring,
+        "hostfile_name": _sibling_name(hostfile_name, backend),
+    }
+
+
+def _sibling_name(hostfile_name, backend):
+    """The name of another backend's hostfile beside the plan's: ``<hostfile stem>-<backend>.json``
+    (hostfile-ring.json, hostfile-ring-lan.json)."""
     stem = hostfile_name[: -len(".json")] if hostfile_name.endswith(".json") else hostfile_name
-    return {"backend": backend, "from": planned, "hostfile": ring, "hostfile_name": "%s-%s.json" % (stem, backend)}
+    return "%s-%s.json" % (stem, backend)
 
 
 # benchmark_backends: a backend over the Thunderbolt cables (as the plan would write it), or
@@ -263,7 +274,6 @@ def side_by_side(plan, names):
         raise PlanError("no MLX backend fits this wiring: %s" % plan["topology"].get("message", "no mesh and no ring"))
     envs = list((plan.get("hostfile") or {}).get("envs") or [])
     name = plan["hostfile_name"]
-    stem = name[: -len(".json")] if name.endswith(".json") else name
     fall = plan.get("fallback") or {}
     out = []
     for n in names:
@@ -277,7 +287,7 @@ def side_by_side(plan, names):
                 made = lan_ring(plan["hosts"], plan["ip_plan"], plan.get("coordinators"), envs)
             except PlanError as exc:
                 raise PlanError("benchmark_backends ring-lan: %s" % exc.message) from None
-            entry.update(over="lan", hostfile=made, hostfile_name="%s-%s.json" % (stem, n))
+            entry.update(over="lan", hostfile=made, hostfile_name=_sibling_name(name, n))
         else:
             try:
                 made = hostfile(
@@ -285,7 +295,7 @@ def side_by_side(plan, names):
                 )
             except PlanError as exc:
                 raise PlanError("benchmark_backends %s: %s" % (n, exc.message)) from None
-            entry.update(hostfile=made, hostfile_name="%s-%s.json" % (stem, n))
+            entry.update(hostfile=made, hostfile_name=_sibling_name(name, n))
         out.append(dict(entry, content=hostfile_text(entry["hostfile"])))
     return out
 

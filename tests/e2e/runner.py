@@ -272,15 +272,11 @@ def seed_venvs(cluster):
         subprocess.run(["cp", "-a", str(cached), str(dest)], check=True)
 
 
-def keep_venv(cluster, events):
+def keep_venv(cluster, run):
     """After a run whose env stage made a Mac's venv (its install task ok there, whatever the
     rest of the run did): keep one (per home) for the next clusters. Two workers may keep the
     same one at once: each copies to a name of its own, the first rename wins."""
-    made_on = {
-        ev.get("event_data", {}).get("host")
-        for ev in events
-        if ev.get("event") == "runner_on_ok" and ev.get("event_data", {}).get("task") == INSTALL_TASK
-    }
+    made_on = {d.get("host") for d in run.results(INSTALL_TASK) if not (d.get("res") or {}).get("failed")}
     for host in cluster.hosts:
         cached = VENV_CACHE / _venv_key(cluster, host)
         made = cluster.home(host) / VENV
@@ -360,8 +356,11 @@ def run_site(
         quiet=True,
         timeout=timeout,
     )
-    stdout = r.stdout.read() if r.stdout else ""
-    _profile(cluster, playbook, tags, check, started, list(r.events))
+    # (r.events reads the run's event files from disk on every use: read once)
+    run = Run(
+        rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=r.stdout.read() if r.stdout else ""
+    )
+    _profile(cluster, playbook, tags, check, started, run.events)
     if python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {}):
-        keep_venv(cluster, r.events)
-    return Run(rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=stdout)
+        keep_venv(cluster, run)
+    return run

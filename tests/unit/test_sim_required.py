@@ -46,6 +46,10 @@ def test_a_machine_without_the_simulation_skips_or_fails_as_told(tmp_path, requi
             os.devnull,
             "--rootdir",
             str(tmp_path),
+            # its own temporary directory: pytest's default one cleans up earlier sessions' numbered
+            # directories when it starts, gigabytes of simulated Macs and venvs, past this timeout
+            "--basetemp",
+            str(tmp_path / "basetemp"),
             str(tmp_path),
         ],
         capture_output=True,

@@ -2,14 +2,15 @@
 """Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv and its
 lock (python_env_require_hashes); and the
 toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
-name the venv's interpreter."""
+name the venv's interpreter and, in validate, every setting plugin_utils/setting_names.py lists."""
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError
+from jinja2 import Undefined
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_path
-from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons
+from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons, setting_names
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plain import plain
 
 # Each filter is documented in its own file beside this one (plugins/filter/<name>.yml):
@@ -52,6 +53,27 @@ def mlx_unsafe_path(path, setting, home=False):
     return unsafe_path(path, setting, home=bool(home)) or ""
 
 
+def mlx_unsafe_settings(host_vars, hosts):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("mlx_unsafe_settings: hosts must be a list of inventory host names")
+    given = {}
+    for host in hosts:
+        try:
+            mine = host_vars[host]
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError("mlx_unsafe_settings: expects hostvars and hosts of it") from exc
+        given[host] = {}
+        for setting in setting_names.SETTINGS:
+            # a value made from what a later stage sets (undefined now): checked where it is used
+            try:
+                value = mine[setting] if setting in mine else Undefined()
+            except AnsibleError:
+                continue
+            if not isinstance(value, Undefined):
+                given[host][setting] = plain(value)
+    return setting_names.problems(given)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -59,5 +81,6 @@ class FilterModule:
             "mlx_python_probe_msg": mlx_python_probe_msg,
             "mlx_clt_stub": mlx_clt_stub,
             "mlx_unsafe_path": mlx_unsafe_path,
+            "mlx_unsafe_settings": mlx_unsafe_settings,
             "mlx_lock_problem": mlx_lock_problem,
         }

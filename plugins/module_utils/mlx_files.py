@@ -46,8 +46,10 @@ def unsafe_path(path, setting, home=False):
     """None when `path` is an absolute path of SAFE_PATH's characters with no '.' or '..'
     component (with `home`, '~' or '~/...' too: each Mac's home), else why not, naming
     `setting` (the variable to change) and the rule."""
-    if not isinstance(path, str) or not path:
+    if path is None or path == "":
         return f"{setting} is empty: give an absolute path"
+    if not isinstance(path, str):
+        return f"{setting} {path!r} is not a path: give an absolute path such as /opt/mlx-cluster"
     rest = path[1:] if home and (path == "~" or path.startswith("~/")) else path
     if rest and not rest.startswith("/"):
         return (

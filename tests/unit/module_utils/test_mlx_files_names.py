@@ -30,6 +30,7 @@ def test_safe_paths_pass(path, home):
     [
         ("", False, "s is empty"),
         (None, False, "s is empty"),
+        (["/opt/x"], False, "s ['/opt/x'] is not a path"),
         ("mlx-cluster", False, "is not an absolute path: give one"),
         ("~/mlx-cluster", False, "is not an absolute path: give one"),
         ("~alice/x", True, "(nor one under ~)"),

@@ -1,0 +1,107 @@
+"""plugins/plugin_utils/setting_names.py and its filter mlx_unsafe_settings: the settings
+validate checks against the toolkit's one rule for names (module_utils/mlx_files.py), each
+refused naming the setting, the value, the Macs that set it, the fix and where it goes."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from jinja2 import Undefined
+
+from ansible_collections.mlx.cluster.plugins.plugin_utils import setting_names
+from tests.unit.filter.controller import controller_imports
+
+SAFE = {
+    "mlx_server_run_dir": "/opt/mlx-cluster/server",
+    "mlx_server_python": "/opt/mlx-cluster/venv/bin/python",
+    "python_env_interpreter": "/opt/homebrew/bin/python3.13",
+    "python_env_venv_dir": "/opt/mlx-cluster/venv",
+    "python_env_base_python": "/usr/bin/python3",
+    "python_env_python": "/opt/mlx-cluster/venv/bin/python",
+    "benchmark_python": "/opt/mlx-cluster/venv/bin/python",
+    "net_check_python": "/opt/mlx-cluster/venv/bin/python",
+    "port_check_python": "/opt/mlx-cluster/venv/bin/python",
+    "model_sync_rsync_path": "/opt/homebrew/bin/rsync",
+    "mlx_server_label": "org.example.mlx-server",
+}
+
+
+def test_every_setting_listed_has_a_safe_example_here():
+    assert set(SAFE) == set(setting_names.SETTINGS)
+
+
+def test_safe_values_and_unset_paths_pass():
+    assert setting_names.problems({"m1": dict(SAFE), "m2": dict(SAFE)}) == []
+    # an empty path is the role's default; a setting a Mac does not set is not checked
+    assert setting_names.problems({"m1": {s: "" for s in setting_names.PATHS}, "m2": {}}) == []
+
+
+@pytest.mark.parametrize("setting", sorted(setting_names.PATHS))
+@pytest.mark.parametrize(
+    "value, rule",
+    [
+        ("/opt/x; touch /tmp/pwned", "holds whitespace or characters a shell reads"),
+        ("/opt/$(id)/python", "holds whitespace or characters a shell reads"),
+        ("/opt/../etc/python", "holds '.' or '..' components"),
+        ("venv/bin/python", "is not an absolute path"),
+    ],
+    ids=["semicolon", "substitution", "dotdot", "relative"],
+)
+def test_a_path_a_shell_would_read_is_refused_naming_setting_value_fix_and_where(setting, value, rule):
+    (why,) = setting_names.problems({"m1": {setting: value}, "m2": {setting: value}})
+    assert why.startswith(f"{setting} {value!r} {rule}"), why
+    assert ("use letters, digits" in why) or ("give " in why), why  # the fix
+    assert why.endswith(f"(it reaches {setting_names.PATHS[setting]})"), why
+
+
+@pytest.mark.parametrize("label", ["../../tmp/evil", "org.x y", "", "org.x\n", 7])
+def test_a_label_that_is_not_reverse_dns_words_is_refused(label):
+    (why,) = setting_names.problems({"m1": {"mlx_server_label": label}})
+    assert why.startswith(f"mlx_server_label {label!r} is not a launchd label"), why
+    assert "e.g. org.mlx-cluster.server" in why and "LaunchDaemon's plist" in why
+
+
+def test_the_macs_are_named_when_not_all_have_the_value_and_each_value_once():
+    bad = "/opt/py thon"
+    why = setting_names.problems(
+        {
+            "m1": {"python_env_interpreter": bad},
+            "m2": {"python_env_interpreter": bad},
+            "m3": {"python_env_interpreter": "/usr/bin/python3"},
+            "m4": {"python_env_interpreter": "/opt/a;b", "model_sync_rsync_path": ["/opt/rsync"]},
+        }
+    )
+    assert [w.split(" '")[0].split(" [")[0] for w in why] == [
+        "python_env_interpreter of m1, m2",
+        "python_env_interpreter of m4",
+        "model_sync_rsync_path of m4",
+    ], why
+    assert why[2].startswith("model_sync_rsync_path of m4 ['/opt/rsync'] is not a path")  # (nor need it be hashable)
+
+
+@pytest.fixture(scope="module")
+def unsafe_settings():
+    with controller_imports():
+        filters = importlib.import_module("ansible_collections.mlx.cluster.plugins.filter.python_filters")
+    return filters.FilterModule().filters()["mlx_unsafe_settings"]
+
+
+def test_the_filter_reads_each_macs_settings_and_leaves_what_a_later_stage_sets(unsafe_settings):
+    """A value made from a variable a later stage sets (undefined in validate, as Ansible hands
+    it over) is left to the module that uses it; a host's other variables are not read."""
+    host_vars = {
+        "m1": {"benchmark_python": Undefined(name="python_env_python"), "mlx_server_label": "org.x y", "other": 1},
+        "m2": {"mlx_server_label": "org.x y"},
+    }
+    assert unsafe_settings(host_vars, ["m1", "m2"]) == [
+        "mlx_server_label 'org.x y' is not a launchd label: use dot-separated words of letters, digits, _ and - "
+        "(e.g. org.mlx-cluster.server); it names the LaunchDaemon's plist"
+    ]
+    assert unsafe_settings(host_vars, ["m2"]) == unsafe_settings(host_vars, ["m1", "m2"])
+    with controller_imports():
+        from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
+        unsafe_settings(host_vars, "m1")
+    with pytest.raises(AnsibleFilterError, match="expects hostvars"):
+        unsafe_settings(host_vars, ["m9"])

@@ -1,0 +1,71 @@
+"""roles/mlx_cluster validate: the names that reach a shell line, an interpreter the Macs run or
+a path root writes (plugins/plugin_utils/setting_names.py) are refused before any Mac is
+contacted, all at once, naming the setting, the value, the Macs that set it and the fix (the
+real ansible-playbook, `--tags validate`, over an inventory of Macs that do not exist)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def validate(tmp_path, hosts, extravars):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts}}))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        NO_COLOR="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
+    for k, v in extravars.items():
+        argv += ["-e", json.dumps({k: v})]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path):
+    hosts = {
+        # 192.0.2.0/24 (TEST-NET-1): nothing answers there, and nothing is asked
+        "m1": {"ansible_host": "192.0.2.1", "python_env_interpreter": "/opt/py thon/bin/python3"},
+        "m2": {
+            "ansible_host": "192.0.2.2",
+            "model_sync_rsync_path": "/opt/homebrew/bin/rsync; touch /tmp/pwned",
+            # made from what the env stage sets: left to where it is used, not an error here
+            "benchmark_python": "{{ python_env_python }}",
+        },
+    }
+    res = validate(
+        tmp_path,
+        hosts,
+        {
+            "mlx_server_label": "../../../tmp/evil",
+            "mlx_server_run_dir": "/opt/mlx/../server",
+            "python_env_base_python": "/usr/bin/python3 -I",
+            "port_check_python": "$(id)",
+        },
+    )
+    out = res.stdout
+    assert res.returncode != 0
+    for fragment in (
+        "python_env_interpreter of m1 '/opt/py thon/bin/python3' holds whitespace or characters a shell reads: "
+        "use letters, digits, / and . _ - + @ % = , : only (it reaches ansible.builtin.script's executable, "
+        "a shell line)",
+        "model_sync_rsync_path of m2 '/opt/homebrew/bin/rsync; touch /tmp/pwned' holds whitespace",
+        "(it reaches rsync's --rsync-path, which the receiving Mac's shell reads)",
+        "mlx_server_label '../../../tmp/evil' is not a launchd label: use dot-separated words",
+        "mlx_server_run_dir '/opt/mlx/../server' holds '.' or '..' components: give the path itself",
+        "python_env_base_python '/usr/bin/python3 -I' holds whitespace",
+        "port_check_python '$(id)' is not an absolute path",
+    ):
+        assert fragment in " ".join(out.split()), out[-3000:]
+    assert "benchmark_python" not in out
+    assert "mlx_cluster_facts" not in out and "Discover" not in out  # stopped before contacting any Mac

@@ -29,11 +29,19 @@ description:
   - Keeps I(artifacts_dir) private on every run. The directory and those below it are set to 0700,
     every file in them loses group and other access (a directory that existed before the toolkit,
     or a file copied in, included); links are neither followed nor changed. C(modes) lists what
-    was set.
+    was set; in check mode nothing is changed, and with C(--diff) the modes are shown before and
+    after.
   - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once).
 version_added: "0.3.0"
 extends_documentation_fragment:
   - mlx.cluster.attributes
+attributes:
+  check_mode:
+    support: full
+    description: Writes nothing and changes no mode; C(changed) and C(modes) say what would be done.
+  diff_mode:
+    support: partial
+    description: The modes I(artifacts_dir) would be given, before and after; not the page.
 options:
   artifacts_dir:
     description: The artifacts directory (C(mlx_cluster_artifacts_dir)); created when missing.

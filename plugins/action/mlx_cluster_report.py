@@ -129,8 +129,18 @@ class ActionModule(ActionBase):
             textfile = os.path.join(textfile_dir, TEXTFILE_NAME)
             wrote = _put(textfile, prom, 0o644, check, textfile_dir, "mlx_cluster_metrics_textfile_dir") or wrote
         # Every run: the artifacts directory 0700 and what is in it private (a directory that was
-        # there before the toolkit, or a file copied in, keeps no group or other access).
+        # there before the toolkit, or a file copied in, keeps no group or other access). Check
+        # mode changes nothing; --diff shows the modes before and after.
         loose = loose_modes(folder)
+        if loose and self._task.diff:
+            result["diff"] = [
+                {
+                    "before_header": "%s (modes)" % folder,
+                    "after_header": "%s (modes)" % folder,
+                    "before": "".join("%04o %s\n" % (now, where) for where, now, _want in loose),
+                    "after": "".join("%04o %s\n" % (want, where) for where, _now, want in loose),
+                }
+            ]
         if not self._task.check_mode:
             for where, _now, want in loose:
                 try:

@@ -108,6 +108,14 @@ def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster
     cluster = sim_cluster("mesh4")
     cluster.reset()
     cluster.set_host("m3", rdma=False)
+    # every run keeps the artifacts private, one the preflight stops too: a directory made before
+    # the toolkit (0755) and a file copied in (0644) lose group and other access
+    folder = artifacts(cluster)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    copied = folder / "copied-in.txt"
+    copied.write_text("mine\n")
+    copied.chmod(0o644)
     try:
         cluster.clear_argv_logs()
         run = run_site(cluster, tags=["rdma_check"], extravars={"mlx_cluster_rdma_required": True})
@@ -123,8 +131,14 @@ def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster
         assert any(p["host"] == "m3" and p["severity"] == "error" and p["check"] == "rdma" for p in findings)
         page = (artifacts(cluster) / "report.html").read_text()
         assert "RDMA is disabled on m3" in page and "rdma_ctl enable" in page
+        assert (oct(folder.stat().st_mode & 0o777), oct(copied.stat().st_mode & 0o777)) == ("0o700", "0o600")
+        [written] = [r["res"] for r in run.results("Write the cluster report (artifacts/report.html)")]
+        assert [(m["mode"], m["set"]) for m in written["modes"] if Path(m["path"]).resolve() == folder.resolve()] == [
+            ("0755", "0700")
+        ], written["modes"]
     finally:
         cluster.set_host("m3", rdma=True)
+        copied.unlink(missing_ok=True)
 
 
 def iface_bytes(cluster, host):

@@ -330,10 +330,10 @@ def test_net_check_default_ratio_is_the_rules_default():
 # --- the action: written only when it changed, nothing in check mode -----------------------------
 
 
-def run_action(args, check_mode=False):
+def run_action(args, check_mode=False, diff=False):
     with controller_imports():
         from ansible_collections.mlx.cluster.plugins.action.mlx_cluster_report import ActionModule
-    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=False)
+    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=diff)
     task.get_validated_value.return_value = None
     action = ActionModule(
         task, mock.MagicMock(), mock.MagicMock(check_mode=check_mode), loader=None, templar=None, shared_loader_obj=None
@@ -379,8 +379,8 @@ def test_the_action_makes_the_directory_and_names_bad_arguments(tmp_path):
 
 def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path):
     """A directory the user made before the toolkit (0755), a file copied in (0644) and a
-    subdirectory: made private on every run (check mode: named, not changed); a link's target
-    outside is left alone."""
+    subdirectory: made private on every run (check mode: named and shown with --diff, not
+    changed); a link's target outside is left alone."""
     folder = tmp_path / "artifacts"
     (folder / "bench").mkdir(parents=True)
     outside = tmp_path / "outside.txt"
@@ -400,7 +400,7 @@ def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path)
         }
 
     before = modes()
-    res = run_action({"artifacts_dir": str(folder)}, check_mode=True)
+    res = run_action({"artifacts_dir": str(folder)}, check_mode=True, diff=True)
     assert res["changed"] and modes() == before
     assert {(m["path"], m["mode"], m["set"]) for m in res["modes"]} == {
         (str(folder), "0755", "0700"),
@@ -408,6 +408,12 @@ def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path)
         (str(folder / "plan.json"), "0644", "0600"),
         (str(folder / "bench" / "run.json"), "0740", "0700"),
     }
+    (shown,) = res["diff"]  # --check --diff: the modes before and after, nothing changed
+    assert shown["before_header"] == shown["after_header"] == f"{folder} (modes)"
+    assert f"0755 {folder}\n" in shown["before"] and f"0700 {folder}\n" in shown["after"]
+    assert f"0644 {folder / 'plan.json'}\n" in shown["before"] and f"0600 {folder / 'plan.json'}\n" in shown["after"]
+    assert len(shown["before"].splitlines()) == len(shown["after"].splitlines()) == 4
+    assert "diff" not in run_action({"artifacts_dir": str(folder)}, check_mode=True)  # without --diff
     assert run_action({"artifacts_dir": str(folder)})["changed"]
     assert modes() == {
         folder: "0o700",
@@ -416,8 +422,8 @@ def test_every_run_keeps_the_artifacts_private_without_following_links(tmp_path)
         folder / "bench" / "run.json": "0o700",
         outside: "0o644",
     }
-    again = run_action({"artifacts_dir": str(folder)})
-    assert not again["changed"] and again["modes"] == []
+    again = run_action({"artifacts_dir": str(folder)}, diff=True)
+    assert not again["changed"] and again["modes"] == [] and "diff" not in again
 
 
 def test_every_run_writes_the_metrics_beside_the_report_and_to_a_textfile_directory(tmp_path):

@@ -362,6 +362,54 @@ def test_status_reads_launchd(module_runner, tmp_path):
     assert probed == [4000] and gone.result["status"]["running"] is False
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
+def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, request):
+    """Run as root (become, for launchd), the status runs `launchctl print` as root, then `ps`
+    and every read of the run directory as the directory's owner, and is root again after: a
+    file there that only root may read (the user's log swapped for one of root's) is not read,
+    while the owner's own 0600 files are."""
+    import shutil
+    import tempfile
+
+    # (pytest's own tmp_path sits below a 0700 directory of root's: the owner could not reach it)
+    top = Path(tempfile.mkdtemp(prefix="mlx-status-"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    os.chmod(top, 0o711)
+    run_dir = top / "server"
+    run_dir.mkdir()
+    write_rank(run_dir, 1, 4000)
+    write_keeper(run_dir, 1, 12)
+    for f in run_dir.iterdir():
+        os.chmod(f, 0o600)
+        if f.name != "rank1.log":
+            os.chown(f, 4242, 4343)
+    (run_dir / "rank1.log").write_text("root's own line\n")
+    os.chown(run_dir, 4242, 4343)
+    as_whom = []
+
+    def commands(argv):
+        as_whom.append((Path(argv[0]).name, os.geteuid(), os.getegid()))
+        if argv[0].endswith("launchctl"):
+            assert argv == ["/usr/bin/launchctl", "print", "system/x"]
+            return (0, "system/x = {\n\tstate = running\n\tpid = 12\n}\n", "")
+        assert argv == [*PS_ONE, "12", "-o", "pid=,args="]
+        return (0, keeper_line(12, run_dir), "")
+
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(run_dir), "rank": 1, "label": "x"},
+        module_attrs={"alive": lambda pid: pid == 12},
+        commands=commands,
+    )
+    st = run.result["status"]
+    assert not run.failed, run.result
+    assert as_whom == [("launchctl", 0, 0), ("ps", 4242, 4343)]
+    assert os.geteuid() == 0 and os.getegid() == 0
+    assert st["phase"] == "ready" and st["run_id"] == RUN_ID  # rank1.json, the owner's 0600 file
+    assert st["supervisor"]["running"] and st["supervisor"]["state"] == "running"  # keeper1.json, the same
+    assert st["log_tail"] == ""  # root's file: not readable as the owner
+
+
 def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, sleeper):
     rank, extra = sleeper(), sleeper()
     write_rank(tmp_path, 0, rank.pid)

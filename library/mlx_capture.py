@@ -37,6 +37,8 @@ options:
     description:
       - More LaunchDaemons to read with C(launchctl print system/<label>) and their plists; the
         toolkit's own (C(/Library/LaunchDaemons/org.mlx-cluster.*.plist)) are read always.
+      - Each must be a launchd label (dot-separated words of letters, digits, C(_) and C(-)); the
+        module fails naming any other before it reads anything.
     type: list
     elements: str
     default: []
@@ -90,6 +92,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_capture import (
     record,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import collect_cluster, module_runner
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_label
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import SC_PREFERENCES, read_preferences
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ports import ALF_DIR
@@ -110,6 +113,11 @@ def main():
         argument_spec=dict(launchd_labels=dict(type="list", elements="str", default=[]), **COMMAND_TIMEOUT_SPEC),
         supports_check_mode=True,
     )
+    # a label names a file under /Library/LaunchDaemons that goes into the capture users send:
+    # one like ../../Users/x/.ssh/id_ed25519 would read another file into it
+    bad = [why for why in (unsafe_label(lb, "capture_launchd_labels") for lb in module.params["launchd_labels"]) if why]
+    if bad:
+        module.fail_json(msg="; ".join(bad))
     taken, notes = [], []
     runner = Runner(module.params["command_timeout"])
     run = record(module_runner(module, runner, {}), taken)

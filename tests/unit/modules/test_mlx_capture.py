@@ -69,3 +69,15 @@ def test_an_output_discovery_refuses_is_captured_and_the_rest_too(module_runner,
     taken = {named(c["argv"]): c for c in res["commands"]}
     assert taken[named(SP)]["stdout"] == "{not json"  # as the Mac printed it
     assert ("rdma_ctl", "status") in taken and ("rsync", "--version") in taken
+
+
+def test_a_label_that_is_not_a_launchd_label_is_refused_before_anything_is_read(module_runner, read_fixture):
+    commands = {**answers(read_fixture, STUDIO_A), **extras(read_fixture)}
+    bad = "../../../Users/admin/.ssh/id_ed25519"
+    run = module_runner(
+        "mlx_capture", args={"launchd_labels": ["org.example.ok", bad]}, bins=BINS, env=SSH, commands=commands
+    )
+    assert run.failed, run.result
+    assert f"capture_launchd_labels {bad!r} is not a launchd label" in run.result["msg"]
+    assert "org.example.ok" not in run.result["msg"]
+    assert run.calls == [], run.calls  # nothing run, nothing read

@@ -2,7 +2,8 @@
 """Filters over the planner's steps in plugins/plugin_utils/, one module each: mlx_links
 (plan_cables), mlx_topology (plan_topology), mlx_ip_plan (plan_addresses), mlx_hostfile
 (plan_hostfile), mlx_dot (plan_picture), mlx_discovery_request, mlx_hostfile_writes and
-mlx_bench_backends (planner, the plan step); and over plugin_utils/sync_plan.py: mlx_sync_rounds.
+mlx_bench_backends (planner, the plan step); and over plugin_utils/sync_plan.py: mlx_sync_rounds,
+mlx_sync_copied, mlx_sync_by_cable.
 
 Thin on purpose (as ansible.utils' ipsubnet): check the argument types, call the pure
 function, turn its PlanError into AnsibleFilterError carrying the filter's name. The
@@ -175,6 +176,15 @@ def mlx_sync_copied(source_files, hosts, before, received):
     return _call("mlx_sync_copied", sync_plan.copied, source_files, list(hosts), before, received)
 
 
+def mlx_sync_by_cable(copies, host, play_hosts):
+    """the tree's copies -> whether `host` gets its copy over a cable without ssh in this run
+    (sync_plan.receives_by_cable)."""
+    _check("mlx_sync_by_cable", "input", copies, Mapping, "the copies of mlx_sync_rounds {host: copy}")
+    _check("mlx_sync_by_cable", "host", host, str, "an inventory name")
+    _check("mlx_sync_by_cable", "play_hosts", play_hosts, (list, tuple), "ansible_play_hosts")
+    return sync_plan.receives_by_cable(copies, host, list(play_hosts))
+
+
 class FilterModule:
     """mlx-cluster planner filters."""
 
@@ -188,6 +198,7 @@ class FilterModule:
             "mlx_discovery_request": mlx_discovery_request,
             "mlx_sync_rounds": mlx_sync_rounds,
             "mlx_sync_copied": mlx_sync_copied,
+            "mlx_sync_by_cable": mlx_sync_by_cable,
             "mlx_hostfile_writes": mlx_hostfile_writes,
             "mlx_bench_backends": mlx_bench_backends,
         }

@@ -367,6 +367,23 @@ def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     return sync_rounds(order, cables, source=source, fanout=fanout, files=files)
 
 
+def receives_by_cable(copies, host, play_hosts):
+    """Whether `host` gets its copy of the tree (`copies`, plan_rounds()'s) over a Thunderbolt
+    cable without ssh in this run: its copy comes over a cable, from another Mac (not the
+    controller), and every Mac on its way is still in the play (`play_hosts`). The one rule for
+    where a receiver starts (roles/mlx_cluster cables.yml) and which Macs the models stage leaves
+    to their receiver (roles/model_sync)."""
+    copy = copies.get(host) if isinstance(copies, Mapping) else None
+    if not isinstance(copy, Mapping):
+        return False
+    left = set(play_hosts)
+    return (
+        copy.get("via") == "thunderbolt"
+        and copy.get("src") is not None
+        and all(h in left for h in copy.get("path") or [])
+    )
+
+
 def copied(source_files, hosts, before, received):
     """What the models stage moved to each Mac in this run, for artifacts/model_sync.json (the
     report's metrics): ``{host: {"bytes", "files", "via"}}``.

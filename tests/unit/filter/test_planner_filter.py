@@ -24,6 +24,7 @@ NAMES = [
     "mlx_discovery_request",
     "mlx_sync_rounds",
     "mlx_sync_copied",
+    "mlx_sync_by_cable",
     "mlx_hostfile_writes",
     "mlx_bench_backends",
 ]

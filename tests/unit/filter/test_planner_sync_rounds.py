@@ -490,3 +490,22 @@ def test_the_filter_is_the_same_function_and_names_itself_in_errors(filters, fil
         filters["mlx_sync_rounds"](plan, "m9")
     with pytest.raises(filter_error, match="^mlx_sync_rounds: fanout must be"):
         filters["mlx_sync_rounds"](plan, "m1", fanout="2")
+
+
+def test_a_receiver_only_where_the_copy_comes_over_a_cable_from_a_mac_still_in_the_play(filters, filter_error):
+    """receives_by_cable (filter mlx_sync_by_cable): the one rule cables.yml starts receivers by
+    and model_sync leaves Macs to them by."""
+    hosts, cables = ring(4)
+    copies = rounds_of(hosts, cables, source=None)["copies"]  # m1 over the LAN, m2 m4 from m1, m3 via m2
+    everyone = list(hosts)
+    by_cable = {h: sync_plan.receives_by_cable(copies, h, everyone) for h in hosts}
+    assert by_cable == {"m1": False, "m2": True, "m3": True, "m4": True}
+    # the Mac on m3's way (m2) left the play: m3's copy cannot come, m4's still does
+    gone = [h for h in hosts if h != "m2"]
+    assert [sync_plan.receives_by_cable(copies, h, gone) for h in ("m3", "m4")] == [False, True]
+    # a Mac the tree does not list, and a copy from the controller over the cables' planner
+    assert sync_plan.receives_by_cable(copies, "m9", everyone) is False
+    assert sync_plan.receives_by_cable({"m2": {"via": "thunderbolt", "src": None, "path": []}}, "m2", ["m2"]) is False
+    assert filters["mlx_sync_by_cable"](copies, "m3", everyone) is True
+    with pytest.raises(filter_error, match="^mlx_sync_by_cable: play_hosts must be"):
+        filters["mlx_sync_by_cable"](copies, "m3", "m1,m2")

@@ -516,10 +516,11 @@ def test_host_key_checking_stays_on(sim_cluster):
         kh.write_text("\n".join(forged) + "\n")
         try:
             run = run_site(cluster, tags=["rdma_check"])
-            assert run.rc != 0
             text = "\n".join(f"{h}: {m}" for h, _, m in run.failures())
+            shown = f"{text}\n--- the run's end:\n{run.stdout[-4000:]}"
+            assert run.rc != 0, shown
+            assert "m1" in text and "Host key verification failed" in text, shown
             f.message("m1: " + next(ln.strip() for ln in text.splitlines() if "Host key" in ln))
-            assert "m1" in text and "Host key verification failed" in text, text
         finally:
             kh.write_text(original)
         f.converged(run_site(cluster, tags=["rdma_check"]))

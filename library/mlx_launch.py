@@ -316,6 +316,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if module.check_mode and not os.path.exists(p["hostfile"]):
+        # a dry run on a cluster not configured yet: the hostfile stage, in check mode, showed the
+        # hostfile without writing it; a real run writes it before this launch
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            msg=f"check mode: would run {p['script']} on the Macs of {p['hostfile']}, which the "
+            "hostfile stage writes first in a real run",
+            failed_ranks=[],
+            elapsed=0.0,
+            stdout_tail="",
+            stderr_tail="",
+        )
     hostfile, hosts = read_hostfile(module, p["hostfile"])
     if p["fallback_hostfile"]:
         try:

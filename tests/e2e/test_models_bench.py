@@ -128,14 +128,23 @@ def test_corrupted_weight_file_on_one_mac_is_named(sim_cluster, tiny):
 
 def test_backends_side_by_side_then_a_rank_that_cannot_start_fails_in_time(sim_cluster, tiny):
     """#32: the same benchmark on the ring over the cable and the ring over the LAN, two rounds
-    (the order reversed in the second), compared in results.md; then m2 unreachable."""
+    (the order reversed in the second), compared in results.md, after a dry run that only shows
+    the LAN ring's hostfile; then m2 unreachable."""
     cluster = sim_cluster("pair")
     bench = cluster.inventory_path.parent / "artifacts" / "bench"
     shutil.rmtree(bench, ignore_errors=True)  # other tests' runs
     compare = {"benchmark_modes": ["tensor"], "benchmark_backends": ["ring", "ring-lan"], "benchmark_rounds": 2}
+    lan_hostfile = bench.parent / "hostfile-ring-lan.json"
+    lan_hostfile.unlink(missing_ok=True)
+    # --check --diff first: the other backend's hostfile is shown, not written, and nothing runs
+    dry = run_site(cluster, check=True, diff=True, extravars=settings(cluster, tiny, **compare))
+    assert dry.rc == 0, dry.failures()
+    [shown] = dry.results("Write the hostfiles of the other backends compared on the controller")
+    assert shown["res"].get("changed") is True and "hostfile-ring-lan.json" in json.dumps(shown["res"]), shown
+    assert not lan_hostfile.exists() and not bench.exists()
     ok = run_site(cluster, extravars=settings(cluster, tiny, **compare))
     assert ok.rc == 0, ok.failures()
-    lan = json.loads((bench.parent / "hostfile-ring-lan.json").read_text())
+    lan = json.loads(lan_hostfile.read_text())
     assert lan["hosts"] == [{"ssh": h, "ips": [cluster.mgmt_address(h)], "rdma": []} for h in cluster.hosts], lan
     runs = {p.name.split("-", 1)[1]: json.loads(p.read_text()) for p in bench.glob("*.json")}
     names = ["ring-w2-tensor-r1.json", "ring-lan-w2-tensor-r1.json", "ring-lan-w2-tensor-r2.json"]

@@ -164,3 +164,40 @@ def test_when_the_ring_fails_too_both_runs_are_reported(capsys, files, tmp_path)
     assert run.result["rdma_failure"]["hosts"] == ["m2"] and run.result["fallback"]["to"] == "ring"
     assert run.result["first_run"]["failed_ranks"][0]["host"] == "m2"  # the RDMA run's ranks
     assert run.result["failed_ranks"][0]["host"] == "m1"  # the ring run's
+
+
+def test_check_mode_runs_nothing_and_a_hostfile_not_written_yet_is_no_failure(capsys, files, tmp_path):
+    # a dry run of a cluster configured before: it reads the hostfile and says who would run
+    run = _launch(capsys, files, _ansible_check_mode=True)
+    assert not run.failed and run.result["skipped"] is True, run.result
+    assert "check mode: would run /srv/bench/mlx_cluster_bench.py on" in run.result["msg"]
+    # a dry run of a fresh cluster: the hostfile stage showed the hostfile without writing it
+    missing = str(tmp_path / "not-yet" / "hostfile.json")
+    run = run_module(
+        capsys,
+        "mlx_launch",
+        dict(
+            hostfile=missing,
+            python="/usr/bin/python3",
+            script="/srv/bench/mlx_cluster_bench.py",
+            launcher=files["launcher"],
+            timeout=60,
+            _ansible_check_mode=True,
+        ),
+    )
+    assert not run.failed and run.result["skipped"] is True, run.result
+    assert "which the hostfile stage writes first in a real run" in run.result["msg"] and missing in run.result["msg"]
+    assert not files["log"].exists()  # nothing launched, either time
+    # a real run without the hostfile still fails, naming the stage to run
+    run = run_module(
+        capsys,
+        "mlx_launch",
+        dict(
+            hostfile=missing,
+            python="/usr/bin/python3",
+            script="/srv/bench/mlx_cluster_bench.py",
+            launcher=files["launcher"],
+            timeout=60,
+        ),
+    )
+    assert run.failed and "run the hostfile stage first" in run.result["msg"], run.result

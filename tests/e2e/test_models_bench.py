@@ -135,7 +135,9 @@ def test_backends_side_by_side_then_a_rank_that_cannot_start_fails_in_time(sim_c
     shutil.rmtree(bench, ignore_errors=True)  # other tests' runs
     compare = {"benchmark_modes": ["tensor"], "benchmark_backends": ["ring", "ring-lan"], "benchmark_rounds": 2}
     lan_hostfile = bench.parent / "hostfile-ring-lan.json"
-    lan_hostfile.unlink(missing_ok=True)
+    # as on a cluster never configured: no hostfile yet (the dry run shows it, the launch cannot read it)
+    for hostfile in (lan_hostfile, bench.parent / "hostfile.json"):
+        hostfile.unlink(missing_ok=True)
     # --check --diff first: the other backend's hostfile is shown, not written, and nothing runs
     dry = run_site(cluster, check=True, diff=True, extravars=settings(cluster, tiny, **compare))
     assert dry.rc == 0, dry.failures()

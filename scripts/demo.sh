@@ -6,11 +6,14 @@
 # (tensor and pipeline, on a model cut to the wiring's number of Macs) and the collective check
 # (net_check). It prints the plan, the benchmark table and where the results and the cluster
 # report (report.html) are.
-# Needs root (network namespaces). Usage: scripts/demo.sh [spec] (default mesh4).
+# Needs root (network namespaces). Usage: scripts/demo.sh [spec [ansible-playbook options]]
+# (default mesh4), e.g. `scripts/demo.sh mesh4 --check --diff`: the dry run of the same job,
+# which changes nothing (on a cluster not configured yet, no plan or results to print).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 spec="${1:-mesh4}"
+shift || true  # the rest: options for ansible-playbook
 state="${MLXSIM_STATE:-/tmp/mlxsim/$spec}"
 start=$SECONDS
 
@@ -76,11 +79,14 @@ settings = dict(lab_vars(SimCluster(spec, state_dir=sys.argv[4])), mlx_cluster_b
 json.dump(settings, open(out, "w"), indent=2)
 PY
 # all: every stage; net_check: the collective check, which is opt-in (tagged never)
-ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json" --tags all,net_check
+ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json" --tags all,net_check "$@"
 
 python - "$state/artifacts" <<'PY'
 import json, os, sys
 art = sys.argv[1]
+if not os.path.exists(os.path.join(art, "plan.json")):  # a dry run of a cluster not configured yet
+    print("\n== plan ==\nnone written (a dry run changes nothing: the plan is in its output above)")
+    sys.exit(0)
 plan = json.load(open(os.path.join(art, "plan.json")))
 topo = plan["topology"]
 print("\n== plan ==")

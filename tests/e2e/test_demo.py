@@ -1,7 +1,7 @@
 """The README's main command, `bash scripts/demo.sh`, run as a user runs it (on the two-Mac
-spec to keep the suite short; the default is mesh4): the whole main job in one site.yml run,
-the benchmark table (tensor and pipeline) and the collective check printed, and the cluster
-report written."""
+spec to keep the suite short; the default is mesh4): its dry run (`--check --diff`) on Macs never
+configured, then the whole main job in one site.yml run, the benchmark table (tensor and
+pipeline) and the collective check printed, and the cluster report written."""
 
 from __future__ import annotations
 
@@ -16,19 +16,28 @@ from tests.e2e.runner import ROOT
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
-def test_demo_runs_the_whole_main_job(tmp_path):
+def demo(state, *args):
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh"), "pair", *args],
+        cwd=ROOT,
+        env=dict(os.environ, MLXSIM_STATE=str(state)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_demo_dry_runs_then_runs_the_whole_main_job(tmp_path):
     state = tmp_path / "demo-pair"
-    env = dict(os.environ, MLXSIM_STATE=str(state))
     try:
-        res = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "demo.sh"), "pair"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            stdin=subprocess.DEVNULL,
-        )
+        # the dry run first, on Macs never configured, with the demo's model and benchmark
+        dry = demo(state, "--check", "--diff")
+        assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-2000:]
+        assert "failed=0" in dry.stdout and "unreachable=0" in dry.stdout
+        assert "none written (a dry run changes nothing" in dry.stdout
+        assert not (state / "artifacts" / "plan.json").exists()
+        res = demo(state)  # brings the simulated cluster up again: fresh Macs
         out = res.stdout
         assert res.returncode == 0, out[-4000:] + res.stderr[-2000:]
         assert "failed=0" in out and "unreachable=0" in out

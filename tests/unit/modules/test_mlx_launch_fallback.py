@@ -173,31 +173,10 @@ def test_check_mode_runs_nothing_and_a_hostfile_not_written_yet_is_no_failure(ca
     assert "check mode: would run /srv/bench/mlx_cluster_bench.py on" in run.result["msg"]
     # a dry run of a fresh cluster: the hostfile stage showed the hostfile without writing it
     missing = str(tmp_path / "not-yet" / "hostfile.json")
-    run = run_module(
-        capsys,
-        "mlx_launch",
-        dict(
-            hostfile=missing,
-            python="/usr/bin/python3",
-            script="/srv/bench/mlx_cluster_bench.py",
-            launcher=files["launcher"],
-            timeout=60,
-            _ansible_check_mode=True,
-        ),
-    )
+    run = _launch(capsys, {**files, "jaccl": missing}, _ansible_check_mode=True)
     assert not run.failed and run.result["skipped"] is True, run.result
     assert "which the hostfile stage writes first in a real run" in run.result["msg"] and missing in run.result["msg"]
     assert not files["log"].exists()  # nothing launched, either time
     # a real run without the hostfile still fails, naming the stage to run
-    run = run_module(
-        capsys,
-        "mlx_launch",
-        dict(
-            hostfile=missing,
-            python="/usr/bin/python3",
-            script="/srv/bench/mlx_cluster_bench.py",
-            launcher=files["launcher"],
-            timeout=60,
-        ),
-    )
+    run = _launch(capsys, {**files, "jaccl": missing})
     assert run.failed and "run the hostfile stage first" in run.result["msg"], run.result

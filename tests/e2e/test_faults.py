@@ -16,6 +16,7 @@ import yaml
 
 from tests.e2e.reliability import Fault
 from tests.e2e.runner import ROOT, is_mutating, run_site
+from tests.unit.roles.test_validate_names import validate
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -566,18 +567,7 @@ def test_host_key_checking_stays_on(sim_cluster):
     ],
 )
 def test_inventory_mistakes_fail_in_validate_naming_the_variable(tmp_path, hosts_yaml, extravars, fragment):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts_yaml}}))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        NO_COLOR="1",
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    )
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
-    for k, v in extravars.items():
-        argv += ["-e", json.dumps({k: v})]
-    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    res = validate(tmp_path, hosts_yaml, extravars)
     assert res.returncode != 0
     assert fragment in res.stdout, res.stdout[-2000:]
     assert "mlx_cluster_facts" not in res.stdout  # stopped before contacting any Mac

@@ -230,6 +230,19 @@ def ssh_check(env, hosts, timeout):
         return [r for r in pool.map(one, hosts) if r[1] != 0]
 
 
+def exit_dry_run(module, where):
+    """Check mode: nothing runs; say what would run, and `where`."""
+    module.exit_json(
+        changed=False,
+        skipped=True,
+        msg=f"check mode: would run {module.params['script']} on {where}",
+        failed_ranks=[],
+        elapsed=0.0,
+        stdout_tail="",
+        stderr_tail="",
+    )
+
+
 def read_hostfile(module, path):
     try:
         with open(path) as f:
@@ -319,16 +332,7 @@ def main():
     if module.check_mode and not os.path.exists(p["hostfile"]):
         # a dry run on a cluster not configured yet: the hostfile stage, in check mode, showed the
         # hostfile without writing it; a real run writes it before this launch
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            msg=f"check mode: would run {p['script']} on the Macs of {p['hostfile']}, which the "
-            "hostfile stage writes first in a real run",
-            failed_ranks=[],
-            elapsed=0.0,
-            stdout_tail="",
-            stderr_tail="",
-        )
+        exit_dry_run(module, f"the Macs of {p['hostfile']}, which the hostfile stage writes first in a real run")
     hostfile, hosts = read_hostfile(module, p["hostfile"])
     if p["fallback_hostfile"]:
         try:
@@ -345,15 +349,7 @@ def main():
                 f"({ring_hosts}): run the discover and hostfile stages again"
             )
     if module.check_mode:
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            msg=f"check mode: would run {p['script']} on {', '.join(hosts)}",
-            failed_ranks=[],
-            elapsed=0.0,
-            stdout_tail="",
-            stderr_tail="",
-        )
+        exit_dry_run(module, ", ".join(hosts))
     unknown = [h for h in hosts if p["ssh_targets"] and h not in p["ssh_targets"]]
     if unknown:
         module.fail_json(

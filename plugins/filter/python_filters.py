@@ -64,9 +64,11 @@ def mlx_unsafe_settings(host_vars, hosts):
             raise AnsibleFilterError("mlx_unsafe_settings: expects hostvars and hosts of it") from exc
         given[host] = {}
         for setting in setting_names.SETTINGS:
+            if setting not in mine:
+                continue
             # a value made from what a later stage sets (undefined now): checked where it is used
             try:
-                value = mine[setting] if setting in mine else Undefined()
+                value = mine[setting]
             except AnsibleError:
                 continue
             if not isinstance(value, Undefined):

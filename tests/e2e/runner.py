@@ -360,6 +360,9 @@ def run_site(
     run = Run(
         rc=r.rc, status=r.status, stats=r.stats or {}, events=list(r.events), stdout=r.stdout.read() if r.stdout else ""
     )
+    # the run's private data (its event files, ansible's temp and control sockets): read, and
+    # about 400 KB a run, 200 runs a suite, in /tmp for good otherwise
+    shutil.rmtree(work, ignore_errors=True)
     _profile(cluster, playbook, tags, check, started, run.events)
     if python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {}):
         keep_venv(cluster, run)

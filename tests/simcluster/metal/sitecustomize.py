@@ -17,8 +17,6 @@ What macOS reports (sources; tests/simcluster/README.md lists what stays unverif
   2/3 of memory up to 36 GB and 3/4 above (llama.cpp's and exo's logs).
 """
 
-import importlib.abc
-import subprocess
 import sys
 
 GIB = 1 << 30
@@ -31,7 +29,11 @@ def default_share(memsize, macos_major):
 
 
 def _mac():
-    """(memory bytes, iogpu.wired_limit_mb, macOS major) from this Mac's sysctl shim."""
+    """(memory bytes, iogpu.wired_limit_mb, macOS major) from this Mac's sysctl shim. (subprocess
+    is imported here, not at start-up: every Python process of the Mac loads this module, and
+    only the few that import mlx.core read the Mac.)"""
+    import subprocess
+
     out = subprocess.run(
         ["sysctl", "-n", "hw.memsize", "iogpu.wired_limit_mb", "kern.osproductversion"],
         capture_output=True,
@@ -57,8 +59,10 @@ def _patch(core):
     core.device_info = device_info
 
 
-class _MetalFinder(importlib.abc.MetaPathFinder):
-    """Finds mlx.core as the other finders do, then patches it once it is loaded."""
+class _MetalFinder:
+    """Finds mlx.core as the other finders do, then patches it once it is loaded. (A meta path
+    finder needs only find_spec: importlib.abc is not imported, it costs every Python start of
+    the Mac about 20 ms, importlib.resources and pathlib with it.)"""
 
     def find_spec(self, name, path, target=None):
         if name != "mlx.core":

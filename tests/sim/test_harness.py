@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -311,6 +312,29 @@ def test_ssh_session_environment(sim_cluster):
     # sudo -H gives root's home of this Mac
     r = c.ssh("m2", "sudo -H sh -c 'echo $HOME $USER $SUDO_USER'")
     assert r.stdout.split() == ["/srv/root", "root", "admin"]
+
+
+@pytest.mark.sim
+def test_a_macs_python_has_only_what_a_mac_ships(sim_cluster):
+    """/usr/bin/python3 of a Mac, over ssh as Ansible runs it: pip and setuptools' pkg_resources
+    (what Ansible's pip module needs) are there, as in the Command Line Tools' Python; the
+    packages of the machine the simulation runs on (PyYAML, packaging, certifi: all in this
+    harness's own Python) are not, and neither are its .pth files."""
+    c = sim_cluster("mesh4")
+    probe = (
+        "import importlib.util, json, sys; "
+        "names = ['pip', 'pkg_resources', 'setuptools', 'yaml', 'packaging', 'certifi', 'ansible']; "
+        "print(json.dumps({'found': {n: importlib.util.find_spec(n) is not None for n in names}, "
+        "'modules': sorted(sys.modules)}))"
+    )
+    r = c.ssh("m1", ["/usr/bin/python3", "-c", shlex.quote(probe)])
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert {n: f for n, f in seen["found"].items() if n in ("pip", "pkg_resources", "setuptools")} == dict.fromkeys(
+        ("pip", "pkg_resources", "setuptools"), True
+    )
+    assert not any(seen["found"][n] for n in ("yaml", "packaging", "certifi", "ansible")), seen["found"]
+    assert "certifi" not in seen["modules"]
 
 
 @pytest.mark.sim

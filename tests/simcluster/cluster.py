@@ -110,7 +110,36 @@ CLT_STUB_MESSAGE = (
     "(perhaps no UI is present), please install manually from 'developer.apple.com'."
 )
 PYTHON_ORG = "Library/Frameworks/Python.framework/Versions"
+# What the site-packages of a Mac's /usr/bin/python3 (the Command Line Tools' Python 3.9) holds,
+# as `/usr/bin/python3 -m pip list` on macOS prints it (public captures: altgraph, future,
+# macholib, pip 21.2.4, setuptools 58.0.4, six, wheel): top-level names, each with its
+# dist-info. The Macs get those of them the machine's base interpreter has, and none of its
+# other packages (SimCluster.mac_site_packages).
+CLT_SITE_PACKAGES = (
+    "altgraph",
+    "future",
+    "macholib",
+    "pip",
+    "setuptools",
+    "pkg_resources",
+    "_distutils_hack",
+    "distutils-precedence.pth",
+    "six",
+    "wheel",
+)
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/var/log")
+
+
+def _site_entry_of(entry: str) -> str:
+    """The top-level name a site-packages entry belongs to: `six.py`, `six-1.17.0.dist-info`
+    and `six` are all "six"; a .pth file is its own name."""
+    if entry.endswith(".pth"):
+        return entry
+    name = entry.removesuffix(".py")
+    for suffix in (".dist-info", ".egg-info"):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix).split("-", 1)[0]
+    return name
 
 
 class SimError(RuntimeError):
@@ -560,6 +589,7 @@ class SimCluster:
                 "shim": str(SHIMS / "macos.py"),
                 "sshd": _which("sshd"),
                 "python": self.python,
+                "site_packages": self.mac_site_packages(st / "mac_site_packages"),
             }
         )
         (st / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
@@ -1028,6 +1058,40 @@ class SimCluster:
         Mac's Pythons: the Command Line Tools' /usr/bin/python3 and a Homebrew or python.org
         python3.N. It can make venvs and has none of the controller's packages in them."""
         return Path(getattr(sys, "_base_executable", None) or sys.executable)
+
+    def mac_site_packages(self, into: Path) -> dict:
+        """The site-packages a Mac's Python sees: `into`, filled with the packages a Mac's
+        /usr/bin/python3 ships (CLT_SITE_PACKAGES) that the machine's base interpreter has,
+        copied (with their bytecode); hostinit binds it over the base interpreter's own
+        site-packages, and an empty directory over its other site directories. So a module of
+        the toolkit that imports what a Mac's Python lacks (PyYAML, requests, packaging, ...)
+        fails here as on a Mac, and no .pth file of this machine runs at each Python start.
+        When the base has no setuptools (Python 3.12 and later ship none), the harness's own is
+        copied: Ansible's pip module needs pkg_resources (or packaging), which a Mac has.
+        Returns {"replace": {site dir: directory bound over it}} for hostinit."""
+        found = subprocess.run(
+            [str(self.base_python()), "-S", "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        sites = [d for d in json.loads(found.stdout) if os.path.isdir(d)]
+        harness = [d for d in sys.path if d.endswith("-packages") and os.path.isdir(d) and d not in sites]
+        if into.exists():
+            shutil.rmtree(into)
+        into.mkdir(parents=True)
+        for name in CLT_SITE_PACKAGES:
+            for source in sites + (harness if name in ("setuptools", "pkg_resources", "_distutils_hack") else []):
+                entries = [e for e in Path(source).iterdir() if _site_entry_of(e.name) == name]
+                if not entries:
+                    continue
+                for e in entries:
+                    (shutil.copytree if e.is_dir() else shutil.copy2)(e, into / e.name)
+                break
+        empty = self.state_dir / "empty.d"
+        empty.mkdir(parents=True, exist_ok=True)
+        return {"replace": {d: str(into if i == 0 else empty) for i, d in enumerate(sites)}}
 
     def python_minor(self) -> str:
         return "%d.%d" % sys.version_info[:2]

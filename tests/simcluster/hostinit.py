@@ -27,7 +27,9 @@ Private view (all mounts live only in this host's mount namespace):
 - /etc/resolv.conf <- no DNS server (lookups fail at once instead of timing out)
 - /opt <- <state>/hosts/<host>/opt (Homebrew's /opt/homebrew/bin/python3.N when the spec says)
 - /usr/bin/python3 <- <state>/hosts/<host>/usr_bin_python3 (the Command Line Tools' Python, or
-  their stub); /etc/pip.conf and /etc/xdg/pip <- empty (none of this machine's pip settings)
+  their stub); the base interpreter's site-packages <- <state>/mac_site_packages (what the
+  Command Line Tools' Python ships: pip, setuptools, six, ...); /etc/pip.conf and /etc/xdg/pip
+  <- empty (none of this machine's pip settings)
 - /etc/ssh <- <state>/hosts/<host>/etc_ssh (read-only): the machine's client configuration
   and this Mac's own host keys, where macOS keeps them (ssh_host_ed25519_key[.pub])
 Nothing here writes outside the state directory.
@@ -121,6 +123,11 @@ def setup(state, host, cfg):
         bind(os.path.join(hostdir, "opt"), "/opt")
     if os.path.exists(os.path.join(hostdir, "usr_bin_python3")) and os.path.exists("/usr/bin/python3"):
         bind(os.path.join(hostdir, "usr_bin_python3"), "/usr/bin/python3", readonly=True)
+    # ... and their site-packages only what a Mac's /usr/bin/python3 ships (SimCluster
+    # mac_site_packages): none of this machine's packages nor its .pth files
+    for site_dir, replacement in cfg.get("site_packages", {}).get("replace", {}).items():
+        if os.path.isdir(site_dir) and os.path.isdir(replacement):
+            bind(replacement, site_dir, readonly=True)
     if os.path.isfile("/etc/pip.conf"):
         bind(os.path.join(state, "empty.conf"), "/etc/pip.conf", readonly=True)
     if os.path.isdir("/etc/xdg/pip"):

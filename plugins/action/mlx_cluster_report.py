@@ -71,6 +71,44 @@ def _put(path, data, mode, check_mode, folder, what):
     return True
 
 
+def _checked_folder(args):
+    """The artifacts directory from the task's arguments; the plan and the facts, when given,
+    must be mappings. A wrong argument fails the task naming it."""
+    folder = args.get("artifacts_dir")
+    if not isinstance(folder, str) or not folder:
+        raise AnsibleActionFail(
+            "mlx_cluster_report: artifacts_dir must be the artifacts directory (mlx_cluster_artifacts_dir)"
+        )
+    for key, kind, what in (
+        ("plan", Mapping, "the mlx_cluster_plan fact"),
+        ("facts", Mapping, "a mapping host -> mlx_cluster facts"),
+    ):
+        if args.get(key) is not None and not isinstance(args[key], kind):
+            raise AnsibleActionFail("mlx_cluster_report: %s must be %s" % (key, what))
+    return folder
+
+
+def _modes_diff(folder, loose):
+    """--diff of the artifacts' modes: (path, mode now, mode wanted) each, before and after."""
+    return {
+        "before_header": "%s (modes)" % folder,
+        "after_header": "%s (modes)" % folder,
+        "before": "".join("%04o %s\n" % (now, where) for where, now, _want in loose),
+        "after": "".join("%04o %s\n" % (want, where) for where, _now, want in loose),
+    }
+
+
+def _make_private(loose):
+    """chmod each (path, mode now, mode wanted) to the mode wanted; a refusal fails naming it."""
+    for where, _now, want in loose:
+        try:
+            os.chmod(where, want)
+        except OSError as exc:
+            raise AnsibleActionFail(
+                "mlx_cluster_report: cannot make %s private (mode %04o): %s" % (where, want, exc.strerror or exc)
+            ) from None
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("artifacts_dir", "plan", "facts", "metrics_textfile_dir"))
@@ -79,18 +117,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        folder = args.get("artifacts_dir")
-        if not isinstance(folder, str) or not folder:
-            raise AnsibleActionFail(
-                "mlx_cluster_report: artifacts_dir must be the artifacts directory (mlx_cluster_artifacts_dir)"
-            )
-        for key, kind, what in (
-            ("plan", Mapping, "the mlx_cluster_plan fact"),
-            ("facts", Mapping, "a mapping host -> mlx_cluster facts"),
-        ):
-            if args.get(key) is not None and not isinstance(args[key], kind):
-                raise AnsibleActionFail("mlx_cluster_report: %s must be %s" % (key, what))
-        folder = os.path.expanduser(str(folder))
+        folder = os.path.expanduser(_checked_folder(args))
         path = os.path.join(folder, report.REPORT_NAME)
         data = report.collect(folder)
         # this run's plan over the one an earlier run left (no plan.json yet when preflight
@@ -133,23 +160,9 @@ class ActionModule(ActionBase):
         # mode changes nothing; --diff shows the modes before and after.
         loose = loose_modes(folder)
         if loose and self._task.diff:
-            result["diff"] = [
-                {
-                    "before_header": "%s (modes)" % folder,
-                    "after_header": "%s (modes)" % folder,
-                    "before": "".join("%04o %s\n" % (now, where) for where, now, _want in loose),
-                    "after": "".join("%04o %s\n" % (want, where) for where, _now, want in loose),
-                }
-            ]
+            result["diff"] = [_modes_diff(folder, loose)]
         if not self._task.check_mode:
-            for where, _now, want in loose:
-                try:
-                    os.chmod(where, want)
-                except OSError as exc:
-                    raise AnsibleActionFail(
-                        "mlx_cluster_report: cannot make %s private (mode %04o): %s"
-                        % (where, want, exc.strerror or exc)
-                    ) from None
+            _make_private(loose)
         result.update(
             changed=wrote or bool(loose),
             path=path,

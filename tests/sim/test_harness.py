@@ -317,7 +317,7 @@ def test_ssh_session_environment(sim_cluster):
 @pytest.mark.sim
 def test_a_macs_python_has_only_what_a_mac_ships(sim_cluster):
     """/usr/bin/python3 of a Mac, over ssh as Ansible runs it: pip and setuptools' pkg_resources
-    (what Ansible's pip module needs) are there, as in the Command Line Tools' Python; the
+    are there, as in the Command Line Tools' Python (Homebrew's python3.N has pip alone); the
     packages of the machine the simulation runs on (PyYAML, packaging, certifi: all in this
     harness's own Python) are not, and neither are its .pth files."""
     c = sim_cluster("mesh4")
@@ -335,6 +335,19 @@ def test_a_macs_python_has_only_what_a_mac_ships(sim_cluster):
     )
     assert not any(seen["found"][n] for n in ("yaml", "packaging", "certifi", "ansible")), seen["found"]
     assert "certifi" not in seen["modules"]
+    # Homebrew's python3.N: site-packages of its own, pip alone (since 3.12, no setuptools)
+    brew = f"/opt/homebrew/bin/python{c.python_minor()}"
+    r = c.ssh("m1", [brew, "-c", shlex.quote(probe)])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["found"] == {
+        "pip": True,
+        "pkg_resources": False,
+        "setuptools": False,
+        "yaml": False,
+        "packaging": False,
+        "certifi": False,
+        "ansible": False,
+    }
 
 
 @pytest.mark.sim

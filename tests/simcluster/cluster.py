@@ -1100,7 +1100,8 @@ class SimCluster:
         """A Mac's Pythons, from the spec and live overrides: /usr/bin/python3 (hostinit binds
         usr_bin_python3 over it: the Command Line Tools' Python, or their stub when they are
         missing), /opt/homebrew/bin/python3.N and python.org's framework python3.N (spec
-        `pythons`). Applied at once: the links and the marker are read on every run."""
+        `pythons`), each with site-packages of its own (_own_site_packages). Applied at once:
+        the links and the marker are read on every run."""
         hd = self.host_dir(host)
         live = self._live().get("hosts", {}).get(host, {})
         spec = self.spec.host(host)
@@ -1128,9 +1129,28 @@ class SimCluster:
         for source, link in places.items():
             if link.is_symlink() or link.exists():
                 link.unlink()
+            prefix = link.parent.parent
+            shutil.rmtree(prefix / "lib", ignore_errors=True)
+            (prefix / "pyvenv.cfg").unlink(missing_ok=True)
             if source in pythons:
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(self.base_python())
+                self._own_site_packages(prefix, minor)
+
+    def _own_site_packages(self, prefix, minor):
+        """Homebrew's and python.org's python3.N have site-packages of their own, holding pip
+        alone (neither ships setuptools since 3.12; Homebrew's are /opt/homebrew/lib/python3.N/
+        site-packages, python.org's under the framework's version): a pyvenv.cfg in the prefix
+        makes the link to the machine's interpreter take <prefix>/lib/python3.N/site-packages
+        as its own, and that holds the Mac's pip (from mac_site_packages) and nothing else."""
+        (prefix / "pyvenv.cfg").write_text(
+            f"home = {self.base_python().parent}\ninclude-system-site-packages = false\nversion = {minor}\n"
+        )
+        site = prefix / "lib" / f"python{minor}" / "site-packages"
+        site.mkdir(parents=True, exist_ok=True)
+        for entry in (self.state_dir / "mac_site_packages").iterdir():
+            if _site_entry_of(entry.name) == "pip":
+                (site / entry.name).symlink_to(entry)
 
     def _spawn_host(self, host):
         hd = self.host_dir(host)

@@ -41,6 +41,12 @@ def mlx_clt_stub(output):
     return pythons.is_stub(output)
 
 
+def mlx_pip_failure(result, host, venv, source=""):
+    if not isinstance(result, dict):
+        raise AnsibleFilterError("mlx_pip_failure: expects the registered result of the install")
+    return pythons.install_message(str(host), str(venv), plain(result), str(source or ""))
+
+
 def mlx_lock_problem(text, requirements, path):
     if not isinstance(requirements, (list, tuple)):
         raise AnsibleFilterError("mlx_lock_problem: requirements must be a list, e.g. ['mlx==0.32.4']")
@@ -85,4 +91,5 @@ class FilterModule:
             "mlx_unsafe_path": mlx_unsafe_path,
             "mlx_unsafe_settings": mlx_unsafe_settings,
             "mlx_lock_problem": mlx_lock_problem,
+            "mlx_pip_failure": mlx_pip_failure,
         }

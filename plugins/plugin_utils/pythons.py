@@ -232,3 +232,44 @@ def probe_message(failed, probe, host, python):
         f"{said or 'no output'}); discovery said: {own}. Fix: set ansible_python_interpreter for {host} "
         f"to a Python that runs there"
     )
+
+
+# pip's hash refusal (`--require-hashes`): a file on the index differs from the lock's
+PIP_HASH_MISMATCH = "DO NOT MATCH THE HASHES"
+PIP_ERROR_CHARS = 1500
+
+
+def install_message(host, venv, result, source):
+    """The failure message of pip installing into the venv on `host`: pip's exit status and its
+    own error (from its first `ERROR:` line, at most PIP_ERROR_CHARS), then the fix for what it
+    says. `result`: the command's result (rc, stderr, stdout); `source`: where pip took the
+    packages from ("wheelhouse", an index URL, or "" for pip's own configuration)."""
+    result = result if isinstance(result, dict) else {}
+    said = str(result.get("stderr") or "") or str(result.get("stdout") or "")
+    start = said.find("ERROR:")
+    error = " ".join((said[start:] if start >= 0 else said).split())
+    if len(error) > PIP_ERROR_CHARS:
+        error = error[:PIP_ERROR_CHARS] + " [...]"
+    where = {"wheelhouse": "the wheels the controller brought (python_env_wheelhouse)", "": "pip's own index"}.get(
+        source, source
+    )
+    if PIP_HASH_MISMATCH in said:
+        fix = (
+            f"a file on {where} differs from the one the lock was made from: find out why before anything "
+            "else; remake the lock (scripts/lock_requirements.py, python_env_lock_file) only if the change is "
+            "one you trust"
+        )
+    elif source == "wheelhouse":
+        fix = (
+            "the wheels the controller downloaded do not cover this Mac: check python_env_wheel_platforms and "
+            "the venv's Python version, then run again"
+        )
+    else:
+        fix = (
+            f"check that {host} reaches {where} (or set python_env_pip_index_url to a mirror it reaches, or "
+            "python_env_wheelhouse: true to bring the wheels from the controller), then run again"
+        )
+    return (
+        f"{host}: pip could not install into the venv {venv} (exit {result.get('rc')}): {error or 'no output'}. "
+        f"Fix: {fix}"
+    )

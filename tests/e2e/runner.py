@@ -234,7 +234,7 @@ VENV_CACHE = venv_cache(os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") el
 VENV = "mlx-cluster/venv"  # below the Mac's home: python_env's default, <cluster dir>/venv
 if not os.environ.get("PYTEST_XDIST_WORKER"):
     atexit.register(shutil.rmtree, VENV_CACHE, ignore_errors=True)
-# the env stage's task that makes the venv: ok on a host = that host's venv holds every pin
+# the env stage's task that installs the pins: exit 0 on a host = that host's venv holds every pin
 INSTALL_TASK = "Install the pinned mlx and mlx-lm into the venv"
 
 
@@ -273,10 +273,10 @@ def seed_venvs(cluster):
 
 
 def keep_venv(cluster, run):
-    """After a run whose env stage made a Mac's venv (its install task ok there, whatever the
+    """After a run whose env stage made a Mac's venv (its install exited 0 there, whatever the
     rest of the run did): keep one (per home) for the next clusters. Two workers may keep the
     same one at once: each copies to a name of its own, the first rename wins."""
-    made_on = {d.get("host") for d in run.results(INSTALL_TASK) if not (d.get("res") or {}).get("failed")}
+    made_on = {d.get("host") for d in run.results(INSTALL_TASK) if (d.get("res") or {}).get("rc") == 0}
     for host in cluster.hosts:
         cached = VENV_CACHE / _venv_key(cluster, host)
         made = cluster.home(host) / VENV

@@ -2,6 +2,7 @@
 
 import pytest
 
+from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons
 from ansible_collections.mlx.cluster.plugins.plugin_utils.pythons import base_python, is_stub, probe_message
 
 VERSIONS = ["3.14", "3.13", "3.12", "3.11", "3.10"]
@@ -189,3 +190,42 @@ def test_the_stub_is_told_from_a_python(output, stub):
 def test_without_a_pin_the_message_names_mlx_alone():
     [p] = base_python({"m1": facts([])}, {"versions": ["3.13"]})["problems"]
     assert p["msg"].startswith("m1 has no Python that mlx can use (3.13) in /opt/homebrew/bin"), p["msg"]
+
+
+HASH_REFUSAL = (
+    "Looking in indexes: http://10.0.0.1:3141/simple\nCollecting mdurl==0.1.2\n"
+    "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the "
+    "package versions, please update the hashes.\n    mdurl==0.1.2 from http://10.0.0.1:3141/mdurl.whl:\n"
+    "        Expected sha256 aaaa\n             Got        bbbb\n"
+)
+
+
+def test_a_pip_hash_refusal_names_the_mac_the_file_and_the_lock():
+    msg = pythons.install_message(
+        "m2", "/srv/admin/mlx-cluster/venv", {"rc": 1, "stderr": HASH_REFUSAL}, "http://10.0.0.1:3141/simple"
+    )
+    assert msg.startswith("m2: pip could not install into the venv /srv/admin/mlx-cluster/venv (exit 1): ERROR: THESE")
+    assert "Looking in indexes" not in msg and "mdurl==0.1.2" in msg and "Got bbbb" in msg
+    assert "Fix: a file on http://10.0.0.1:3141/simple differs from the one the lock was made from" in msg
+
+
+@pytest.mark.parametrize(
+    "source, fix",
+    [
+        ("", "check that m1 reaches pip's own index (or set python_env_pip_index_url"),
+        ("https://mirror.lab/simple", "check that m1 reaches https://mirror.lab/simple (or set"),
+        ("wheelhouse", "the wheels the controller downloaded do not cover this Mac: check python_env_wheel_platforms"),
+    ],
+)
+def test_pip_that_finds_nothing_gets_the_fix_of_where_it_looked(source, fix):
+    said = "ERROR: Could not find a version that satisfies the requirement mlx==0.32.4 (from versions: none)\n"
+    msg = pythons.install_message("m1", "/v", {"rc": 1, "stderr": said}, source)
+    assert "(exit 1): ERROR: Could not find a version that satisfies the requirement mlx==0.32.4" in msg
+    assert f"Fix: {fix}" in msg
+
+
+def test_pips_error_is_cut_short_and_a_silent_pip_said_so():
+    msg = pythons.install_message("m1", "/v", {"rc": 2, "stderr": "ERROR: " + "x" * 5000}, "")
+    assert len(msg) < pythons.PIP_ERROR_CHARS + 400 and "x [...]. Fix:" in msg
+    assert "(exit -9): no output. Fix:" in pythons.install_message("m1", "/v", {"rc": -9}, "")
+    assert "(exit None): no output" in pythons.install_message("m1", "/v", None, "")

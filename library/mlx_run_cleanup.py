@@ -9,7 +9,8 @@ DOCUMENTATION = r"""
 module: mlx_run_cleanup
 short_description: Find and end the processes one cluster run left behind on a Mac
 description:
-  - Lists processes with C(ps -ax -o pid=,args=) and keeps only those that carry the run's
+  - Lists processes with C(ps -ax -ww -o pid=,args=) (whole command lines: without C(-ww), macOS cuts
+    them at 79 columns when the output is no terminal) and keeps only those that carry the run's
     unique id as an argument (the toolkit passes C(--run-id <uuid>) to every job it starts).
     Nothing is matched by process name.
   - Ends them by PID (SIGTERM, then SIGKILL after I(grace) seconds) and reports them. In check
@@ -67,9 +68,12 @@ def main():
     if len(run_id) < 16:
         module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")
     ps = module.get_bin_path("ps", required=True)
-    rc, out, err = module_run(module, Runner(module.params["command_timeout"]), [ps, "-ax", "-o", "pid=,args="])
+    # -ww: macOS's ps cuts every line at 79 columns when its output is no terminal, and a run's
+    # id comes last on a long command line
+    argv = [ps, "-ax", "-ww", "-o", "pid=,args="]
+    rc, out, err = module_run(module, Runner(module.params["command_timeout"]), argv)
     if rc != 0:
-        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=[ps, "-ax", "-o", "pid=,args="], stderr=err)
+        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=argv, stderr=err)
     found = run_processes(out, run_id, own_pid=os.getpid())
     if found and not module.check_mode:
         for proc in found:

@@ -77,7 +77,7 @@ def settings(cluster, tiny, **extra):
 
 
 def bench_procs(cluster, host):
-    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
+    out = cluster.exec(host, ["ps", "-ax", "-ww", "-o", "pid=,args="]).stdout
     return [ln for ln in out.splitlines() if "mlx_cluster_bench.py" in ln]  # test-side check only
 
 

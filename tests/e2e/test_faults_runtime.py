@@ -52,7 +52,7 @@ def tiny(tmp_path_factory):
 
 def rank_pids(cluster, host, run_id):
     """PIDs of the benchmark interpreter of run `run_id` on `host` (test-side, from ps)."""
-    out = cluster.exec(host, ["ps", "-ax", "-o", "pid=,args="]).stdout
+    out = cluster.exec(host, ["ps", "-ax", "-ww", "-o", "pid=,args="]).stdout
     pids = []
     for line in out.splitlines():
         pid, _, args = line.strip().partition(" ")

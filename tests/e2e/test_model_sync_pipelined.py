@@ -77,7 +77,7 @@ def test_a_mac_passes_files_on_before_it_has_the_last_one(sim_cluster, tiny):
     assert len(m3["passes"]) >= 2 and m3["passes"][0]["excluded"] > 0, m3["passes"]
     # over one SSH connection (the relay's master), ended afterwards: no ssh of it left on m2
     assert tb_logins("m3") - logins_before == 1, cluster.sshd_log("m3")[-2000:]
-    ps = cluster.exec("m2", ["ps", "-eo", "args="]).stdout
+    ps = cluster.exec("m2", ["ps", "-ww", "-eo", "args="]).stdout
     assert "mlxc-relay-" not in ps, ps
 
     def ctimes(host):

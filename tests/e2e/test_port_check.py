@@ -28,7 +28,7 @@ SERVE = "Restart every rank when the server is not running with these settings" 
 
 def listeners(cluster, host):
     """The probe's listeners still running on the Mac (argv `python - --run-id ...`)."""
-    ps = cluster.exec(host, ["ps", "-ax", "-o", "args="], check=True).stdout
+    ps = cluster.exec(host, ["ps", "-ax", "-ww", "-o", "args="], check=True).stdout
     return [ln for ln in ps.splitlines() if " - --run-id " in ln]
 
 
@@ -91,7 +91,7 @@ def test_a_blocked_port_fails_before_launch_naming_both_macs_and_the_fix(sim_clu
         assert run.rc != 0 and run.results(FAIL), run.failures()
         assert [r for r in run.results(launch) if not r["res"].get("skipped")] == [], launch
         assert "\n- m2 cannot reach m1 " in run.results(FAIL)[0]["res"]["msg"], run.results(FAIL)
-    ps = {h: cluster.exec(h, ["ps", "-ax", "-o", "args="], check=True).stdout for h in cluster.hosts}
+    ps = {h: cluster.exec(h, ["ps", "-ax", "-ww", "-o", "args="], check=True).stdout for h in cluster.hosts}
     assert not any("mlx_cluster_bench.py" in out or "mlx_cluster_server.py" in out for out in ps.values()), ps
     # the socketfilterfw getters ran (read-only), never a setter
     fw = [a for h in cluster.hosts for a in cluster.argv_log(h) if a and a[0].endswith("socketfilterfw")]

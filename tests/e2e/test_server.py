@@ -161,7 +161,7 @@ def server_processes(cluster):
     on their command line), whatever their name."""
     out = {}
     for h in cluster.hosts:
-        ps = cluster.exec(h, ["ps", "-eo", "pid=,args="]).stdout
+        ps = cluster.exec(h, ["ps", "-ww", "-eo", "pid=,args="]).stdout
         out[h] = [line.strip() for line in ps.splitlines() if RUN_DIR in line.split()]
     return out
 

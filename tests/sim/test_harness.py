@@ -351,6 +351,20 @@ def test_a_macs_python_has_only_what_a_mac_ships(sim_cluster):
 
 
 @pytest.mark.sim
+def test_ps_cuts_long_command_lines_as_macos_does(sim_cluster):
+    """macOS's ps cuts each line at 79 columns when its output is no terminal (BSD ps), unless
+    -ww: a module that looks for a run id at the end of a long command line must ask for -ww.
+    The Mac's PID 1 (the harness's hostinit, its state dir in its arguments) has a long one."""
+    c = sim_cluster("mesh4")
+    whole = c.exec("m1", ["ps", "-ax", "-ww", "-o", "pid=,args="]).stdout.splitlines()
+    [init] = [line for line in whole if line.split()[0] == "1"]
+    assert f"hostinit.py {c.state_dir} m1" in init and len(init) > 79
+    cut = c.exec("m1", ["ps", "-ax", "-o", "pid=,args="]).stdout.splitlines()
+    assert cut and max(len(line) for line in cut) <= 79
+    assert [line for line in cut if line.split()[0] == "1"] == [init[:79]]
+
+
+@pytest.mark.sim
 def test_each_mac_has_its_own_home_and_tmp(sim_cluster):
     c = sim_cluster("mesh4")
     assert c.ssh("m1", "echo from-m1 > /srv/admin/mine.txt; echo t1 > /tmp/mine.txt").returncode == 0
@@ -1253,7 +1267,7 @@ def test_launchd_runs_a_daemon_keeps_it_alive_and_ends_it_at_bootout(sim_cluster
     sh(c, "m1", ["launchctl", "bootout", "system/org.example.job"], sudo=True)
     assert job()[0] == 113
     assert "term" in (home / "job.log").read_text()
-    left = c.exec("m1", ["ps", "-eo", "pgid=,args="]).stdout.splitlines()
+    left = c.exec("m1", ["ps", "-ww", "-eo", "pgid=,args="]).stdout.splitlines()
     assert not [ln for ln in left if ln.split()[0] == str(group)], left  # the whole group is gone
     c.reset()
 

@@ -51,6 +51,7 @@ SHIMS = HERE / "shims"
 METAL = HERE / "metal"
 SHIM_COMMANDS = [
     "system_profiler",
+    "ps",
     "networksetup",
     "ifconfig",
     "route",

@@ -3705,6 +3705,65 @@ def cmd_softwareupdate(ctx, args):
     die(f"softwareupdate: {' '.join(args)}: not emulated", 64)
 
 
+# ps options that take a value (the next argument, or the rest of the same one)
+PS_VALUE_OPTIONS = "GgMNOopstUuW"
+
+
+def ps_width(args, environ, out_is_tty, tty_columns):
+    """The line width of macOS's ps (BSD, adv_cmds ps.c): COLUMNS when set, else the terminal's
+    width less one, else 79 when its output is no terminal (every command a module runs);
+    one -w widens it to at least 131, a second lifts the bound (None: unlimited)."""
+    width = None
+    cols = environ.get("COLUMNS", "")
+    if cols.strip().isdigit():
+        width = int(cols)
+    elif out_is_tty and tty_columns:
+        width = tty_columns - 1
+    else:
+        width = 79
+    w = 0
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if not arg.startswith("-") or arg == "-":
+            continue
+        for i, ch in enumerate(arg[1:]):
+            if ch in PS_VALUE_OPTIONS:
+                skip = i == len(arg) - 2  # the value is the next argument
+                break
+            if ch == "w":
+                w += 1
+    if w >= 2:
+        return None
+    if w == 1:
+        return max(width, 131)
+    return width
+
+
+def cmd_ps(ctx, args):
+    """ps as macOS's answers: the machine's procps for the processes (the options the toolkit
+    uses, -ax -p -o with empty headers and -w, mean the same to both), each line cut at BSD
+    ps's width (ps_width): without -ww, a long command line is cut short on a Mac."""
+    import subprocess
+
+    real = next((p for p in ("/bin/ps", "/usr/bin/ps") if os.path.exists(p)), None)
+    if real is None:
+        die("ps: no ps on this machine", 127)
+    r = subprocess.run([real, *args], capture_output=True, text=True, check=False)
+    sys.stderr.write(r.stderr)
+    try:
+        out_is_tty = os.isatty(sys.stdout.fileno())
+        columns = os.get_terminal_size(sys.stdout.fileno()).columns if out_is_tty else 0
+    except OSError:
+        out_is_tty, columns = False, 0
+    width = ps_width(args, os.environ, out_is_tty, columns)
+    for line in r.stdout.splitlines():
+        sys.stdout.write((line if width is None else line[:width]) + "\n")
+    return r.returncode
+
+
 COMMANDS = {
     "system_profiler": cmd_system_profiler,
     "networksetup": cmd_networksetup,
@@ -3727,6 +3786,7 @@ COMMANDS = {
     "launchctl": cmd_launchctl,
     "xcode-select": cmd_xcode_select,
     "softwareupdate": cmd_softwareupdate,
+    "ps": cmd_ps,
 }
 
 

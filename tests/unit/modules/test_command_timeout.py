@@ -173,10 +173,10 @@ def test_run_cleanup_fails_on_a_hung_ps(module_runner):
         "mlx_run_cleanup",
         args={"run_id": "0123456789abcdef0123", "command_timeout": 2},
         bins={"ps": "/bin/ps"},
-        commands={("/bin/ps", "-ax", "-o", "pid=,args="): HANG},
+        commands={("/bin/ps", "-ax", "-ww", "-o", "pid=,args="): HANG},
     )
     assert out.failed
-    assert out.result["msg"].startswith("`ps -ax -o pid=,args=` did not answer within 2 s on this Mac")
+    assert out.result["msg"].startswith("`ps -ax -ww -o pid=,args=` did not answer within 2 s on this Mac")
 
 
 def test_server_stop_gives_launchctl_bootout_the_grace_and_more(module_runner, tmp_path):

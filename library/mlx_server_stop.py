@@ -16,7 +16,7 @@ description:
   - Sends SIGTERM to the recorded PID (C(rank<N>.pid), checked to still be our rank by its command
     line, which names the run directory and the run id), waits up to I(grace) seconds for the rank to
     leave (every rank stops at the next turn of the serving loop), then sends SIGKILL.
-  - Then lists processes with C(ps -ax -o pid=,args=) and ends those that carry the stopped
+  - Then lists processes with C(ps -ax -ww -o pid=,args=) and ends those that carry the stopped
     start's run id as an argument (left behind); processes are never matched by name.
   - Moves the state files aside (C(rank<N>.json) to C(rank<N>.last.json), C(keeper<N>.json) to
     C(keeper<N>.last.json), C(state.json) to C(state.last.json)) so a new start never reads a

@@ -153,7 +153,7 @@ def failure_lines(stdout, stderr, n=8):
 
 
 def run_processes(ps_text, run_id, own_pid=None):
-    """PIDs (with their command) from `ps -ax -o pid=,args=` that carry `run_id` as an argument."""
+    """PIDs (with their command) from `ps -ax -ww -o pid=,args=` that carry `run_id` as an argument."""
     found = []
     for line in (ps_text or "").splitlines():
         parts = line.strip().split(None, 1)

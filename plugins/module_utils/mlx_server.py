@@ -392,7 +392,7 @@ def _has_option(words, flag, value):
 
 
 def processes_with(ps_text, token, own_pid=None):
-    """[{"pid", "args"}] from `ps -ax -o pid=,args=` carrying `token` as a whole argument."""
+    """[{"pid", "args"}] from `ps -ax -ww -o pid=,args=` carrying `token` as a whole argument."""
     found = []
     for line in (ps_text or "").splitlines():
         parts = line.strip().split(None, 1)

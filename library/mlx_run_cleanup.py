@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: mlx_run_cleanup
 short_description: Find and end the processes one cluster run left behind on a Mac
 description:
-  - Lists processes with C(ps -ax -ww -o pid=,args=) (whole command lines: without C(-ww), macOS cuts
+  - Lists processes with C(ps -ax -ww -o pid=,args=) (whole command lines; without C(-ww), macOS cuts
     them at 79 columns when the output is no terminal) and keeps only those that carry the run's
     unique id as an argument (the toolkit passes C(--run-id <uuid>) to every job it starts).
     Nothing is matched by process name.

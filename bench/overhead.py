@@ -66,7 +66,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "collections")]  # tests.*, and the toolkit as its collection
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import launch_argv, read_result, run_processes  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import launch_argv, read_result  # noqa: E402
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import PS_ALL, processes_with  # noqa: E402
 from bench.common import (  # noqa: E402
     BenchError,
     close_masters,
@@ -333,7 +334,7 @@ def run_by_hand(cluster, argv, hosts, run_id, cwd, sleeper=False):
             nap.wait()
     seconds = time.perf_counter() - t
     parsed = read_result(out, err, hosts)
-    left = {h: run_processes(cluster.exec(h, ["ps", "-ax", "-o", "pid=,args="]).stdout, run_id) for h in hosts}
+    left = {h: processes_with(cluster.exec(h, ["ps", *PS_ALL]).stdout, run_id) for h in hosts}
     for h, procs in left.items():
         for p in procs:  # ours, found by the run id of this run alone
             cluster.exec(h, ["kill", str(p["pid"])])

@@ -53,8 +53,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import run_processes
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    PS_ALL,
+    Runner,
+    alive,
+    module_run,
+    processes_with,
+)
 
 
 def main():
@@ -68,13 +74,11 @@ def main():
     if len(run_id) < 16:
         module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")
     ps = module.get_bin_path("ps", required=True)
-    # -ww: macOS's ps cuts every line at 79 columns when its output is no terminal, and a run's
-    # id comes last on a long command line
-    argv = [ps, "-ax", "-ww", "-o", "pid=,args="]
+    argv = [ps, *PS_ALL]
     rc, out, err = module_run(module, Runner(module.params["command_timeout"]), argv)
     if rc != 0:
         module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=argv, stderr=err)
-    found = run_processes(out, run_id, own_pid=os.getpid())
+    found = processes_with(out, run_id, own_pid=os.getpid())
     if found and not module.check_mode:
         for proc in found:
             try:

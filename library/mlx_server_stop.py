@@ -122,14 +122,20 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import COMMAND_TIMEOUT_SPEC, Runner, alive, module_run
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
+    COMMAND_TIMEOUT_SPEC,
+    PS_ALL,
+    Runner,
+    alive,
+    module_run,
+    processes_with,
+)
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     RUN_ID_RE,
     SERVER_SPEC,
     become_owner,
     parse_launchctl_print,
     process_matches,
-    processes_with,
     rank_files,
     ranks_in,
     read_json,
@@ -336,7 +342,7 @@ def stop_ranks(module, ps, run_dir, ranks, grace, stopped, supervisors, remainin
 def end_leftovers(module, ps, run_ids, stopped, supervisors, remaining):
     """Anything else of those starts still alive on this Mac (by run id, never by name):
     SIGTERM, then SIGKILL. Returns what was found (the leftovers)."""
-    cmd = [ps, "-ax", "-ww", "-o", "pid=,args="]
+    cmd = [ps, *PS_ALL]
     rc, out, err = run(module, cmd)
     if rc != 0:
         module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)

@@ -5,9 +5,8 @@
 and maps `mlx.launch`'s "Node with rank N ..." lines to inventory hosts, so a failure names
 the Mac, not a rank number; `describe_failed()` and `failure_lines()` word the failure
 message; `rdma_failure()` recognises a launch whose RDMA could not be brought up (a rank exited
-with RDMA_EXIT) and names the Macs and cables to replug; `run_processes()` finds leftover processes of one run
-by its unique run id in `ps`
-output (never by a process name).
+with RDMA_EXIT) and names the Macs and cables to replug. (Leftover processes of one run are
+found by its run id with mlx_run's `processes_with()`.)
 """
 
 from __future__ import annotations
@@ -150,21 +149,6 @@ def failure_lines(stdout, stderr, n=8):
         if line.strip() and not RANK_LINE.search(line):
             launcher.append(line)
     return ranks[-n:], launcher[-n:]
-
-
-def run_processes(ps_text, run_id, own_pid=None):
-    """PIDs (with their command) from `ps -ax -ww -o pid=,args=` that carry `run_id` as an argument."""
-    found = []
-    for line in (ps_text or "").splitlines():
-        parts = line.strip().split(None, 1)
-        if len(parts) != 2 or not parts[0].isdigit():
-            continue
-        pid, args = int(parts[0]), parts[1]
-        if pid == own_pid:
-            continue
-        if run_id in args.split():
-            found.append({"pid": pid, "args": args})
-    return found
 
 
 def _device_list(entry):

@@ -124,6 +124,25 @@ def _kill_group(proc):
         pass  # gone already (PermissionError: macOS answers so for a group of zombies)
 
 
+# `ps` arguments that list every process of the Mac with its whole command line: macOS's ps
+# cuts each line at 79 columns when its output is no terminal (every module's), unless -ww,
+# and a run's id comes last on a long command line
+PS_ALL = ("-ax", "-ww", "-o", "pid=,args=")
+
+
+def processes_with(ps_text, token, own_pid=None):
+    """[{"pid", "args"}] from `ps` run with PS_ALL: the processes that carry `token` (a run's
+    unique id) as a whole argument, never matched by a process name; `own_pid` left out."""
+    found = []
+    for line in (ps_text or "").splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) == own_pid:
+            continue
+        if token in parts[1].split():
+            found.append({"pid": int(parts[0]), "args": parts[1]})
+    return found
+
+
 def alive(pid, zombie_is_gone=False):
     """Whether process `pid` is still there: signal 0 reaches it, or it is another user's
     (PermissionError). zombie_is_gone: a zombie (exited, not yet reaped by its parent) counts as

@@ -391,18 +391,6 @@ def _has_option(words, flag, value):
     )
 
 
-def processes_with(ps_text, token, own_pid=None):
-    """[{"pid", "args"}] from `ps -ax -ww -o pid=,args=` carrying `token` as a whole argument."""
-    found = []
-    for line in (ps_text or "").splitlines():
-        parts = line.strip().split(None, 1)
-        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) == own_pid:
-            continue
-        if token in parts[1].split():
-            found.append({"pid": int(parts[0]), "args": parts[1]})
-    return found
-
-
 def problems(status, want_hash, supervisor):
     """Why one rank does not count as running with the wanted settings ([] = it does)."""
     out = []

@@ -11,8 +11,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import (
     hostfile_hosts,
     launch_argv,
     read_result,
-    run_processes,
 )
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import processes_with
 
 HOSTS = ["m1", "m2", "m3"]
 
@@ -127,7 +127,7 @@ def test_hostfile_hosts_validates():
             hostfile_hosts(bad)
 
 
-def test_run_processes_matches_the_run_id_as_a_whole_argument_only():
+def test_leftovers_of_a_run_match_its_run_id_as_a_whole_argument_only():
     rid = "k3j4h5g6f7d8s9a0q1w2e3r4"
     ps = (
         f"  101 /v/bin/python /h/bench.py --model /m --run-id {rid}\n"
@@ -137,7 +137,7 @@ def test_run_processes_matches_the_run_id_as_a_whole_argument_only():
         f"  105 /usr/bin/python3 ansible-module {rid}\n"
         "garbage line\n"
     )
-    assert [p["pid"] for p in run_processes(ps, rid, own_pid=105)] == [101, 102]
+    assert [p["pid"] for p in processes_with(ps, rid, own_pid=105)] == [101, 102]
 
 
 # What mlx.launch passes on from two ranks of roles/benchmark/files/mlx_cluster_bench.py (its

@@ -13,6 +13,7 @@ from mlx._distributed_utils import launch as mlx_launch
 from mlx._distributed_utils.common import Hostfile
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_server as ms
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import processes_with
 from tests.programs import load_program
 
 RUN_DIR = "/Users/admin/mlx-cluster/server"
@@ -411,7 +412,7 @@ def test_processes_with_a_run_id_only_whole_arguments():
             "  99 ps -ax",
         ]
     )
-    assert [p["pid"] for p in ms.processes_with(ps, "abc123", own_pid=99)] == [4242, 78]
+    assert [p["pid"] for p in processes_with(ps, "abc123", own_pid=99)] == [4242, 78]
 
 
 def test_ranks_in_prefers_live_files():

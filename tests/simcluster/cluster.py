@@ -1068,7 +1068,7 @@ class SimCluster:
         the toolkit that imports what a Mac's Python lacks (PyYAML, requests, packaging, ...)
         fails here as on a Mac, and no .pth file of this machine runs at each Python start.
         When the base has no setuptools (Python 3.12 and later ship none), the harness's own is
-        copied: Ansible's pip module needs pkg_resources (or packaging), which a Mac has.
+        copied: a Mac's /usr/bin/python3 has setuptools' pkg_resources.
         Returns {"replace": {site dir: directory bound over it}} for hostinit."""
         found = subprocess.run(
             [str(self.base_python()), "-S", "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],

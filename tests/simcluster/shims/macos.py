@@ -3713,7 +3713,6 @@ def ps_width(args, environ, out_is_tty, tty_columns):
     """The line width of macOS's ps (BSD, adv_cmds ps.c): COLUMNS when set, else the terminal's
     width less one, else 79 when its output is no terminal (every command a module runs);
     one -w widens it to at least 131, a second lifts the bound (None: unlimited)."""
-    width = None
     cols = environ.get("COLUMNS", "")
     if cols.strip().isdigit():
         width = int(cols)

@@ -93,6 +93,30 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     assert again.results("Install the pinned mlx and mlx-lm into the venv") == []
     assert json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text()) == versions
 
+    # m2's venv outlives the Python it was made from (`brew uninstall`, a python.org version
+    # removed): its bin/python leads to a file that is gone. The stage makes it again there.
+    minor = cluster.python_minor()
+    gone = f"/opt/homebrew/Cellar/python@{minor}/{minor}.0/bin/python{minor}"
+    cluster.exec("m2", ["ln", "-sfn", gone, f"{VENV}/bin/python{minor}"], check=True)
+    cluster.exec("m2", ["touch", f"{VENV}/left-by-the-old-venv"], check=True)
+    dry = run_site(cluster, tags=["env"], python_env=None, extravars=lab, check=True, diff=True)
+    assert dry.rc == 0, dry.failures()
+    would = {r["host"]: r["res"]["msg"] for r in dry.results("Say what the env stage would do")}
+    assert set(would) == {"m2"}, would
+    assert f"would make the venv {VENV} again, emptied first (its Python no longer starts:" in would["m2"], would
+    assert "No such file" in would["m2"] or "not found" in would["m2"], would
+    assert cluster.exec("m2", ["test", "-e", f"{VENV}/left-by-the-old-venv"]).returncode == 0  # nothing changed
+    REMADE = "Make the venv again where its Python no longer starts (its base Python was removed or moved)"
+    healed = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
+    assert healed.rc == 0, healed.failures()
+    assert {r["host"] for r in healed.results(REMADE) if r["res"].get("changed")} == {"m2"}
+    assert {
+        r["host"] for r in healed.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")
+    } == {"m2"}
+    assert cluster.exec("m2", ["test", "-e", f"{VENV}/left-by-the-old-venv"]).returncode == 1
+    assert cluster.exec("m2", [f"{VENV}/bin/python", "-c", "import mlx_lm"]).returncode == 0
+    assert json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text()) == versions
+
 
 def test_a_mac_without_a_python_for_mlx_is_named_by_the_preflight_before_anything_changes(sim_cluster):
     cluster = sim_cluster("pair")

@@ -19,9 +19,9 @@ description:
   - Reads the rank's supervisor (C(keeper<N>.pid), C(keeper<N>.json)), that is whether it runs,
     the restarts it made and why, and whether it gave up.
   - With I(supervisor=launchd), also reads C(launchctl print system/<label>) (the job's PID is
-    the supervisor's). Run as root for that (become), the module reads the files of I(run_dir)
-    as the user who owns it, never through a symbolic link, and root again only for the next
-    C(launchctl print).
+    the supervisor's). Run as root for that (become), the module reads the files of I(run_dir),
+    and asks rank 0's API, as the user who owns it, never through a symbolic link, and is root
+    again only for the next C(launchctl print).
   - Refuses a I(label) that is not dot-separated words and a I(run_dir) a shell would read
     (whitespace, quotes, C($), C(..)), naming the setting.
   - With I(wait) > 0, polls until the rank is ready (for rank 0 with I(url), C(/v1/models) lists
@@ -295,7 +295,18 @@ def http(url, body=None, timeout=10.0, api_key=""):
 
 
 def probe(p, deadline):
-    """-> (ok, detail dict or error text)."""
+    """-> (ok, detail dict or error text), asked as the run directory's owner: under launchd the
+    module runs as root for `launchctl print` alone, and an HTTP client needs none of root's
+    rights (reading_as_owner; not root: nothing changes)."""
+    try:
+        with reading_as_owner(p["run_dir"].rstrip("/") or "/"):
+            return ask_api(p, deadline)
+    except OSError as exc:  # (the run directory became a link, or went away, since it was read)
+        return False, f"not asked: {exc}"
+
+
+def ask_api(p, deadline):
+    """-> (ok, detail dict or error text): /v1/models, then (chat) one token of a chat."""
     base = p["url"].rstrip("/")
     try:
         status, body = http(

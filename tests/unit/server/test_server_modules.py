@@ -410,6 +410,41 @@ def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, r
     assert st["log_tail"] == ""  # root's file: not readable as the owner
 
 
+def test_status_under_launchd_asks_rank_0s_api_as_the_run_directorys_owner(module_runner, request):
+    """Root (become, for launchd) is for `launchctl print` alone: rank 0's API is asked as the
+    run directory's owner, and root comes back after."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="mlx-status-"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    os.chmod(top, 0o711)
+    run_dir = top / "server"
+    run_dir.mkdir()
+    write_rank(run_dir, 0, 4000)
+    for f in run_dir.iterdir():
+        os.chown(f, 4242, 4343)
+    os.chown(run_dir, 4242, 4343)
+    asked = []
+
+    def http(url, body=None, timeout=10.0, api_key=""):
+        asked.append((url, os.geteuid(), os.getegid()))
+        return 200, {"data": [{"id": "qwen"}]}
+
+    run = module_runner(
+        "mlx_server_status",
+        args={"run_dir": str(run_dir), "rank": 0, "label": "x", "url": "http://127.0.0.1:8080"},
+        module_attrs={"alive": lambda pid: pid == 4000, "http": http},
+        commands={
+            ("/usr/bin/launchctl", "print", "system/x"): (0, "system/x = {\n\tstate = running\n\tpid = 12\n}\n", ""),
+            (*PS_ONE, "4000", "-o", "pid=,args="): (0, ps_line(4000, run_dir), ""),
+        },
+    )
+    assert not run.failed and run.result["healthy"], run.result
+    assert asked == [("http://127.0.0.1:8080/v1/models", 4242, 4343)]
+    assert os.geteuid() == 0 and os.getegid() == 0
+
+
 def test_stop_by_recorded_pid_then_leftovers_by_run_id(module_runner, tmp_path, sleeper):
     rank, extra = sleeper(), sleeper()
     write_rank(tmp_path, 0, rank.pid)

@@ -222,7 +222,7 @@ def span(run, match):
 
 def run_playbook(cluster, model, method, timeout, progress_interval=None):
     """The models stage, `method` tree (from rank 0), controller (fan-out) or controller_tree
-    (model_sync_tree_from: controller); (seconds, its copy phase)."""
+    (model_sync_tree_from: controller); (seconds, its copy phase, its data movement: moving())."""
     from tests.e2e.runner import run_site
 
     on_controller = method in ("controller", "controller_tree")
@@ -247,7 +247,24 @@ def run_playbook(cluster, model, method, timeout, progress_interval=None):
         copy = span(run, lambda name: name in (TREE_TASK, SEND_TASK))
     else:
         copy = span(run, lambda name: name == "Copy the model from the controller to every Mac")
-    return seconds, copy
+    return seconds, copy, moving(run)
+
+
+def moving(run):
+    """The longest time a sender of the cables' copies moved data (model_send's own `seconds`:
+    from its first connection to its last file verified), or None without such a copy. Every
+    sender starts its copy within a fraction of a second of the others (each relay passing on
+    its copy as it arrives), so this is the copies' data movement; the copy task's span adds
+    Ansible's start of each sender (the controller's worker, the module's payload, its Python)."""
+    took = [
+        e["event_data"]["res"]["seconds"]
+        for e in run.events
+        if e.get("event") == "runner_on_ok"
+        and (e.get("event_data") or {}).get("task") == SEND_TASK
+        and isinstance(e["event_data"].get("res", {}).get("seconds"), (int, float))
+        and not e["event_data"]["res"].get("skipped")
+    ]
+    return max(took) if took else None
 
 
 def rank0_rsync(cluster, host, address, archive=False):
@@ -401,12 +418,21 @@ class Journal:
         """{topology, hosts, cables, depth, rates_mbit, samples, copy_phase} from the records."""
         samples = {m: [] for m in METHODS}
         copy_phase = {"tree": [], "tree_rsync": [], "controller": [], "controller_tree": []}
+        moving = []  # the tree's data movement over the cables (journals before 2026-11-29 lack it)
         for r in self.records:
             if r.get("topology") == topology and r.get("method") in samples and r.get("part") is None:
                 samples[r["method"]].append(r["seconds"])
                 if r["method"] in copy_phase:
                     copy_phase[r["method"]].append(r["copy"])
-        return {"topology": topology, **self.meta(topology), "samples": samples, "copy_phase": copy_phase}
+                if r["method"] == "tree" and "moving" in r:
+                    moving.append(r["moving"])
+        return {
+            "topology": topology,
+            **self.meta(topology),
+            "samples": samples,
+            "copy_phase": copy_phase,
+            "moving": moving,
+        }
 
 
 def schedule(runs, baseline_runs, only=METHODS):
@@ -425,7 +451,9 @@ def measure_one(cluster, spec, plan, method, run, journal, model, files, timeout
     record = {"topology": spec, "method": method, "run": run}
     fresh(cluster, model, seed=method not in ("controller", "controller_tree"))
     if method in ("tree", "tree_rsync", "controller", "controller_tree"):
-        record["seconds"], record["copy"] = run_playbook(cluster, model, method, timeout, progress_interval)
+        record["seconds"], record["copy"], moved = run_playbook(cluster, model, method, timeout, progress_interval)
+        if moved is not None:
+            record["moving"] = moved
     elif method == "one_copy":
         record["seconds"] = one_copy(cluster, plan)
     elif method == "parallel":
@@ -507,6 +535,8 @@ def summarize(result):
     s, c = result["samples"], result["copy_phase"]
     out = {m: stats(v) for m, v in s.items() if v}
     out.update({f"{m}_copies": stats(v) for m, v in c.items() if v})
+    if result.get("moving"):
+        out["tree_moving"] = stats(result["moving"])
 
     def ratio(key, a, b, times=1):
         if a in out and b in out:
@@ -515,6 +545,7 @@ def summarize(result):
     ratio("parallel_vs_one", "parallel", "one_copy")
     ratio("tree_vs_one", "tree_copies", "one_copy")
     ratio("tree_vs_depth", "tree_copies", "one_copy", result["depth"])
+    ratio("moving_vs_one", "tree_moving", "one_copy")
     ratio("tree_run_vs_one", "tree", "one_copy")
     ratio("share_vs_one", "share", "one_copy")
     for m in ("serial", "controller", "share"):
@@ -537,6 +568,8 @@ HEADER = (
     "tree: copies (s)",
     "copies / one copy",
     "copies / (one copy x depth)",
+    "tree: data moving (s)",
+    "moving / one copy",
     "run / one copy",
     "mlx_lm.share (s)",
     "share / one copy",
@@ -582,6 +615,8 @@ def table_rows(results):
                 cell("tree_copies"),
                 ratio("tree_vs_one"),
                 ratio("tree_vs_depth"),
+                cell("tree_moving"),
+                ratio("moving_vs_one"),
                 ratio("tree_run_vs_one"),
                 cell("share"),
                 ratio("share_vs_one"),
@@ -659,7 +694,10 @@ def markdown_section(tables, command):
         "  rsync, what the tree was before); run = the whole playbook",
         "  (discovery, plan, SSH trust, manifests, memory fit, verification), copies = its copy task",
         "  (every copy of the tree at once, each Mac passing each file on as soon as it has it; before",
-        "  the pipelined tree: the first round's start to the last round's end);",
+        "  the pipelined tree: the first round's start to the last round's end); data moving = the",
+        "  longest a sender of the cables' copies moved data (model_send's own seconds, from its first",
+        "  connection to its last file verified; every sender starts within a fraction of a second of",
+        "  the others): the copies without Ansible's start of each sender (its worker, payload, Python);",
         "- mlx_lm.share: MLX's broadcast (all_sum over the ring backend, same cables, our hostfile);",
         "  share of config.json alone: the same with no weights, what share costs whatever the size",
         "  (launch over SSH, Python and MLX starting on every Mac, the ring's set-up);",

@@ -57,6 +57,31 @@ def test_summary_ratios():
     assert model_sync.table_rows([partial])[0][3:5] == ("3", "-")
 
 
+def test_the_data_movement_is_the_longest_senders_own_time_and_its_ratio_to_one_copy():
+    def sent(host, res, task=model_sync.SEND_TASK, event="runner_on_ok"):
+        return {"event": event, "event_data": {"task": task, "host": host, "res": res}}
+
+    class Run:
+        events = [
+            sent("m2", {"seconds": 4.4, "bytes": 1}),
+            sent("m5", {"seconds": 4.6, "bytes": 1}),
+            sent("m3", {"skipped": True}),
+            sent("m4", {"seconds": 9.0}, task=model_sync.TREE_TASK),  # rsync's hops are not the cables'
+            sent("m6", {"seconds": 8.0}, event="runner_on_failed"),
+        ]
+
+    assert model_sync.moving(Run()) == 4.6
+    Run.events = Run.events[2:]
+    assert model_sync.moving(Run()) is None
+    r = result()
+    r["moving"] = [4.4, 4.6, 4.5]
+    x = model_sync.summarize(r)
+    assert x["tree_moving"]["median"] == 4.5 and x["moving_vs_one"] == pytest.approx(4.5 / 4.2)
+    row = dict(zip(model_sync.HEADER, model_sync.table_rows([r])[0]))
+    assert row["moving / one copy"] == "1.07" and row["tree: data moving (s)"].startswith("4.5")
+    assert dict(zip(model_sync.HEADER, model_sync.table_rows([result()])[0]))["moving / one copy"] == "-"
+
+
 def test_text_table_and_markdown_section(tmp_path):
     results = [result(), result("mesh4", 4, 1, baselines=False)]
     lines = model_sync.text_table([(SETTING, INFO, results)]).splitlines()

@@ -240,3 +240,45 @@ def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hos
         f.converged(
             again.returncode == 0 and result.get("world_size") == 2, again.stdout[-2000:] + again.stderr[-1000:]
         )
+
+
+def test_a_rank_left_behind_is_ended_by_its_run_id_though_ps_cuts_its_line(sim_cluster, tmp_path):
+    """A rank that outlived its launcher (started with nohup, its ssh session gone) is found by
+    the run id at the end of its long command line and ended by PID: macOS's ps cuts every line
+    at 79 columns when its output is no terminal (the simulated Macs' too), so the cleanup must
+    ask for whole lines. Another run's process, whose id is not the run's, is left alone."""
+    cluster = sim_cluster("pair")
+    run_id, other = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d", "ffffeeee-dddd-4ccc-bbbb-aaaa99998888"
+    rank = (
+        "python3 -c 'import time; time.sleep(600)' /srv/admin/mlx-cluster/benchmark/mlx_cluster_bench.py"
+        " --model /srv/admin/mlx-cluster/models/Qwen3-4B-Instruct-2507-4bit --prompt-tokens 512 --run-id {}"
+    )
+    for rid in (run_id, other):
+        started = cluster.ssh("m1", f"nohup {rank.format(rid)} >/dev/null 2>&1 < /dev/null &", timeout=30)
+        assert started.returncode == 0, started.stderr
+
+    def pids(rid):
+        out = cluster.exec("m1", ["ps", "-ax", "-ww", "-o", "pid=,args="]).stdout
+        return [int(ln.split()[0]) for ln in out.splitlines() if ln.rstrip().endswith(f"--run-id {rid}")]
+
+    [left] = pids(run_id)
+    assert len(pids(other)) == 1
+    # what the cleanup read before it asked for whole lines: the rank listed, its run id cut off
+    cut = cluster.ssh("m1", "ps -ax -o pid=,args=").stdout
+    assert [ln for ln in cut.splitlines() if ln.split()[0] == str(left)] and run_id not in cut, cut
+    play = tmp_path / "cleanup.yml"
+    play.write_text(
+        "- hosts: mac_cluster\n  gather_facts: false\n  tasks:\n"
+        "    - name: End anything the run left behind\n"
+        f"      mlx.cluster.mlx_run_cleanup: {{run_id: {run_id}, grace: 1}}\n"
+    )
+    try:
+        run = run_site(cluster, playbook=str(play), python_env=None)
+        assert run.rc == 0, run.failures()
+        found = {r["host"]: r["res"]["leftovers"] for r in run.results("End anything the run left behind")}
+        assert [p["args"].endswith(f"--run-id {run_id}") for p in found["m1"]] == [True], found
+        assert found["m2"] == [], found
+        assert pids(run_id) == [] and len(pids(other)) == 1
+    finally:
+        for pid in pids(run_id) + pids(other):
+            cluster.exec("m1", ["kill", "-9", str(pid)])

@@ -9,7 +9,8 @@ reason per setting and value, naming the setting, the value, the Macs when not a
 have it, the fix and where the value goes. A setting that is not set is not checked here: the
 roles' defaults are safe, and each module checks again what it is given. mlx_cluster_remote_dir
 (which may be under ~) is validate's own check; the settings checked where they are first used
-(model_sync_dest, the cluster key's forced command: ssh_trust_*) are not listed here.
+(the cluster key's forced command: ssh_trust_*) are not listed here. model_sync_dest is: a
+`site.yml` run reaches the models stage only after the network and env stages, minutes later.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ PATHS = {
     "net_check_python": "mlx.launch's command line, which the far Mac's shell reads",
     "port_check_python": "the program of the port probe's LaunchDaemon, which root loads",
     "model_sync_rsync_path": "rsync's --rsync-path, which the receiving Mac's shell reads",
+    "model_sync_dest": "rsync's remote path, which the receiving Mac's shell reads, and the cluster key's "
+    "forced command",
 }
 # A launchd label: it names /Library/LaunchDaemons/<label>.plist, which root writes and removes.
 LABELS = ("mlx_server_label",)

@@ -23,6 +23,7 @@ SAFE = {
     "net_check_python": "/opt/mlx-cluster/venv/bin/python",
     "port_check_python": "/opt/mlx-cluster/venv/bin/python",
     "model_sync_rsync_path": "/opt/homebrew/bin/rsync",
+    "model_sync_dest": "/Volumes/Models/Qwen3-4B-Instruct-2507-4bit",
     "mlx_server_label": "org.example.mlx-server",
 }
 

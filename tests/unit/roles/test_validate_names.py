@@ -51,6 +51,7 @@ def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path)
             "mlx_server_run_dir": "/opt/mlx/../server",
             "python_env_base_python": "/usr/bin/python3 -I",
             "port_check_python": "$(id)",
+            "model_sync_dest": "models/qwen",
         },
     )
     out = res.stdout
@@ -65,6 +66,7 @@ def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path)
         "mlx_server_run_dir '/opt/mlx/../server' holds '.' or '..' components: give the path itself",
         "python_env_base_python '/usr/bin/python3 -I' holds whitespace",
         "port_check_python '$(id)' is not an absolute path",
+        "model_sync_dest 'models/qwen' is not an absolute path",
     ):
         assert fragment in " ".join(out.split()), out[-3000:]
     assert "benchmark_python" not in out

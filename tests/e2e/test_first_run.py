@@ -94,26 +94,36 @@ def test_the_venv_is_made_from_the_lab_mirror_then_left_alone(sim_cluster):
     assert json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text()) == versions
 
     # m2's venv outlives the Python it was made from (`brew uninstall`, a python.org version
-    # removed): its bin/python leads to a file that is gone. The stage makes it again there.
+    # removed): its bin/python leads to a file that is gone. The stage makes it again there,
+    # emptied first, but only when the directory holds nothing but a venv.
     minor = cluster.python_minor()
     gone = f"/opt/homebrew/Cellar/python@{minor}/{minor}.0/bin/python{minor}"
     cluster.exec("m2", ["ln", "-sfn", gone, f"{VENV}/bin/python{minor}"], check=True)
-    cluster.exec("m2", ["touch", f"{VENV}/left-by-the-old-venv"], check=True)
+    cluster.exec("m2", ["touch", f"{VENV}/lib/left-by-the-old-venv"], check=True)
+    cluster.exec("m2", ["mkdir", f"{VENV}/models"], check=True)  # not a venv's: nothing is emptied
+    refused = run_site(cluster, tags=["env"], python_env=None, extravars=lab, check=True)
+    stops = {
+        h: m for h, task, m in refused.failures() if task == "Stop on a Mac whose broken venv holds more than a venv"
+    }
+    assert set(stops) == {"m2"}, refused.failures()
+    assert f"{VENV} holds more than a venv (models): it is not emptied" in stops["m2"], stops
+    assert "Fix: set python_env_venv_dir to a directory of the venv's own" in stops["m2"], stops
+    cluster.exec("m2", ["rmdir", f"{VENV}/models"], check=True)
     dry = run_site(cluster, tags=["env"], python_env=None, extravars=lab, check=True, diff=True)
     assert dry.rc == 0, dry.failures()
     would = {r["host"]: r["res"]["msg"] for r in dry.results("Say what the env stage would do")}
     assert set(would) == {"m2"}, would
     assert f"would make the venv {VENV} again, emptied first (its Python no longer starts:" in would["m2"], would
     assert "No such file" in would["m2"] or "not found" in would["m2"], would
-    assert cluster.exec("m2", ["test", "-e", f"{VENV}/left-by-the-old-venv"]).returncode == 0  # nothing changed
-    REMADE = "Make the venv again where its Python no longer starts (its base Python was removed or moved)"
+    assert cluster.exec("m2", ["test", "-e", f"{VENV}/lib/left-by-the-old-venv"]).returncode == 0  # nothing changed
+    remade = "Make the venv again where its Python no longer starts (its base Python was removed or moved)"
     healed = run_site(cluster, tags=["env"], python_env=None, extravars=lab, timeout=900)
     assert healed.rc == 0, healed.failures()
-    assert {r["host"] for r in healed.results(REMADE) if r["res"].get("changed")} == {"m2"}
+    assert {r["host"] for r in healed.results(remade) if r["res"].get("changed")} == {"m2"}
     assert {
         r["host"] for r in healed.results("Install the pinned mlx and mlx-lm into the venv") if r["res"].get("changed")
     } == {"m2"}
-    assert cluster.exec("m2", ["test", "-e", f"{VENV}/left-by-the-old-venv"]).returncode == 1
+    assert cluster.exec("m2", ["test", "-e", f"{VENV}/lib/left-by-the-old-venv"]).returncode == 1
     assert cluster.exec("m2", [f"{VENV}/bin/python", "-c", "import mlx_lm"]).returncode == 0
     assert json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text()) == versions
 

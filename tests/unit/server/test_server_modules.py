@@ -362,21 +362,29 @@ def test_status_reads_launchd(module_runner, tmp_path):
     assert probed == [4000] and gone.result["status"]["running"] is False
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
-def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, request):
-    """Run as root (become, for launchd), the status runs `launchctl print` as root, then `ps`
-    and every read of the run directory as the directory's owner, and is root again after: a
-    file there that only root may read (the user's log swapped for one of root's) is not read,
-    while the owner's own 0600 files are."""
+@pytest.fixture
+def owners_run_dir(request):
+    """An empty run directory of user 4242 (group 4343), reachable by that user: pytest's own
+    tmp_path sits below a 0700 directory of root's, which the owner could not reach."""
     import shutil
     import tempfile
 
-    # (pytest's own tmp_path sits below a 0700 directory of root's: the owner could not reach it)
     top = Path(tempfile.mkdtemp(prefix="mlx-status-"))
     request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
     os.chmod(top, 0o711)
     run_dir = top / "server"
     run_dir.mkdir()
+    os.chown(run_dir, 4242, 4343)
+    return run_dir
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root")
+def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, owners_run_dir):
+    """Run as root (become, for launchd), the status runs `launchctl print` as root, then `ps`
+    and every read of the run directory as the directory's owner, and is root again after: a
+    file there that only root may read (the user's log swapped for one of root's) is not read,
+    while the owner's own 0600 files are."""
+    run_dir = owners_run_dir
     write_rank(run_dir, 1, 4000)
     write_keeper(run_dir, 1, 12)
     for f in run_dir.iterdir():
@@ -384,7 +392,6 @@ def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, r
         if f.name != "rank1.log":
             os.chown(f, 4242, 4343)
     (run_dir / "rank1.log").write_text("root's own line\n")
-    os.chown(run_dir, 4242, 4343)
     as_whom = []
 
     def commands(argv):
@@ -410,21 +417,14 @@ def test_status_under_launchd_is_root_for_launchctl_print_alone(module_runner, r
     assert st["log_tail"] == ""  # root's file: not readable as the owner
 
 
-def test_status_under_launchd_asks_rank_0s_api_as_the_run_directorys_owner(module_runner, request):
+@pytest.mark.skipif(os.geteuid() != 0, reason="asking as another user needs root")
+def test_status_under_launchd_asks_rank_0s_api_as_the_run_directorys_owner(module_runner, owners_run_dir):
     """Root (become, for launchd) is for `launchctl print` alone: rank 0's API is asked as the
     run directory's owner, and root comes back after."""
-    import shutil
-    import tempfile
-
-    top = Path(tempfile.mkdtemp(prefix="mlx-status-"))
-    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
-    os.chmod(top, 0o711)
-    run_dir = top / "server"
-    run_dir.mkdir()
+    run_dir = owners_run_dir
     write_rank(run_dir, 0, 4000)
     for f in run_dir.iterdir():
         os.chown(f, 4242, 4343)
-    os.chown(run_dir, 4242, 4343)
     asked = []
 
     def http(url, body=None, timeout=10.0, api_key=""):

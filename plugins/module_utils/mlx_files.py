@@ -67,6 +67,21 @@ def unsafe_path(path, setting, home=False):
     return None
 
 
+def unsafe_component(name, setting):
+    """None when `name` is one path component of SAFE_PATH's characters (no '/', not '.' or
+    '..'), else why not, naming `setting` (the variable to change) and the rule."""
+    if not isinstance(name, str) or name == "":
+        return f"{setting} is empty: give a directory name such as Qwen3-4B-Instruct-2507-4bit"
+    if "/" in name or name in (".", ".."):
+        return f"{setting} {name!r} is not one directory name: give the name alone, such as Qwen3-4B-Instruct-2507-4bit"
+    if not SAFE_PATH.fullmatch(name):
+        return (
+            f"{setting} {name!r} holds whitespace or characters a shell reads: use letters, digits "
+            "and . _ - + @ % = , : only"
+        )
+    return None
+
+
 def unsafe_label(label, setting):
     """None when `label` is a launchd label of reverse-DNS words (org.example.name), else why not."""
     if isinstance(label, str) and SAFE_LABEL.fullmatch(label):

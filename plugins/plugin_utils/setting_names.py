@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """The settings validate checks, before any Mac is contacted, against the toolkit's one rule for
 names that reach a shell line, an interpreter the Macs run or a path root writes
-(module_utils/mlx_files.py `unsafe_path`, `unsafe_label`).
+(module_utils/mlx_files.py `unsafe_path`, `unsafe_component`, `unsafe_label`).
 
 `problems(values_by_host)` takes each Mac's settings as the inventory and the command line give
 them ({host: {setting: value}}; a setting a Mac does not set is left out) and returns one
@@ -15,7 +15,7 @@ roles' defaults are safe, and each module checks again what it is given. mlx_clu
 
 from __future__ import annotations
 
-from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_label, unsafe_path
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_component, unsafe_label, unsafe_path
 
 # setting -> where its value goes (said in the reason). Empty means "the role's default" for
 # every one of them.
@@ -33,9 +33,13 @@ PATHS = {
     "model_sync_dest": "rsync's remote path, which the receiving Mac's shell reads, and the cluster key's "
     "forced command",
 }
+# One directory name: setting -> where it goes.
+NAMES = {
+    "model_sync_name": "the model's directory on every Mac (<cluster dir>/models/<name>), rsync's remote path",
+}
 # A launchd label: it names /Library/LaunchDaemons/<label>.plist, which root writes and removes.
 LABELS = ("mlx_server_label",)
-SETTINGS = tuple(PATHS) + LABELS
+SETTINGS = tuple(PATHS) + tuple(NAMES) + LABELS
 
 
 def problems(values_by_host):
@@ -46,12 +50,17 @@ def problems(values_by_host):
         by_value = {}  # repr(value) -> (value, [host]): a value need not be hashable
         for host in hosts:
             given = values_by_host[host] or {}
-            if setting not in given or (setting in PATHS and given[setting] in ("", None)):
+            if setting not in given or (setting not in LABELS and given[setting] in ("", None)):
                 continue
             by_value.setdefault(repr(given[setting]), (given[setting], []))[1].append(host)
         for value, where in by_value.values():
             named = setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
-            why = unsafe_label(value, named) if setting in LABELS else unsafe_path(value, named)
+            if setting in LABELS:
+                why, where = unsafe_label(value, named), None
+            elif setting in NAMES:
+                why, where = unsafe_component(value, named), NAMES[setting]
+            else:
+                why, where = unsafe_path(value, named), PATHS[setting]
             if why:
-                found.append(why if setting in LABELS else "%s (it reaches %s)" % (why, PATHS[setting]))
+                found.append("%s (it reaches %s)" % (why, where) if where else why)
     return found

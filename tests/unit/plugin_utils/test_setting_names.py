@@ -24,6 +24,7 @@ SAFE = {
     "port_check_python": "/opt/mlx-cluster/venv/bin/python",
     "model_sync_rsync_path": "/opt/homebrew/bin/rsync",
     "model_sync_dest": "/Volumes/Models/Qwen3-4B-Instruct-2507-4bit",
+    "model_sync_name": "Qwen3-4B-Instruct-2507-4bit",
     "mlx_server_label": "org.example.mlx-server",
 }
 
@@ -54,6 +55,22 @@ def test_a_path_a_shell_would_read_is_refused_naming_setting_value_fix_and_where
     assert why.startswith(f"{setting} {value!r} {rule}"), why
     assert ("use letters, digits" in why) or ("give " in why), why  # the fix
     assert why.endswith(f"(it reaches {setting_names.PATHS[setting]})"), why
+
+
+@pytest.mark.parametrize(
+    "value, rule",
+    [
+        ("Qwen 3 4B", "holds whitespace or characters a shell reads"),
+        ("qwen;id", "holds whitespace or characters a shell reads"),
+        ("mlx-community/Qwen3-4B", "is not one directory name"),
+        ("..", "is not one directory name"),
+    ],
+)
+def test_a_model_name_that_is_not_one_safe_directory_name_is_refused(value, rule):
+    [why] = setting_names.problems({"m1": {"model_sync_name": value}, "m2": {"model_sync_name": value}})
+    assert why.startswith(f"model_sync_name {value!r} {rule}"), why
+    assert why.endswith(f"(it reaches {setting_names.NAMES['model_sync_name']})"), why
+    assert setting_names.problems({"m1": {"model_sync_name": ""}}) == []  # no model: nothing to check
 
 
 @pytest.mark.parametrize("label", ["../../tmp/evil", "org.x y", "", "org.x\n", 7])

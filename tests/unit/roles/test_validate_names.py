@@ -52,6 +52,7 @@ def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path)
             "python_env_base_python": "/usr/bin/python3 -I",
             "port_check_python": "$(id)",
             "model_sync_dest": "models/qwen",
+            "model_sync_name": "Qwen 3 4B",
         },
     )
     out = res.stdout
@@ -67,6 +68,7 @@ def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path)
         "python_env_base_python '/usr/bin/python3 -I' holds whitespace",
         "port_check_python '$(id)' is not an absolute path",
         "model_sync_dest 'models/qwen' is not an absolute path",
+        "model_sync_name 'Qwen 3 4B' holds whitespace or characters a shell reads",
     ):
         assert fragment in " ".join(out.split()), out[-3000:]
     assert "benchmark_python" not in out

@@ -49,7 +49,6 @@ leftovers:
 
 import os
 import signal
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -57,9 +56,10 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     COMMAND_TIMEOUT_SPEC,
     PS_ALL,
     Runner,
-    alive,
     module_run,
     processes_with,
+    signal_all,
+    wait_gone,
 )
 
 
@@ -80,20 +80,9 @@ def main():
         module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=argv, stderr=err)
     found = processes_with(out, run_id, own_pid=os.getpid())
     if found and not module.check_mode:
-        for proc in found:
-            try:
-                os.kill(proc["pid"], signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + module.params["grace"]
-        while time.monotonic() < deadline and any(alive(p["pid"]) for p in found):
-            time.sleep(0.1)
-        for proc in found:
-            if alive(proc["pid"]):
-                try:
-                    os.kill(proc["pid"], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        pids = [p["pid"] for p in found]
+        signal_all(pids, signal.SIGTERM)
+        signal_all(wait_gone(pids, module.params["grace"]), signal.SIGKILL)
     module.exit_json(changed=bool(found), leftovers=found)
 
 

@@ -129,6 +129,8 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     alive,
     module_run,
     processes_with,
+    signal_all,
+    wait_gone,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     RUN_ID_RE,
@@ -142,23 +144,6 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_server import (
     read_pid,
     setting_problem,
 )
-
-
-def wait_gone(pids, seconds):
-    deadline = time.monotonic() + seconds
-    pending = [p for p in pids if alive(p, zombie_is_gone=True)]
-    while pending and time.monotonic() < deadline:
-        time.sleep(0.1)
-        pending = [p for p in pending if alive(p, zombie_is_gone=True)]
-    return pending
-
-
-def signal_all(pids, sig):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def run(module, argv, timeout=None):

@@ -162,6 +162,25 @@ def alive(pid, zombie_is_gone=False):
         return True
 
 
+def signal_all(pids, sig):
+    """Send `sig` to each of `pids`; one that is gone already is skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(pids, seconds):
+    """Wait up to `seconds` for `pids` to end (a zombie counts as ended); -> those still there."""
+    deadline = time.monotonic() + seconds
+    pending = [p for p in pids if alive(p, zombie_is_gone=True)]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pending = [p for p in pending if alive(p, zombie_is_gone=True)]
+    return pending
+
+
 def stream_output(proc, timeout, on_output, on_error=None):
     """communicate() that hands each piece of standard output to `on_output(text)` (and of
     standard error to `on_error(text)`) as it arrives: the command's own progress, read while

@@ -262,7 +262,6 @@ def moving(run):
         if e.get("event") == "runner_on_ok"
         and (e.get("event_data") or {}).get("task") == SEND_TASK
         and isinstance(e["event_data"].get("res", {}).get("seconds"), (int, float))
-        and not e["event_data"]["res"].get("skipped")
     ]
     return max(took) if took else None
 

@@ -56,11 +56,11 @@ def problems(values_by_host):
         for value, where in by_value.values():
             named = setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
             if setting in LABELS:
-                why, where = unsafe_label(value, named), None
+                why, goes = unsafe_label(value, named), None
             elif setting in NAMES:
-                why, where = unsafe_component(value, named), NAMES[setting]
+                why, goes = unsafe_component(value, named), NAMES[setting]
             else:
-                why, where = unsafe_path(value, named), PATHS[setting]
+                why, goes = unsafe_path(value, named), PATHS[setting]
             if why:
-                found.append("%s (it reaches %s)" % (why, where) if where else why)
+                found.append("%s (it reaches %s)" % (why, goes) if goes else why)
     return found

@@ -18,8 +18,9 @@ gets the model over the path from the source that is the widest:
   cable is its own link and on a Mac each rsync-over-ssh stream has its own core. With a
   limit, a sender that has its share is passed over while another path reaches the Mac; a Mac
   that only full senders reach still gets its copy from the best of them (over the limit).
-- Several cables between the same two Macs: the copy takes the fastest (then the lowest cable
-  id).
+- Several cables between the same two Macs: the tree counts the fastest (then the lowest cable
+  id) as the copy's cable; the others are listed with it (``more``, best first). The copy
+  without ssh (model_send) spreads its connections over all of them; rsync takes the first.
 - Macs with no Thunderbolt path from the source (another island of cables, or no cable at all)
   get one copy per island over the management network, from the source, to the island's Mac
   from which the island is shallowest; that Mac then passes it on over its own cables. Each
@@ -86,30 +87,36 @@ def _end(cable, side):
 
 
 def _pair_links(cables, rank):
-    """{(sender, receiver): copy fields over the best cable between them} for hosts in rank."""
-    best = {}
+    """{(sender, receiver): copy fields over the best cable between them} for hosts in rank;
+    ``more``: the other cables between the same two Macs, best first (the copy without ssh
+    spreads its connections over all of them)."""
+    found = {}
     for cable in cables or ():
         a, b = _end(cable, "a"), _end(cable, "b")
         if a["host"] not in rank or b["host"] not in rank or a["host"] == b["host"]:
             continue
         speed = cable.get("speed_gbps") or 0
         for s, r in ((a, b), (b, a)):
-            key = (s["host"], r["host"])
-            choice = (-speed, str(cable.get("id") or ""))
-            if key in best and best[key][0] <= choice:
-                continue
-            best[key] = (
-                choice,
-                {
-                    "address": r["address"],
-                    "src_address": s["address"],
-                    "src_iface": s.get("iface"),
-                    "dest_iface": r.get("iface"),
-                    "cable": cable.get("id"),
-                    "speed_gbps": cable.get("speed_gbps"),
-                },
+            found.setdefault((s["host"], r["host"]), []).append(
+                (
+                    (-speed, str(cable.get("id") or "")),
+                    {
+                        "address": r["address"],
+                        "src_address": s["address"],
+                        "src_iface": s.get("iface"),
+                        "dest_iface": r.get("iface"),
+                        "cable": cable.get("id"),
+                        "speed_gbps": cable.get("speed_gbps"),
+                        # how messages name it: sender and port, receiver and port
+                        "label": "%s %s <-> %s %s" % (s["host"], s.get("iface"), r["host"], r.get("iface")),
+                    },
+                )
             )
-    return {k: v[1] for k, v in best.items()}
+    links = {}
+    for key, ways in found.items():
+        ways = [way for _, way in sorted(ways, key=lambda w: w[0])]
+        links[key] = dict(ways[0], more=ways[1:])
+    return links
 
 
 def _islands(hosts, adj):
@@ -153,6 +160,8 @@ def _lan_copy(dest, src):
         "dest_iface": None,
         "cable": None,
         "speed_gbps": None,
+        "label": None,
+        "more": [],
         "split": None,
     }
 
@@ -280,16 +289,19 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     Returns ``{source, fanout, rounds: [[copy, ...], ...], copies: {dest: copy}, depth, lan:
     [dest, ...], direct, islands: [[host, ...], ...], warnings: [...]}``, a copy being ``{round, dest,
     src, path, bottleneck_gbps, via: thunderbolt|lan, address (dest's on the cable; None over
-    the LAN), src_address, src_iface, dest_iface, cable, speed_gbps, split}``: ``round`` is the copy's
+    the LAN), src_address, src_iface, dest_iface, cable, speed_gbps, label, more, split}``: ``round`` is the copy's
     hops from the source (1 = straight from it), ``path`` the Macs the model passes through
     before this copy (the source first, ``src`` last; the controller left out),
     ``bottleneck_gbps`` the slowest cable on the way (None when the way has a LAN copy). The
     copies all run at once; ``rounds`` groups them by hops, ``depth`` is the deepest. The
     source itself gets no copy; ``src`` None is the controller. ``split`` is None, or the
     direct copy of a relayed Mac's share: ``{src (the source), share, address, src_address,
-    src_iface, dest_iface, cable, speed_gbps}``, with ``files`` (its files, which the relayed
+    src_iface, dest_iface, cable, speed_gbps, label, more}``, with ``files`` (its files, which the relayed
     copy then leaves out) and ``bytes`` when `files` is given; ``direct`` is that split with its
-    ``dest`` (at most one per tree), or None. Same input, same output.
+    ``dest`` (at most one per tree), or None. ``more``: the other cables between the copy's two
+    Macs, best first, each ``{address, src_address, src_iface, dest_iface, cable, speed_gbps,
+    label}`` ([] for one cable, and over the LAN); ``label`` names a cable in messages
+    (``m1 en2 <-> m2 en3``; None over the LAN). Same input, same output.
     """
     hosts = _names(hosts)
     if source is not None and source not in hosts:

@@ -376,6 +376,34 @@ def test_the_fastest_of_two_cables_and_the_least_loaded_sender():
     assert rounds_of(hosts, cables)["copies"]["m3"]["src"] == "m4"
 
 
+def test_the_other_cables_between_the_same_two_macs_go_with_the_copy():
+    """The copy's cable is the fastest; the others between the same two Macs are listed with it,
+    best first, each with the receiver's address on it and its name in messages."""
+    hosts = names(3)
+    cables = [
+        cable("m1", "en2", "m2", "en2", speed=40),
+        cable("m1", "en3", "m2", "en3", speed=80),
+        cable("m1", "en5", "m2", "en5", speed=80),
+        cable("m2", "en4", "m3", "en2", speed=80),
+    ]
+    plan = plan_of(hosts, cables)
+    m2 = sync_plan.plan_rounds(plan, source="m1")["copies"]["m2"]
+    ways = [m2] + m2["more"]
+    assert [(w["src_iface"], w["dest_iface"], w["speed_gbps"]) for w in ways] == [
+        ("en3", "en3", 80),
+        ("en5", "en5", 80),
+        ("en2", "en2", 40),
+    ]
+    assert {w["address"] for w in ways} == address_of(plan, "m2", "m1")
+    assert [w["label"] for w in ways] == ["m1 en3 <-> m2 en3", "m1 en5 <-> m2 en5", "m1 en2 <-> m2 en2"]
+    assert all("more" not in w for w in m2["more"])
+    # one cable: nothing more; over the LAN: no cable at all
+    m3 = sync_plan.plan_rounds(plan, source="m1")["copies"]["m3"]
+    assert m3["more"] == [] and m3["label"] == "m2 en4 <-> m3 en2"
+    (lan,) = [c for c in sync_plan.plan_rounds(plan, source=None)["copies"].values() if c["via"] == "lan"]
+    assert lan["more"] == [] and lan["label"] is None
+
+
 def test_macs_gone_from_the_play_are_routed_around():
     hosts, cables = ring(4)
     result = sync_plan.plan_rounds(plan_of(hosts, cables), source="m1", hosts=["m4", "m1", "m3"])

@@ -57,6 +57,15 @@ options:
     type: list
     elements: str
     default: []
+  more_addresses:
+    description:
+      - "This Mac's ends of the further cables between it and a sender (several cables between the
+        same two Macs), listened on at the same port where they can be; one that cannot (its cable
+        unplugged or not addressed since the plan) is listed in RV(unused), not failed on: the
+        sender's connections meant for it take the first cable."
+    type: list
+    elements: str
+    default: []
   token:
     description: The one-time secret senders must present (at least 16 characters).
     type: str
@@ -190,6 +199,12 @@ seconds:
   description: How long the receiver ran.
   returned: always
   type: float
+unused:
+  description: The O(more_addresses) the receiver could not listen on, each with why.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"address": "192.168.202.2", "why": "Can't assign requested address"}]
 """
 
 import json
@@ -234,6 +249,7 @@ EMPTY = dict(
     bytes=0,
     seconds=0.0,
     compare=None,
+    unused=[],
 )
 
 
@@ -383,6 +399,7 @@ def main():
             path=dict(type="path", required=True),
             files=dict(type="dict"),
             addresses=dict(type="list", elements="str", default=[]),
+            more_addresses=dict(type="list", elements="str", default=[]),
             token=dict(type="str", no_log=True),
             run_id=dict(type="str", required=True),
             stall_timeout=dict(type="int", default=120),
@@ -439,6 +456,7 @@ def main():
             files=p["files"],
             token=p["token"],
             addresses=p["addresses"],
+            more=p["more_addresses"],
             stall=p["stall_timeout"],
             idle=p["idle_timeout"],
             report=p["report"],
@@ -448,7 +466,7 @@ def main():
     )
     if said.get("error"):
         module.fail_json(msg=f"{label}: the model's receiver did not start: {said['error']}", **out)
-    out.update(port=said["port"], pid=said["pid"])
+    out.update(port=said["port"], pid=said["pid"], unused=said.get("unused") or [])
     module.exit_json(changed=True, **out)
 
 

@@ -15,6 +15,10 @@ description:
     part-way, over O(streams) connections at once (one file per connection at a time, largest
     first). The bytes go from the disk to the cable with sendfile(2), not encrypted (the cable
     joins two of the user's Macs), verified by the receiver's sha256 of each file as it arrives.
+  - "With O(more), several cables between the two Macs: O(streams) connections go over each, every
+    connection taking the next file (a faster cable carries more of them). A connection that
+    cannot reach its further cable (unplugged or not addressed since the plan) goes over the first
+    instead, listed in RV(fell_back): the copy is slower, not failed."
   - With O(follow=true) this Mac is a relay, O(path) its own copy, still arriving, and each
     file is passed on as its bytes appear; a file that stops growing for O(stall_timeout) seconds
     fails naming O(upstream_name).
@@ -44,8 +48,24 @@ options:
     description: The receiver's one-time secret.
     type: str
     required: true
+  more:
+    description:
+      - The further cables between the two Macs (after the one of O(address)), each with the
+        receiving Mac's address on it and how it is named in messages.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      address:
+        description: The receiving Mac's address on that cable.
+        type: str
+        required: true
+      cable:
+        description: How that cable is named in messages. Empty = by address.
+        type: str
+        default: ""
   streams:
-    description: Connections at once (several files on the cable at the same time).
+    description: Connections at once on each cable (several files on the cable at the same time).
     type: int
     default: 4
   stall_timeout:
@@ -136,6 +156,18 @@ received:
       that failed) or did not answer.
   returned: success
   type: dict
+cables:
+  description: Bytes sent over each cable, the one of O(address) first, then O(more).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"address": "192.168.201.2", "cable": "m1 en2 <-> m2 en2", "bytes": 1132462080}]
+fell_back:
+  description: The further cables a connection could not use (it went over the first), each with why.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"address": "192.168.202.2", "why": "no answer from 192.168.202.2:50123 within 3 s"}]
 """
 
 import socket
@@ -208,6 +240,12 @@ def main():
             path=dict(type="path", required=True),
             files=dict(type="dict", required=True),
             address=dict(type="str", required=True),
+            more=dict(
+                type="list",
+                elements="dict",
+                default=[],
+                options=dict(address=dict(type="str", required=True), cable=dict(type="str", default="")),
+            ),
             port=dict(type="int", required=True),
             token=dict(type="str", required=True, no_log=True),
             streams=dict(type="int", default=4),
@@ -226,13 +264,15 @@ def main():
     )
     p = module.params
     if module.check_mode:
-        module.exit_json(changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={}, received=None)
+        module.exit_json(
+            changed=False, bytes=0, seconds=0.0, mb_per_s=0.0, files={}, received=None, cables=[], fell_back=[]
+        )
     src = p["source_name"] or socket.gethostname()
     sender = Sender(
         p["path"],
         p["files"],
         p["token"],
-        p["address"],
+        [p["address"]] + [m["address"] for m in p["more"]],
         p["port"],
         streams=p["streams"],
         stall=p["stall_timeout"],
@@ -241,17 +281,28 @@ def main():
     )
     result = run_with_progress(sender, p["progress_file"], p["what"])
     rate = round(result["bytes"] / result["seconds"] / 1e6, 1) if result["seconds"] else 0.0
-    out = dict(bytes=result["bytes"], seconds=result["seconds"], mb_per_s=rate, files=result["files"])
+    names = {m["address"]: m["cable"] for m in p["more"]}
+    names[p["address"]] = p["cable"]
+    out = dict(
+        bytes=result["bytes"],
+        seconds=result["seconds"],
+        mb_per_s=rate,
+        files=result["files"],
+        cables=[
+            {"address": a, "cable": names.get(a) or "", "bytes": n} for a, n in result.get("by_address", {}).items()
+        ],
+        fell_back=result.get("fell_back", []),
+    )
     if result["errors"]:
         first = result["errors"][0]
-        cable = p["cable"] or f"{src} -> {p['address']}"
+        where = first.get("address") or p["address"]
+        cable = names.get(where) or f"{src} -> {where}"
         fix = FIXES.get(first["kind"], "run the stage again").format(
             cable=cable, dest=p["label"], src=src, upstream=p["upstream_name"] or "its sender"
         )
         more = f" (and {len(result['errors']) - 1} more)" if len(result["errors"]) > 1 else ""
         module.fail_json(
-            msg=f"copy {src} -> {p['label']} over {cable} ({p['address']}:{p['port']}): "
-            f"{first['msg']}{more}. Fix: {fix}",
+            msg=f"copy {src} -> {p['label']} over {cable} ({where}:{p['port']}): {first['msg']}{more}. Fix: {fix}",
             errors=result["errors"],
             **out,
         )

@@ -69,6 +69,9 @@ FOLLOW_POLL = 0.05
 # Seconds a receiver with every file in place waits for its reporting sender to ask for its
 # result (it asks at once, after its last file; one that died is not waited on longer).
 REPORT_WAIT = 10
+# Seconds a connection waits on a further cable between the same two Macs before it takes the
+# first one (a connection over a working cable is made in milliseconds).
+FURTHER_CONNECT_TIMEOUT = 3
 
 
 class CopyError(Exception):
@@ -229,7 +232,9 @@ class Receiver:
     """Receive `files` ({rel: {"size", "sha256", "mtime"}}) into `root`, from senders that know `token`.
 
     `bind()` listens on each of `addresses` (the Mac's ends of the cables its senders use) at
-    one port (0: the kernel picks it) and returns the port;
+    one port (0: the kernel picks it) and returns the port; then on each of `more` (its ends of
+    the further cables between it and a sender) at that port where it can (`unused`: those it
+    could not, with why: a sender's connection there takes the first cable instead);
     `serve()` runs until every file is settled, no sender is connected for `idle` seconds, or a
     connection stalls for `stall` seconds; it returns what happened (see RETURN of model_receive).
     report: a sender will ask for the result once it is done (`{"result": true}`): once every
@@ -252,6 +257,7 @@ class Receiver:
         rehash=False,
         report=False,
         compare=None,
+        more=(),
     ):
         bad = sorted(filter(None, (rel_problem(rel) for rel in files)))
         if bad:
@@ -260,6 +266,8 @@ class Receiver:
             raise CopyError("the token must be at least 16 characters", "token")
         self.root, self.files, self.token = root, files, token
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        self.more = [a for a in more if a not in self.addresses]
+        self.unused = []  # [{"address", "why"}]: further cables it could not listen on
         self.port, self.stall, self.idle, self.clock = port, stall, idle, clock
         self.rehash = rehash  # read every file in place again, whatever the record says
         self.hashes = Hashes(root, fresh=rehash) if os.path.isdir(root) else None
@@ -354,8 +362,23 @@ class Receiver:
                 raise CopyError(f"cannot listen on {address}: {exc.strerror}{why}", "bind") from None
             self.socks = socks
             self.port = socks[0].getsockname()[1]
+            self.bind_more()
             return self.port
         raise CopyError(f"no port free on all of {', '.join(self.addresses)}", "bind")
+
+    def bind_more(self):
+        for address in self.more:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, self.port))
+                sock.listen(16)
+                sock.setblocking(False)
+            except OSError as exc:
+                sock.close()
+                self.unused.append({"address": address, "why": exc.strerror or str(exc)})
+                continue
+            self.socks.append(sock)
 
     # -- the loop
     def settled(self):
@@ -410,6 +433,7 @@ class Receiver:
             "problems": self.problems,
             "strangers": self.strangers,
             "bytes": sum(r["bytes"] for r in self.results.values()),
+            "unused": self.unused,
         }
 
     def report(self, chan):
@@ -560,6 +584,12 @@ def send_order(files):
 class Sender:
     """Send `files` from `root` to a Receiver at (address, port), over `streams` connections.
 
+    address: the receiver's address on the copy's cable, or a list of its addresses, one per
+    cable between the two Macs (the first the copy's own): `streams` connections go over each,
+    every connection taking the next file of one queue, so a faster cable carries more files. A
+    connection that cannot reach a further address goes over the first instead (that cable
+    unplugged or unaddressed since the plan: the copy does not fail for it, it is only slower).
+
     follow: `root` is a copy still arriving (this Mac relays it): a file is sent as its bytes
     appear, from its temporary name or its final one, and a file that stops growing for `stall`
     seconds fails as stalled upstream.
@@ -582,7 +612,9 @@ class Sender:
         sleep=time.sleep,
         report=False,
     ):
-        self.root, self.files, self.token, self.address, self.port = root, files, token, address, port
+        self.root, self.files, self.token, self.port = root, files, token, port
+        self.addresses = [address] if isinstance(address, str) else list(address)
+        self.address = self.addresses[0]
         self.report = report
         self.streams, self.stall, self.follow, self.connect_timeout = max(1, streams), stall, follow, connect_timeout
         self.clock, self.sleep = clock, sleep
@@ -590,6 +622,8 @@ class Sender:
         self.lock = threading.Lock()
         self.results, self.errors = {}, []
         self.sent = 0
+        self.by_address = {a: 0 for a in self.addresses}  # bytes sent over each cable
+        self.fell_back = []  # [(address, why)]: further cables a connection could not use
 
     def next_file(self):
         with self.lock:
@@ -597,8 +631,11 @@ class Sender:
 
     def run(self):
         start = self.clock()
+        count = min(self.streams * len(self.addresses), len(self.files)) or 1
+        # (one connection per cable in turn: the first files, the largest, spread over the cables)
         threads = [
-            threading.Thread(target=self.stream, daemon=True) for _ in range(min(self.streams, len(self.files)) or 1)
+            threading.Thread(target=self.stream, args=(self.addresses[i % len(self.addresses)],), daemon=True)
+            for i in range(count)
         ]
         for t in threads:
             t.start()
@@ -610,6 +647,8 @@ class Sender:
             "files": self.results,
             "errors": self.errors,
             "received": self.ask_result() if self.report and not self.errors else None,
+            "by_address": dict(self.by_address),
+            "fell_back": [{"address": a, "why": why} for a, why in self.fell_back],
         }
 
     def ask_result(self):
@@ -628,21 +667,20 @@ class Sender:
         result = answer.get("result")
         return result if answer.get("settled") is True and isinstance(result, dict) else None
 
-    def fail(self, exc):
+    def fail(self, exc, address=None):
         with self.lock:
-            self.errors.append({"kind": exc.kind, "msg": exc.msg})
+            self.errors.append({"kind": exc.kind, "msg": exc.msg, "address": address or self.address})
 
-    def connect(self):
+    def connect(self, address=None, timeout=None):
+        address, timeout = address or self.address, timeout or self.connect_timeout
         try:
-            sock = socket.create_connection((self.address, self.port), timeout=self.connect_timeout)
+            sock = socket.create_connection((address, self.port), timeout=timeout)
         except socket.timeout:
-            raise CopyError(
-                f"no answer from {self.address}:{self.port} within {self.connect_timeout} s", "timeout"
-            ) from None
+            raise CopyError(f"no answer from {address}:{self.port} within {timeout} s", "timeout") from None
         except ConnectionRefusedError:
-            raise CopyError(f"nothing listens on {self.address}:{self.port}", "refused") from None
+            raise CopyError(f"nothing listens on {address}:{self.port}", "refused") from None
         except OSError as exc:
-            raise CopyError(f"cannot connect to {self.address}:{self.port}: {exc.strerror or exc}", "connect") from None
+            raise CopyError(f"cannot connect to {address}:{self.port}: {exc.strerror or exc}", "connect") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.stall)
         chan = Channel(sock)
@@ -653,32 +691,45 @@ class Sender:
             raise CopyError(f"the receiver refused the connection: {answer.get('error')}", "refused_token")
         return chan
 
-    def stream(self):
+    def stream(self, address=None):
         chan = None
+        address = address or self.address
         try:
             rel = self.next_file()
             if rel is None:
                 return
-            chan = self.connect()
+            if address != self.address:  # a further cable: the first one when it cannot be used
+                try:
+                    chan = self.connect(address, min(self.connect_timeout, FURTHER_CONNECT_TIMEOUT))
+                except CopyError as exc:
+                    if exc.kind == "refused_token":
+                        raise
+                    with self.lock:
+                        self.fell_back.append((address, exc.msg))
+                    address = self.address
+            if chan is None:
+                chan = self.connect(address)
             while rel is not None:
-                self.one_file(chan, rel)
+                self.one_file(chan, rel, address)
                 rel = self.next_file()
             chan.send({"end": True})
         except CopyError as exc:
-            self.fail(exc)
+            self.fail(exc, address)
         except socket.timeout:
             self.fail(
-                CopyError(f"the receiver at {self.address}:{self.port} did not answer for {self.stall} s", "stalled")
+                CopyError(f"the receiver at {address}:{self.port} did not answer for {self.stall} s", "stalled"),
+                address,
             )
         except OSError as exc:
             self.fail(
-                CopyError(f"the connection to {self.address}:{self.port} broke: {exc.strerror or exc}", "connection")
+                CopyError(f"the connection to {address}:{self.port} broke: {exc.strerror or exc}", "connection"),
+                address,
             )
         finally:
             if chan is not None:
                 chan.sock.close()
 
-    def one_file(self, chan, rel):
+    def one_file(self, chan, rel, address=None):
         size = self.files[rel]["size"]
         chan.send({"file": rel})
         answer = chan.line()
@@ -698,6 +749,7 @@ class Sender:
                 pos += n
                 with self.lock:
                     self.sent += n
+                    self.by_address[address or self.address] += n
         answer = chan.line()
         if not answer.get("ok"):
             raise CopyError(answer.get("error") or f"the receiver did not keep {rel}", "sha256")
@@ -787,6 +839,7 @@ def receiver_main(settings):
             idle=cfg["idle"],
             report=cfg.get("report", False),
             compare=cfg.get("compare"),
+            more=cfg.get("more") or (),
         )
         rx.prepare()
         port = rx.bind()
@@ -794,7 +847,7 @@ def receiver_main(settings):
         sys_stdout_line({"error": getattr(exc, "msg", None) or str(exc)})
         return
     write_json(status, {"state": "running", "pid": os.getpid(), "port": port})
-    sys_stdout_line({"port": port, "pid": os.getpid()})
+    sys_stdout_line({"port": port, "pid": os.getpid(), "unused": rx.unused})
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # model_receive has read its line and gone
     result = rx.serve()

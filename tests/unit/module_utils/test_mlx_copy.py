@@ -384,3 +384,60 @@ def test_a_failed_file_is_never_reported_as_settled(tmp_path, monkeypatch):
     assert sent["errors"] and sent["received"] is None  # (a sender with an error does not ask)
     t.join(5)
     assert not t.is_alive() and got["missing"] == ["w.safetensors"]
+
+
+# Several cables between two Macs (loopback's 127.0.0.x stand for the receiver's ends of them)
+def test_the_connections_spread_over_every_cable_between_the_two_macs(tmp_path):
+    files = random_files(tmp_path / "src", SIZES)
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, more=["127.0.0.2"])
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = Sender(str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5).run()
+    t.join(10)
+    assert sent["errors"] == [] and sent["fell_back"] == [] and got["unused"] == []
+    assert got["copied"] == sorted(SIZES)
+    # one connection on each cable, each taking the next file: the two largest went one each way
+    assert sent["by_address"]["127.0.0.1"] > 0 and sent["by_address"]["127.0.0.2"] > 0
+    assert sum(sent["by_address"].values()) == sent["bytes"] == sum(SIZES.values())
+    for rel in SIZES:
+        assert (tmp_path / "dest" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
+
+
+def test_a_further_cable_that_cannot_be_used_is_left_for_the_first(tmp_path):
+    """The receiver cannot listen on a further cable's end (not on this machine: TEST-NET-1), and a
+    connection meant for another further cable finds nothing there: both go over the first cable,
+    named, and the copy completes."""
+    files = random_files(tmp_path / "src", SIZES)
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, more=["192.0.2.1"])
+    rx.prepare()
+    port, t, got = start(rx)
+    assert [u["address"] for u in rx.unused] == ["192.0.2.1"] and rx.unused[0]["why"]
+    sent = Sender(str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.3"], port, streams=1, stall=5).run()
+    t.join(10)
+    assert sent["errors"] == [] and got["copied"] == sorted(SIZES)
+    assert [f["address"] for f in sent["fell_back"]] == ["127.0.0.3"]
+    assert "nothing listens on 127.0.0.3" in sent["fell_back"][0]["why"]
+    assert sent["by_address"] == {"127.0.0.1": sum(SIZES.values()), "127.0.0.3": 0}
+    assert got["unused"] == [{"address": "192.0.2.1", "why": rx.unused[0]["why"]}]
+
+
+def test_a_break_on_a_further_cable_is_named_by_its_address(tmp_path):
+    """A connection that breaks on the second cable: the error carries that cable's address (the
+    module names that cable in its message)."""
+    files = random_files(tmp_path / "src", {"a.safetensors": 3_000_000, "b.safetensors": 2_000_000})
+
+    class BreaksOnTheSecond(Sender):
+        def push(self, sock, fh, offset, count):
+            if sock.getpeername()[0] == "127.0.0.2":
+                raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+            return super().push(sock, fh, offset, count)
+
+    rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=2, more=["127.0.0.2"])
+    rx.prepare()
+    port, t, got = start(rx)
+    sent = BreaksOnTheSecond(
+        str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5
+    ).run()
+    t.join(15)
+    assert [(e["kind"], e["address"]) for e in sent["errors"]] == [("connection", "127.0.0.2")]
+    assert "127.0.0.2" in sent["errors"][0]["msg"]

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.runner import ROOT, is_mutating, run_site
+from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
+
+SEND = "Send along the cables, every copy at once, each file verified as it arrives: the model"
 
 
 def artifacts(cluster):
@@ -34,7 +37,7 @@ def mutations(cluster):
 
 
 @pytest.mark.parametrize("spec", ["mesh4", "ring4", "mesh4_double", "mesh3_dock"])
-def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
+def test_check_then_converge_then_nothing_changes(sim_cluster, spec, tmp_path):
     cluster = sim_cluster(spec)
     cluster.reset()
     # a fresh cluster has no artifacts: reset() keeps the controller's, and another test's run on
@@ -102,6 +105,60 @@ def test_check_then_converge_then_nothing_changes(sim_cluster, spec):
     # new cables' first addresses to their first end)
     pinged = [(h, a[-2], a[-1]) for h in cluster.hosts for a in cluster.argv_log(h) if a[0] == "ping"]
     assert sorted(pinged) == sorted((c["a"]["host"], c["a"]["address"], c["b"]["address"]) for c in cables.values())
+    if spec == "mesh4_double":
+        model_over_both_cables(cluster, plan, tmp_path)
+
+
+def rx_bytes(cluster, host):
+    """{interface: bytes received} in the simulated Mac's network namespace (test-side check)."""
+    out = cluster.exec(host, ["cat", "/proc/net/dev"], check=True).stdout
+    return {
+        line.split(":", 1)[0].strip(): int(line.split(":", 1)[1].split()[0]) for line in out.splitlines() if ":" in line
+    }
+
+
+def model_over_both_cables(cluster, plan, tmp_path):
+    """Two cables between m1 and m2: m2's copy of the model from rank 0 (the copy without ssh)
+    goes over both, as m2's interfaces on them count it, and a re-run changes nothing."""
+    tiny = make_tiny_model(tmp_path / "tiny", layers=4, shards=4)
+    source = cluster.home("m1") / "mlx-cluster" / "models" / "tiny"
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(tiny, source)
+    both = [c for c in plan["ip_plan"]["cables"].values() if {c["a"]["host"], c["b"]["host"]} == {"m1", "m2"}]
+    ends = {
+        (c["a"] if c["a"]["host"] == "m2" else c["b"])["address"]: (c["a"] if c["a"]["host"] == "m2" else c["b"])
+        for c in both
+    }
+    assert len(ends) == 2
+    extravars = {
+        "mlx_cluster_backend": "ring",
+        "model_sync_name": "tiny",
+        "model_sync_tree_from": "rank0",
+        "model_sync_source_path": "",
+        "model_sync_streams": 1,
+    }
+    before = rx_bytes(cluster, "m2")
+    run = run_site(cluster, tags=["models"], extravars=extravars)
+    assert run.rc == 0, run.failures()
+    after = rx_bytes(cluster, "m2")
+    [sent] = [r["res"] for r in run.results(SEND) if r["host"] == "m2"]
+    assert sent["fell_back"] == [] and sorted(c["address"] for c in sent["cables"]) == sorted(ends)
+    for c in sent["cables"]:
+        iface = ends[c["address"]]["iface"]
+        assert c["bytes"] > 0 and c["cable"].endswith("m2 " + iface), sent["cables"]
+        assert after[iface] - before[iface] >= c["bytes"], (iface, before, after, sent["cables"])
+    assert (
+        sum(c["bytes"] for c in sent["cables"])
+        == sent["bytes"]
+        == sum(f.stat().st_size for f in tiny.rglob("*") if f.is_file())
+    )
+    for f in tiny.rglob("*"):
+        if f.is_file():
+            rel = f.relative_to(tiny)
+            assert (cluster.home("m2") / "mlx-cluster" / "models" / "tiny" / rel).read_bytes() == f.read_bytes()
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
+    shutil.rmtree(source, ignore_errors=True)
 
 
 def test_rdma_check_names_the_host_with_rdma_off_and_changes_nothing(sim_cluster):

@@ -166,14 +166,16 @@ def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts, fanout=fanout, files=files)
 
 
-def mlx_sync_copied(source_files, hosts, before, received):
+def mlx_sync_copied(source_files, hosts, before, received, sent=None):
     """the source's manifest files -> what the models stage moved to each Mac in this run:
     {host: {bytes, files, via}} (sync_plan.copied)."""
     _check("mlx_sync_copied", "input", source_files, Mapping, "the source manifest's files {relpath: {size}}")
     _check("mlx_sync_copied", "hosts", hosts, (list, tuple), "a list of inventory names")
     _check("mlx_sync_copied", "before", before, Mapping, "{host: model_manifest's result before the copy}")
     _check("mlx_sync_copied", "received", received, Mapping, "{host: model_receive's finished result}")
-    return _call("mlx_sync_copied", sync_plan.copied, source_files, list(hosts), before, received)
+    if sent is not None:
+        _check("mlx_sync_copied", "sent", sent, Mapping, "{host: [model_send's cables entries]}")
+    return _call("mlx_sync_copied", sync_plan.copied, source_files, list(hosts), before, received, sent)
 
 
 def mlx_sync_by_cable(copies, host, play_hosts):

@@ -20,7 +20,8 @@ Every name is below ``mlx_cluster_`` (NAMES lists them, for the dashboard's test
   ``..._peak_memory_bytes`` (the largest rank's);
 - the model stage, its last run that copied anything (artifacts/model_sync.json):
   ``mlx_cluster_model_bytes``, ``mlx_cluster_model_sync_seconds`` (the stage's whole time) and
-  ``mlx_cluster_model_sync_copied_bytes`` per Mac (and how: over a cable without ssh, or rsync);
+  ``mlx_cluster_model_sync_copied_bytes`` per Mac (and how: over a cable without ssh, or rsync),
+  ``mlx_cluster_model_sync_cable_bytes`` per Mac and cable (the copies without ssh);
 - the Macs: ``mlx_cluster_mac_info`` (macOS and build, model, Python, mlx, mlx-lm per Mac).
 """
 
@@ -46,6 +47,7 @@ NAMES = (
     "mlx_cluster_model_bytes",
     "mlx_cluster_model_sync_seconds",
     "mlx_cluster_model_sync_copied_bytes",
+    "mlx_cluster_model_sync_cable_bytes",
     "mlx_cluster_mac_info",
 )
 
@@ -172,6 +174,22 @@ def _model_sync(reg, record):
         )
         for host, m in rows:
             g.labels(model, str(host), str(m.get("via") or "")).set(m["bytes"])
+    ways = [
+        (host, w)
+        for host, m in rows
+        for w in (m.get("cables") if isinstance(m.get("cables"), list) else [])
+        if isinstance(w, dict) and is_number(w.get("bytes"))
+    ]
+    if ways:
+        g = Gauge(
+            "mlx_cluster_model_sync_cable_bytes",
+            "Bytes each cable carried to each Mac in that run (the copies without ssh; several cables "
+            "between two Macs carry one copy together).",
+            ["model", "host", "cable"],
+            registry=reg,
+        )
+        for host, w in ways:
+            g.labels(model, str(host), str(w.get("cable") or "")).set(w["bytes"])
 
 
 def _macs(reg, macs, versions):

@@ -396,9 +396,10 @@ def receives_by_cable(copies, host, play_hosts):
     )
 
 
-def copied(source_files, hosts, before, received):
+def copied(source_files, hosts, before, received, sent=None):
     """What the models stage moved to each Mac in this run, for artifacts/model_sync.json (the
-    report's metrics): ``{host: {"bytes", "files", "via"}}``.
+    report's metrics): ``{host: {"bytes", "files", "via"}}``, and ``cables`` (``[{"cable",
+    "bytes"}]``, by cable name) for a Mac whose senders said what each cable carried.
 
     `source_files`: the source's manifest ``{relpath: {size, ...}}``; `before`: ``{host:
     model_manifest's result for the destination before the copy}`` (a skipped or missing result:
@@ -407,12 +408,20 @@ def copied(source_files, hosts, before, received):
     resumed file its rest). Any other Mac (rsync: from the controller, from rank 0, along the
     tree) is credited with the files whose size differed from the source's before the copy: what
     it lacked, so what the copy sent (rsync's delta transfer may send less of a changed file).
-    A Mac measured neither way is left out."""
+    A Mac measured neither way is left out. `sent`: ``{host: [model_send's `cables` entries of
+    every send to it]}`` (its own sender's, and the tree's direct share's)."""
     out = {}
     for host in hosts:
         got = received.get(host) if isinstance(received, Mapping) else None
         if isinstance(got, Mapping) and isinstance(got.get("bytes"), int):
             out[host] = {"bytes": got["bytes"], "files": len(got.get("copied") or []), "via": "thunderbolt"}
+            by_cable = {}
+            for way in (sent or {}).get(host) or ():
+                if isinstance(way, Mapping) and isinstance(way.get("bytes"), int):
+                    name = str(way.get("cable") or way.get("address") or "?")
+                    by_cable[name] = by_cable.get(name, 0) + way["bytes"]
+            if by_cable:
+                out[host]["cables"] = [{"cable": name, "bytes": n} for name, n in sorted(by_cable.items())]
             continue
         had = before.get(host) if isinstance(before, Mapping) else None
         if not isinstance(had, Mapping) or not isinstance(had.get("files"), Mapping):

@@ -147,6 +147,11 @@ def model_over_both_cables(cluster, plan, tmp_path):
         iface = ends[c["address"]]["iface"]
         assert c["bytes"] > 0 and c["cable"].endswith("m2 " + iface), sent["cables"]
         assert after[iface] - before[iface] >= c["bytes"], (iface, before, after, sent["cables"])
+    # the run's record (the metrics' source) keeps what each cable carried to m2
+    record = json.loads((artifacts(cluster) / "model_sync.json").read_text())
+    assert sorted((w["cable"], w["bytes"]) for w in record["macs"]["m2"]["cables"]) == sorted(
+        (c["cable"], c["bytes"]) for c in sent["cables"]
+    )
     assert (
         sum(c["bytes"] for c in sent["cables"])
         == sent["bytes"]

@@ -45,6 +45,13 @@ def test_the_demos_artifacts_as_metrics(tmp_path):
         if k[0] == "mlx_cluster_model_sync_copied_bytes"
     }
     assert copied == {"m1": ("rsync", 0), **{h: ("thunderbolt", 209715200) for h in ("m2", "m3", "m4")}}
+    # and what each cable carried, where a Mac's senders said (m2: two cables from m1)
+    carried = {
+        (dict(k[1])["host"], dict(k[1])["cable"]): v
+        for k, v in got.items()
+        if k[0] == "mlx_cluster_model_sync_cable_bytes"
+    }
+    assert carried == {("m2", "m1 en2 <-> m2 en2"): 120000000, ("m2", "m1 en5 <-> m2 en5"): 89715200}
     # every preflight finding counted under its check and severity
     counts = {k[1]: v for k, v in got.items() if k[0] == "mlx_cluster_preflight_problems"}
     assert sum(counts.values()) == len(data["preflight"])

@@ -288,10 +288,8 @@ def main():
         seconds=result["seconds"],
         mb_per_s=rate,
         files=result["files"],
-        cables=[
-            {"address": a, "cable": names.get(a) or "", "bytes": n} for a, n in result.get("by_address", {}).items()
-        ],
-        fell_back=result.get("fell_back", []),
+        cables=[{"address": a, "cable": names.get(a) or "", "bytes": n} for a, n in result["by_address"].items()],
+        fell_back=result["fell_back"],
     )
     if result["errors"]:
         first = result["errors"][0]

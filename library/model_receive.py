@@ -466,7 +466,7 @@ def main():
     )
     if said.get("error"):
         module.fail_json(msg=f"{label}: the model's receiver did not start: {said['error']}", **out)
-    out.update(port=said["port"], pid=said["pid"], unused=said.get("unused") or [])
+    out.update(port=said["port"], pid=said["pid"], unused=said["unused"])
     module.exit_json(changed=True, **out)
 
 

@@ -228,6 +228,20 @@ class Channel:
 
 
 # ---- the receiver --------------------------------------------------------------------------
+def listening(address, port):
+    """A non-blocking socket listening on (address, port); closed again when that fails (OSError)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(16)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Receiver:
     """Receive `files` ({rel: {"size", "sha256", "mtime"}}) into `root`, from senders that know `token`.
 
@@ -340,16 +354,11 @@ class Receiver:
             socks = []
             try:
                 for address in self.addresses:
-                    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                    socks.append(sock)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.bind((address, socks[0].getsockname()[1] if len(socks) > 1 else self.port))
-                    sock.listen(16)
-                    sock.setblocking(False)
+                    socks.append(listening(address, socks[0].getsockname()[1] if socks else self.port))
             except OSError as exc:
                 for sock in socks:
                     sock.close()
-                if exc.errno == errno.EADDRINUSE and len(socks) > 1 and not self.port:
+                if exc.errno == errno.EADDRINUSE and socks and not self.port:
                     continue
                 why = (
                     (
@@ -368,17 +377,10 @@ class Receiver:
 
     def bind_more(self):
         for address in self.more:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((address, self.port))
-                sock.listen(16)
-                sock.setblocking(False)
+                self.socks.append(listening(address, self.port))
             except OSError as exc:
-                sock.close()
                 self.unused.append({"address": address, "why": exc.strerror or str(exc)})
-                continue
-            self.socks.append(sock)
 
     # -- the loop
     def settled(self):
@@ -667,9 +669,9 @@ class Sender:
         result = answer.get("result")
         return result if answer.get("settled") is True and isinstance(result, dict) else None
 
-    def fail(self, exc, address=None):
+    def fail(self, exc, address):
         with self.lock:
-            self.errors.append({"kind": exc.kind, "msg": exc.msg, "address": address or self.address})
+            self.errors.append({"kind": exc.kind, "msg": exc.msg, "address": address})
 
     def connect(self, address=None, timeout=None):
         address, timeout = address or self.address, timeout or self.connect_timeout
@@ -691,9 +693,8 @@ class Sender:
             raise CopyError(f"the receiver refused the connection: {answer.get('error')}", "refused_token")
         return chan
 
-    def stream(self, address=None):
+    def stream(self, address):
         chan = None
-        address = address or self.address
         try:
             rel = self.next_file()
             if rel is None:
@@ -729,7 +730,7 @@ class Sender:
             if chan is not None:
                 chan.sock.close()
 
-    def one_file(self, chan, rel, address=None):
+    def one_file(self, chan, rel, address):
         size = self.files[rel]["size"]
         chan.send({"file": rel})
         answer = chan.line()
@@ -749,7 +750,7 @@ class Sender:
                 pos += n
                 with self.lock:
                     self.sent += n
-                    self.by_address[address or self.address] += n
+                    self.by_address[address] += n
         answer = chan.line()
         if not answer.get("ok"):
             raise CopyError(answer.get("error") or f"the receiver did not keep {rel}", "sha256")
@@ -839,7 +840,7 @@ def receiver_main(settings):
             idle=cfg["idle"],
             report=cfg.get("report", False),
             compare=cfg.get("compare"),
-            more=cfg.get("more") or (),
+            more=cfg["more"],
         )
         rx.prepare()
         port = rx.bind()

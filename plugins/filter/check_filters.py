@@ -28,10 +28,12 @@ def mlx_preflight(facts_by_host, links=None, topology=None, settings=None, ip_pl
         raise AnsibleFilterError(f"mlx_preflight: malformed facts ({exc})") from exc
 
 
-def mlx_preflight_report(problems):
+def mlx_preflight_report(problems, only=None):
     if not isinstance(problems, list):
         raise AnsibleFilterError("mlx_preflight_report: expects the list from mlx_preflight")
-    return preflight_rules.report(problems)
+    if only not in (None, "error", "warning"):
+        raise AnsibleFilterError(f"mlx_preflight_report: only is error or warning, not {only!r}")
+    return preflight_rules.report(problems, only)
 
 
 def mlx_memory_fit(weights, hosts, hw_by_host, modes, headroom, model="the model"):

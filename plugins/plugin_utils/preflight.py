@@ -536,14 +536,17 @@ def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def report(problems):
-    """One text summary: errors first, then warnings; each line names host, port and fix."""
+def report(problems, only=None):
+    """One text summary: errors first, then warnings; each line names host, port and fix. With
+    `only` (a severity), the lines of that severity alone, under the same count of all, which
+    says where the others were shown (the stop on errors, after the whole summary)."""
     if not problems:
         return "preflight: no problems"
     order = {"error": 0, "warning": 1}
     lines = []
+    shown = [p for p in problems if only is None or p["severity"] == only]
     for p in sorted(
-        problems, key=lambda p: (order.get(p["severity"], 2), p.get("host") or "", p.get("port") or "", p["check"])
+        shown, key=lambda p: (order.get(p["severity"], 2), p.get("host") or "", p.get("port") or "", p["check"])
     ):
         where = p.get("host") or "cluster"
         if p.get("port"):
@@ -551,7 +554,10 @@ def report(problems):
         lines.append(f"[{p['severity'].upper()}] {where}: {p['msg']} -> fix: {p['fix']}")
     n_err = sum(p["severity"] == "error" for p in problems)
     n_warn = sum(p["severity"] == "warning" for p in problems)
-    return "\n".join([f"preflight: {n_err} error(s), {n_warn} warning(s)"] + lines)
+    head = f"preflight: {n_err} error(s), {n_warn} warning(s)"
+    if len(shown) < len(problems):
+        head += f" (the {only}s below; every finding is in the summary above)"
+    return "\n".join([head] + lines)
 
 
 # ---- memory fit: each rank's share of the model against what its Mac's GPU may wire ----

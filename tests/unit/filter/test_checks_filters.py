@@ -131,6 +131,8 @@ def test_wrong_input_is_a_filter_error(checks):
         from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="mlx_links_in_place"):
         checks["mlx_links_in_place"]("nope", LINKS)
+    with pytest.raises(AnsibleFilterError, match="only is error or warning, not 'errors'"):
+        checks["mlx_preflight_report"]([], only="errors")
 
 
 def test_files_differ_by_content_mode_or_absence(checks, tmp_path):

@@ -151,6 +151,14 @@ def test_disk_and_topology_errors_and_report_order():
     lines = text.splitlines()
     assert lines[0] == "preflight: 2 error(s), 1 warning(s)"
     assert lines[1].startswith("[ERROR]") and lines[-1].startswith("[WARNING] m2")
+    # the stop on errors: their lines alone, under the count of all (not "0 warning(s)")
+    errors = report(
+        probs + [{"severity": "warning", "check": "x", "host": "m2", "port": None, "msg": "w", "fix": "f"}], "error"
+    )
+    head, *rest = errors.splitlines()
+    assert head == "preflight: 2 error(s), 1 warning(s) (the errors below; every finding is in the summary above)"
+    assert len(rest) == 2 and all(ln.startswith("[ERROR]") for ln in rest)
+    assert report(probs, "error") == "preflight: 2 error(s), 0 warning(s)\n" + "\n".join(rest)
 
 
 def test_a_mac_that_installs_macos_updates_by_itself_is_a_warning_with_the_fix():

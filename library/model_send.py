@@ -90,7 +90,7 @@ options:
     type: str
     default: ""
   cable:
-    description: How the cable is named in messages (e.g. C(m1 en2 <-> m2 en3)). Empty = by address.
+    description: How the cable is named in messages (e.g. C(m1:en2 <-> m2:en3)). Empty = by address.
     type: str
     default: ""
   what:
@@ -161,7 +161,7 @@ cables:
   returned: always
   type: list
   elements: dict
-  sample: [{"address": "192.168.201.2", "cable": "m1 en2 <-> m2 en2", "bytes": 1132462080}]
+  sample: [{"address": "192.168.201.2", "cable": "m1:en2 <-> m2:en2", "bytes": 1132462080}]
 fell_back:
   description: The further cables a connection could not use (it went over the first), each with why.
   returned: always

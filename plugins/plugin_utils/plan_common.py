@@ -24,6 +24,12 @@ def end_name(host, iface):
     return "%s:%s" % (host, iface)
 
 
+def cable_name(a, b):
+    """How every message, the report and the metrics name a cable: its two ends (dicts with
+    ``host`` and ``iface``), ``m1:en2 <-> m2:en3``."""
+    return "%s <-> %s" % (end_name(a["host"], a.get("iface")), end_name(b["host"], b.get("iface")))
+
+
 def join_limited(items, limit=8):
     items = list(items)
     if len(items) <= limit:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_launch import BACKENDS
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rdma import FIX_ENABLE
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_cables import validated_cables
-from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError, join_limited, plural
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError, cable_name, join_limited, plural
 
 # Depth-first steps one Hamiltonian-cycle search may take before it gives up (and says so).
 RING_SEARCH_BUDGET = 200_000
@@ -357,10 +357,6 @@ def _rdma_hosts(rdma, hosts):
     return usable, devices, why
 
 
-def _cable_name(c):
-    return "%s:%s <-> %s:%s" % (c["a"]["host"], c["a"]["iface"], c["b"]["host"], c["b"]["iface"])
-
-
 def _rdma_cable_reasons(c, devices, through_docks):
     """Why cable ``c`` cannot carry RDMA: [(reason, fix)], empty when it can.
 
@@ -536,7 +532,7 @@ def _rdma_cables(inside, rdma_by_host, devices, through_docks):
             no_rdma_cables.append(
                 {
                     "cable": c["id"],
-                    "name": _cable_name(c),
+                    "name": cable_name(c["a"], c["b"]),
                     "reasons": [r for r, _f in reasons],
                     "fix": _fixes(reasons),
                     "_pairs": reasons,

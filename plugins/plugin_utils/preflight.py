@@ -21,6 +21,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_wired import (  # 
     default_share,
     safe_wired_limit_mb,
 )
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import cable_name
 
 DEFAULTS = {
     "rdma_wanted": True,  # plan for RDMA (jaccl) when the hardware has it
@@ -360,7 +361,7 @@ def _link_problems(links, slow_sev):
         )
     for c in links.get("cables") or []:
         a, b = c["a"], c["b"]
-        name = f"{a['host']}:{a['iface']} <-> {b['host']}:{b['iface']}"
+        name = cable_name(a, b)
         if c.get("sighting") == "one-sided":
             out.append(
                 _p(
@@ -491,7 +492,7 @@ def _unaddressed_cables(facts_by_host, ip_plan):
                 "warning",
                 "unaddressed_cable",
                 a["host"],
-                f"cable {a['host']}:{a['iface']} <-> {b['host']}:{b['iface']} has no cluster address "
+                f"cable {cable_name(a, b)} has no cluster address "
                 f"at both ends yet: a new cable, one moved from another port, or an unfinished run",
                 "the network stage addresses it: run it (ansible-playbook site.yml --tags network)",
                 a["iface"],

@@ -23,6 +23,7 @@ from collections import Counter
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import preflight as preflight_rules
 from ansible_collections.mlx.cluster.plugins.plugin_utils.bench_runs import SIDE_BY_SIDE_SUFFIX
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import cable_name
 from ansible_collections.mlx.cluster.plugins.plugin_utils.preflight import is_number
 
 REPORT_NAME = "report.html"
@@ -199,10 +200,6 @@ def _svg_text(x, y, text, size=12, anchor="middle", weight="normal", color=None,
     )
 
 
-def _cable_name(cable):
-    return "%s:%s <-> %s:%s" % (cable["a"]["host"], cable["a"]["iface"], cable["b"]["host"], cable["b"]["iface"])
-
-
 # --------------------------------------------------------------------------------------------
 # what the data says about each cable
 # --------------------------------------------------------------------------------------------
@@ -215,7 +212,7 @@ def _measured(net_check, cables):
     ratio = (net_check or {}).get("slow_ratio")
     ratio = ratio if is_number(ratio) else preflight_rules.SLOW_RATIO
     slow_named = {(r.get("cable"), r.get("name")) for r in preflight_rules.slow_cables(results, ratio)}
-    by_name = {_cable_name(c): c["id"] for c in cables}
+    by_name = {cable_name(c["a"], c["b"]): c["id"] for c in cables}
     out = {}
     for r in results:
         cid = r.get("cable") or by_name.get(r.get("name"))

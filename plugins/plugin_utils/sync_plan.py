@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
+from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError, cable_name
 
 __all__ = ["LAN", "THUNDERBOLT", "cables_from_plan", "plan_rounds", "split_files", "sync_rounds"]
 
@@ -108,7 +108,7 @@ def _pair_links(cables, rank):
                         "cable": cable.get("id"),
                         "speed_gbps": cable.get("speed_gbps"),
                         # how messages name it: sender and port, receiver and port
-                        "label": "%s %s <-> %s %s" % (s["host"], s.get("iface"), r["host"], r.get("iface")),
+                        "label": cable_name(s, r),
                     },
                 )
             )
@@ -301,7 +301,7 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     ``dest`` (at most one per tree), or None. ``more``: the other cables between the copy's two
     Macs, best first, each ``{address, src_address, src_iface, dest_iface, cable, speed_gbps,
     label}`` ([] for one cable, and over the LAN); ``label`` names a cable in messages
-    (``m1 en2 <-> m2 en3``; None over the LAN). Same input, same output.
+    (``m1:en2 <-> m2:en3``, plan_common.cable_name; None over the LAN). Same input, same output.
     """
     hosts = _names(hosts)
     if source is not None and source not in hosts:

@@ -208,7 +208,7 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
         failed = out["run"]
         assert failed.rc != 0
         msgs = " ".join(m for h, t, m in failed.failures() if m)
-        assert "copy m1 -> m2 over m1 " in msgs and "<-> m2 " in msgs, msgs
+        assert "copy m1 -> m2 over m1:en" in msgs and "<-> m2:en" in msgs, msgs
         assert "check the cable" in msgs and "run the stage again (it resumes" in msgs, msgs
         kept = part.stat().st_size
         assert 0 < kept < PAD_BYTES

@@ -145,7 +145,7 @@ def model_over_both_cables(cluster, plan, tmp_path):
     assert sent["fell_back"] == [] and sorted(c["address"] for c in sent["cables"]) == sorted(ends)
     for c in sent["cables"]:
         iface = ends[c["address"]]["iface"]
-        assert c["bytes"] > 0 and c["cable"].endswith("m2 " + iface), sent["cables"]
+        assert c["bytes"] > 0 and c["cable"].endswith("m2:" + iface), sent["cables"]
         assert after[iface] - before[iface] >= c["bytes"], (iface, before, after, sent["cables"])
     # the run's record (the metrics' source) keeps what each cable carried to m2
     record = json.loads((artifacts(cluster) / "model_sync.json").read_text())

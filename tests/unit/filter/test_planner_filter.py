@@ -226,16 +226,16 @@ def test_what_the_models_stage_moved_to_each_mac(filters):
     # what each cable carried, from every send to the Mac (two cables, and the tree's direct share)
     sent = {
         "m3": [
-            {"address": "10.0.0.2", "cable": "m1 en2 <-> m3 en2", "bytes": 3000},
-            {"address": "10.0.0.6", "cable": "m1 en5 <-> m3 en5", "bytes": 1000},
-            {"address": "10.0.0.2", "cable": "m1 en2 <-> m3 en2", "bytes": 321},
+            {"address": "10.0.0.2", "cable": "m1:en2 <-> m3:en2", "bytes": 3000},
+            {"address": "10.0.0.6", "cable": "m1:en5 <-> m3:en5", "bytes": 1000},
+            {"address": "10.0.0.2", "cable": "m1:en2 <-> m3:en2", "bytes": 321},
         ],
-        "m2": [{"address": "10.0.0.10", "cable": "m1 en3 <-> m2 en3", "bytes": 99}],  # over rsync: not a receiver's
+        "m2": [{"address": "10.0.0.10", "cable": "m1:en3 <-> m2:en3", "bytes": 99}],  # over rsync: not a receiver's
     }
     got = filters["mlx_sync_copied"](source, ["m1", "m2", "m3", "m4"], before, received, sent)
     assert got["m3"]["cables"] == [
-        {"cable": "m1 en2 <-> m3 en2", "bytes": 3321},
-        {"cable": "m1 en5 <-> m3 en5", "bytes": 1000},
+        {"cable": "m1:en2 <-> m3:en2", "bytes": 3321},
+        {"cable": "m1:en5 <-> m3:en5", "bytes": 1000},
     ]
     assert "cables" not in got["m2"] and "cables" not in got["m1"]
     with pytest.raises(AnsibleFilterError, match="mlx_sync_copied: sent must be"):

@@ -395,11 +395,11 @@ def test_the_other_cables_between_the_same_two_macs_go_with_the_copy():
         ("en2", "en2", 40),
     ]
     assert {w["address"] for w in ways} == address_of(plan, "m2", "m1")
-    assert [w["label"] for w in ways] == ["m1 en3 <-> m2 en3", "m1 en5 <-> m2 en5", "m1 en2 <-> m2 en2"]
+    assert [w["label"] for w in ways] == ["m1:en3 <-> m2:en3", "m1:en5 <-> m2:en5", "m1:en2 <-> m2:en2"]
     assert all("more" not in w for w in m2["more"])
     # one cable: nothing more; over the LAN: no cable at all
     m3 = sync_plan.plan_rounds(plan, source="m1")["copies"]["m3"]
-    assert m3["more"] == [] and m3["label"] == "m2 en4 <-> m3 en2"
+    assert m3["more"] == [] and m3["label"] == "m2:en4 <-> m3:en2"
     (lan,) = [c for c in sync_plan.plan_rounds(plan, source=None)["copies"].values() if c["via"] == "lan"]
     assert lan["more"] == [] and lan["label"] is None
 

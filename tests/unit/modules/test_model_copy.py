@@ -198,9 +198,9 @@ def test_a_model_that_does_not_fit_is_refused_before_anything_starts(module_runn
 def test_a_sender_that_finds_no_receiver_names_both_macs_and_the_fix(module_runner, dirs):
     src, _ = dirs
     files = random_files(src, {"a.safetensors": 10})
-    out = send(module_runner, src, files, 1, source_name="m1", cable="m1 en2 <-> m2 en3")
+    out = send(module_runner, src, files, 1, source_name="m1", cable="m1:en2 <-> m2:en3")
     assert out.failed
-    assert out.result["msg"].startswith("copy m1 -> m2 over m1 en2 <-> m2 en3 (127.0.0.1:1): nothing listens")
+    assert out.result["msg"].startswith("copy m1 -> m2 over m1:en2 <-> m2:en3 (127.0.0.1:1): nothing listens")
     assert "its receiver is not running" in out.result["msg"]
 
 

@@ -51,7 +51,7 @@ def test_the_demos_artifacts_as_metrics(tmp_path):
         for k, v in got.items()
         if k[0] == "mlx_cluster_model_sync_cable_bytes"
     }
-    assert carried == {("m2", "m1 en2 <-> m2 en2"): 120000000, ("m2", "m1 en5 <-> m2 en5"): 89715200}
+    assert carried == {("m2", "m1:en2 <-> m2:en2"): 120000000, ("m2", "m1:en5 <-> m2:en5"): 89715200}
     # every preflight finding counted under its check and severity
     counts = {k[1]: v for k, v in got.items() if k[0] == "mlx_cluster_preflight_problems"}
     assert sum(counts.values()) == len(data["preflight"])

@@ -47,17 +47,14 @@ leftovers:
   sample: [{"pid": 4242, "args": "python bench.py --run-id 3f2c..."}]
 """
 
-import os
 import signal
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     COMMAND_TIMEOUT_SPEC,
-    PS_ALL,
     Runner,
-    module_run,
-    processes_with,
+    processes_of_runs,
     signal_all,
     wait_gone,
 )
@@ -73,12 +70,7 @@ def main():
     run_id = module.params["run_id"]
     if len(run_id) < 16:
         module.fail_json(msg="run_id must be a unique id of at least 16 characters (it selects processes to end)")
-    ps = module.get_bin_path("ps", required=True)
-    argv = [ps, *PS_ALL]
-    rc, out, err = module_run(module, Runner(module.params["command_timeout"]), argv)
-    if rc != 0:
-        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=argv, stderr=err)
-    found = processes_with(out, run_id, own_pid=os.getpid())
+    found = processes_of_runs(module, Runner(module.params["command_timeout"]), [run_id])
     if found and not module.check_mode:
         pids = [p["pid"] for p in found]
         signal_all(pids, signal.SIGTERM)

@@ -124,11 +124,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_run import (
     COMMAND_TIMEOUT_SPEC,
-    PS_ALL,
     Runner,
     alive,
     module_run,
-    processes_with,
+    processes_of_runs,
     signal_all,
     wait_gone,
 )
@@ -324,18 +323,13 @@ def stop_ranks(module, ps, run_dir, ranks, grace, stopped, supervisors, remainin
     return changed
 
 
-def end_leftovers(module, ps, run_ids, stopped, supervisors, remaining):
+def end_leftovers(module, run_ids, stopped, supervisors, remaining):
     """Anything else of those starts still alive on this Mac (by run id, never by name):
     SIGTERM, then SIGKILL. Returns what was found (the leftovers)."""
-    cmd = [ps, *PS_ALL]
-    rc, out, err = run(module, cmd)
-    if rc != 0:
-        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=cmd, stderr=err)
     done = {s["pid"] for s in stopped + supervisors if not module.check_mode}
     found = [
         f
-        for rid in run_ids
-        for f in processes_with(out, rid, own_pid=os.getpid())
+        for f in processes_of_runs(module, Runner(module.params["command_timeout"]), run_ids)
         if f["pid"] not in done and alive(f["pid"], zombie_is_gone=True)
     ]
     if found and not module.check_mode:
@@ -393,7 +387,7 @@ def main():
     become_run_dir_owner(module, run_dir, launchd, stopped)
     changed = stop_ranks(module, ps, run_dir, ranks, p["grace"], stopped, supervisors, remaining) or changed
     if run_ids:
-        leftovers = end_leftovers(module, ps, run_ids, stopped, supervisors, remaining)
+        leftovers = end_leftovers(module, run_ids, stopped, supervisors, remaining)
         changed = changed or bool(leftovers)
     changed = tidy_rank_files(module, run_dir, ranks) or changed
     result = dict(

@@ -143,6 +143,17 @@ def processes_with(ps_text, token, own_pid=None):
     return found
 
 
+def processes_of_runs(module, runner, run_ids):
+    """[{"pid", "args"}] of this Mac's processes that carry one of `run_ids` (processes_with
+    over one bounded `ps` with PS_ALL; the module's own process left out). A `ps` that fails
+    fails the module, naming it."""
+    argv = [module.get_bin_path("ps", required=True), *PS_ALL]
+    rc, out, err = module_run(module, runner, argv)
+    if rc != 0:
+        module.fail_json(msg=f"ps failed: {err.strip()}", rc=rc, cmd=argv, stderr=err)
+    return [f for run_id in run_ids for f in processes_with(out, run_id, own_pid=os.getpid())]
+
+
 def alive(pid, zombie_is_gone=False):
     """Whether process `pid` is still there: signal 0 reaches it, or it is another user's
     (PermissionError). zombie_is_gone: a zombie (exited, not yet reaped by its parent) counts as

@@ -2,7 +2,8 @@
 """Filters over plugins/plugin_utils/pythons.py: the base Python of each Mac's venv and its
 lock (python_env_require_hashes); and the
 toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
-name the venv's interpreter and, in validate, every setting plugin_utils/setting_names.py lists."""
+name the venv's interpreter and, in validate, every setting plugin_utils/setting_names.py lists;
+and validate's check that no two inventory hosts reach the same Mac."""
 
 from __future__ import annotations
 
@@ -82,6 +83,39 @@ def mlx_unsafe_settings(host_vars, hosts):
     return setting_names.problems(given)
 
 
+def _given(host_vars_of_one, name):
+    """A host's variable as the inventory (or -e) sets it; None when unset or not made yet."""
+    if name not in host_vars_of_one:
+        return None
+    try:
+        value = host_vars_of_one[name]
+    except AnsibleError:
+        return None
+    return None if isinstance(value, Undefined) else value
+
+
+def mlx_shared_targets(host_vars, hosts):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("mlx_shared_targets: hosts must be a list of inventory host names")
+    by_target = {}
+    for host in hosts:
+        try:
+            mine = host_vars[host]
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError("mlx_shared_targets: expects hostvars and hosts of it") from exc
+        address = _given(mine, "ansible_host")
+        if address is None:
+            continue  # reached by its inventory name: names differ
+        port = _given(mine, "ansible_port")
+        port = "" if port is None else str(port)
+        by_target.setdefault((str(address), port), []).append(str(host))
+    return [
+        "%s reach the same Mac (ansible_host %s%s)" % (" and ".join(names), address, f", port {port}" if port else "")
+        for (address, port), names in by_target.items()
+        if len(names) > 1
+    ]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -90,6 +124,7 @@ class FilterModule:
             "mlx_clt_stub": mlx_clt_stub,
             "mlx_unsafe_path": mlx_unsafe_path,
             "mlx_unsafe_settings": mlx_unsafe_settings,
+            "mlx_shared_targets": mlx_shared_targets,
             "mlx_lock_problem": mlx_lock_problem,
             "mlx_pip_failure": mlx_pip_failure,
         }

@@ -533,7 +533,7 @@ def test_host_key_checking_stays_on(sim_cluster):
         pytest.param(
             {"m1": {"ansible_host": "10.0.0.1"}, "m2": {"ansible_host": "10.0.0.1"}},
             {},
-            "ansible_host values repeat",
+            "m1 and m2 reach the same Mac (ansible_host 10.0.0.1)",
             id="duplicate-hosts",
         ),
         pytest.param(

@@ -123,3 +123,29 @@ def test_the_filter_reads_each_macs_settings_and_leaves_what_a_later_stage_sets(
         unsafe_settings(host_vars, "m1")
     with pytest.raises(AnsibleFilterError, match="expects hostvars"):
         unsafe_settings(host_vars, ["m9"])
+
+
+def test_two_hosts_that_reach_one_mac_are_named_and_ports_behind_one_address_are_not():
+    with controller_imports():
+        filters = importlib.import_module("ansible_collections.mlx.cluster.plugins.filter.python_filters")
+        from ansible.errors import AnsibleFilterError
+    shared = filters.FilterModule().filters()["mlx_shared_targets"]
+    host_vars = {
+        "m1": {"ansible_host": "10.0.0.1"},
+        "m5": {"ansible_host": "10.0.0.1"},
+        "m2": {"ansible_host": "10.0.0.2"},
+        "j1": {"ansible_host": "jump.lan", "ansible_port": 2201},
+        "j2": {"ansible_host": "jump.lan", "ansible_port": "2202"},
+        "j3": {"ansible_host": "jump.lan", "ansible_port": 2201},
+        "n1": {},
+        "n2": {"ansible_host": Undefined(name="later")},
+    }
+    assert shared(host_vars, list(host_vars)) == [
+        "m1 and m5 reach the same Mac (ansible_host 10.0.0.1)",
+        "j1 and j3 reach the same Mac (ansible_host jump.lan, port 2201)",
+    ]
+    assert shared(host_vars, ["m1", "m2", "j1", "j2", "n1", "n2"]) == []
+    with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
+        shared(host_vars, "m1")
+    with pytest.raises(AnsibleFilterError, match="expects hostvars"):
+        shared(host_vars, ["m9"])

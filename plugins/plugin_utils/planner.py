@@ -300,6 +300,19 @@ def side_by_side(plan, names):
     return out
 
 
+def _stop_on_one_mac_twice(problems):
+    """Two inventory hosts whose ports report the same Thunderbolt domain UUIDs are one Mac
+    reached by two names (an alias and an address, say): every later step (cables, ring, the
+    ranks) would be wrong, and its message would hide the cause. Stop here, naming them."""
+    same = sorted({tuple(p["hosts"]) for p in problems if p["code"] == "duplicate_uuid" and len(p["hosts"]) > 1})
+    if same:
+        raise PlanError(
+            "%s report the same Thunderbolt ports (domain UUIDs): two inventory names for one Mac "
+            "(or facts copied between hosts). Keep one inventory host for each Mac, with the "
+            "address Ansible reaches it at" % "; ".join(" and ".join(hosts) for hosts in same)
+        )
+
+
 def make_plan(facts_by_host, settings):
     """The cluster plan, the one thing every later stage reads (as ``mlx_cluster_plan``).
 
@@ -331,6 +344,7 @@ def make_plan(facts_by_host, settings):
     rdma_wanted = bool(settings.get("rdma_wanted", True))
     coordinators = dict(settings.get("coordinators") or {})
     found = links({h: facts[h]["thunderbolt"] for h in hosts})
+    _stop_on_one_mac_twice(found["problems"])
     topo = topology(
         found,
         hosts,

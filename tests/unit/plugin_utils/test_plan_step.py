@@ -210,6 +210,19 @@ def test_missing_facts_name_the_host():
         planner.make_plan(facts, settings())
 
 
+@pytest.mark.parametrize("backend", ["auto", "ring"])
+def test_one_mac_under_two_inventory_names_is_named_before_the_topology(backend):
+    """m4 is m1 reached by another name (an alias): its ports report m1's domain UUIDs. With
+    the backend named, the topology would fail first, blaming m1's and m4's cables."""
+    facts = cluster_facts()
+    facts["m4"] = facts["m1"]
+    hosts = HOSTS + ["m4"]
+    with pytest.raises(plan_common.PlanError) as err:
+        planner.make_plan(facts, settings(hosts=hosts, backend=backend, ssh={h: {"host": h} for h in hosts}))
+    assert err.value.message.startswith("m1 and m4 report the same Thunderbolt ports (domain UUIDs)"), err.value
+    assert "Keep one inventory host for each Mac" in err.value.message
+
+
 def test_hostfile_name_is_a_name():
     with pytest.raises(plan_common.PlanError, match="file name"):
         planner.make_plan(cluster_facts(), settings(hostfile_name="a/b.json"))

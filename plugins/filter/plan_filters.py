@@ -151,7 +151,7 @@ def mlx_bench_backends(plan, backends=None):
     return _call("mlx_bench_backends", planner.side_by_side, plan, [] if backends is None else backends)
 
 
-def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
+def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None, spread=False):
     """the cluster plan -> the model's tree: {rounds: [[{dest, src, path, via, address, split, ...}]] by
     hops, copies, depth, lan, warnings}."""
     _check("mlx_sync_rounds", "input", plan, Mapping, "the cluster plan (mlx_cluster_plan)")
@@ -163,7 +163,17 @@ def mlx_sync_rounds(plan, source=None, hosts=None, fanout=0, files=None):
     _check("mlx_sync_rounds", "fanout", fanout, int, "a number of copies (0 = no limit)")
     if files is not None:
         _check("mlx_sync_rounds", "files", files, Mapping, "the model's files {relpath: {size, mtime}}")
-    return _call("mlx_sync_rounds", sync_plan.plan_rounds, plan, source=source, hosts=hosts, fanout=fanout, files=files)
+    _check("mlx_sync_rounds", "spread", spread, bool, "true when each copy uses every cable of its pair")
+    return _call(
+        "mlx_sync_rounds",
+        sync_plan.plan_rounds,
+        plan,
+        source=source,
+        hosts=hosts,
+        fanout=fanout,
+        files=files,
+        spread=spread,
+    )
 
 
 def mlx_sync_copied(source_files, hosts, before, received, sent=None):

@@ -18,9 +18,12 @@ gets the model over the path from the source that is the widest:
   cable is its own link and on a Mac each rsync-over-ssh stream has its own core. With a
   limit, a sender that has its share is passed over while another path reaches the Mac; a Mac
   that only full senders reach still gets its copy from the best of them (over the limit).
-- Several cables between the same two Macs: the tree counts the fastest (then the lowest cable
-  id) as the copy's cable; the others are listed with it (``more``, best first). The copy
-  without ssh (model_send) spreads its connections over all of them; rsync takes the first.
+- Several cables between the same two Macs: the fastest (then the lowest cable id) is the
+  copy's cable; the others are listed with it (``more``, best first). The copy without ssh
+  (model_send) spreads its connections over all of them (``spread``): the tree then counts the
+  pair as wide as its cables together (two 40 Gb/s cables: 80), so a Mac with two cables
+  straight from its sender is not sent through a relay for a wider single cable. rsync takes
+  the first cable alone, and the tree counts that one.
 - Macs with no Thunderbolt path from the source (another island of cables, or no cable at all)
   get one copy per island over the management network, from the source, to the island's Mac
   from which the island is shallowest; that Mac then passes it on over its own cables. Each
@@ -193,7 +196,7 @@ def split_files(files, share):
     return sorted(direct), sorted(set(sizes) - direct)
 
 
-def _add_split(by_dest, links, rank, source, load, fanout, files):
+def _add_split(by_dest, links, rank, source, load, fanout, files, spread):
     """Gives the first relayed copy (nearest, then rank order) with a cable straight from the
     source its direct share, while the source is under fanout; returns the direct copy (the
     split with its ``dest``) or None."""
@@ -203,7 +206,7 @@ def _add_split(by_dest, links, rank, source, load, fanout, files):
         width = copy["bottleneck_gbps"]
         if copy["via"] != THUNDERBOLT or copy["src"] == source or direct is None or not width:
             continue
-        speed = _speed(direct)
+        speed = _width(direct, spread)
         share = speed / width if speed > 0 else 0  # < 1: a relay is chosen only over a wider way
         if share < MIN_SPLIT_SHARE or (fanout and load[source] >= fanout):
             continue
@@ -233,11 +236,13 @@ def _island_warning(source, island, root):
     return text + (". Fix: cable %s to the others, directly or through a Mac that is" % root)
 
 
-def _speed(link):
-    return link["speed_gbps"] or 0
+def _width(link, spread):
+    """What a copy between two Macs carries: its cable's speed, or with `spread` (the copy
+    spreads over every cable between them) the speeds of all of them together."""
+    return (link["speed_gbps"] or 0) + (sum(m["speed_gbps"] or 0 for m in link["more"]) if spread else 0)
 
 
-def _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout):
+def _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout, spread):
     """Attach the Macs not reached yet, one copy at a time: the widest way first (the slowest
     cable on it), then the fewest hops, the least loaded sender, rank order; a sender at
     `fanout` copies only when no other can. Fills `reached` and `by_dest`; -> each Mac's load."""
@@ -251,7 +256,7 @@ def _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout):
                     continue
                 link = links[(u, v)]
                 # a LAN-seeded island: its widths count from its root (the LAN is another link)
-                w = _speed(link) if width is None else min(width, _speed(link))
+                w = _width(link, spread) if width is None else min(width, _width(link, spread))
                 over = bool(fanout) and load[u] >= fanout
                 key = (over, -w, hops + 1, load[u], rank[v], rank[u])
                 if best is None or key < best[0]:
@@ -275,7 +280,7 @@ def _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout):
     return load
 
 
-def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
+def sync_rounds(hosts, cables, source=None, fanout=0, files=None, spread=False):
     """The tree of copies that brings the model from `source` to every Mac in `hosts`.
 
     hosts: inventory names in rank order (the Macs to serve; cables to others are ignored).
@@ -285,6 +290,8 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     fanout: most Thunderbolt copies one Mac sends; 0 = no limit (see the module docstring).
     files: the model's files {relpath: {size, mtime}}, to choose each split's files; None = the
     splits' shares only.
+    spread: each copy goes over every cable between its two Macs (the copy without ssh): a
+    pair's width is their speeds together; False (rsync): its fastest cable's.
 
     Returns ``{source, fanout, rounds: [[copy, ...], ...], copies: {dest: copy}, depth, lan:
     [dest, ...], direct, islands: [[host, ...], ...], warnings: [...]}``, a copy being ``{round, dest,
@@ -292,7 +299,8 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     the LAN), src_address, src_iface, dest_iface, cable, speed_gbps, label, more, split}``: ``round`` is the copy's
     hops from the source (1 = straight from it), ``path`` the Macs the model passes through
     before this copy (the source first, ``src`` last; the controller left out),
-    ``bottleneck_gbps`` the slowest cable on the way (None when the way has a LAN copy). The
+    ``bottleneck_gbps`` the narrowest hop on the way (a hop's cables together with `spread`;
+    None when the way has a LAN copy). The
     copies all run at once; ``rounds`` groups them by hops, ``depth`` is the deepest. The
     source itself gets no copy; ``src`` None is the controller. ``split`` is None, or the
     direct copy of a relayed Mac's share: ``{src (the source), share, address, src_address,
@@ -332,8 +340,8 @@ def sync_rounds(hosts, cables, source=None, fanout=0, files=None):
     if source is not None:
         reached[source] = (float("inf"), 0, [source])
 
-    load = _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout)
-    direct = _add_split(by_dest, links, rank, source, load, fanout, files) if source is not None else None
+    load = _grow_tree(hosts, links, adj, rank, reached, by_dest, fanout, spread)
+    direct = _add_split(by_dest, links, rank, source, load, fanout, files, spread) if source is not None else None
     copies = {h: by_dest[h] for h in hosts if h in by_dest}
     depth = max((c["round"] for c in copies.values()), default=0)
     rounds = [[c for c in copies.values() if c["round"] == k] for k in range(1, depth + 1)]
@@ -366,7 +374,7 @@ def cables_from_plan(plan):
     ]
 
 
-def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):
+def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None, spread=False):
     """:func:`sync_rounds` over the cluster plan: its hosts (or `hosts`, e.g. the Macs still in
     the play, kept in the plan's rank order) and its cables."""
     cables = cables_from_plan(plan)
@@ -376,7 +384,7 @@ def plan_rounds(plan, source=None, hosts=None, fanout=0, files=None):
         if unknown:
             raise PlanError("%s not in the plan's hosts (%s)" % (", ".join(unknown), ", ".join(order)))
         order = [h for h in order if h in set(hosts)]
-    return sync_rounds(order, cables, source=source, fanout=fanout, files=files)
+    return sync_rounds(order, cables, source=source, fanout=fanout, files=files, spread=spread)
 
 
 def receives_by_cable(copies, host, play_hosts):

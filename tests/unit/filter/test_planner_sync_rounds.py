@@ -404,6 +404,30 @@ def test_the_other_cables_between_the_same_two_macs_go_with_the_copy():
     assert lan["more"] == [] and lan["label"] is None
 
 
+def test_with_spread_two_cables_straight_to_a_mac_count_together():
+    """m2 has two 40 Gb/s cables from m1, and 80 Gb/s ones through m3. Counted by its fastest
+    cable (rsync, one cable), m2's way through m3 is wider: a relay, and the direct cable's
+    half as a split. Counted together (the copy without ssh uses both), the direct pair is as
+    wide and one hop: straight from m1, no relay, no split."""
+    hosts = names(3)
+    cables = [
+        cable("m1", "en2", "m2", "en2", speed=40),
+        cable("m1", "en3", "m2", "en3", speed=40),
+        cable("m1", "en4", "m3", "en2", speed=80),
+        cable("m3", "en3", "m2", "en4", speed=80),
+    ]
+    plan = plan_of(hosts, cables)
+    one = sync_plan.plan_rounds(plan, source="m1")
+    assert one["copies"]["m2"]["src"] == "m3" and one["copies"]["m2"]["bottleneck_gbps"] == 80
+    assert one["direct"]["dest"] == "m2" and one["direct"]["share"] == 0.5
+    both = sync_plan.plan_rounds(plan, source="m1", spread=True)
+    m2 = both["copies"]["m2"]
+    assert (m2["src"], m2["round"], m2["bottleneck_gbps"], len(m2["more"])) == ("m1", 1, 80, 1)
+    assert both["direct"] is None and both["depth"] == 1
+    # a pair's cables together only where the copy crosses them: m3's hop is still one cable
+    assert both["copies"]["m3"]["bottleneck_gbps"] == 80
+
+
 def test_macs_gone_from_the_play_are_routed_around():
     hosts, cables = ring(4)
     result = sync_plan.plan_rounds(plan_of(hosts, cables), source="m1", hosts=["m4", "m1", "m3"])
@@ -518,6 +542,9 @@ def test_the_filter_is_the_same_function_and_names_itself_in_errors(filters, fil
         filters["mlx_sync_rounds"](plan, "m9")
     with pytest.raises(filter_error, match="^mlx_sync_rounds: fanout must be"):
         filters["mlx_sync_rounds"](plan, "m1", fanout="2")
+    assert filters["mlx_sync_rounds"](plan, "m1", spread=True) == sync_plan.plan_rounds(plan, source="m1", spread=True)
+    with pytest.raises(filter_error, match="^mlx_sync_rounds: spread must be true when"):
+        filters["mlx_sync_rounds"](plan, "m1", spread="yes")
 
 
 def test_a_receiver_only_where_the_copy_comes_over_a_cable_from_a_mac_still_in_the_play(filters, filter_error):

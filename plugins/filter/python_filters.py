@@ -60,15 +60,22 @@ def mlx_unsafe_path(path, setting, home=False):
     return unsafe_path(path, setting, home=bool(home)) or ""
 
 
-def mlx_unsafe_settings(host_vars, hosts):
+def _each_host(host_vars, hosts, filter_name):
+    """(host, its hostvars) for each of `hosts`; a filter error naming `filter_name` when
+    `hosts` is no list or `host_vars` has no such host."""
     if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError("mlx_unsafe_settings: hosts must be a list of inventory host names")
-    given = {}
+        raise AnsibleFilterError(f"{filter_name}: hosts must be a list of inventory host names")
     for host in hosts:
         try:
             mine = host_vars[host]
         except (KeyError, TypeError) as exc:
-            raise AnsibleFilterError("mlx_unsafe_settings: expects hostvars and hosts of it") from exc
+            raise AnsibleFilterError(f"{filter_name}: expects hostvars and hosts of it") from exc
+        yield host, mine
+
+
+def mlx_unsafe_settings(host_vars, hosts):
+    given = {}
+    for host, mine in _each_host(host_vars, hosts, "mlx_unsafe_settings"):
         given[host] = {}
         for setting in setting_names.SETTINGS:
             if setting not in mine:
@@ -95,14 +102,8 @@ def _given(host_vars_of_one, name):
 
 
 def mlx_shared_targets(host_vars, hosts):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError("mlx_shared_targets: hosts must be a list of inventory host names")
     by_target = {}
-    for host in hosts:
-        try:
-            mine = host_vars[host]
-        except (KeyError, TypeError) as exc:
-            raise AnsibleFilterError("mlx_shared_targets: expects hostvars and hosts of it") from exc
+    for host, mine in _each_host(host_vars, hosts, "mlx_shared_targets"):
         address = _given(mine, "ansible_host")
         if address is None:
             continue  # reached by its inventory name: names differ

@@ -60,6 +60,21 @@ def mlx_unsafe_path(path, setting, home=False):
     return unsafe_path(path, setting, home=bool(home)) or ""
 
 
+_UNSET = object()
+
+
+def _given(host_vars_of_one, name, unset=None):
+    """A host's variable as the inventory (or -e) sets it; `unset` when it is not set, or is made
+    from what a later stage sets (undefined now)."""
+    if name not in host_vars_of_one:
+        return unset
+    try:
+        value = host_vars_of_one[name]
+    except AnsibleError:
+        return unset
+    return unset if isinstance(value, Undefined) else value
+
+
 def _each_host(host_vars, hosts, filter_name):
     """(host, its hostvars) for each of `hosts`; a filter error naming `filter_name` when
     `hosts` is no list or `host_vars` has no such host."""
@@ -78,27 +93,11 @@ def mlx_unsafe_settings(host_vars, hosts):
     for host, mine in _each_host(host_vars, hosts, "mlx_unsafe_settings"):
         given[host] = {}
         for setting in setting_names.SETTINGS:
-            if setting not in mine:
-                continue
             # a value made from what a later stage sets (undefined now): checked where it is used
-            try:
-                value = mine[setting]
-            except AnsibleError:
-                continue
-            if not isinstance(value, Undefined):
+            value = _given(mine, setting, _UNSET)
+            if value is not _UNSET:
                 given[host][setting] = plain(value)
     return setting_names.problems(given)
-
-
-def _given(host_vars_of_one, name):
-    """A host's variable as the inventory (or -e) sets it; None when unset or not made yet."""
-    if name not in host_vars_of_one:
-        return None
-    try:
-        value = host_vars_of_one[name]
-    except AnsibleError:
-        return None
-    return None if isinstance(value, Undefined) else value
 
 
 def mlx_shared_targets(host_vars, hosts):

@@ -18,10 +18,13 @@ cd "$here"
 # --quick (anywhere among the arguments) selects the tier; the rest go to pytest as they are.
 select=()
 workers=auto
+export MLXC_TEST_TIER=full
 args=()
 for arg in "$@"; do
   if [[ "$arg" == --quick ]]; then
     select=(-m "not sim and not slow")
+    # fewer random cases per property test (tests/budget.py); the whole suite draws them all
+    export MLXC_TEST_TIER=quick
     workers="${PYTEST_XDIST_AUTO_NUM_WORKERS:-$((2 * $(nproc)))}"
   else
     args+=("$arg")
@@ -30,6 +33,15 @@ done
 bash scripts/bootstrap.sh || exit 1
 export PATH="$here/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$here/ansible.cfg"
+# Compiled tests are kept (__pycache__, ignored by git), whatever the shell says: each worker
+# imports every test module, and pytest's rewriting of their asserts was two thirds of a
+# worker's 7 s of collection. The quick tier's workers (twice as many as CPUs) then read them
+# compiled once, by a collection alone before they start (bench/NOTES.md, "The quick tier: where
+# its CPU goes").
+unset PYTHONDONTWRITEBYTECODE
+if [[ $MLXC_TEST_TIER == quick ]]; then
+  .venv/bin/python -m pytest --collect-only -q -n 0 "${select[@]}" "${args[@]}" >/dev/null 2>&1
+fi
 .venv/bin/python -m pytest -n "$workers" --dist worksteal "${select[@]}" "${args[@]}"
 rc=$?
 if [[ $rc -eq 5 ]]; then

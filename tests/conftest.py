@@ -28,16 +28,33 @@ def _install_collection_loader():
 
 _install_collection_loader()
 
+
+def _load_the_quick_tiers_hypothesis_profile():
+    """The quick tier draws fewer random cases (tests/budget.py): here for the property tests that
+    keep hypothesis's default count (100), with tests/budget.examples for those that set their own."""
+    from tests.budget import QUICK, examples
+
+    if QUICK:
+        from hypothesis import settings
+
+        settings.register_profile("quick", max_examples=examples(100))
+        settings.load_profile("quick")
+
+
+_load_the_quick_tiers_hypothesis_profile()
+
 if os.path.exists(os.path.join(ROOT, "tests", "simcluster", "pytest_plugin.py")):
     pytest_plugins = ["tests.simcluster.pytest_plugin"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The simulated-cluster tests first (each takes seconds to a minute), the unit tests after
-    (milliseconds each): with pytest-xdist's work stealing (scripts/test.sh) the short tests fill
-    the workers' idle ends instead of one worker finishing a minute-long test alone. Stable: the
-    order within each group is the collection order."""
-    items.sort(key=lambda item: item.get_closest_marker("sim") is None)
+    """The simulated-cluster tests first (each takes seconds to a minute), then the unit tests
+    marked `long` (ansible-lint, most of a minute), the other unit tests last (milliseconds each):
+    with pytest-xdist's work stealing (scripts/test.sh) the short tests fill the workers' idle
+    ends instead of one worker finishing a minute-long test alone (the quick tier ended 30 s after
+    its other workers when ansible-lint started halfway). Stable: the order within each group is
+    the collection order."""
+    items.sort(key=lambda item: (item.get_closest_marker("sim") is None, item.get_closest_marker("long") is None))
 
 
 # docs/reliability.md, written once per session by one process: each pytest-xdist worker hands

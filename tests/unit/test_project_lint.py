@@ -27,6 +27,7 @@ def _env():
     not (BIN / "ansible-lint").exists() and not shutil.which("ansible-lint"),
     reason="ansible-lint is not installed (pip install '.[dev]')",
 )
+@pytest.mark.long
 def test_ansible_lint_production_profile_is_clean():
     res = subprocess.run(
         [str(BIN / "ansible-lint") if (BIN / "ansible-lint").exists() else "ansible-lint", "--profile", "production"],

@@ -22,6 +22,7 @@ from ansible_collections.mlx.cluster.plugins.plugin_utils import (
     plan_topology,
 )
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
+from tests.budget import examples
 from tests.unit.filter.planner_synth import (
     cable,
     find_port,
@@ -105,7 +106,7 @@ def our_matrix(hosts, links):
     return m
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(wiring=wirings(max_hosts=8))
 def test_connectivity_matrix_matches_mlx(wiring, mlx_config):
     hosts, cables = wiring
@@ -121,7 +122,7 @@ def test_connectivity_matrix_matches_mlx_one_cable_per_pair(mlx_config):
     assert mlx_config.make_connectivity_matrix(tb_hosts, rev) == our_matrix(hosts, links)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(wiring=wirings(max_hosts=7, max_cables=18))
 def test_rings_at_least_as_good_as_mlx(wiring, mlx_config):
     hosts, cables = wiring
@@ -145,7 +146,7 @@ def mlx_ip_ends(mlx_config, hosts, tb_hosts, rev):
     return ipc, ends
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(wiring=wirings(max_hosts=8))
 def test_ip_configurator_assigns_the_same_cable_ends(wiring, mlx_config):
     hosts, cables = wiring
@@ -251,7 +252,7 @@ def test_jaccl_rdma_matrix_matches_mlx_with_uneven_cabling(mlx_config, pairs, n,
     assert widths == {count}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(wiring=multi_meshes(), data=st.data())
 def test_jaccl_rdma_matrix_matches_mlx_for_any_multi_cable_mesh(mlx_config, wiring, data):
     hosts, cables = wiring
@@ -277,7 +278,7 @@ def test_jaccl_pair_lists_the_same_cables_at_both_ends():
                 ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(wiring=wirings(min_hosts=3, max_hosts=7, max_cables=16))
 def test_ring_hostfiles_match_mlx_for_the_same_ring(wiring, mlx_config):
     """Given our ring, MLX's configure_ring / configure_jaccl_ring pick the same cable ends."""

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables, plan_topology
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
+from tests.budget import examples
 from tests.unit.filter.planner_synth import brute_mesh, brute_ring, make_facts, weights, wirings
 
-SETTINGS = settings(max_examples=150, deadline=None)
+SETTINGS = settings(max_examples=examples(150), deadline=None)
 
 
 def cid(c):
@@ -171,7 +172,7 @@ def test_ring_found_is_a_real_ring(wiring):
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(wirings(max_hosts=7, max_cables=24))
 def test_agrees_with_brute_force(wiring):
     hosts, cables = wiring

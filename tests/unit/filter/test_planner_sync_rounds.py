@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import plan_addresses, plan_cables, sync_plan
 from ansible_collections.mlx.cluster.plugins.plugin_utils.plan_common import PlanError
+from tests.budget import examples
 from tests.unit.filter.planner_synth import cable, make_facts, wirings
 
 
@@ -500,7 +501,7 @@ def widest(hosts, plan, source):
     return best
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(wirings(min_hosts=2, max_hosts=10), st.integers(0, 3), st.data())
 def test_every_mac_served_once_by_a_holder_over_its_cable(wiring, fanout, data):
     hosts, cables = wiring

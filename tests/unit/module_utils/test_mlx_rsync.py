@@ -21,6 +21,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import (
     ssh_command,
     without_progress,
 )
+from tests.budget import examples
 from tests.unit.conftest import FIXTURES
 
 # Captured from GNU rsync 3.5.0 (`--out-format=%i %n%L`), the runs of tests/unit/modules/
@@ -185,7 +186,7 @@ _ENTRY = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_ENTRY, max_size=30))
 def test_parse_itemized_invariants(entries):
     text = "".join(f"{item} {name}\n" for _, item, name in entries)
@@ -195,7 +196,7 @@ def test_parse_itemized_invariants(entries):
     assert got["changed"] == any(kind in ("transferred", "created", "deleted") for kind, _, _ in entries)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=400))
 def test_parse_itemized_never_raises(text):
     got = parse_itemized(text)
@@ -314,7 +315,7 @@ def test_check_dest_accepts(path, home):
     assert check_dest(path, home) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.sampled_from(["Users", "admin", "models", "x", "..", "."]), max_size=6))
 def test_check_dest_never_accepts_home_or_above(parts):
     path = "/" + "/".join(parts)
@@ -378,7 +379,7 @@ _MANIFEST = st.dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(_MANIFEST, st.data())
 def test_compare_finds_exactly_the_changed_file(source, data):
     rel = data.draw(st.sampled_from(sorted(source)))
@@ -596,7 +597,7 @@ def test_progress_option_in_the_argv():
 @given(
     pieces=st.lists(st.text(alphabet=st.sampled_from(list("0123456789,. %\r\nxfer#()abc")), max_size=40), max_size=30)
 )
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_copy_progress_takes_any_output(pieces):
     p = CopyProgress(total=10)
     for i, piece in enumerate(pieces):

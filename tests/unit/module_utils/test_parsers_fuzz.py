@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from ansible_collections.mlx.cluster.plugins.module_utils import mlx_host, mlx_rdma, mlx_tb
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_parse import ParseError
+from tests.budget import examples
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SP_FIXTURES = sorted(p.name for p in FIXTURES.glob("sp_*.json"))
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 PARSERS = {
     "parse_system_profiler": mlx_tb.parse_system_profiler,

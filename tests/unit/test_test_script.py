@@ -1,0 +1,73 @@
+"""scripts/test.sh, the README's test command, run over a stand-in pytest: which tier it asks for,
+and what it makes of pytest's exit codes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import budget
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A stand-in for .venv/bin/python: writes one line per call (the tier, PYTHONDONTWRITEBYTECODE,
+# argv) and exits with the code in FAKE_RC for the run itself (the collection alone exits 0).
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "tier=${MLXC_TEST_TIER:-} nobytecode=${PYTHONDONTWRITEBYTECODE:-} argv=$*" >> "$FAKE_LOG"
+for a in "$@"; do [[ $a == --collect-only ]] && exit 0; done
+exit "${FAKE_RC:-0}"
+"""
+
+
+def run_script(tmp_path, *args, rc=0, tier="quick"):
+    """scripts/test.sh copied into a tree whose bootstrap does nothing and whose python is the
+    stand-in; returns (exit code, stderr, the stand-in's calls)."""
+    (tmp_path / "scripts").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
+    (tmp_path / "scripts" / "bootstrap.sh").write_text("exit 0\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.unlink(missing_ok=True)
+    # the shell it runs from says to draw fewer cases and write no bytecode: the script decides
+    env = dict(os.environ, FAKE_LOG=str(log), FAKE_RC=str(rc), MLXC_TEST_TIER=tier, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
+    out = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "test.sh"), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    return out.returncode, out.stderr, log.read_text().splitlines()
+
+
+def test_the_whole_suite_draws_every_case_whatever_the_shell_says(tmp_path):
+    rc, _, calls = run_script(tmp_path, "-q")
+    assert rc == 0
+    assert len(calls) == 1, calls  # no collection of its own before the run
+    assert calls[0].startswith("tier=full nobytecode= argv=-m pytest -n auto --dist worksteal -q")
+
+
+def test_the_quick_tier_collects_once_then_runs_its_workers(tmp_path):
+    rc, _, calls = run_script(tmp_path, "--quick", "-q", tier="full")
+    assert rc == 0
+    assert len(calls) == 2, calls
+    assert all(c.startswith("tier=quick nobytecode= ") for c in calls), calls
+    assert "--collect-only" in calls[0] and "-n 0 -m not sim and not slow -q" in calls[0]
+    assert f"-n {2 * len(os.sched_getaffinity(0))} --dist worksteal -m not sim and not slow -q" in calls[1], calls
+
+
+@pytest.mark.parametrize(("rc", "expected"), [(0, 0), (1, 1), (5, 1)])
+def test_no_test_run_is_a_failure(tmp_path, rc, expected):
+    got, stderr, _ = run_script(tmp_path, rc=rc)
+    assert got == expected
+    assert ("no test ran" in stderr) == (rc == 5)
+
+
+@pytest.mark.parametrize(("quick", "full", "drawn"), [(False, 150, 150), (True, 150, 37), (True, 60, 25)])
+def test_the_quick_tier_draws_a_quarter_and_at_least_25(monkeypatch, quick, full, drawn):
+    monkeypatch.setattr(budget, "QUICK", quick)
+    assert budget.examples(full) == drawn

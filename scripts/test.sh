@@ -31,6 +31,15 @@ for arg in "$@"; do
   fi
 done
 bash scripts/bootstrap.sh || exit 1
+# The user tests/unit/test_controller_script.py runs controller.sh as (as root, the suite cannot
+# see what a user sees), made here, before any simulated Mac is up: useradd replaces the machine's
+# /etc/passwd and /etc/group, and a simulated Mac up at that moment loses its own copies of them
+# (bound over the old files), so ssh to it is refused (tests/simcluster/README.md, /etc/passwd).
+test_user=mlxc-controller
+if [[ $(id -u) -eq 0 ]] && ! id "$test_user" >/dev/null 2>&1 && command -v useradd >/dev/null; then
+  useradd --create-home --shell /bin/bash "$test_user" ||
+    echo "test.sh: could not make the user $test_user (the controller test makes it, or skips)" >&2
+fi
 export PATH="$here/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$here/ansible.cfg"
 # Compiled tests are kept (__pycache__, ignored by git), whatever the shell says: each worker

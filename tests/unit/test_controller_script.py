@@ -30,7 +30,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "controller.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-TEST_USER = "mlxc-controller"  # made with useradd when the suite runs as root
+TEST_USER = "mlxc-controller"  # made by scripts/test.sh before the suite (else here) when it runs as root
 
 
 def _code(path):
@@ -188,7 +188,8 @@ def test_stamp_covers(tmp_path, stamp, hash_, set_, covers):
 
 
 def _user():
-    """The user to run as: this one when it is not root, else TEST_USER (made if missing)."""
+    """The user to run as: this one when it is not root, else TEST_USER (made if missing: only when
+    the suite is run without scripts/test.sh, which makes it before any simulated Mac is up)."""
     if os.geteuid() != 0:
         return pwd.getpwuid(os.geteuid())
     try:

@@ -38,6 +38,8 @@ def run_script(tmp_path, *args, rc=0, tier="quick"):
     # the shell it runs from says to draw fewer cases and write no bytecode: the script decides
     env = dict(os.environ, FAKE_LOG=str(log), FAKE_RC=str(rc), MLXC_TEST_TIER=tier, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
+    # no sbin: the script's useradd of the controller test's user (when it is missing) is not for here
+    env["PATH"] = "/usr/bin:/bin"
     out = subprocess.run(
         ["bash", str(tmp_path / "scripts" / "test.sh"), *args], env=env, capture_output=True, text=True, timeout=60
     )

@@ -16,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def validate(tmp_path, hosts, extravars):
+def validate(tmp_path, hosts, extravars, *options):
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts}}))
     env = dict(
@@ -29,6 +29,7 @@ def validate(tmp_path, hosts, extravars):
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
     for k, v in extravars.items():
         argv += ["-e", json.dumps({k: v})]
+    argv += options
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
@@ -73,3 +74,25 @@ def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path)
         assert fragment in " ".join(out.split()), out[-3000:]
     assert "benchmark_python" not in out
     assert "mlx_cluster_facts" not in out and "Discover" not in out  # stopped before contacting any Mac
+
+
+def test_a_limit_leaving_macs_out_is_refused_naming_them(tmp_path):
+    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2, 3)}
+    res = validate(tmp_path, hosts, {}, "--limit", "m1")
+    assert res.returncode != 0
+    assert "--limit m1 leaves m2, m3 of 'mac_cluster' out of the run" in res.stdout, res.stdout
+    assert "run without --limit" in res.stdout
+
+
+def test_a_limit_naming_every_mac_is_no_limit(tmp_path):
+    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
+    res = validate(tmp_path, hosts, {}, "--limit", "mac_cluster")
+    # validate passes; discovery then finds no Mac at these addresses
+    assert checked(res) == "ok: [m1]", res.stdout
+    assert "leaves" not in res.stdout
+
+
+def checked(res):
+    """The last line of the validate task's output."""
+    check = res.stdout.split("TASK [mlx_cluster : Check the inventory and the cluster-wide settings]")[1]
+    return check.split("TASK [")[0].strip().splitlines()[-1]

@@ -69,7 +69,17 @@ def test_no_test_run_is_a_failure(tmp_path, rc, expected):
     assert ("no test ran" in stderr) == (rc == 5)
 
 
-@pytest.mark.parametrize(("quick", "full", "drawn"), [(False, 150, 150), (True, 150, 37), (True, 60, 25)])
-def test_the_quick_tier_draws_a_quarter_and_at_least_25(monkeypatch, quick, full, drawn):
+@pytest.mark.parametrize(
+    ("quick", "full", "drawn"), [(False, 150, 150), (True, 150, 37), (True, 60, 25), (True, 10, 10)]
+)
+def test_the_quick_tier_draws_a_quarter_at_least_25_never_more_than_all(monkeypatch, quick, full, drawn):
     monkeypatch.setattr(budget, "QUICK", quick)
     assert budget.examples(full) == drawn
+
+
+def test_the_script_makes_the_controller_tests_user():
+    """test.sh makes the user test_controller_script.py runs as, before any simulated Mac is up:
+    one name in both places."""
+    from tests.unit.test_controller_script import TEST_USER
+
+    assert f"\ntest_user={TEST_USER}\n" in (ROOT / "scripts" / "test.sh").read_text()

@@ -81,11 +81,16 @@ PY
 # all: every stage; net_check: the collective check, which is opt-in (tagged never)
 ansible-playbook site.yml -i "$state/inventory.yml" -e "@$state/sim_vars.json" --tags all,net_check "$@"
 
-python - "$state/artifacts" <<'PY'
+# a dry run writes no artifacts: what is in the state directory is an earlier run's, not this one's
+dry=0
+for arg in "$@"; do case "$arg" in --check | -C*) dry=1 ;; esac; done
+python - "$state/artifacts" "$dry" <<'PY'
 import json, os, sys
-art = sys.argv[1]
-if not os.path.exists(os.path.join(art, "plan.json")):  # a dry run of a cluster not configured yet
+art, dry = sys.argv[1], sys.argv[2] == "1"
+if dry or not os.path.exists(os.path.join(art, "plan.json")):
     print("\n== plan ==\nnone written (a dry run changes nothing: the plan is in its output above)")
+    if dry and os.path.exists(os.path.join(art, "plan.json")):
+        print(f"(the results of an earlier run, not this one, are in {art})")
     sys.exit(0)
 plan = json.load(open(os.path.join(art, "plan.json")))
 topo = plan["topology"]

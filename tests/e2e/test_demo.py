@@ -31,12 +31,19 @@ def demo(state, *args):
 def test_demo_dry_runs_then_runs_the_whole_main_job(tmp_path):
     state = tmp_path / "demo-pair"
     try:
-        # the dry run first, on Macs never configured, with the demo's model and benchmark
+        # the dry run first, on Macs never configured, with the demo's model and benchmark; the
+        # state directory holds an earlier cluster's plan, which the dry run must not print as its own
+        (state / "artifacts").mkdir(parents=True)
+        earlier = '{"hosts": ["old1", "old2"], "topology": {}, "ip_plan": {"cables": {}}}'
+        (state / "artifacts" / "plan.json").write_text(earlier)
         dry = demo(state, "--check", "--diff")
         assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-2000:]
         assert "failed=0" in dry.stdout and "unreachable=0" in dry.stdout
         assert "none written (a dry run changes nothing" in dry.stdout
-        assert not (state / "artifacts" / "plan.json").exists()
+        assert f"the results of an earlier run, not this one, are in {state / 'artifacts'}" in dry.stdout
+        summary = dry.stdout.split("== plan ==", 1)[1]  # (the diff above shows plan.json's old text)
+        assert "old1" not in summary and "== benchmark ==" not in summary
+        assert (state / "artifacts" / "plan.json").read_text() == earlier
         res = demo(state)  # brings the simulated cluster up again: fresh Macs
         out = res.stdout
         assert res.returncode == 0, out[-4000:] + res.stderr[-2000:]

@@ -116,7 +116,7 @@ SLEEPER = "import time\nwhile True:\n    time.sleep(0.001)\n"
 INIT_TIMEOUT = 60
 TIMEOUT = 600
 ENV = ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"]  # the role's, MLX_METAL_FAST_SYNCH off (default)
-LAUNCH_TASK = "TASK [benchmark : Run the benchmark with mlx.launch (bounded in time)]"
+LAUNCH_TASK = "TASK [mlx.cluster.benchmark : Run the benchmark with mlx.launch (bounded in time)]"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUN_ID_CHARS = string.ascii_lowercase + string.digits
 DISTS = ("ansible-core", "mlx", "mlx-lm")  # versions in the Machine section

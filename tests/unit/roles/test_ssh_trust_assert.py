@@ -17,7 +17,7 @@ PLAY = """
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: ssh_trust
+        name: mlx.cluster.ssh_trust
       vars:
         ssh_trust_sources: [localhost]
         ssh_trust_receive_dir: "{receive_dir}"

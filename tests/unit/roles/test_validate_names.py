@@ -16,21 +16,26 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def validate(tmp_path, hosts, extravars, *options):
+def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", cwd=ROOT):
+    """`ansible-playbook <ROOT>/site.yml --tags validate` run in `cwd`, reading `config` (None: no
+    ANSIBLE_CONFIG, so ./ansible.cfg of `cwd` or Ansible's own defaults)."""
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts}}))
     env = dict(
         os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
         ANSIBLE_HOME=str(tmp_path / "ansible-home"),
         NO_COLOR="1",
         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
     )
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inv), "--tags", "validate"]
+    env.pop("ANSIBLE_CONFIG", None)
+    if config is not None:
+        env["ANSIBLE_CONFIG"] = str(config)
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "site.yml"), "-i", str(inv)]
+    argv += ["--tags", "validate"]
     for k, v in extravars.items():
         argv += ["-e", json.dumps({k: v})]
     argv += options
-    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 
 def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path):
@@ -92,7 +97,37 @@ def test_a_limit_naming_every_mac_is_no_limit(tmp_path):
     assert "leaves" not in res.stdout
 
 
+def test_a_run_started_elsewhere_parses_and_names_the_toolkits_ansible_cfg(tmp_path):
+    """From another directory Ansible reads no ansible.cfg of ours: the roles are still found (by
+    FQCN, through the collections/ beside site.yml), and validate says which file to read."""
+    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = validate(tmp_path, hosts, {}, config=None, cwd=elsewhere)
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "was not found" not in res.stdout + res.stderr, res.stderr[-2000:]
+    assert f"not from mlx-cluster's own {ROOT.resolve() / 'ansible.cfg'}" in out, res.stdout[-3000:]
+    assert f"cd {ROOT.resolve()} and run again, or export ANSIBLE_CONFIG={ROOT.resolve() / 'ansible.cfg'}" in out
+    assert "Discover" not in res.stdout  # stopped before contacting any Mac
+
+
+def test_another_ansible_cfg_is_named(tmp_path):
+    other = tmp_path / "mine.cfg"
+    other.write_text("[defaults]\ncollections_path = %s\n" % (ROOT / "collections"))
+    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
+    res = validate(tmp_path, hosts, {}, config=other)
+    assert res.returncode != 0
+    assert f"ansible-playbook read its settings from {other}, not from" in " ".join(res.stdout.split()), res.stdout
+
+
+def test_the_toolkits_own_ansible_cfg_from_another_directory_is_fine(tmp_path):
+    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
+    res = validate(tmp_path, hosts, {}, cwd=tmp_path)
+    assert checked(res) == "ok: [m1]", res.stdout[-3000:]
+
+
 def checked(res):
     """The last line of the validate task's output."""
-    check = res.stdout.split("TASK [mlx_cluster : Check the inventory and the cluster-wide settings]")[1]
+    check = res.stdout.split("TASK [mlx.cluster.mlx_cluster : Check the inventory and the cluster-wide settings]")[1]
     return check.split("TASK [")[0].strip().splitlines()[-1]

@@ -127,8 +127,10 @@ def preflight(facts_by_host, links=None, topology=None, settings=None, ip_plan=N
         problems.extend(_update_problems(h, f))
         problems.extend(_cluster_dir_problems(h, f))
 
-    problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning"))
-    problems.extend(_stale_links(facts_by_host, cabled, (ip_plan or {}).get("pool")))
+    held = _pool_addresses(facts_by_host, (ip_plan or {}).get("pool"))
+    problems.extend(_link_problems(links or {}, rdma_sev if s["rdma_wanted"] else "warning", held))
+    external = {(e.get("host"), e.get("iface")) for e in (links or {}).get("external") or []}
+    problems.extend(_stale_links(facts_by_host, cabled, held, external))
     problems.extend(_unaddressed_cables(facts_by_host, ip_plan))
     if topology and not topology.get("backend"):
         problems.append(
@@ -324,7 +326,9 @@ def _cluster_dir_problems(host, f):
     ]
 
 
-def _link_problems(links, slow_sev):
+def _link_problems(links, slow_sev, held=None):
+    """The planner's wiring findings; `held` ({(host, iface): [address]}, _pool_addresses) names
+    the cluster address a port cabled to a Mac outside the inventory still holds."""
     out = []
     for p in links.get("problems") or []:
         out.append(
@@ -349,13 +353,22 @@ def _link_problems(links, slow_sev):
             )
         )
     for e in links.get("external") or []:
+        port = f"{e.get('host')}:{e.get('iface')}"
+        kept = (held or {}).get((e.get("host"), e.get("iface")))
         out.append(
             _p(
                 "warning",
                 "wiring",
                 e.get("host"),
-                f"{e.get('host')}:{e.get('iface')} is cabled to a Mac not in the inventory ({e.get('peer_name')})",
-                "add that Mac to the inventory or unplug the cable",
+                f"{port} is cabled to a Mac not in the inventory ({e.get('peer_name')})"
+                + (
+                    f"; it still has the cluster address {kept[0]}/30 from when that Mac was in the cluster, "
+                    "which the network stage leaves as it is while the cable is plugged in"
+                    if kept
+                    else ""
+                ),
+                "add that Mac to the inventory or unplug the cable"
+                + (f" (the next network stage then removes {port}'s old address)" if kept else ""),
                 e.get("iface"),
             )
         )
@@ -388,16 +401,37 @@ def _link_problems(links, slow_sev):
     return out
 
 
-def _stale_links(facts_by_host, cabled, pool):
-    """Ports that still hold a cluster address but no longer have a cable: unplugged or moved.
-
-    The address's /30 partner, when another host still has it, names the old peer.
-    """
+def _pool_addresses(facts_by_host, pool):
+    """{(host, iface): [address]}: the /30 addresses from the cluster's `pool` each port holds
+    (none anywhere: a cluster never configured)."""
     if not pool:
-        return []
+        return {}
     try:
         pool = ipaddress.ip_network(pool, strict=False)
-    except ValueError:
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for h in sorted(facts_by_host):
+        for iface, info in sorted((facts_by_host[h].get("interfaces") or {}).items()):
+            for a in info.get("ipv4") or []:
+                try:
+                    addr = ipaddress.ip_address(a.get("address"))
+                    prefix = int(a.get("prefix", 32))
+                except (TypeError, ValueError):
+                    continue
+                if addr in pool and prefix == 30:
+                    out.setdefault((h, iface), []).append(str(addr))
+    return out
+
+
+def _stale_links(facts_by_host, cabled, held, external=()):
+    """Ports that still hold a cluster address but no longer have a cable: unplugged or moved.
+
+    `held` is _pool_addresses(); a port cabled to a Mac outside the inventory (`external`, as
+    (host, iface)) has a cable, and its own warning says what it holds. The address's /30
+    partner, when another host still has it, names the old peer.
+    """
+    if not held:
         return []
     owners = {}
     for h, f in facts_by_host.items():
@@ -405,33 +439,26 @@ def _stale_links(facts_by_host, cabled, pool):
             for a in info.get("ipv4") or []:
                 owners[a.get("address")] = (h, iface)
     out = []
-    for h in sorted(facts_by_host):
-        for iface, info in sorted((facts_by_host[h].get("interfaces") or {}).items()):
-            if iface in cabled.get(h, set()):
-                continue
-            for a in info.get("ipv4") or []:
-                try:
-                    addr = ipaddress.ip_address(a.get("address"))
-                    net = ipaddress.ip_network(f"{addr}/{int(a.get('prefix', 32))}", strict=False)
-                except (TypeError, ValueError):
-                    continue
-                if addr not in pool or net.prefixlen != 30:
-                    continue
-                partner = [str(x) for x in net.hosts() if x != addr]
-                peer = owners.get(partner[0]) if partner else None
-                was = f" (it was the cable to {peer[0]}:{peer[1]})" if peer and peer[0] != h else ""
-                out.append(
-                    _p(
-                        "warning",
-                        "stale_link",
-                        h,
-                        f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
-                        f"{was}: unplugged or moved",
-                        f"plug the cable back into {h}:{iface}, or run the network stage: it plans the "
-                        f"new wiring and removes the old address",
-                        iface,
-                    )
+    for (h, iface), addrs in sorted(held.items()):
+        if iface in cabled.get(h, set()) or (h, iface) in external:
+            continue
+        for addr in addrs:
+            net = ipaddress.ip_network(f"{addr}/30", strict=False)
+            partner = [str(x) for x in net.hosts() if str(x) != addr]
+            peer = owners.get(partner[0]) if partner else None
+            was = f" (it was the cable to {peer[0]}:{peer[1]})" if peer and peer[0] != h else ""
+            out.append(
+                _p(
+                    "warning",
+                    "stale_link",
+                    h,
+                    f"{h}:{iface} still has the cluster address {addr}/30 but no cable is seen on it"
+                    f"{was}: unplugged or moved",
+                    f"plug the cable back into {h}:{iface}, or run the network stage: it plans the "
+                    f"new wiring and removes the old address",
+                    iface,
                 )
+            )
     return out
 
 
@@ -455,24 +482,6 @@ def dropped_out(ip_plan, hosts):
             f"left as they are."
         )
     return lines
-
-
-def _pool_addresses(facts_by_host, pool):
-    """Every /30 address inside the pool on any host: the cluster was configured before."""
-    try:
-        pool = ipaddress.ip_network(pool, strict=False)
-    except (TypeError, ValueError):
-        return []
-    out = []
-    for f in facts_by_host.values():
-        for info in (f.get("interfaces") or {}).values():
-            for a in info.get("ipv4") or []:
-                try:
-                    if ipaddress.ip_address(a.get("address")) in pool and int(a.get("prefix", 32)) == 30:
-                        out.append(a.get("address"))
-                except (TypeError, ValueError):
-                    continue
-    return out
 
 
 def _unaddressed_cables(facts_by_host, ip_plan):

@@ -213,6 +213,40 @@ def test_unplugged_cable_is_named_by_its_stale_address():
     assert preflight({"m1": m1, "m2": m2}, LINKS, ip_plan={"pool": "10.209.0.0/16"}) == []
 
 
+def test_a_mac_taken_out_of_the_inventory_leaves_one_true_warning_per_port():
+    """m3 was in the cluster and is taken out of the inventory, its cables still plugged in: each
+    port cabled to it says so once, with the cluster address it still holds and what removes it
+    (not "no cable is seen": there is one)."""
+    m1, m2 = host_facts(devices=("en2", "en4")), host_facts(devices=("en2", "en4"))
+    m1["interfaces"] = {
+        "en2": {"ipv4": [{"address": "10.208.7.1", "prefix": 30}]},
+        "en4": {"ipv4": [{"address": "10.208.9.1", "prefix": 30}]},
+    }
+    m2["interfaces"] = {"en2": {"ipv4": [{"address": "10.208.7.2", "prefix": 30}]}, "en4": {"ipv4": []}}
+    links = dict(
+        LINKS,
+        external=[
+            {"host": "m1", "iface": "en4", "peer_name": "Mac Studio"},
+            {"host": "m2", "iface": "en4", "peer_name": "Mac Studio"},
+        ],
+    )
+    probs = preflight({"m1": m1, "m2": m2}, links, ip_plan={"pool": "10.208.0.0/16"})
+    assert only(probs, "stale_link") == []
+    wiring = {p["host"]: p for p in only(probs, "wiring")}
+    assert sorted(wiring) == ["m1", "m2"]
+    assert wiring["m1"]["msg"] == (
+        "m1:en4 is cabled to a Mac not in the inventory (Mac Studio); it still has the cluster address "
+        "10.208.9.1/30 from when that Mac was in the cluster, which the network stage leaves as it is "
+        "while the cable is plugged in"
+    )
+    assert wiring["m1"]["fix"] == (
+        "add that Mac to the inventory or unplug the cable (the next network stage then removes m1:en4's old address)"
+    )
+    # a port that holds nothing of the cluster's: the warning as it was
+    assert wiring["m2"]["msg"] == "m2:en4 is cabled to a Mac not in the inventory (Mac Studio)"
+    assert wiring["m2"]["fix"] == "add that Mac to the inventory or unplug the cable"
+
+
 def moved_plan(kept):
     """m1's end of the m1-m2 cable moved from en2 to en4: the plan has the new cable."""
     return {

@@ -377,6 +377,23 @@ def test_each_mac_has_its_own_home_and_tmp(sim_cluster):
 
 
 @pytest.mark.sim
+def test_the_macs_etc_is_the_clusters_copy_not_this_machines(sim_cluster):
+    """A file of this machine's /etc made or replaced while the cluster is up (useradd renames a
+    new /etc/passwd over the old one) does not reach the Macs, which keep their own users (a
+    bind straight over the machine's /etc/passwd was lost that way: ssh then refused every key)."""
+    c = sim_cluster("pair")
+    probe = Path("/etc") / f"mlxsim-probe-{os.getpid()}-{time.monotonic_ns()}"
+    probe.write_text("the machine's\n")
+    try:
+        r = c.ssh("m1", f"cat {probe}; head -1 /etc/passwd")
+        assert "the machine's" not in r.stdout and "No such file" in r.stderr, r.stdout + r.stderr
+        assert r.stdout.startswith("admin:x:0:0:"), r.stdout
+    finally:
+        probe.unlink()
+    assert c.ssh("m1", "true").returncode == 0
+
+
+@pytest.mark.sim
 def test_no_ssh_trust_the_toolkit_did_not_make(sim_cluster):
     """As on real Macs: ~/.ssh holds only the controller's key in authorized_keys; a Mac has no
     key to log into another Mac with and knows no other Mac's host key."""

@@ -34,6 +34,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -325,6 +326,29 @@ def cleanup(dry_run=False, include_unlabeled=True) -> list[str]:
                 _run([_ip(), "netns", "del", ns], check=False)
         removed += namespaces
     return removed
+
+
+def _snapshot_etc(dest):
+    """Copy /etc into `dest` (made again): directories, regular files and symbolic links as they
+    are; sockets, pipes and devices left out (none is read through /etc on a Mac)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for top, dirs, files in os.walk("/etc"):
+        rel = os.path.relpath(top, "/etc")
+        there = dest if rel == "." else dest / rel
+        there.mkdir(parents=True, exist_ok=True)
+        shutil.copystat(top, there)
+        for name in dirs + files:
+            src, dst = os.path.join(top, name), there / name
+            try:
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), dst)
+                    if name in dirs:
+                        dirs.remove(name)  # (os.walk does not follow it anyway)
+                elif stat.S_ISREG(st.st_mode):
+                    shutil.copy2(src, dst)
+            except FileNotFoundError:  # gone since it was listed
+                continue
 
 
 class SimCluster:
@@ -690,6 +714,11 @@ class SimCluster:
         (st / "resolv.conf").write_text(
             "# simulated Mac cluster: no DNS server on this LAN\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
         )
+        # the Macs' /etc: a copy of this machine's, taken now (hostinit binds it as a directory,
+        # then the files above over its entries): a file of this machine's /etc replaced while
+        # the cluster is up (useradd renames a new /etc/passwd over the old one) leaves the Macs'
+        # view as it was, where a file bound straight over /etc/passwd would be lost
+        _snapshot_etc(st / "etc")
 
         # The controller's side, as a real user's machine has it after README step 1: the
         # Macs' host keys accepted under the addresses it reaches them by (`ssh admin@ADDR

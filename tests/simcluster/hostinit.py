@@ -20,6 +20,8 @@ Private view (all mounts live only in this host's mount namespace):
   the Mac must still see (the state dir, the Python environment, the repository) are
   bound back at the same place, the Python environment read-only
 - /run, /dev/shm <- tmpfs (sshd's privilege separation directory is /run/sshd)
+- /etc <- <state>/etc, a copy of this machine's taken when the cluster is made (a file of
+  the machine's /etc replaced later, as useradd replaces /etc/passwd, does not reach the Macs)
 - /etc/group <- a copy where gid 0 is `wheel` (macOS's name for it; no group `root`)
 - /etc/passwd <- a copy with the Mac's `admin` user (uid 0, home /srv/admin) first and
   root's home at /srv/root, so sshd starts sessions in the Mac's home and ~ means the same
@@ -128,6 +130,10 @@ def setup(state, host, cfg):
     for site_dir, replacement in cfg.get("site_packages", {}).get("replace", {}).items():
         if os.path.isdir(site_dir) and os.path.isdir(replacement):
             bind(replacement, site_dir, readonly=True)
+    # /etc: the cluster's copy of this machine's (SimCluster._snapshot_etc), so the files bound
+    # below sit on the copy's entries, which nothing renames over while the cluster is up
+    if os.path.isdir(os.path.join(state, "etc")):
+        bind(os.path.join(state, "etc"), "/etc")
     if os.path.isfile("/etc/pip.conf"):
         bind(os.path.join(state, "empty.conf"), "/etc/pip.conf", readonly=True)
     if os.path.isdir("/etc/xdg/pip"):

@@ -11,16 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", cwd=ROOT):
+def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", cwd=ROOT, group="mac_cluster"):
     """`ansible-playbook <ROOT>/site.yml --tags validate` run in `cwd`, reading `config` (None: no
-    ANSIBLE_CONFIG, so ./ansible.cfg of `cwd` or Ansible's own defaults)."""
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump({"mac_cluster": {"hosts": hosts}}))
+    ANSIBLE_CONFIG, so ./ansible.cfg of `cwd` or Ansible's own defaults), over an inventory of
+    `hosts` under `group` (None: under no group)."""
+    inv = tmp_path / "inventory" / "hosts.yml"
+    inv.parent.mkdir(exist_ok=True)
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}} if group is None else {group: {"hosts": hosts}}))
     env = dict(
         os.environ,
         ANSIBLE_HOME=str(tmp_path / "ansible-home"),
@@ -30,7 +33,7 @@ def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", 
     env.pop("ANSIBLE_CONFIG", None)
     if config is not None:
         env["ANSIBLE_CONFIG"] = str(config)
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "site.yml"), "-i", str(inv)]
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "site.yml"), "-i", str(inv.parent)]
     argv += ["--tags", "validate"]
     for k, v in extravars.items():
         argv += ["-e", json.dumps({k: v})]
@@ -125,6 +128,42 @@ def test_the_toolkits_own_ansible_cfg_from_another_directory_is_fine(tmp_path):
     hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
     res = validate(tmp_path, hosts, {}, cwd=tmp_path)
     assert checked(res) == "ok: [m1]", res.stdout[-3000:]
+
+
+TWO = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
+
+
+@pytest.mark.parametrize(
+    "group, others",
+    [("macs", "macs (m1, m2)"), (None, "ungrouped (m1, m2)")],
+    ids=["another-group", "no-group"],
+)
+def test_an_inventory_without_the_clusters_group_is_named_not_a_run_that_does_nothing(tmp_path, group, others):
+    """Every play runs on the group: without it each matched no host and the run ended "ok"."""
+    res = validate(tmp_path, TWO, {}, group=group)
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert (
+        f"no Mac is in the group 'mac_cluster', the one every stage runs on (the inventory's groups: {others})" in out
+    )
+    assert "or name your own group on the command line: -e mlx_cluster_group=<group>" in out
+
+
+def test_the_group_named_in_inventory_variables_is_refused_naming_the_fix(tmp_path):
+    """group_vars/all: the plays choose their hosts before inventory variables are read."""
+    (tmp_path / "inventory" / "group_vars").mkdir(parents=True)
+    (tmp_path / "inventory" / "group_vars" / "all.yml").write_text("mlx_cluster_group: macs\n")
+    res = validate(tmp_path, TWO, {}, group="macs")
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "mlx_cluster_group is 'macs' in the inventory's variables, but the plays choose their Macs before" in out
+    assert "ran on none of m1, m2. Fix: name the group on the command line, -e mlx_cluster_group=macs" in out
+
+
+def test_a_group_named_on_the_command_line_is_the_clusters(tmp_path):
+    res = validate(tmp_path, TWO, {"mlx_cluster_group": "macs"}, group="macs")
+    assert checked(res) == "ok: [m1]", res.stdout[-3000:]
+    assert "no Mac is in the group" not in res.stdout
 
 
 def checked(res):

@@ -331,6 +331,13 @@ def mlx_play_hosts(hosts, play_tags, run_tags=("all",), skip_tags=()):
         raise AnsibleFilterError("mlx_play_hosts: %s" % exc.message) from exc
 
 
+def mlx_unknown_tags(run_tags, skip_tags=()):
+    """planner.unknown_tags: the messages for tags no stage has."""
+    if not isinstance(run_tags, (list, tuple)) or not isinstance(skip_tags or [], (list, tuple)):
+        raise AnsibleFilterError("mlx_unknown_tags: expects ansible_run_tags and ansible_skip_tags as lists")
+    return planner.unknown_tags(run_tags, skip_tags)
+
+
 def mlx_port_endpoints(hostfile, starting_port=None):
     port = mlx_ports.STARTING_PORT if starting_port is None else starting_port
     try:
@@ -375,6 +382,7 @@ class FilterModule:
             "mlx_dropped_out": mlx_dropped_out,
             "mlx_links_in_place": mlx_links_in_place,
             "mlx_play_hosts": mlx_play_hosts,
+            "mlx_unknown_tags": mlx_unknown_tags,
             "mlx_files_differ": mlx_files_differ,
             "mlx_memory_fit": mlx_memory_fit,
             "mlx_model_split": mlx_model_split,

@@ -66,6 +66,54 @@ STAGE_NEEDS = {
 }
 
 
+# The tags a run may name with --tags / --skip-tags: each play's own (playbooks/*.yml; a unit
+# test holds the two lists equal), `validate` (no stage: validate, discovery and the report,
+# which every run does) and Ansible's own.
+STAGE_TAGS = (
+    "validate",
+    "capture",
+    "preflight",
+    "rdma_check",
+    "power",
+    "network",
+    "hostfile",
+    "env",
+    "port_check",
+    "models",
+    "benchmark",
+    "net_check",
+    "server",
+    "server_stop",
+    "server_status",
+    "ssh_trust_remove",
+)
+ANSIBLE_TAGS = ("all", "tagged", "untagged", "always", "never")
+
+
+def unknown_tags(run_tags=("all",), skip_tags=()):
+    """Messages for the tags of --tags / --skip-tags (ansible_run_tags, ansible_skip_tags) that
+    no play has: a misspelt --tags runs no stage, a misspelt --skip-tags skips nothing."""
+    known = set(STAGE_TAGS) | set(ANSIBLE_TAGS)
+    out = []
+    for option, tags, what in (
+        ("--tags", run_tags, "so it selects no stage"),
+        ("--skip-tags", skip_tags, "so it skips nothing"),
+    ):
+        unknown = [t for t in (tags or ()) if isinstance(t, str) and t not in known]
+        if unknown:
+            out.append(
+                "%s %s: no stage has %s, %s (check the spelling; the stages' tags: %s)"
+                % (
+                    option,
+                    ",".join(unknown),
+                    "that tag" if len(unknown) == 1 else "these tags",
+                    what,
+                    ", ".join(STAGE_TAGS),
+                )
+            )
+    return out
+
+
 def stage_runs(play_tags, run_tags=("all",), skip_tags=()):
     """Whether this run's tag selection (ansible_run_tags, ansible_skip_tags) runs the tasks of
     a play tagged `play_tags`, by Ansible's own rule (`never` only when named, `always` always,

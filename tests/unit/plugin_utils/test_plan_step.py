@@ -291,6 +291,24 @@ def test_every_stage_of_the_table_is_a_play_and_its_tags():
     assert set(planner.STAGE_NEEDS) <= plays
 
 
+def test_the_tags_a_run_may_name_are_the_plays_own():
+    tags = set()
+    for play_file in (ROOT / "playbooks").glob("*.yml"):
+        for play in yaml.safe_load(play_file.read_text()):
+            tags |= set(play.get("tags") or [])
+    assert set(planner.STAGE_TAGS) == (tags - set(planner.ANSIBLE_TAGS)) | {"validate"}
+    assert len(planner.STAGE_TAGS) == len(set(planner.STAGE_TAGS))
+
+
+def test_a_misspelt_tag_is_named_with_what_it_would_have_done():
+    assert planner.unknown_tags(["rdma_check", "all"], ["never", "capture"]) == []
+    (msg,) = planner.unknown_tags(["rdma_chek", "network"])
+    assert msg.startswith("--tags rdma_chek: no stage has that tag, so it selects no stage (check the spelling; ")
+    assert "rdma_check, power, network" in msg
+    (msg,) = planner.unknown_tags(["all"], ["modles", "benchmrk", "env"])
+    assert msg.startswith("--skip-tags modles,benchmrk: no stage has these tags, so it skips nothing")
+
+
 # ---- each fact once: the YAML that cannot import the table is checked against it ----------
 
 

@@ -166,6 +166,17 @@ def test_a_group_named_on_the_command_line_is_the_clusters(tmp_path):
     assert "no Mac is in the group" not in res.stdout
 
 
+def test_a_misspelt_tag_stops_the_run_before_any_mac_is_contacted(tmp_path):
+    """A --tags no play has would run only what every run does and end "ok"."""
+    res = validate(tmp_path, TWO, {}, "--tags", "rdma_chek", "--skip-tags", "modles")
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "--tags validate,rdma_chek: no stage has" not in out  # (validate is a stage's tag)
+    assert "--tags rdma_chek: no stage has that tag, so it selects no stage" in out, res.stdout[-3000:]
+    assert "--skip-tags modles: no stage has that tag, so it skips nothing" in out
+    assert "Discover" not in res.stdout
+
+
 def checked(res):
     """The last line of the validate task's output."""
     check = res.stdout.split("TASK [mlx.cluster.mlx_cluster : Check the inventory and the cluster-wide settings]")[1]

@@ -331,24 +331,20 @@ def cleanup(dry_run=False, include_unlabeled=True) -> list[str]:
 def _snapshot_etc(dest):
     """Copy /etc into `dest` (made again): directories, regular files and symbolic links as they
     are; sockets, pipes and devices left out (none is read through /etc on a Mac)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    for top, dirs, files in os.walk("/etc"):
-        rel = os.path.relpath(top, "/etc")
-        there = dest if rel == "." else dest / rel
-        there.mkdir(parents=True, exist_ok=True)
-        shutil.copystat(top, there)
-        for name in dirs + files:
-            src, dst = os.path.join(top, name), there / name
+
+    def not_plain(top, names):
+        out = []
+        for name in names:
             try:
-                st = os.lstat(src)
-                if stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(src), dst)
-                    if name in dirs:
-                        dirs.remove(name)  # (os.walk does not follow it anyway)
-                elif stat.S_ISREG(st.st_mode):
-                    shutil.copy2(src, dst)
+                mode = os.lstat(os.path.join(top, name)).st_mode
             except FileNotFoundError:  # gone since it was listed
-                continue
+                mode = 0
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                out.append(name)
+        return out
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree("/etc", dest, symlinks=True, ignore=not_plain)
 
 
 class SimCluster:

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
+# two Macs at TEST-NET-1 addresses (192.0.2.0/24: nothing answers there)
+TWO = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
 
 
 def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", cwd=ROOT, group="mac_cluster"):
@@ -93,8 +95,7 @@ def test_a_limit_leaving_macs_out_is_refused_naming_them(tmp_path):
 
 
 def test_a_limit_naming_every_mac_is_no_limit(tmp_path):
-    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
-    res = validate(tmp_path, hosts, {}, "--limit", "mac_cluster")
+    res = validate(tmp_path, TWO, {}, "--limit", "mac_cluster")
     # validate passes; discovery then finds no Mac at these addresses
     assert checked(res) == "ok: [m1]", res.stdout
     assert "leaves" not in res.stdout
@@ -103,10 +104,9 @@ def test_a_limit_naming_every_mac_is_no_limit(tmp_path):
 def test_a_run_started_elsewhere_parses_and_names_the_toolkits_ansible_cfg(tmp_path):
     """From another directory Ansible reads no ansible.cfg of ours: the roles are still found (by
     FQCN, through the collections/ beside site.yml), and validate says which file to read."""
-    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    res = validate(tmp_path, hosts, {}, config=None, cwd=elsewhere)
+    res = validate(tmp_path, TWO, {}, config=None, cwd=elsewhere)
     out = " ".join(res.stdout.split())
     assert res.returncode != 0
     assert "was not found" not in res.stdout + res.stderr, res.stderr[-2000:]
@@ -118,19 +118,14 @@ def test_a_run_started_elsewhere_parses_and_names_the_toolkits_ansible_cfg(tmp_p
 def test_another_ansible_cfg_is_named(tmp_path):
     other = tmp_path / "mine.cfg"
     other.write_text("[defaults]\ncollections_path = %s\n" % (ROOT / "collections"))
-    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
-    res = validate(tmp_path, hosts, {}, config=other)
+    res = validate(tmp_path, TWO, {}, config=other)
     assert res.returncode != 0
     assert f"ansible-playbook read its settings from {other}, not from" in " ".join(res.stdout.split()), res.stdout
 
 
 def test_the_toolkits_own_ansible_cfg_from_another_directory_is_fine(tmp_path):
-    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
-    res = validate(tmp_path, hosts, {}, cwd=tmp_path)
+    res = validate(tmp_path, TWO, {}, cwd=tmp_path)
     assert checked(res) == "ok: [m1]", res.stdout[-3000:]
-
-
-TWO = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2)}
 
 
 @pytest.mark.parametrize(

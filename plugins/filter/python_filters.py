@@ -3,7 +3,8 @@
 lock (python_env_require_hashes); and the
 toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
 name the venv's interpreter and, in validate, every setting plugin_utils/setting_names.py lists;
-and validate's check that no two inventory hosts reach the same Mac."""
+validate's check that no two inventory hosts reach the same Mac, and its warning for a variable
+with a role's prefix that no role reads (a misspelt setting)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,14 @@ def mlx_unsafe_settings(host_vars, hosts):
     return setting_names.problems(given)
 
 
+def mlx_unknown_settings(host_vars, hosts):
+    names = {host: list(mine) for host, mine in _each_host(host_vars, hosts, "mlx_unknown_settings")}
+    try:
+        return setting_names.unknown(names, setting_names.toolkit_names())
+    except (OSError, ValueError, AttributeError) as exc:  # a role's file unreadable or not YAML
+        raise AnsibleFilterError(f"mlx_unknown_settings: cannot read the roles' settings ({exc})") from exc
+
+
 def mlx_shared_targets(host_vars, hosts):
     by_target = {}
     for host, mine in _each_host(host_vars, hosts, "mlx_shared_targets"):
@@ -124,6 +133,7 @@ class FilterModule:
             "mlx_clt_stub": mlx_clt_stub,
             "mlx_unsafe_path": mlx_unsafe_path,
             "mlx_unsafe_settings": mlx_unsafe_settings,
+            "mlx_unknown_settings": mlx_unknown_settings,
             "mlx_shared_targets": mlx_shared_targets,
             "mlx_lock_problem": mlx_lock_problem,
             "mlx_pip_failure": mlx_pip_failure,

@@ -11,9 +11,20 @@ roles' defaults are safe, and each module checks again what it is given. mlx_clu
 (which may be under ~) is validate's own check; the settings checked where they are first used
 (the cluster key's forced command: ssh_trust_*) are not listed here. model_sync_dest is: a
 `site.yml` run reaches the models stage only after the network and env stages, minutes later.
+
+`unknown(names_by_host, toolkit_names())` names the variables the inventory or the command line
+set with a role's prefix (`model_sync_`, `benchmark_`, ...) that no role reads: a misspelt
+setting, which Ansible would otherwise ignore without a word, with the closest real one.
 """
 
 from __future__ import annotations
+
+import difflib
+import functools
+import re
+from pathlib import Path
+
+import yaml
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_component, unsafe_label, unsafe_path
 
@@ -63,4 +74,103 @@ def problems(values_by_host):
                 why, goes = unsafe_path(value, named), PATHS[setting]
             if why:
                 found.append("%s (it reaches %s)" % (why, goes) if goes else why)
+    return found
+
+
+# The collection's root: its roles/ (their argument specs, defaults and vars) and playbooks/.
+ROOT = Path(__file__).resolve().parents[2]
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when PyYAML has it
+_NAMES = ("register", "loop_var")  # a name
+_KEYS = ("set_fact", "ansible.builtin.set_fact", "vars")  # a mapping: its keys
+
+
+def _defined(node, found):
+    """Adds to `found` the names a task or play defines as it runs: register, set_fact's keys, vars'
+    keys, loop_var (nested blocks included)."""
+    if isinstance(node, list):
+        for item in node:
+            _defined(item, found)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in _NAMES and isinstance(value, str):
+                found.add(value)
+            elif key in _KEYS and isinstance(value, dict):
+                found.update(str(name) for name in value)
+            _defined(value, found)
+
+
+def _load(path):
+    """A YAML file's data, None when there is no such file."""
+    if not path.is_file():
+        return None
+    return yaml.load(path.read_text(), Loader=_LOADER)
+
+
+def _facts(path):
+    """The facts a module sets: the keys its RETURN documents under ansible_facts."""
+    found = re.search(r'^RETURN = r?"""(.*?)"""', path.read_text(), re.MULTILINE | re.DOTALL)
+    returned = (yaml.load(found.group(1), Loader=_LOADER) if found else None) or {}
+    return list((returned.get("ansible_facts") or {}).get("contains") or {})
+
+
+@functools.lru_cache(maxsize=4)
+def toolkit_names(root=ROOT):
+    """What the roles read, from the files that say it once: {"settings": {name: role} (each
+    role's meta/argument_specs.yml, defaults/main.yml, vars/main.yml), "internal": set of names
+    the roles and playbooks define as they run (and the facts the modules set), "prefixes":
+    {role + "_": role}}."""
+    root = Path(root)
+    settings, internal = {}, set()
+    roles = sorted(path for path in (root / "roles").iterdir() if (path / "tasks").is_dir())
+    for role in roles:
+        specs = _load(role / "meta" / "argument_specs.yml") or {}
+        for entry in (specs.get("argument_specs") or {}).values():
+            settings.update(dict.fromkeys((entry or {}).get("options") or {}, role.name))
+        for part in ("defaults", "vars"):
+            settings.update(dict.fromkeys(_load(role / part / "main.yml") or {}, role.name))
+        for path in sorted(role.glob("tasks/*.yml")) + sorted(role.glob("handlers/*.yml")):
+            _defined(_load(path), internal)
+    for path in sorted((root / "playbooks").glob("*.yml")):
+        _defined(_load(path), internal)
+    for path in sorted((root / "library").glob("*.py")):
+        internal.update(_facts(path))
+    return {"settings": settings, "internal": internal, "prefixes": {role.name + "_": role.name for role in roles}}
+
+
+def _closest(name, role, names):
+    """[the setting `name` most likely misspells], or []: among its role's settings, by the part
+    after the prefix (the prefix they share would make any two look alike), else any setting by
+    the whole name."""
+    prefix = role + "_"
+    mine = {setting[len(prefix) :]: setting for setting, owner in names["settings"].items() if owner == role}
+    near = difflib.get_close_matches(name[len(prefix) :], list(mine), n=1, cutoff=0.6)
+    return [mine[near[0]]] if near else difflib.get_close_matches(name, list(names["settings"]), n=1, cutoff=0.85)
+
+
+def unknown(names_by_host, names):
+    """{host: [variable name]} (as the inventory and the command line set them) and
+    toolkit_names() -> [warning], one per name with a role's prefix that no role reads, sorted,
+    naming the Macs when not all of them set it and the closest setting of the toolkit."""
+    hosts = list(names_by_host)
+    prefixes = sorted(names["prefixes"].items(), key=lambda item: -len(item[0]))  # the longest first
+    where = {}
+    for host in hosts:
+        for name in names_by_host[host] or ():
+            name = str(name)
+            role = next((role for prefix, role in prefixes if name.startswith(prefix)), None)
+            if role and name not in names["settings"] and name not in names["internal"]:
+                where.setdefault(name, (role, []))[1].append(host)
+    found = []
+    for name, (role, macs) in sorted(where.items()):
+        set_on = "every Mac" if len(macs) == len(hosts) else ", ".join(macs)
+        near = _closest(name, role, names)
+        hint = (
+            "did you mean %s?" % near[0]
+            if near
+            else "check its spelling against the settings of the role %s (roles/%s/README.md)" % (role, role)
+        )
+        found.append(
+            "%s (set for %s, in the inventory or with -e) is not a setting of mlx-cluster: no stage reads it, "
+            "so it changes nothing; %s" % (name, set_on, hint)
+        )
     return found

@@ -363,6 +363,10 @@ def run_site(
     # the run's private data (its event files, ansible's temp and control sockets): read, and
     # about 400 KB a run, 200 runs a suite, in /tmp for good otherwise
     shutil.rmtree(work, ignore_errors=True)
+    # every setting the suite gives (the lab's, the env stage's, each test's own) is one a role
+    # reads: validate's warning for a variable no stage reads would be a false one here
+    unread = [line for line in run.stdout.splitlines() if "is not a setting of mlx-cluster" in line]
+    assert not unread, f"validate warned about a setting the suite gives: {unread}"
     _profile(cluster, playbook, tags, check, started, run.events)
     if python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {}):
         keep_venv(cluster, run)

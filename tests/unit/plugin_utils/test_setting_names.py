@@ -1,15 +1,19 @@
-"""plugins/plugin_utils/setting_names.py and its filter mlx_unsafe_settings: the settings
+"""plugins/plugin_utils/setting_names.py and its filters: mlx_unsafe_settings, the settings
 validate checks against the toolkit's one rule for names (module_utils/mlx_files.py), each
-refused naming the setting, the value, the Macs that set it, the fix and where it goes."""
+refused naming the setting, the value, the Macs that set it, the fix and where it goes; and
+mlx_unknown_settings, the variables with a role's prefix that no role reads (a misspelt
+setting), each named with the Macs that set it and the closest setting."""
 
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
+import yaml
 from jinja2 import Undefined
 
-from ansible_collections.mlx.cluster.plugins.plugin_utils import setting_names
+from ansible_collections.mlx.cluster.plugins.plugin_utils import planner, setting_names
 from tests.unit.filter.controller import controller_imports
 
 SAFE = {
@@ -149,3 +153,96 @@ def test_two_hosts_that_reach_one_mac_are_named_and_ports_behind_one_address_are
         shared(host_vars, "m1")
     with pytest.raises(AnsibleFilterError, match="expects hostvars"):
         shared(host_vars, ["m9"])
+
+
+# --- variables with a role's prefix that no role reads (validate's warning) ---
+
+
+def _collection(root):
+    """A collection of one role, `demo`, and one module, as toolkit_names reads them."""
+    role = root / "roles" / "demo"
+    for part in ("tasks", "meta", "defaults", "vars"):
+        (role / part).mkdir(parents=True)
+    (role / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      demo_mode: {type: str}\n"
+        "  other:\n    options:\n      demo_trials: {type: int}\n"
+    )
+    (role / "defaults" / "main.yml").write_text("demo_timeout: 60\n")
+    (role / "vars" / "main.yml").write_text("demo_lock_path: /x\n")
+    (role / "tasks" / "main.yml").write_text(
+        "- block:\n"
+        "    - ansible.builtin.command: [true]\n      register: demo_probe\n"
+        "    - ansible.builtin.set_fact:\n        demo_seen: 1\n"
+        "  vars:\n    demo_here: 2\n"
+        "- ansible.builtin.debug: {msg: x}\n  loop: [1]\n  loop_control: {loop_var: demo_item}\n"
+    )
+    (root / "roles" / "notes").mkdir()  # no tasks/: not a role
+    (root / "playbooks").mkdir()
+    (root / "playbooks" / "p.yml").write_text("- hosts: all\n  vars:\n    demo_play: 1\n  tasks: []\n")
+    (root / "library").mkdir()
+    (root / "library" / "demo_facts.py").write_text(
+        'DOCUMENTATION = r"""\nmodule: demo_facts\n"""\n'
+        'RETURN = r"""\nansible_facts:\n  contains:\n    demo_facts_found:\n      type: dict\n"""\n'
+    )
+    return root
+
+
+def test_the_toolkits_names_come_from_the_roles_playbooks_and_modules_files(tmp_path):
+    names = setting_names.toolkit_names(_collection(tmp_path))
+    assert names["settings"] == dict.fromkeys(["demo_mode", "demo_trials", "demo_timeout", "demo_lock_path"], "demo")
+    assert names["internal"] == {"demo_probe", "demo_seen", "demo_here", "demo_item", "demo_play", "demo_facts_found"}
+    assert names["prefixes"] == {"demo_": "demo"}
+
+
+def test_a_name_no_role_reads_is_named_once_with_the_macs_that_set_it_and_the_closest_setting(tmp_path):
+    names = setting_names.toolkit_names(_collection(tmp_path))
+    given = {
+        "m1": ["demo_mdoe", "demo_probe", "demo_mode", "ansible_host", "mine", "demo_nap"],
+        "m2": ["demo_mdoe", "demo_trails"],
+    }
+    assert setting_names.unknown(given, names) == [
+        "demo_mdoe (set for every Mac, in the inventory or with -e) is not a setting of mlx-cluster: no stage "
+        "reads it, so it changes nothing; did you mean demo_mode?",
+        "demo_nap (set for m1, in the inventory or with -e) is not a setting of mlx-cluster: no stage reads it, "
+        "so it changes nothing; check its spelling against the settings of the role demo (roles/demo/README.md)",
+        "demo_trails (set for m2, in the inventory or with -e) is not a setting of mlx-cluster: no stage reads "
+        "it, so it changes nothing; did you mean demo_trials?",
+    ]
+    assert setting_names.unknown({"m1": ["demo_mode"], "m2": []}, names) == []
+
+
+def test_the_closest_setting_is_looked_for_after_the_prefix_the_role_longest_first():
+    """The prefix two names share makes any two look alike (power_nap is not power_manage), and
+    mlx_cluster_ names belong to mlx_cluster, not to a shorter prefix."""
+    names = {
+        "settings": {"power_manage": "power", "mlx_cluster_backend": "mlx_cluster", "mlx_backend": "mlx"},
+        "internal": set(),
+        "prefixes": {"power_": "power", "mlx_": "mlx", "mlx_cluster_": "mlx_cluster"},
+    }
+    why = setting_names.unknown({"m1": ["power_nap", "mlx_cluster_backed"]}, names)
+    assert why[0].endswith("did you mean mlx_cluster_backend?"), why
+    assert why[1].endswith("the settings of the role power (roles/power/README.md)"), why
+
+
+def test_every_name_with_a_roles_prefix_the_toolkit_reads_is_one_it_knows():
+    """The warning's list is the roles' files: a name a task, template or playbook reads that
+    is in none of them would be called unread when a user sets it."""
+    names = setting_names.toolkit_names()
+    read = re.compile(r"(?<![\w./&*-])((?:%s)\w+)(?![\w.(-])" % "|".join(names["prefixes"]))
+    root = setting_names.ROOT
+    files = [root / "site.yml"] + sorted(root.glob("playbooks/*.yml")) + sorted(root.glob("roles/*/*/*"))
+    unknown = {
+        (match.group(1), str(path.relative_to(root)))
+        for path in files
+        if path.suffix in (".yml", ".j2", ".yaml") and "README" not in path.name
+        for match in read.finditer(path.read_text())
+    }
+    unknown = {
+        (name, where)
+        for name, where in unknown
+        if name not in names["settings"] and name not in names["internal"] and name not in planner.STAGE_TAGS
+    }
+    assert unknown == {("model_sync_sorce", "roles/mlx_cluster/tasks/validate.yml")}  # (its comment's example)
+    # the example inventory's settings, and the roles' own: nothing to warn about
+    example = yaml.safe_load((root / "inventory" / "mac_cluster" / "group_vars" / "mac_cluster.yml").read_text())
+    assert setting_names.unknown({"m1": list(example), "m2": list(names["settings"])}, names) == []

@@ -172,6 +172,27 @@ def test_a_misspelt_tag_stops_the_run_before_any_mac_is_contacted(tmp_path):
     assert "Discover" not in res.stdout
 
 
+def test_a_misspelt_setting_is_named_with_the_closest_one_and_the_run_goes_on(tmp_path):
+    """Ansible ignores a variable nothing reads: `-e model_sync_sorce=m1` copied from the
+    controller, as if unset, without a word."""
+    (tmp_path / "inventory" / "host_vars").mkdir(parents=True)
+    (tmp_path / "inventory" / "host_vars" / "m2.yml").write_text("benchmark_trails: 5\nmy_own_note: kept\n")
+    res = validate(tmp_path, TWO, {"model_sync_sorce": "m1", "model_sync_source": "tree", "power_nap": False})
+    out = " ".join(res.stdout.split())
+    assert checked(res) == "ok: [m1]", res.stdout[-3000:]  # a warning: the run goes on
+    assert (
+        "WARNING: model_sync_sorce (set for every Mac, in the inventory or with -e) is not a setting of "
+        "mlx-cluster: no stage reads it, so it changes nothing; did you mean model_sync_source?" in out
+    ), res.stdout[-3000:]
+    assert "WARNING: benchmark_trails (set for m2, in the inventory or with -e) is not a setting" in out
+    assert "did you mean benchmark_trials?" in out
+    assert "power_nap (set for every Mac, in the inventory or with -e) is not a setting of mlx-cluster" in out
+    assert "check its spelling against the settings of the role power (roles/power/README.md)" in out
+    # the settings themselves, a variable of the user's own, the inventory's and Ansible's are not named
+    for name in ("model_sync_source ", "my_own_note", "ansible_host", "inventory_hostname"):
+        assert f"WARNING: {name}" not in out
+
+
 def checked(res):
     """The last line of the validate task's output."""
     check = res.stdout.split("TASK [mlx.cluster.mlx_cluster : Check the inventory and the cluster-wide settings]")[1]

@@ -25,9 +25,18 @@ COLUMNS = [
 ]
 
 
+def gb(value):
+    """GB as the cluster report writes them (plugins/plugin_utils/report.py _num): three
+    significant digits below 1 (a small model's few MB read 0.00 with two decimals, as if nothing
+    had been measured), two decimals above."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.3g}" if 0 < abs(value) < 1 else f"{value:.2f}"
+
+
 def cell(key, value):
     if key == "peak_memory_gb" and isinstance(value, list):
-        return " / ".join(f"{v:.2f}" for v in value)
+        return " / ".join(gb(v) for v in value)
     if key == "tokens_sha256" and isinstance(value, str):
         return value[:12]
     if isinstance(value, float):

@@ -19,7 +19,7 @@ def test_the_table_lists_each_run_and_is_the_users_alone(tmp_path, capsys):
         "num_trials": 1,
         "prompt_tps": 812.5,
         "generation_tps": 41.25,
-        "peak_memory_gb": [0.5, 0.5],
+        "peak_memory_gb": [0.5, 0.001483],  # (a small model's 1.5 MB: not 0.00)
         "tokens_sha256": "ab" * 32,
         "stats": {"generation_tps": {"min": 40.0, "max": 42.5}},
     }
@@ -30,7 +30,7 @@ def test_the_table_lists_each_run_and_is_the_users_alone(tmp_path, capsys):
     lines = md.read_text().splitlines()
     assert lines[0] == "# Benchmark results"
     assert lines[-1] == (
-        "| r1abcdef | ring | 2 | tensor | 64 | 16 | 1 | 812.50 | 41.25 | 40.00-42.50 | 0.50 / 0.50 | abababababab |"
+        "| r1abcdef | ring | 2 | tensor | 64 | 16 | 1 | 812.50 | 41.25 | 40.00-42.50 | 0.5 / 0.00148 | abababababab |"
     )
     assert stat.S_IMODE(md.stat().st_mode) == 0o600
     assert capsys.readouterr().out.splitlines()[-1] == lines[-1]

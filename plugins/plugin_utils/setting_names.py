@@ -132,7 +132,7 @@ def toolkit_names(root=ROOT):
             _defined(_load(path), internal)
     for path in sorted((root / "playbooks").glob("*.yml")):
         _defined(_load(path), internal)
-    for path in sorted((root / "library").glob("*.py")):
+    for path in sorted((root / "plugins" / "modules").glob("*.py")):  # (library/, linked)
         internal.update(_facts(path))
     return {"settings": settings, "internal": internal, "prefixes": {role.name + "_": role.name for role in roles}}
 

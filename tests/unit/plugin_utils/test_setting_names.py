@@ -179,8 +179,8 @@ def _collection(root):
     (root / "roles" / "notes").mkdir()  # no tasks/: not a role
     (root / "playbooks").mkdir()
     (root / "playbooks" / "p.yml").write_text("- hosts: all\n  vars:\n    demo_play: 1\n  tasks: []\n")
-    (root / "library").mkdir()
-    (root / "library" / "demo_facts.py").write_text(
+    (root / "plugins" / "modules").mkdir(parents=True)
+    (root / "plugins" / "modules" / "demo_facts.py").write_text(
         'DOCUMENTATION = r"""\nmodule: demo_facts\n"""\n'
         'RETURN = r"""\nansible_facts:\n  contains:\n    demo_facts_found:\n      type: dict\n"""\n'
     )

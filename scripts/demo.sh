@@ -3,7 +3,8 @@
 # Sets everything up (apt packages, .venv), brings the simulated cluster up, makes a small model
 # here (nothing is downloaded), then one site.yml run does it all: validate, discover, plan,
 # preflight, Thunderbolt network, hostfile, Python environment, model sync, the benchmark
-# (tensor and pipeline, on a model cut to the wiring's number of Macs) and the collective check
+# (tensor and pipeline, on a model cut to the wiring's number of Macs; the pipeline alone over
+# more than 8) and the collective check
 # (net_check). It prints the plan, the benchmark table and where the results and the cluster
 # report (report.html) are.
 # Needs root (network namespaces). Usage: scripts/demo.sh [spec [ansible-playbook options]]

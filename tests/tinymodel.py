@@ -241,6 +241,9 @@ def make_tiny_model(
 
 # Width of each attention head in demo_plan: even (RoPE rotates pairs), small.
 DEMO_HEAD_DIM = 8
+# The most Macs the demo runs tensor mode over (demo_plan): the simulated Macs share this
+# machine's cores, and tensor mode's two sums per layer and token over every Mac grow with them.
+DEMO_TENSOR_MAX_MACS = 8
 
 
 def demo_plan(macs: int) -> dict:
@@ -249,7 +252,8 @@ def demo_plan(macs: int) -> dict:
     why}}. A pipeline gives each Mac whole layers: one layer per Mac (no more: in tensor mode
     every layer sums across the Macs twice per token, the slow part on a simulated cluster).
     Tensor mode cuts every layer's heads, key/value heads and MLP evenly: each a multiple of the
-    Macs (grouped-query attention, two query heads per key/value head, as the 4-Mac demo had)."""
+    Macs (grouped-query attention, two query heads per key/value head, as the 4-Mac demo had);
+    over more than DEMO_TENSOR_MAX_MACS Macs it is left out, with the reason."""
     if macs < 1:
         raise ValueError(f"a demo needs at least one Mac, not {macs}")
     kv_heads = macs
@@ -262,6 +266,13 @@ def demo_plan(macs: int) -> dict:
         "hidden_size": hidden,
         "intermediate_size": 2 * hidden,
     }
+    if macs > DEMO_TENSOR_MAX_MACS:
+        why = (
+            f"tensor mode sums every layer across all {macs} Macs twice per token, and the simulated Macs "
+            f"share this machine's cores (over 8 a trial took 44 s on 2 cores; over 16 the warm-up had not "
+            f"ended after 7 minutes): the demo runs the pipeline alone over more than {DEMO_TENSOR_MAX_MACS} Macs"
+        )
+        return {"dims": dims, "modes": ["pipeline"], "left_out": {"tensor": why}}
     return {"dims": dims, "modes": ["tensor", "pipeline"], "left_out": {}}
 
 

@@ -200,3 +200,10 @@ def test_the_demo_model_splits_over_every_wiring(spec):
         assert all(n >= 1 for _, n in pipeline_split(d["layers"], macs))
     if "tensor" in plan["modes"]:
         assert _mlx_lm_shards(cfg, macs)
+
+
+def test_the_demo_runs_tensor_mode_over_at_most_eight_macs_and_says_why_not_above():
+    assert demo_plan(8)["modes"] == ["tensor", "pipeline"] and demo_plan(8)["left_out"] == {}
+    plan = demo_plan(16)
+    assert plan["modes"] == ["pipeline"]
+    assert "the demo runs the pipeline alone over more than 8 Macs" in plan["left_out"]["tensor"]

@@ -3,8 +3,9 @@
 lock (python_env_require_hashes); and the
 toolkit's one rule for paths a shell reads (module_utils/mlx_files.py), for the settings that
 name the venv's interpreter and, in validate, every setting plugin_utils/setting_names.py lists;
-validate's check that no two inventory hosts reach the same Mac, and its warning for a variable
-with a role's prefix that no role reads (a misspelt setting)."""
+validate's check that no two inventory hosts reach the same Mac, its warning for a variable
+with a role's prefix that no role reads (a misspelt setting), and its check that each setting's
+value is of the type its argument spec declares."""
 
 from __future__ import annotations
 
@@ -109,6 +110,18 @@ def mlx_unknown_settings(host_vars, hosts):
         raise AnsibleFilterError(f"mlx_unknown_settings: cannot read the roles' settings ({exc})") from exc
 
 
+def mlx_mistyped_settings(host_vars, hosts):
+    names = setting_names.toolkit_names()  # (its errors: mlx_unknown_settings, the task before, names them)
+    given = {}
+    for host, mine in _each_host(host_vars, hosts, "mlx_mistyped_settings"):
+        given[host] = {}
+        for setting in names["types"]:
+            value = _given(mine, setting, _UNSET)
+            if value is not _UNSET:
+                given[host][setting] = plain(value)
+    return setting_names.mistyped(given, names["types"])
+
+
 def mlx_shared_targets(host_vars, hosts):
     by_target = {}
     for host, mine in _each_host(host_vars, hosts, "mlx_shared_targets"):
@@ -134,6 +147,7 @@ class FilterModule:
             "mlx_unsafe_path": mlx_unsafe_path,
             "mlx_unsafe_settings": mlx_unsafe_settings,
             "mlx_unknown_settings": mlx_unknown_settings,
+            "mlx_mistyped_settings": mlx_mistyped_settings,
             "mlx_shared_targets": mlx_shared_targets,
             "mlx_lock_problem": mlx_lock_problem,
             "mlx_pip_failure": mlx_pip_failure,

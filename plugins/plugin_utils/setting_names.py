@@ -15,12 +15,21 @@ roles' defaults are safe, and each module checks again what it is given. mlx_clu
 `unknown(names_by_host, toolkit_names())` names the variables the inventory or the command line
 set with a role's prefix (`model_sync_`, `benchmark_`, ...) that no role reads: a misspelt
 setting, which Ansible would otherwise ignore without a word, with the closest real one.
+
+`mistyped(values_by_host, toolkit_names()["types"])` names the settings whose value is not of
+the type their role's argument spec declares. `-e key=value` gives every value as a string:
+`-e power_manage=false` is the string "false", which a condition reads as true (and
+ansible-core 2.19 refuses in a `when`). Such a string is accepted where it reads as what it
+says (Ansible's own words for true and false, digits for a number): every use in the roles
+converts it (`| bool`, `| int`, tests/unit/test_setting_types.py holds them to it). Anything
+else is named, with the fix: JSON for a list (`-e '{"benchmark_modes": ["pipeline"]}'`).
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -120,12 +129,15 @@ def toolkit_names(root=ROOT):
     the roles and playbooks define as they run (and the facts the modules set), "prefixes":
     {role + "_": role}}."""
     root = Path(root)
-    settings, internal = {}, set()
+    settings, internal, types = {}, set(), {}
     roles = sorted(path for path in (root / "roles").iterdir() if (path / "tasks").is_dir())
     for role in roles:
         specs = _load(role / "meta" / "argument_specs.yml") or {}
         for entry in (specs.get("argument_specs") or {}).values():
-            settings.update(dict.fromkeys((entry or {}).get("options") or {}, role.name))
+            options = (entry or {}).get("options") or {}
+            settings.update(dict.fromkeys(options, role.name))
+            for name, option in options.items():
+                types.setdefault(name, set()).add((option or {}).get("type", "str"))
         for part in ("defaults", "vars"):
             settings.update(dict.fromkeys(_load(role / part / "main.yml") or {}, role.name))
         for path in sorted(role.glob("tasks/*.yml")) + sorted(role.glob("handlers/*.yml")):
@@ -134,7 +146,12 @@ def toolkit_names(root=ROOT):
         _defined(_load(path), internal)
     for path in sorted((root / "plugins" / "modules").glob("*.py")):  # (library/, linked)
         internal.update(_facts(path))
-    return {"settings": settings, "internal": internal, "prefixes": {role.name + "_": role.name for role in roles}}
+    return {
+        "settings": settings,
+        "internal": internal,
+        "prefixes": {role.name + "_": role.name for role in roles},
+        "types": {name: frozenset(kinds) for name, kinds in types.items()},
+    }
 
 
 def _closest(name, role, names):
@@ -173,4 +190,71 @@ def unknown(names_by_host, names):
             "%s (set for %s, in the inventory or with -e) is not a setting of mlx-cluster: no stage reads it, "
             "so it changes nothing; %s" % (name, set_on, hint)
         )
+    return found
+
+
+# Ansible's own words for true and false (ansible.module_utils.parsing.convert_bool), which its
+# `bool` filter and a module's bool option read; compared lower-cased.
+TRUE_WORDS = ("yes", "on", "1", "true", "y", "t")
+FALSE_WORDS = ("no", "off", "0", "false", "n", "f")
+_NUMBER = {"int": re.compile(r"^\s*[-+]?[0-9]+\s*$"), "float": re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)\s*$")}
+_JSON = "-e '{\"%s\": %s}'"
+
+
+def _reads_as(kind, value):
+    """None when `value` reads as the argument spec's type `kind` (str, path and raw: anything;
+    null: the role's own default, as an argument spec takes it), else what the setting must be."""
+    if value is None:
+        return None
+    if kind == "bool":
+        if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS):
+            return None
+        return "true or false"
+    if kind in _NUMBER:
+        numeric = (int,) if kind == "int" else (int, float)
+        if (isinstance(value, numeric) and not isinstance(value, bool)) or (
+            isinstance(value, str) and _NUMBER[kind].match(value)
+        ):
+            return None
+        return "a whole number" if kind == "int" else "a number"
+    if kind == "list":
+        return None if isinstance(value, (list, tuple)) else "a list"
+    if kind == "dict":
+        return None if isinstance(value, dict) else "a mapping"
+    return None
+
+
+def mistyped(values_by_host, types):
+    """{host: {setting: value}} (as the inventory and the command line give them; a setting a Mac
+    does not set left out) and toolkit_names()["types"] -> [reason], one per setting and value,
+    sorted by setting: the value, the Macs when not all of them have it, what it must be and how
+    to give it. A setting several entry points declare with different types is not checked."""
+    hosts = list(values_by_host)
+    found = []
+    for setting in sorted({name for given in values_by_host.values() for name in given or {}}):
+        kinds = types.get(setting) or frozenset()
+        if len(kinds) != 1:
+            continue
+        (kind,) = kinds
+        by_value = {}  # repr(value) -> (value, [host])
+        for host in hosts:
+            given = values_by_host[host] or {}
+            if setting in given:
+                by_value.setdefault(repr(given[setting]), (given[setting], []))[1].append(host)
+        for value, where in by_value.values():
+            must = _reads_as(kind, value)
+            if must is None:
+                continue
+            named = setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
+            words = [word.strip() for word in value.split(",") if word.strip()] if isinstance(value, str) else []
+            example = {"bool": "false", "int": "3", "float": "0.5", "list": json.dumps(words or ["..."]), "dict": "{}"}[
+                kind
+            ]
+            how = (
+                "-e key=value gives every value as a string: give it as JSON, %s, or in the inventory"
+                % (_JSON % (setting, example))
+                if isinstance(value, str) and kind in ("list", "dict")
+                else "e.g. %s" % (_JSON % (setting, example))
+            )
+            found.append("%s must be %s (got %r): %s" % (named, must, value, how))
     return found

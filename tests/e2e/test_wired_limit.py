@@ -22,8 +22,9 @@ HOSTS = ("m1", "m2")
 
 
 def wired(value):
-    # the pmset part of the stage stays out of the way: only the wired limit is under test
-    return {"power_manage": False, "mlx_cluster_wired_limit": value}
+    # the pmset part of the stage stays out of the way: only the wired limit is under test. Given
+    # as `-e power_manage=false` gives it: the string "false", which the stage reads as false
+    return {"power_manage": "false", "mlx_cluster_wired_limit": value}
 
 
 def live(cluster, host):
@@ -67,6 +68,8 @@ def test_wired_limit_auto_survives_a_reboot_reruns_clean_and_off_undoes_it(sim_c
     assert {h for h, n in first.stats.get("changed", {}).items() if n} >= set(HOSTS), first.stats
     for h in HOSTS:
         assert live(cluster, h) == auto and plist(cluster, h) == daemon_bytes(auto) and loaded(cluster, h)
+    pmset = [argv for changed in mutations(cluster).values() for argv in changed if "pmset" in " ".join(argv)]
+    assert pmset == [], pmset  # "false" left the power settings alone
 
     # a restart: macOS boots at 0, launchd runs the daemon, the value is back
     cluster.reboot("m1")

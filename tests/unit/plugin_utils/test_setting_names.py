@@ -192,6 +192,7 @@ def test_the_toolkits_names_come_from_the_roles_playbooks_and_modules_files(tmp_
     assert names["settings"] == dict.fromkeys(["demo_mode", "demo_trials", "demo_timeout", "demo_lock_path"], "demo")
     assert names["internal"] == {"demo_probe", "demo_seen", "demo_here", "demo_item", "demo_play", "demo_facts_found"}
     assert names["prefixes"] == {"demo_": "demo"}
+    assert names["types"] == {"demo_mode": frozenset({"str"}), "demo_trials": frozenset({"int"})}
 
 
 def test_a_name_no_role_reads_is_named_once_with_the_macs_that_set_it_and_the_closest_setting(tmp_path):
@@ -246,3 +247,81 @@ def test_every_name_with_a_roles_prefix_the_toolkit_reads_is_one_it_knows():
     # the example inventory's settings, and the roles' own: nothing to warn about
     example = yaml.safe_load((root / "inventory" / "mac_cluster" / "group_vars" / "mac_cluster.yml").read_text())
     assert setting_names.unknown({"m1": list(example), "m2": list(names["settings"])}, names) == []
+
+
+# --- each setting's value against the type its argument spec declares (validate's check) ---
+
+TYPES = {
+    "demo_manage": frozenset({"bool"}),
+    "demo_trials": frozenset({"int"}),
+    "demo_ratio": frozenset({"float"}),
+    "demo_modes": frozenset({"list"}),
+    "demo_env": frozenset({"dict"}),
+    "demo_name": frozenset({"str"}),
+    "demo_either": frozenset({"int", "str"}),  # two entry points that differ: not checked
+}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [True, False, "false", "False", " no ", "yes", "on", "0", "1", "t", "n"],
+)
+def test_a_bool_setting_takes_ansibles_words_for_true_and_false(value):
+    assert setting_names.mistyped({"m1": {"demo_manage": value}}, TYPES) == []
+
+
+@pytest.mark.parametrize("value", [7, "7", " 12 ", "-3", "+4"])
+def test_an_int_setting_takes_digits(value):
+    assert setting_names.mistyped({"m1": {"demo_trials": value}}, TYPES) == []
+
+
+@pytest.mark.parametrize("value", [0.2, 1, "0.25", ".5", "3"])
+def test_a_float_setting_takes_a_number_written_as_one(value):
+    assert setting_names.mistyped({"m1": {"demo_ratio": value}}, TYPES) == []
+
+
+def test_a_value_that_does_not_read_as_its_type_is_named_with_how_to_give_it():
+    given = {
+        "m1": {
+            "demo_manage": "ture",
+            "demo_trials": "ten",
+            "demo_ratio": "fast",
+            "demo_modes": "tensor, pipeline",
+            "demo_env": "A=1",
+            "demo_name": ["any", "thing"],
+            "demo_either": "x",
+            "ansible_host": "192.0.2.1",
+        },
+        "m2": {"demo_manage": "ture", "demo_trials": True, "demo_modes": ["pipeline"], "demo_env": {}},
+    }
+    assert setting_names.mistyped(given, TYPES) == [
+        "demo_env of m1 must be a mapping (got 'A=1'): -e key=value gives every value as a string: give it as JSON, "
+        "-e '{\"demo_env\": {}}', or in the inventory",
+        "demo_manage must be true or false (got 'ture'): e.g. -e '{\"demo_manage\": false}'",
+        "demo_modes of m1 must be a list (got 'tensor, pipeline'): -e key=value gives every value as a string: give "
+        'it as JSON, -e \'{"demo_modes": ["tensor", "pipeline"]}\', or in the inventory',
+        "demo_ratio of m1 must be a number (got 'fast'): e.g. -e '{\"demo_ratio\": 0.5}'",
+        "demo_trials of m1 must be a whole number (got 'ten'): e.g. -e '{\"demo_trials\": 3}'",
+        "demo_trials of m2 must be a whole number (got True): e.g. -e '{\"demo_trials\": 3}'",
+    ]
+    assert setting_names.mistyped({"m1": {}, "m2": {"demo_modes": ["a"]}}, TYPES) == []
+    # null: the role's default, as an argument spec takes it
+    assert setting_names.mistyped({"m1": {name: None for name in TYPES}}, TYPES) == []
+
+
+def test_the_filter_reads_each_macs_settings_from_hostvars():
+    with controller_imports():
+        filters = importlib.import_module("ansible_collections.mlx.cluster.plugins.filter.python_filters")
+        from ansible.errors import AnsibleFilterError
+    mlx_mistyped_settings = filters.FilterModule().filters()["mlx_mistyped_settings"]
+    host_vars = {
+        "m1": {"benchmark_modes": "pipeline", "power_manage": "false", "mine": "x"},
+        "m2": {"benchmark_modes": "pipeline", "power_manage": "off"},
+    }
+    why = mlx_mistyped_settings(host_vars, ["m1", "m2"])
+    assert why == [
+        "benchmark_modes must be a list (got 'pipeline'): -e key=value gives every value as a string: give it as "
+        'JSON, -e \'{"benchmark_modes": ["pipeline"]}\', or in the inventory'
+    ]
+    with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
+        mlx_mistyped_settings(host_vars, "m1")

@@ -197,3 +197,24 @@ def checked(res):
     """The last line of the validate task's output."""
     check = res.stdout.split("TASK [mlx.cluster.mlx_cluster : Check the inventory and the cluster-wide settings]")[1]
     return check.split("TASK [")[0].strip().splitlines()[-1]
+
+
+def test_settings_given_as_key_value_strings_are_read_as_they_say_or_named_with_their_json(tmp_path):
+    """-e key=value gives strings: "false" and "90" read as what they say (the roles convert them
+    where they use them, tests/unit/test_setting_types.py); a list given so is named with its JSON,
+    and so is a value that reads as nothing, each before any Mac is contacted."""
+    hosts = {**TWO, "m2": {**TWO["m2"], "benchmark_trials": "ten"}}
+    said = ["-e", "power_manage=false", "-e", "mlx_cluster_rdma_wanted=no", "-e", "mlx_cluster_command_timeout=90"]
+    res = validate(tmp_path, hosts, {}, *said, "-e", "benchmark_modes=tensor,pipeline", "-e", "hostfile_picture=ture")
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert (
+        "benchmark_modes must be a list (got 'tensor,pipeline'): -e key=value gives every value as a string: give "
+        """it as JSON, -e '{"benchmark_modes": ["tensor", "pipeline"]}', or in the inventory""" in out
+    ), res.stdout[-3000:]
+    assert "benchmark_trials of m2 must be a whole number (got 'ten')" in out
+    assert """hostfile_picture must be true or false (got 'ture'): e.g. -e '{"hostfile_picture": false}'""" in out
+    for fine in ("power_manage", "mlx_cluster_rdma_wanted", "mlx_cluster_command_timeout"):
+        assert fine not in out, fine
+    assert "Discover" not in res.stdout
+    assert checked(validate(tmp_path, TWO, {}, *said)) == "ok: [m1]"

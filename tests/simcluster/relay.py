@@ -19,8 +19,11 @@ def main():
     try:
         sock = socket.create_connection((host, int(port)), timeout=10)
     except OSError as exc:
-        print(f"relay: cannot connect to {host}:{port}: {exc}", file=sys.stderr)
-        return 1
+        # in ssh's own words for a direct connection (ssh.c ssh_connect_direct: "ssh: connect to
+        # host %s port %s: %s", strerror), which is what a controller on the Macs' LAN prints
+        reason = os.strerror(exc.errno) if exc.errno else "Operation timed out"
+        print(f"ssh: connect to host {host} port {port}: {reason}", file=sys.stderr)
+        return 255
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     inputs = [0, sock.fileno()]

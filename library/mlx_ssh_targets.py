@@ -19,7 +19,7 @@ description:
     and keepalives come last, as defaults the inventory may override. Ansible's connection-reuse
     options (C(ControlMaster), C(ControlPersist), C(ControlPath)) are left out. Host-key checking is
     never turned off.
-  - Runs on the controller only (action plugin); contacts no host.
+  - Runs on the controller only (action plugin); contacts no host, unless C(probe) is set.
 version_added: "0.1.0"
 extends_documentation_fragment:
   - mlx.cluster.attributes
@@ -29,11 +29,26 @@ options:
     type: list
     elements: str
     required: true
+  probe:
+    description:
+      - Also run C(ssh <Mac> true) with those options for each host (bounded to 30 s) and return
+        whether it worked and, when not, why, in one sentence with the fix (the name does not
+        resolve, the host key is unknown or changed, the key is refused, Remote Login is off, the
+        Mac does not answer). Discovery asks it about the Macs that did not answer.
+    type: bool
+    default: false
 author:
   - mlx-cluster contributors
 """
 
 EXAMPLES = r"""
+- name: Ask ssh why a Mac did not answer
+  mlx_ssh_targets:
+    hosts: [studio-2]
+    probe: true
+  register: answers
+  run_once: true
+
 - name: How the controller reaches each Mac outside Ansible
   mlx_ssh_targets:
     hosts: "{{ ansible_play_hosts }}"
@@ -42,6 +57,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+probes:
+  description: With C(probe), per inventory name, whether C(ssh <Mac> true) worked and why not.
+  returned: when probe is set
+  type: dict
+  sample:
+    studio-2:
+      ok: false
+      why: >-
+        ssh from this controller to studio-2 (admin@192.168.1.22) failed: Connection refused. Nothing
+        listens for ssh on studio-2. Fix: turn Remote Login on (System Settings > General > Sharing >
+        Remote Login).
 targets:
   description: Per inventory name, the ssh destination and the options to put before it.
   returned: success

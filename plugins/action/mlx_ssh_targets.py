@@ -6,7 +6,9 @@
 mlx.launch and rsync run their own `ssh`; they know nothing of the inventory. This plugin asks
 Ansible's own configuration (the ssh connection plugin's options: inventory variables and their
 aliases, ansible.cfg, environment) what Ansible itself would connect with, for each host, and
-returns it as an ssh destination plus an option list. The documentation is
+returns it as an ssh destination plus an option list. With `probe`, it also runs `ssh <Mac> true`
+that way for each host and says why ssh failed, and the fix (module_utils/mlx_ssh.py
+`explain_ssh_failure`): discovery's words for a Mac that did not answer. The documentation is
 library/mlx_ssh_targets.py (a stub, as ansible-core does for its action-only plugins).
 """
 
@@ -14,11 +16,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import connection_loader
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_ssh import explain_ssh_failure
 
 # Options that belong to Ansible's own connection reuse, not to another program's ssh.
 _ANSIBLE_ONLY = ("controlmaster", "controlpersist", "controlpath")
@@ -26,6 +31,8 @@ _ANSIBLE_ONLY = ("controlmaster", "controlpersist", "controlpath")
 # never a prompt, a bounded connect, a silent Mac given up after 30 s.
 DEFAULT_OPTIONS = ("-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3")
 CONNECTIONS = ("ssh", "ansible.builtin.ssh", "paramiko", "paramiko_ssh", "ansible.builtin.paramiko_ssh")
+# A probe's bound: ConnectTimeout (10 s) and a login's own time, with room; never a hang.
+PROBE_TIMEOUT = 30
 
 
 class TargetError(ValueError):
@@ -96,6 +103,24 @@ def ssh_target(name, options):
     }
 
 
+def probe(target, run=subprocess.run, timeout=PROBE_TIMEOUT):
+    """`ssh <target> true` as the target says: {"ok": bool, "why": the cause and its fix, or None}."""
+    argv = [target["ssh"], *target["options"], target["host"], "true"]
+    try:
+        done = run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        stderr, rc = f"ssh timed out after {timeout} s", 255
+    except OSError as exc:  # no ssh program
+        stderr, rc = f"{target['ssh']}: {exc.strerror or exc}", 255
+    else:
+        if done.returncode == 0:
+            return {"ok": True, "why": None}
+        stderr, rc = done.stderr, done.returncode
+    name, host = target["name"], target["host"]
+    why = explain_ssh_failure(stderr, rc, "this controller", name, host, target.get("user"))
+    return {"ok": False, "why": why or f"ssh from this controller to {name} ({host}) failed: {stderr.strip() or rc}."}
+
+
 OPTION_NAMES = (
     "host",
     "remote_user",
@@ -111,7 +136,7 @@ OPTION_NAMES = (
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts",))
+    _VALID_ARGS = frozenset(("hosts", "probe"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -143,4 +168,6 @@ class ActionModule(ActionBase):
         if problems:
             raise AnsibleActionFail("mlx_ssh_targets: " + "; ".join(problems))
         result.update(changed=False, targets=targets)
+        if self._task.args.get("probe"):
+            result["probes"] = {name: probe(target) for name, target in targets.items()}
         return result

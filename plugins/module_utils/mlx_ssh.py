@@ -14,6 +14,7 @@ plugin mlx_ssh_targets resolves that per host ({"name", "host", "ssh", "options"
 from __future__ import annotations
 
 import json
+import re
 
 # ssh(1) options that take an argument (OpenSSH 9/10; `ssh -h` lists them).
 SSH_OPTIONS_WITH_ARG = "BbcDEeFIiJLlmOoPpQRSWw"
@@ -86,11 +87,17 @@ def wrapper_files(targets, python, ssh):
 
 
 def _first_line(text, rc):
+    """ssh's first line that says something: its `@@@` banner frames stripped, "Permanently
+    added" notes skipped."""
     for line in (text or "").splitlines():
-        line = line.strip()
+        line = line.strip().strip("@").strip()
         if line and not line.startswith("Warning: Permanently added"):
             return line.rstrip(".")
     return f"exit code {rc}"
+
+
+# ssh's own command for removing a changed host key: `ssh-keygen -f "<known_hosts>" -R "<host>"`
+_REMOVE = re.compile(r"^\s*(ssh-keygen\s+(?:-f\s+\S+\s+)?-R\s+\S+)\s*$", re.MULTILINE)
 
 
 def explain_ssh_failure(stderr, rc, source, name, host, user=None, trust="yours"):
@@ -102,16 +109,24 @@ def explain_ssh_failure(stderr, rc, source, name, host, user=None, trust="yours"
     low = (stderr or "").lower()
     first = _first_line(stderr, rc)
     login = f"{user}@{host}" if user else host
-    head = f"ssh from {source} to {name} ({login}) failed: {first}."
+    head = f"ssh from {source} to {name} ({login}) failed: {first}{'' if first.endswith(('!', '?')) else '.'}"
     if "could not resolve hostname" in low or "name or service not known" in low or "nodename nor servname" in low:
         return (
             f"{head} The name {host} does not resolve on {source}. Fix: set ansible_host of {name} "
             "in the inventory to the Mac's address (or a name that resolves there, e.g. its .local name)."
         )
+    changed = "remote host identification has changed" in low
+    if changed and trust != "toolkit":
+        remove = _REMOVE.search(stderr or "")
+        return (
+            f"{head} {name}'s host key changed since this controller accepted it. If {name} was reinstalled "
+            f"or replaced, check the new fingerprint on the Mac, remove the old key with "
+            f"`{remove.group(1) if remove else 'ssh-keygen -R ' + host}` and accept the new one once with "
+            f"`ssh {login} true`; otherwise find out why its key changed (host-key checking stays on)."
+        )
     if (
-        "host key verification failed" in low
-        or "remote host identification has changed" in low
-        or "no matching host key" in low
+        any(s in low for s in ("host key verification failed", "no matching host key", "host key is known for"))
+        or changed
     ):
         if trust == "toolkit":
             return (

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from plugins.action.mlx_ssh_targets import TargetError, ssh_target
+from plugins.action.mlx_ssh_targets import TargetError, probe, ssh_target
 
 
 def _opt(target, name):
@@ -89,3 +91,41 @@ def test_settings_ssh_cannot_use_are_named(options, words):
 def test_a_key_path_with_a_space_is_quoted_for_ssh():
     t = ssh_target("m1", {"host": "10.0.0.2", "private_key_file": "/Users/a b/key"})
     assert _opt(t, "IdentityFile") == '"/Users/a b/key"'
+
+
+TARGET = {"name": "m2", "host": "10.0.0.3", "user": "admin", "ssh": "ssh", "options": ["-o", "BatchMode=yes"]}
+
+
+def test_a_probe_runs_ssh_true_as_the_target_says_bounded():
+    seen = {}
+
+    def run(argv, **kw):
+        seen.update(argv=argv, **kw)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    assert probe(TARGET, run=run, timeout=7) == {"ok": True, "why": None}
+    assert seen["argv"] == ["ssh", "-o", "BatchMode=yes", "10.0.0.3", "true"]
+    assert seen["timeout"] == 7 and seen["stdin"] == subprocess.DEVNULL
+
+
+@pytest.mark.parametrize(
+    "outcome, words",
+    [
+        (
+            subprocess.CompletedProcess([], 255, "", "ssh: connect to host 10.0.0.3 port 22: Connection refused\n"),
+            "Fix: turn Remote Login on",
+        ),
+        (subprocess.TimeoutExpired(["ssh"], 7), "ssh timed out after 7 s. m2 does not answer at 10.0.0.3"),
+        (FileNotFoundError(2, "No such file or directory"), "ssh: No such file or directory"),
+        (subprocess.CompletedProcess([], 1, "", "sh: true: not found\n"), "failed: sh: true: not found."),
+    ],
+    ids=["remote-login-off", "hung", "no-ssh-program", "not-an-ssh-failure"],
+)
+def test_a_failed_probe_says_why_naming_the_mac(outcome, words):
+    def run(argv, **kw):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    got = probe(TARGET, run=run, timeout=7)
+    assert got["ok"] is False and "to m2 (" in got["why"] and words in got["why"], got

@@ -118,6 +118,46 @@ def test_each_ssh_failure_gets_its_own_fix(stderr, rc, words):
         assert w in msg, (w, msg)
 
 
+CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+Someone could be eavesdropping on you right now (man-in-the-middle attack)!
+It is also possible that a host key has just been changed.
+The fingerprint for the ED25519 key sent by the remote host is
+SHA256:395r/iB8n6nXWsa1O16Mb7/hI5lYXTdhgo8jnhEm3aQ.
+Please contact your system administrator.
+Add correct host key in /Users/me/.ssh/known_hosts to get rid of this message.
+Offending ED25519 key in /Users/me/.ssh/known_hosts:7
+  remove with:
+  ssh-keygen -f "/Users/me/.ssh/known_hosts" -R "10.0.0.2"
+Host key for 10.0.0.2 has changed and you have requested strict checking.
+Host key verification failed.
+"""
+
+
+def test_a_changed_host_key_is_named_with_ssh_s_own_command_to_remove_it():
+    """(ssh's words as OpenSSH 9 prints them; its `@` banner is not the cause.) Accepting again
+    alone would not do: ssh refuses a changed key until the old one is removed."""
+    msg = explain_ssh_failure(CHANGED, 255, "this controller", "studio-1", "10.0.0.2", "admin")
+    assert msg.startswith(
+        "ssh from this controller to studio-1 (admin@10.0.0.2) failed: WARNING: REMOTE HOST IDENTIFICATION HAS "
+        "CHANGED! studio-1's host key changed since this controller accepted it."
+    ), msg
+    assert '`ssh-keygen -f "/Users/me/.ssh/known_hosts" -R "10.0.0.2"`' in msg
+    assert "`ssh admin@10.0.0.2 true`" in msg and "host-key checking stays on" in msg
+    without = explain_ssh_failure(CHANGED.replace("ssh-keygen -f", "keygen"), 255, "c", "studio-1", "10.0.0.2")
+    assert "`ssh-keygen -R 10.0.0.2`" in without
+    # a key ssh has never seen (OpenSSH 8.x and 9.x words)
+    for words in (
+        "No ED25519 host key is known for 10.0.0.2 and you have requested strict checking.",
+        "Host key verification failed.",
+    ):
+        assert "accept it once with `ssh admin@10.0.0.2 true`" in explain_ssh_failure(
+            words, 255, "c", "studio-1", "10.0.0.2", "admin"
+        )
+
+
 def test_toolkit_trust_failures_point_at_the_stage():
     msg = explain_ssh_failure("Permission denied (publickey).", 255, "m1", "m2", "10.208.0.2", "admin", trust="toolkit")
     assert "cluster key of m1" in msg and "run the stage again" in msg

@@ -521,7 +521,12 @@ def test_host_key_checking_stays_on(sim_cluster):
             shown = f"{text}\n--- the run's end:\n{run.stdout[-4000:]}"
             assert run.rc != 0, shown
             assert "m1" in text and "Host key verification failed" in text, shown
-            f.message("m1: " + next(ln.strip() for ln in text.splitlines() if "Host key" in ln))
+            # named after discovery with ssh's cause and its own command for the fix
+            (named,) = [m for _, task, m in run.failures() if task == "Stop when a Mac did not answer"]
+            f.message(named)
+            assert named.startswith(f"m1 did not answer over ssh: ssh from this controller to m1 (admin@{m1}) failed:")
+            assert "m1's host key changed since this controller accepted it" in named, named
+            assert f'`ssh-keygen -f "{kh}" -R "{m1}"`' in named and "host-key checking stays on" in named, named
         finally:
             kh.write_text(original)
         f.converged(run_site(cluster, tags=["rdma_check"]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
@@ -168,6 +169,9 @@ class ActionModule(ActionBase):
         if problems:
             raise AnsibleActionFail("mlx_ssh_targets: " + "; ".join(problems))
         result.update(changed=False, targets=targets)
-        if self._task.args.get("probe"):
-            result["probes"] = {name: probe(target) for name, target in targets.items()}
+        if self._task.args.get("probe") and targets:
+            # all at once: a silent Mac costs its connect timeout once, not once per Mac
+            with ThreadPoolExecutor(max_workers=min(len(targets), 16)) as pool:
+                answers = dict(zip(targets, pool.map(probe, targets.values())))
+            result["probes"] = answers
         return result

@@ -111,6 +111,12 @@ def explain_ssh_failure(stderr, rc, source, name, host, user=None, trust="yours"
     login = f"{user}@{host}" if user else host
     head = f"ssh from {source} to {name} ({login}) failed: {first}{'' if first.endswith(('!', '?')) else '.'}"
     if "could not resolve hostname" in low or "name or service not known" in low or "nodename nor servname" in low:
+        if host.lower().rstrip(".").endswith(".local"):
+            return (
+                f"{head} Bonjour did not find {host} from {source}. Fix: check that {name} is on and on the "
+                "same network, and its name (System Settings > General > Sharing > Local hostname); or set "
+                f"ansible_host of {name} in the inventory to its address."
+            )
         return (
             f"{head} The name {host} does not resolve on {source}. Fix: set ansible_host of {name} "
             "in the inventory to the Mac's address (or a name that resolves there, e.g. its .local name)."

@@ -158,6 +158,20 @@ def test_a_changed_host_key_is_named_with_ssh_s_own_command_to_remove_it():
         )
 
 
+def test_a_local_name_bonjour_did_not_find_is_told_as_such():
+    """(the example inventory's names: studio-1.local; ssh's words on a Mac's controller)"""
+    msg = explain_ssh_failure(
+        "ssh: Could not resolve hostname studio-1.local: nodename nor servname provided, or not known",
+        255,
+        "this controller",
+        "studio-1",
+        "studio-1.local",
+        "admin",
+    )
+    assert "Bonjour did not find studio-1.local from this controller" in msg, msg
+    assert "Local hostname" in msg and "set ansible_host of studio-1 in the inventory to its address" in msg
+
+
 def test_toolkit_trust_failures_point_at_the_stage():
     msg = explain_ssh_failure("Permission denied (publickey).", 255, "m1", "m2", "10.208.0.2", "admin", trust="toolkit")
     assert "cluster key of m1" in msg and "run the stage again" in msg

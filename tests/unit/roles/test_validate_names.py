@@ -218,3 +218,17 @@ def test_settings_given_as_key_value_strings_are_read_as_they_say_or_named_with_
         assert fine not in out, fine
     assert "Discover" not in res.stdout
     assert checked(validate(tmp_path, TWO, {}, *said)) == "ok: [m1]"
+
+
+def test_when_no_mac_answers_each_is_named_with_ssh_s_cause_and_fix(tmp_path):
+    """Every Mac silent (.invalid never resolves, RFC 2606): none is left to run discovery's own
+    stop, so the controller asks ssh about each and stops naming them, not a run that ends with
+    Ansible's UNREACHABLE lines alone."""
+    hosts = {f"m{i}": {"ansible_host": f"m{i}.invalid"} for i in (1, 2)}
+    res = validate(tmp_path, hosts, {})
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    for mac in ("m1", "m2"):
+        assert f"{mac} did not answer over ssh: ssh from this controller to {mac} ({mac}.invalid) failed:" in out, out
+        assert f"The name {mac}.invalid does not resolve on this controller. Fix: set ansible_host of {mac}" in out
+    assert "to plan without m1 and m2, leave them out of the inventory" in out

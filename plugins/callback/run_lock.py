@@ -18,7 +18,8 @@ description:
     C(validate), C(capture), C(preflight), C(rdma_check) or C(server_status)), this takes an
     exclusive lock on C(artifacts/.run.lock) beside the inventory (the directory of the first
     C(-i) source, or the source itself when it is a directory) and writes into it which run
-    holds it (its PID, when it started, its command line).
+    holds it (its PID, when it started, its command line without the values of C(-e), which may
+    hold a password).
   - >-
     The lock is C(flock(2)), held by C(ansible-playbook)'s own process until it exits (killed
     too; the workers it forks close their copy at once), so a run that ends never leaves it
@@ -90,6 +91,29 @@ def take(path, me):
     return fd, None
 
 
+# Options whose value may hold a secret (-e ansible_become_password=...): left out of the record
+_VALUED = ("-e", "--extra-vars")
+
+
+def command_line(argv):
+    """The run's command line as the record shows it, each extra-vars value left out."""
+    words, skip = [os.path.basename(argv[0])] if argv else [], False
+    for word in argv[1:]:
+        if skip:
+            words.append("...")
+            skip = False
+        elif word in _VALUED:
+            words.append(word)
+            skip = True
+        elif word.startswith("--extra-vars=") or (
+            word.startswith("-e") and len(word) > 2 and not word.startswith("--")
+        ):
+            words.append(word[: word.index("=") + 1] + "..." if word.startswith("--") else "-e...")
+        else:
+            words.append(word)
+    return shlex.join(words)
+
+
 def _close(fd):
     try:
         os.close(fd)
@@ -142,7 +166,7 @@ class CallbackModule(CallbackBase):
         me = {
             "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "command": shlex.join([os.path.basename(sys.argv[0]), *sys.argv[1:]]),
+            "command": command_line(sys.argv),
             "lock": path,
         }
         try:

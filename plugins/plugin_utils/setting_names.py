@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 
 import yaml
+from ansible.module_utils.parsing.convert_bool import BOOLEANS
 
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import unsafe_component, unsafe_label, unsafe_path
 
@@ -193,10 +194,8 @@ def unknown(names_by_host, names):
     return found
 
 
-# Ansible's own words for true and false (ansible.module_utils.parsing.convert_bool), which its
-# `bool` filter and a module's bool option read; compared lower-cased.
-TRUE_WORDS = ("yes", "on", "1", "true", "y", "t")
-FALSE_WORDS = ("no", "off", "0", "false", "n", "f")
+# (Ansible's own words for true and false, BOOLEANS, are what its `bool` filter and a module's
+# bool option read; a string is compared lower-cased.)
 _NUMBER = {"int": re.compile(r"^\s*[-+]?[0-9]+\s*$"), "float": re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)\s*$")}
 _JSON = "-e '{\"%s\": %s}'"
 
@@ -207,7 +206,8 @@ def _reads_as(kind, value):
     if value is None:
         return None
     if kind == "bool":
-        if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS):
+        word = value.strip().lower() if isinstance(value, str) else value
+        if isinstance(value, bool) or (isinstance(word, (str, int, float)) and word in BOOLEANS):
             return None
         return "true or false"
     if kind in _NUMBER:

@@ -57,6 +57,15 @@ def test_a_second_taker_reads_the_first_and_the_lock_goes_with_its_holder(tmp_pa
     os.close(fd3)
 
 
+def test_the_record_keeps_no_extra_vars_value():
+    """(-e may carry ansible_become_password: the record is a file another run reads)"""
+    argv = ["/venv/bin/ansible-playbook", "site.yml", "-e", "ansible_become_password=hunter2", "--extra-vars=@s.yml"]
+    argv += ["-eansible_become_password=x", "--tags", "models", "--extra-vars", "a=b"]
+    line = run_lock.command_line(argv)
+    assert line == "ansible-playbook site.yml -e ... --extra-vars=... -e... --tags models --extra-vars ..."
+    assert "hunter2" not in line and "=x" not in line
+
+
 def test_the_message_names_the_run_that_holds_the_lock_and_the_fix():
     msg = run_lock.locked_message(
         {"pid": 4242, "started": "2026-11-30 06:50:00", "command": "ansible-playbook site.yml -i inv"}, "/x/.run.lock"

@@ -264,7 +264,7 @@ TYPES = {
 
 @pytest.mark.parametrize(
     "value",
-    [True, False, "false", "False", " no ", "yes", "on", "0", "1", "t", "n"],
+    [True, False, "false", "False", " no ", "yes", "on", "0", "1", "t", "n", 0, 1],
 )
 def test_a_bool_setting_takes_ansibles_words_for_true_and_false(value):
     assert setting_names.mistyped({"m1": {"demo_manage": value}}, TYPES) == []
@@ -292,7 +292,7 @@ def test_a_value_that_does_not_read_as_its_type_is_named_with_how_to_give_it():
             "demo_either": "x",
             "ansible_host": "192.0.2.1",
         },
-        "m2": {"demo_manage": "ture", "demo_trials": True, "demo_modes": ["pipeline"], "demo_env": {}},
+        "m2": {"demo_manage": "ture", "demo_trials": True, "demo_modes": ["pipeline"], "demo_env": {}, "demo_ratio": 2},
     }
     assert setting_names.mistyped(given, TYPES) == [
         "demo_env of m1 must be a mapping (got 'A=1'): -e key=value gives every value as a string: give it as JSON, "
@@ -305,6 +305,9 @@ def test_a_value_that_does_not_read_as_its_type_is_named_with_how_to_give_it():
         "demo_trials of m2 must be a whole number (got True): e.g. -e '{\"demo_trials\": 3}'",
     ]
     assert setting_names.mistyped({"m1": {}, "m2": {"demo_modes": ["a"]}}, TYPES) == []
+    assert setting_names.mistyped({"m1": {"demo_manage": ["no"]}}, TYPES) == [
+        "demo_manage must be true or false (got ['no']): e.g. -e '{\"demo_manage\": false}'"
+    ]
     # null: the role's default, as an argument spec takes it
     assert setting_names.mistyped({"m1": {name: None for name in TYPES}}, TYPES) == []
 

@@ -208,7 +208,8 @@ def test_launch_that_cannot_reach_a_mac_says_why_and_how_to_fix_it(pair_with_hos
     with reliability.Fault(f"mlx.launch cannot reach a Mac: {name}") as f:
         if case == "name-does-not-resolve":
             target["host"] = "studio-2.local"
-            words = ["does not resolve on the controller", "set ansible_host of m2"]
+            # (a .local name: Bonjour's, told as such; another name: "does not resolve", test_mlx_ssh)
+            words = ["Bonjour did not find studio-2.local from the controller", "set ansible_host of m2"]
         elif case == "key-refused":
             other = cluster.state_dir / "ssh" / "not_authorized"
             if not other.exists():

@@ -90,16 +90,19 @@ def _each_host(host_vars, hosts, filter_name):
         yield host, mine
 
 
-def mlx_unsafe_settings(host_vars, hosts):
+def _settings_given(host_vars, hosts, settings, filter_name):
+    """{host: {setting: value}} of `settings` as each Mac's inventory (or -e) sets them, as plain
+    Python; a setting a Mac does not set, or whose value is made from what a later stage sets
+    (undefined now: checked where it is used), left out."""
     given = {}
-    for host, mine in _each_host(host_vars, hosts, "mlx_unsafe_settings"):
-        given[host] = {}
-        for setting in setting_names.SETTINGS:
-            # a value made from what a later stage sets (undefined now): checked where it is used
-            value = _given(mine, setting, _UNSET)
-            if value is not _UNSET:
-                given[host][setting] = plain(value)
-    return setting_names.problems(given)
+    for host, mine in _each_host(host_vars, hosts, filter_name):
+        values = {setting: _given(mine, setting, _UNSET) for setting in settings}
+        given[host] = {setting: plain(value) for setting, value in values.items() if value is not _UNSET}
+    return given
+
+
+def mlx_unsafe_settings(host_vars, hosts):
+    return setting_names.problems(_settings_given(host_vars, hosts, setting_names.SETTINGS, "mlx_unsafe_settings"))
 
 
 def mlx_unknown_settings(host_vars, hosts):
@@ -111,15 +114,8 @@ def mlx_unknown_settings(host_vars, hosts):
 
 
 def mlx_mistyped_settings(host_vars, hosts):
-    names = setting_names.toolkit_names()  # (its errors: mlx_unknown_settings, the task before, names them)
-    given = {}
-    for host, mine in _each_host(host_vars, hosts, "mlx_mistyped_settings"):
-        given[host] = {}
-        for setting in names["types"]:
-            value = _given(mine, setting, _UNSET)
-            if value is not _UNSET:
-                given[host][setting] = plain(value)
-    return setting_names.mistyped(given, names["types"])
+    types = setting_names.toolkit_names()["types"]  # (its errors: mlx_unknown_settings, the task before, names them)
+    return setting_names.mistyped(_settings_given(host_vars, hosts, types, "mlx_mistyped_settings"), types)
 
 
 def mlx_shared_targets(host_vars, hosts):

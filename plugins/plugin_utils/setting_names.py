@@ -63,19 +63,25 @@ LABELS = ("mlx_server_label",)
 SETTINGS = tuple(PATHS) + tuple(NAMES) + LABELS
 
 
+def _each_value(values_by_host, setting, skip=()):
+    """(value, the setting as a reason names it) for each value of `setting` the Macs give, in the
+    hosts' order, values in `skip` left out: "setting" when every Mac has that value, else
+    "setting of m1, m2"."""
+    hosts = list(values_by_host)
+    by_value = {}  # repr(value) -> (value, [host]): a value need not be hashable
+    for host in hosts:
+        given = values_by_host[host] or {}
+        if setting in given and given[setting] not in skip:
+            by_value.setdefault(repr(given[setting]), (given[setting], []))[1].append(host)
+    for value, where in by_value.values():
+        yield value, setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
+
+
 def problems(values_by_host):
     """{host: {setting: value}} -> [reason], in SETTINGS' order, then in the hosts' order."""
-    hosts = list(values_by_host)
     found = []
     for setting in SETTINGS:
-        by_value = {}  # repr(value) -> (value, [host]): a value need not be hashable
-        for host in hosts:
-            given = values_by_host[host] or {}
-            if setting not in given or (setting not in LABELS and given[setting] in ("", None)):
-                continue
-            by_value.setdefault(repr(given[setting]), (given[setting], []))[1].append(host)
-        for value, where in by_value.values():
-            named = setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
+        for value, named in _each_value(values_by_host, setting, () if setting in LABELS else ("", None)):
             if setting in LABELS:
                 why, goes = unsafe_label(value, named), None
             elif setting in NAMES:
@@ -229,23 +235,16 @@ def mistyped(values_by_host, types):
     does not set left out) and toolkit_names()["types"] -> [reason], one per setting and value,
     sorted by setting: the value, the Macs when not all of them have it, what it must be and how
     to give it. A setting several entry points declare with different types is not checked."""
-    hosts = list(values_by_host)
     found = []
     for setting in sorted({name for given in values_by_host.values() for name in given or {}}):
         kinds = types.get(setting) or frozenset()
         if len(kinds) != 1:
             continue
         (kind,) = kinds
-        by_value = {}  # repr(value) -> (value, [host])
-        for host in hosts:
-            given = values_by_host[host] or {}
-            if setting in given:
-                by_value.setdefault(repr(given[setting]), (given[setting], []))[1].append(host)
-        for value, where in by_value.values():
+        for value, named in _each_value(values_by_host, setting):
             must = _reads_as(kind, value)
             if must is None:
                 continue
-            named = setting if len(where) == len(hosts) else "%s of %s" % (setting, ", ".join(where))
             words = [word.strip() for word in value.split(",") if word.strip()] if isinstance(value, str) else []
             example = {"bool": "false", "int": "3", "float": "0.5", "list": json.dumps(words or ["..."]), "dict": "{}"}[
                 kind

@@ -43,6 +43,7 @@ import shlex
 import sys
 import time
 
+from ansible import context
 from ansible.plugins.callback import CallbackBase
 
 # Stages that change nothing on the Macs (planner.STAGE_TAGS): a run of these alone takes no lock.
@@ -105,10 +106,10 @@ def command_line(argv):
         elif word in _VALUED:
             words.append(word)
             skip = True
-        elif word.startswith("--extra-vars=") or (
-            word.startswith("-e") and len(word) > 2 and not word.startswith("--")
-        ):
-            words.append(word[: word.index("=") + 1] + "..." if word.startswith("--") else "-e...")
+        elif word.startswith("--extra-vars="):
+            words.append("--extra-vars=...")
+        elif word.startswith("-e") and len(word) > 2:  # -e@file, -ekey=value
+            words.append("-e...")
         else:
             words.append(word)
     return shlex.join(words)
@@ -155,9 +156,7 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_start(self, playbook):
         os.environ.pop(ENV, None)  # (only this run says who holds the lock)
-        from ansible import context  # pylint: disable=import-outside-toplevel  # set by the CLI by now
-
-        args = context.CLIARGS
+        args = context.CLIARGS  # (set by the CLI by now)
         if self.fd is not None or not changes_macs(args.get("check", False), args.get("tags", ())):
             return
         path = lock_path(args.get("inventory", ()))
@@ -167,7 +166,6 @@ class CallbackModule(CallbackBase):
             "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "command": command_line(sys.argv),
-            "lock": path,
         }
         try:
             self.fd, holder = take(path, me)

@@ -46,6 +46,16 @@ options:
     description: With O(sha256_all), write the hashes read into the directory's record (not in a dry run).
     type: bool
     default: false
+  record_file:
+    description:
+      - Where the record of verified files is kept. Empty = in O(path) (C(.mlx-cluster-sha256.json)).
+      - The model_sync role keeps the source's record out of the source directory (under the
+        artifacts directory on the controller, under the toolkit's directory on rank 0), so a
+        model the user owns, such as a Hugging Face cache snapshot, is never written to. A
+        record that does not exist there yet starts from one left in O(path) by an earlier
+        version (read, not written); a record naming another directory is not taken.
+    type: path
+    default: ""
   rehash:
     description: With O(sha256_all), read every file whatever its record says (and, with O(record), record it anew).
     type: bool
@@ -248,6 +258,7 @@ def main():
             weights=dict(type="bool", default=False),
             sha256_all=dict(type="bool", default=False),
             record=dict(type="bool", default=False),
+            record_file=dict(type="path", default=""),
             rehash=dict(type="bool", default=False),
             make_parent=dict(type="bool", default=False),
         ),
@@ -267,14 +278,20 @@ def main():
         module.fail_json(msg=f"{path} on {label} is not a directory: move it away, the model goes there")
     made = make_parent(module, path, label) if module.params["make_parent"] else False
     exists = os.path.isdir(path)
-    hashes = Hashes(path, fresh=module.params["rehash"]) if exists and module.params["sha256_all"] else None
+    record_file = module.params["record_file"] or None
+    hashes = (
+        Hashes(path, fresh=module.params["rehash"], path=record_file)
+        if exists and module.params["sha256_all"]
+        else None
+    )
     files = walk(module, path, module.params["sha256"], hashes) if exists else {}
     if hashes is not None and module.params["record"] and not module.check_mode:
         try:
             hashes.save()
         except OSError as exc:  # a source the user cannot write to (a shared cache): read again next time
             module.warn(
-                f"the hashes of {path} cannot be recorded there ({exc.strerror}): the next run reads its files again"
+                f"the hashes of {path} cannot be recorded in {hashes.path} ({exc.strerror}): "
+                "the next run reads its files again"
             )
     expected = module.params["expected"]
     problems = compare_manifests(expected, {label: files if exists else None}) if expected is not None else []

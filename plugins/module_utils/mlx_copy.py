@@ -50,8 +50,9 @@ import threading
 import time
 
 MAGIC = "mlx-cluster-copy/1"
-# Verified files of a model directory: {"files": {rel: {"size", "mtime_ns", "sha256"}}}. Written
-# by the receiver and by model_manifest on the source; never copied (each Mac hashes its own).
+# Verified files of a model directory: {"root": dir, "files": {rel: {"size", "mtime_ns", "sha256"}}}.
+# Written by the receiver beside its copy; never copied (each Mac hashes its own). The source's
+# record is kept elsewhere (model_manifest's record_file), so the source directory is not written.
 HASHES = ".mlx-cluster-sha256.json"
 # What the receiver of a model directory says of itself (running, then its result), and its log.
 STATUS = ".mlx-cluster-receive.json"
@@ -119,25 +120,34 @@ def sha256_file(path, digest=None, limit=None):
 
 # ---- the record of verified files ----------------------------------------------------------
 class Hashes:
-    """HASHES of one directory: what was verified, by size and modification time (ns).
+    """The record of one directory's verified files, by size and modification time (ns).
     fresh: start from nothing (every file is read again, and the record rewritten from what was
-    read: model_sync_checksum, for a file changed in place with its size and time kept)."""
+    read: model_sync_checksum, for a file changed in place with its size and time kept).
+    path: the record's file; None: HASHES in the directory. A record kept elsewhere that does not
+    exist yet starts from the one in the directory, if any (read, never written); a record that
+    names another directory is not taken."""
 
-    def __init__(self, root, fresh=False):
+    def __init__(self, root, fresh=False, path=None):
         self.root = root
-        self.path = os.path.join(root, HASHES)
+        self.path = path or os.path.join(root, HASHES)
         self.lock = threading.Lock()
         self.files = {}
         self.dirty = False
         if fresh:
             return
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if isinstance(data, dict) and isinstance(data.get("files"), dict):
+        for candidate in dict.fromkeys((self.path, os.path.join(root, HASHES))):
+            try:
+                with open(candidate, encoding="utf-8") as fh:
+                    data = json.load(fh)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                break
+            named = data.get("root", root) if isinstance(data, dict) else root
+            if isinstance(data, dict) and isinstance(data.get("files"), dict) and _same_dir(named, root):
                 self.files = data["files"]
-        except (OSError, ValueError):
-            pass
+                self.dirty = candidate != self.path  # taken from the directory: write it where it belongs
+            break
 
     def known(self, rel, st):
         """The recorded sha256 of `rel` when its size and time (os.stat_result) match, else None."""
@@ -160,10 +170,15 @@ class Hashes:
             if not self.dirty:
                 return
             self.dirty = False
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = self.path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"files": self.files}, fh, sort_keys=True)
+                json.dump({"root": self.root, "files": self.files}, fh, sort_keys=True)
             os.replace(tmp, self.path)
+
+
+def _same_dir(a, b):
+    return isinstance(a, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
 def file_sha256(root, rel, hashes, save=False):

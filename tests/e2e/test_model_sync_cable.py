@@ -9,6 +9,7 @@ the cable back a re-run resumes from what arrived."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -161,6 +162,15 @@ def test_tree_from_the_controller_one_copy_over_the_lan_then_the_cables_without_
         dest = cluster.home(host) / "mlx-cluster" / "models" / "tiny"
         for f in file_names(tiny):
             assert (dest / f).read_bytes() == (tiny / f).read_bytes(), (host, f)
+    # the source directory on the controller is the user's: its record is kept with the artifacts
+    assert file_names(model) == file_names(tiny)
+    record = (
+        cluster.inventory_path.parent
+        / "artifacts"
+        / "model-hashes"
+        / f"{hashlib.sha1(str(model).encode()).hexdigest()}.json"
+    )
+    assert sorted(json.loads(record.read_text())["files"]) == file_names(tiny)
     again = run_site(cluster, tags=["models"], extravars=extravars)
     assert again.rc == 0 and again.changed() == 0, (again.failures(), again.stats)
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import pytest
+
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_copy import HASHES
 
 
 def make_model(root, files=None):
@@ -189,3 +192,64 @@ def test_make_parent_names_the_mac_when_it_cannot(module_runner, tmp_path):
     )
     assert out.failed and out.result["msg"].startswith(f"cannot create {path.parent} on m2:")
     assert "Fix:" in out.result["msg"]
+
+
+def test_the_source_record_is_kept_outside_the_source(module_runner, tmp_path):
+    """A source the user owns (a Hugging Face cache, a shared directory) is never written: the
+    record goes to record_file, and the next run takes every hash from it."""
+    root = make_model(tmp_path / "m")
+    record = tmp_path / "artifacts" / "model-hashes" / "m.json"
+    args = {"path": str(root), "sha256_all": True, "record": True, "record_file": str(record)}
+    before = sorted(p.name for p in root.rglob("*"))
+    first = module_runner("model_manifest", args=args)
+    assert not first.failed, first.result
+    assert sorted(p.name for p in root.rglob("*")) == before  # nothing of ours in the source
+    saved = json.loads(record.read_text())
+    assert saved["root"] == str(root)
+    assert saved["files"]["model.safetensors"]["sha256"] == sha(b"weights-1")
+    # the record vouches for files whose size and time match it: a planted hash is what comes back
+    saved["files"]["model.safetensors"]["sha256"] = "0" * 64
+    record.write_text(json.dumps(saved))
+    again = module_runner("model_manifest", args=args)
+    assert again.result["files"]["model.safetensors"]["sha256"] == "0" * 64
+
+
+def test_a_record_left_in_the_source_by_an_earlier_version_is_read_once_not_written(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    size = (root / "model.safetensors").stat()
+    old = root / HASHES
+    old.write_text(
+        json.dumps(
+            {"files": {"model.safetensors": {"size": size.st_size, "mtime_ns": size.st_mtime_ns, "sha256": "1" * 64}}}
+        )
+    )
+    kept = old.read_bytes()
+    record = tmp_path / "elsewhere.json"
+    args = {"path": str(root), "sha256_all": True, "record": True, "record_file": str(record)}
+    out = module_runner("model_manifest", args=args)
+    assert out.result["files"]["model.safetensors"]["sha256"] == "1" * 64  # taken from the old record
+    assert old.read_bytes() == kept
+    assert json.loads(record.read_text())["files"]["model.safetensors"]["sha256"] == "1" * 64
+
+
+def test_a_record_of_another_directory_is_not_taken(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    st = (root / "model.safetensors").stat()
+    record = tmp_path / "r.json"
+    entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "2" * 64}
+    record.write_text(json.dumps({"root": str(tmp_path / "other"), "files": {"model.safetensors": entry}}))
+    args = {"path": str(root), "sha256_all": True, "record": True, "record_file": str(record)}
+    out = module_runner("model_manifest", args=args)
+    assert out.result["files"]["model.safetensors"]["sha256"] == sha(b"weights-1")
+    assert json.loads(record.read_text())["root"] == str(root)
+
+
+def test_a_record_that_cannot_be_written_is_a_warning_naming_where(module_runner, tmp_path):
+    root = make_model(tmp_path / "m")
+    blocker = tmp_path / "file"
+    blocker.write_text("in the way")
+    record = blocker / "model-hashes" / "m.json"  # its parent is a file: cannot be made
+    args = {"path": str(root), "sha256_all": True, "record": True, "record_file": str(record)}
+    out = module_runner("model_manifest", args=args)
+    assert not out.failed, out.result
+    assert any(str(record) in w and "next run reads its files again" in w for w in out.warnings), out.warnings

@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: mlx_cluster_facts
 short_description: Gather everything mlx-cluster needs to know about a Mac in one run
 description:
-  - Returns one fact, C(mlx_cluster), as described in docs/design.md, with the Thunderbolt
+  - Returns one dictionary, RV(mlx_cluster), as described in docs/design.md, with the Thunderbolt
     wiring (as M(thunderbolt_facts)), the RDMA state (as M(rdma_facts)), all interfaces
     (plain C(ifconfig)), the management interface, the macOS version, the hardware and the
     free disk space.
@@ -18,6 +18,10 @@ description:
     (C(SSH_CONNECTION)); without it, the interface of the default route (C(route -n get default)).
   - RDMA problems are checked against the Thunderbolt ports that have a Mac on the other end.
   - Read-only; runs the same in check mode.
+  - RV(mlx_cluster) is a return value, not an Ansible fact (despite the module's name); the role
+    registers it and keeps it with C(ansible.builtin.set_fact). Facts are copied for every task of
+    every host, and ansible-core 2.20 deprecates reading them as top-level variables
+    (C(INJECT_FACTS_AS_VARS)); a host variable is neither.
 version_added: "0.1.0"
 author: mlx-cluster contributors
 extends_documentation_fragment:
@@ -78,8 +82,8 @@ attributes:
     support: none
     description: Facts only.
   facts:
-    support: full
-    description: Returns C(ansible_facts.mlx_cluster).
+    support: none
+    description: Returns RV(mlx_cluster), not facts (see the description).
 notes:
   - "A hung C(ibv_devices), C(ibv_devinfo) or C(rdma_ctl) (see I(command_timeout)) does not fail the module:
     RDMA is then unusable on this Mac and C(rdma.problems) names the command and the fix."
@@ -103,6 +107,11 @@ seealso:
 EXAMPLES = r"""
 - name: Discover each Mac
   mlx_cluster_facts:
+  register: discovered
+
+- name: Keep it as the host variable mlx_cluster
+  ansible.builtin.set_fact:
+    mlx_cluster: "{{ discovered.mlx_cluster }}"
 
 - name: Check the free space where models are kept
   mlx_cluster_facts:
@@ -110,150 +119,147 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ansible_facts:
-  description: Facts added to the host.
+mlx_cluster:
+  description:
+    - Everything about this Mac in one dictionary (register it, then keep it as the host variable
+      C(mlx_cluster)).
   returned: always
   type: dict
   contains:
-    mlx_cluster:
-      description: Everything about this Mac in one fact.
+    thunderbolt:
+      description: The C(mlx_thunderbolt) fact (see M(thunderbolt_facts)), with C(mac.model_id) from C(hw.model).
       returned: always
       type: dict
-      contains:
-        thunderbolt:
-          description: The C(mlx_thunderbolt) fact (see M(thunderbolt_facts)), with C(mac.model_id) from C(hw.model).
-          returned: always
-          type: dict
-          sample: {"mac": {"model": "Mac Studio", "model_id": "Mac16,9", "name": "Mac Studio"}, "ports": [],
-                   "hardware_ports": {}, "bridge": {"exists": false, "members": [], "service": null,
-                   "service_enabled": null, "persistent_members": []}, "warnings": []}
-        rdma:
-          description: The C(mlx_rdma) fact (see M(rdma_facts)).
-          returned: always
-          type: dict
-          sample: {"rdma_ctl": "enabled", "devices": [], "usable": false, "problems": []}
-        interfaces:
-          description:
-            - Every interface of C(ifconfig -v), with C(type) as it says (C(IP over Thunderbolt) for a
-              Thunderbolt port, whatever the Mac's language names the port).
-          returned: always
-          type: dict
-          sample: {"en0": {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": true, "mtu": 1500,
-                   "status": "active", "members": [], "type": "Ethernet"}}
-        services:
-          description:
-            - Every network service in service order (C(networksetup -listnetworkserviceorder)); null
-              when it could not be read. The network stage applies against it instead of reading it again.
-          returned: always
-          type: list
-          elements: dict
-          sample: [{"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0",
-                    "enabled": true}]
-        mgmt:
-          description: The interface the SSH session arrived on and its address; nulls when unknown.
-          returned: always
-          type: dict
-          sample: {"iface": "en0", "address": "10.1.2.3"}
-        os:
-          description: macOS version from C(sw_vers).
-          returned: always
-          type: dict
-          sample: {"product_version": "26.2", "build_version": "25C56"}
-        hw:
-          description:
-            - Memory in bytes, model identifier and CPU count from C(sysctl), and the GPU
-              wired-memory limit in MB (C(iogpu.wired_limit_mb); 0 is macOS's own default,
-              null when the Mac has no such setting).
-          returned: always
-          type: dict
-          sample: {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16, "wired_limit_mb": 0}
-        disk:
-          description: Free bytes (for an unprivileged user) on the file system of C(path); null when it cannot be read.
-          returned: always
-          type: dict
-          sample: {"path": "/Users/admin", "free_bytes": 812345671680}
-        power:
-          description:
-            - The stored power settings per power source (C(pmset -g custom)), C(AC Power) always,
-              C(Battery Power) on a laptop, C(UPS Power) with a UPS; numbers as ints. Null when
-              they could not be read.
-          returned: when read_power is set (the default)
-          type: dict
-          sample: {"AC Power": {"sleep": 1, "disksleep": 10, "displaysleep": 10, "autorestart": 0, "womp": 1}}
-        updates:
-          description:
-            - The automatic-update settings (C(/Library/Preferences/com.apple.SoftwareUpdate)), each
-              true, false or null (never written or unreadable, macOS then applies its default).
-              C(automatic_check) is AutomaticCheckEnabled, C(automatic_download) AutomaticDownload,
-              C(install_macos_updates) AutomaticallyInstallMacOSUpdates (installs and restarts by
-              itself), C(critical_update_install) CriticalUpdateInstall.
-          returned: when read_updates is set (the default)
-          type: dict
-          sample: {"automatic_check": true, "automatic_download": true, "install_macos_updates": false,
-                   "critical_update_install": true}
-        home:
-          description: >-
-            The remote user's home directory (what C(~) means on this Mac); the plan resolves
-            C(mlx_cluster_remote_dir) with it.
-          returned: always
-          type: str
-          sample: /Users/admin
-        cluster_dir:
-          description:
-            - With I(cluster_dir), the directory and why it cannot be trusted (C(problem), empty when it can),
-              walking from C(/) down what exists of it; every part must be a directory of root's or of this
-              user's, that no other user can write (a folder of root's that every user can write, and sticky,
-              such as C(/Users/Shared), is fine above it), or a link of root's (C(/tmp), C(/var)). Another user
-              who can change it could change what the toolkit runs from it, as this user and at boot.
-          returned: when cluster_dir is set
-          type: dict
-          sample: {"path": "/Users/admin/mlx-cluster", "problem": ""}
-        trust_keys:
-          description:
-            - How many cluster keys the marked block of this user's C(~/.ssh/authorized_keys) holds (what
-              ssh_trust wrote; 0 without the file or the block), null when the file cannot be read. The
-              models stage runs ssh_trust only where a copy needs a key or a key must be revoked.
-          returned: always
-          type: int
-          sample: 0
-        sudo:
-          description:
-            - With I(probe_sudo), the remote user, whether C(sudo -n /bin/sh -c true) ran (sudo needs no
-              password) and, when it did not, what sudo said (its first line, or that it did not answer).
-          returned: when probe_sudo is set
-          type: dict
-          sample: {"user": "admin", "passwordless": false, "message": "sudo: a password is required"}
-        files:
-          description: >-
-            With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
-          returned: when read_files is set
-          type: dict
-          sample: {"/Users/admin/mlx-cluster/hostfile.json": {"sha256": "9f86d0...", "mode": "0600"}}
-        pythons:
-          description:
-            - "The Pythons found for MLX's environment, without running any (versioned names only,
-              so the minor version is known from the name), in the order the toolkit prefers
-              them (C(found)): Homebrew's C(/opt/homebrew/bin/python3.N), python.org's
-              C(/Library/Frameworks/Python.framework/Versions/3.N/bin/python3.N), then
-              C(/usr/local/bin/python3.N)."
-            - The interpreter this module ran with (C(module)), Ansible's, with its full version.
-          returned: always
-          type: dict
-          sample: {"found": [{"path": "/opt/homebrew/bin/python3.13", "version": "3.13", "source": "homebrew"}],
-                   "module": {"path": "/usr/bin/python3", "version": "3.9.6"}}
-        links_state:
-          description:
-            - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
-              host routes to the other ends of the /30 addresses (C(routes), keyed by that
-              address, from one C(netstat -rn -f inet)) and one ping per cable with carrier,
-              from the end holding the /30's first address (C(pings), keyed by interface).
-          returned: when probe_links is set
-          type: dict
-          sample: {"service_info": {"Thunderbolt 1": {"method": "manual", "address": "10.208.0.1",
-                   "subnet": "255.255.255.252", "router": null}}, "routes": {"10.208.0.2":
-                   {"destination": "10.208.0.2", "interface": "en2", "gateway": null,
-                   "flags": ["UP", "HOST", "DONE", "STATIC"]}}, "pings": {"en2": {"address":
-                   "10.208.0.1", "peer_address": "10.208.0.2", "ok": true}}}
+      sample: {"mac": {"model": "Mac Studio", "model_id": "Mac16,9", "name": "Mac Studio"}, "ports": [],
+               "hardware_ports": {}, "bridge": {"exists": false, "members": [], "service": null,
+               "service_enabled": null, "persistent_members": []}, "warnings": []}
+    rdma:
+      description: The C(mlx_rdma) fact (see M(rdma_facts)).
+      returned: always
+      type: dict
+      sample: {"rdma_ctl": "enabled", "devices": [], "usable": false, "problems": []}
+    interfaces:
+      description:
+        - Every interface of C(ifconfig -v), with C(type) as it says (C(IP over Thunderbolt) for a
+          Thunderbolt port, whatever the Mac's language names the port).
+      returned: always
+      type: dict
+      sample: {"en0": {"ipv4": [{"address": "10.1.2.3", "prefix": 24}], "up": true, "mtu": 1500,
+               "status": "active", "members": [], "type": "Ethernet"}}
+    services:
+      description:
+        - Every network service in service order (C(networksetup -listnetworkserviceorder)); null
+          when it could not be read. The network stage applies against it instead of reading it again.
+      returned: always
+      type: list
+      elements: dict
+      sample: [{"name": "Thunderbolt Bridge", "hardware_port": "Thunderbolt Bridge", "device": "bridge0",
+                "enabled": true}]
+    mgmt:
+      description: The interface the SSH session arrived on and its address; nulls when unknown.
+      returned: always
+      type: dict
+      sample: {"iface": "en0", "address": "10.1.2.3"}
+    os:
+      description: macOS version from C(sw_vers).
+      returned: always
+      type: dict
+      sample: {"product_version": "26.2", "build_version": "25C56"}
+    hw:
+      description:
+        - Memory in bytes, model identifier and CPU count from C(sysctl), and the GPU
+          wired-memory limit in MB (C(iogpu.wired_limit_mb); 0 is macOS's own default,
+          null when the Mac has no such setting).
+      returned: always
+      type: dict
+      sample: {"memsize": 137438953472, "model": "Mac16,9", "ncpu": 16, "wired_limit_mb": 0}
+    disk:
+      description: Free bytes (for an unprivileged user) on the file system of C(path); null when it cannot be read.
+      returned: always
+      type: dict
+      sample: {"path": "/Users/admin", "free_bytes": 812345671680}
+    power:
+      description:
+        - The stored power settings per power source (C(pmset -g custom)), C(AC Power) always,
+          C(Battery Power) on a laptop, C(UPS Power) with a UPS; numbers as ints. Null when
+          they could not be read.
+      returned: when read_power is set (the default)
+      type: dict
+      sample: {"AC Power": {"sleep": 1, "disksleep": 10, "displaysleep": 10, "autorestart": 0, "womp": 1}}
+    updates:
+      description:
+        - The automatic-update settings (C(/Library/Preferences/com.apple.SoftwareUpdate)), each
+          true, false or null (never written or unreadable, macOS then applies its default).
+          C(automatic_check) is AutomaticCheckEnabled, C(automatic_download) AutomaticDownload,
+          C(install_macos_updates) AutomaticallyInstallMacOSUpdates (installs and restarts by
+          itself), C(critical_update_install) CriticalUpdateInstall.
+      returned: when read_updates is set (the default)
+      type: dict
+      sample: {"automatic_check": true, "automatic_download": true, "install_macos_updates": false,
+               "critical_update_install": true}
+    home:
+      description: >-
+        The remote user's home directory (what C(~) means on this Mac); the plan resolves
+        C(mlx_cluster_remote_dir) with it.
+      returned: always
+      type: str
+      sample: /Users/admin
+    cluster_dir:
+      description:
+        - With I(cluster_dir), the directory and why it cannot be trusted (C(problem), empty when it can),
+          walking from C(/) down what exists of it; every part must be a directory of root's or of this
+          user's, that no other user can write (a folder of root's that every user can write, and sticky,
+          such as C(/Users/Shared), is fine above it), or a link of root's (C(/tmp), C(/var)). Another user
+          who can change it could change what the toolkit runs from it, as this user and at boot.
+      returned: when cluster_dir is set
+      type: dict
+      sample: {"path": "/Users/admin/mlx-cluster", "problem": ""}
+    trust_keys:
+      description:
+        - How many cluster keys the marked block of this user's C(~/.ssh/authorized_keys) holds (what
+          ssh_trust wrote; 0 without the file or the block), null when the file cannot be read. The
+          models stage runs ssh_trust only where a copy needs a key or a key must be revoked.
+      returned: always
+      type: int
+      sample: 0
+    sudo:
+      description:
+        - With I(probe_sudo), the remote user, whether C(sudo -n /bin/sh -c true) ran (sudo needs no
+          password) and, when it did not, what sudo said (its first line, or that it did not answer).
+      returned: when probe_sudo is set
+      type: dict
+      sample: {"user": "admin", "passwordless": false, "message": "sudo: a password is required"}
+    files:
+      description: >-
+        With I(read_files), each file's sha256 and mode, keyed by its expanded path; null when it is not there.
+      returned: when read_files is set
+      type: dict
+      sample: {"/Users/admin/mlx-cluster/hostfile.json": {"sha256": "9f86d0...", "mode": "0600"}}
+    pythons:
+      description:
+        - "The Pythons found for MLX's environment, without running any (versioned names only,
+          so the minor version is known from the name), in the order the toolkit prefers
+          them (C(found)): Homebrew's C(/opt/homebrew/bin/python3.N), python.org's
+          C(/Library/Frameworks/Python.framework/Versions/3.N/bin/python3.N), then
+          C(/usr/local/bin/python3.N)."
+        - The interpreter this module ran with (C(module)), Ansible's, with its full version.
+      returned: always
+      type: dict
+      sample: {"found": [{"path": "/opt/homebrew/bin/python3.13", "version": "3.13", "source": "homebrew"}],
+               "module": {"path": "/usr/bin/python3", "version": "3.9.6"}}
+    links_state:
+      description:
+        - With I(probe_links), the Thunderbolt services' settings (C(service_info)), the
+          host routes to the other ends of the /30 addresses (C(routes), keyed by that
+          address, from one C(netstat -rn -f inet)) and one ping per cable with carrier,
+          from the end holding the /30's first address (C(pings), keyed by interface).
+      returned: when probe_links is set
+      type: dict
+      sample: {"service_info": {"Thunderbolt 1": {"method": "manual", "address": "10.208.0.1",
+               "subnet": "255.255.255.252", "router": null}}, "routes": {"10.208.0.2":
+               {"destination": "10.208.0.2", "interface": "en2", "gateway": null,
+               "flags": ["UP", "HOST", "DONE", "STATIC"]}}, "pings": {"en2": {"address":
+               "10.208.0.1", "peer_address": "10.208.0.2", "ok": true}}}
 """
 
 import getpass
@@ -418,7 +424,7 @@ def main():
         facts["sudo"] = sudo_facts(sudo, getpass.getuser())
     for warning in warnings:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"mlx_cluster": facts})
+    module.exit_json(changed=False, mlx_cluster=facts)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,19 @@ DOCUMENTATION = r"""
 module: mlx_cluster_plan
 short_description: Plan the cluster from every Mac's discovery facts (the one plan step)
 description:
-  - Reads the C(mlx_cluster) facts of every host given (from M(mlx.cluster.mlx_cluster_facts)) and
+  - Reads the host variable C(mlx_cluster) of every host given (from M(mlx.cluster.mlx_cluster_facts)) and
     each host's coordinator address (C(mlx_cluster_coordinator_address), else the address Ansible
-    connects over), and makes the cluster plan, C(mlx_cluster_plan), that every later stage reads;
+    connects over), and makes the cluster plan, RV(plan), that every later stage reads (as the host
+    variable C(mlx_cluster_plan));
     cables, topology and MLX backend, one /30 per cable, the MLX hostfile, and the directory and
     hostfile path on the Macs.
   - The directory is one absolute path, the same on every Mac, because C(mlx.launch) runs the same
     interpreter, script and model paths on each. C(~) in I(remote_dir) is each Mac's home; Macs
     whose homes differ need an absolute I(remote_dir) (the plan fails naming the homes otherwise).
-  - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once)
-    (the fact is then set on every host of the play).
+  - Runs on the controller only (action plugin) and contacts no host. Use it with C(run_once),
+    register it, and keep RV(plan) with C(ansible.builtin.set_fact) (with C(run_once), set on every
+    host of the play). A return value, not an Ansible fact; facts are copied for every task of every
+    host, and ansible-core 2.20 deprecates reading them as top-level variables.
 version_added: "0.1.0"
 extends_documentation_fragment:
   - mlx.cluster.attributes
@@ -92,25 +95,26 @@ EXAMPLES = r"""
     backend: auto
     remote_dir: /opt/mlx-cluster
   run_once: true
+  register: planned
+
+- name: Keep the plan on every host
+  ansible.builtin.set_fact:
+    mlx_cluster_plan: "{{ planned.plan }}"
+  run_once: true
 """
 
 RETURN = r"""
-ansible_facts:
-  description: The plan, as the fact C(mlx_cluster_plan).
+plan:
+  description:
+    - C(hosts) (rank order), C(links), C(topology), C(ip_plan), C(coordinators), C(ssh),
+      C(hostfile) (null when no backend fits the wiring), C(remote_dir), C(hostfile_name),
+      C(hostfile_path) (absolute, the same on every Mac) and C(fallback) (null, or with
+      I(fallback_backend) the keys C(backend) (ring), C(from), C(hostfile) and C(hostfile_name)).
   returned: success
-  type: complex
-  contains:
-    mlx_cluster_plan:
-      description:
-        - C(hosts) (rank order), C(links), C(topology), C(ip_plan), C(coordinators), C(ssh),
-          C(hostfile) (null when no backend fits the wiring), C(remote_dir), C(hostfile_name),
-          C(hostfile_path) (absolute, the same on every Mac) and C(fallback) (null, or with
-          I(fallback_backend) the keys C(backend) (ring), C(from), C(hostfile) and C(hostfile_name)).
-      returned: success
-      type: dict
-      sample:
-        hosts: [m1, m2]
-        remote_dir: /Users/admin/mlx-cluster
-        hostfile_name: hostfile.json
-        hostfile_path: /Users/admin/mlx-cluster/hostfile.json
+  type: dict
+  sample:
+    hosts: [m1, m2]
+    remote_dir: /Users/admin/mlx-cluster
+    hostfile_name: hostfile.json
+    hostfile_path: /Users/admin/mlx-cluster/hostfile.json
 """

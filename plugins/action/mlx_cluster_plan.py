@@ -2,10 +2,10 @@
 # Copyright: mlx-cluster contributors
 # MIT License
 """Action plugin mlx_cluster_plan: the discovery facts of every Mac + the cluster settings ->
-the cluster plan (links, topology, addresses, hostfile, remote paths), set as the fact
-``mlx_cluster_plan`` on every host of the play.
+the cluster plan (links, topology, addresses, hostfile, remote paths), returned as ``plan``; the
+role keeps it as the host variable ``mlx_cluster_plan`` on every host of the play (set_fact).
 
-Thin on purpose: it gathers each host's ``mlx_cluster`` facts and coordinator address from
+Thin on purpose: it gathers each host's ``mlx_cluster`` and coordinator address from
 hostvars, then calls the one pure function ``planner.make_plan``. The documentation is
 library/mlx_cluster_plan.py (a stub, as for mlx_ssh_targets).
 """
@@ -79,5 +79,5 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 "mlx_cluster_plan: malformed discovery facts (%s): re-run the discover stage" % exc
             ) from None
-        result.update(changed=False, ansible_facts={"mlx_cluster_plan": plan})
+        result.update(changed=False, plan=plan)
         return result

@@ -24,6 +24,10 @@ PLAYBOOK = """
   tasks:
     - name: Discover (module, with its module_utils)
       mlx.cluster.mlx_cluster_facts:
+      register: discovered
+    - name: Keep it as a host variable
+      ansible.builtin.set_fact:
+        mlx_cluster: "{{ discovered.mlx_cluster }}"
     - name: How the controller reaches each Mac (action plugin)
       mlx.cluster.mlx_ssh_targets:
         hosts: "{{ ansible_play_hosts }}"

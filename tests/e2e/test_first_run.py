@@ -5,11 +5,17 @@ Command Line Tools. Nothing but the inventory and the defaults (python_env=None)
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
 
 import pytest
+import tomllib
 
-from tests.e2e.runner import defaults, is_mutating, lab_lock, lab_vars, run_site
+from tests.e2e.runner import ROOT, defaults, is_mutating, lab_lock, lab_vars, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -253,3 +259,64 @@ def test_an_offline_cluster_installs_from_the_wheels_the_controller_brings(sim_c
     assert again.changed() == 0, again.stats
     # every Mac holds its pins: neither the wheels nor pip are needed
     assert again.results(ARCHIVE) == [] and again.results("Install the pinned mlx and mlx-lm into the venv") == []
+
+
+def newest_python():
+    """A Python 3.12 or 3.13 on this machine (PATH, then pyenv's versions), or None: what
+    scripts/controller.sh picks first on a Mac (python3.13), where pip installs the newest
+    ansible-core pyproject.toml allows, not the one this suite's own Python 3.11 gets."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in (13, 12)]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates += sorted(pyenv.glob("3.1[23]*/bin/python3"), reverse=True)
+    for python in filter(None, candidates):
+        probe = subprocess.run(
+            [str(python), "-c", "import sys, venv; print(sys.version_info[1])"], capture_output=True, text=True
+        )
+        if probe.returncode == 0 and probe.stdout.strip() in ("12", "13"):
+            return str(python)
+    return None
+
+
+def next_controller():
+    """bin/ of a venv made from newest_python() with pyproject.toml's controller dependencies
+    (mlx and mlx-lm left out: a dry run starts no rank), the newest each allows; kept in .venv
+    while pyproject.toml's dependencies stay the same."""
+    python = newest_python()
+    if python is None:
+        pytest.skip("no Python 3.12 or 3.13 on this machine: the newest ansible-core needs one")
+    deps = [
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if not d.startswith("mlx")
+    ]
+    home = ROOT / ".venv" / ".next-controller"
+    marker = home / ".deps"
+    if not (marker.exists() and marker.read_text() == json.dumps(deps)):
+        shutil.rmtree(home, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(home)], check=True)
+        subprocess.run([str(home / "bin" / "python"), "-m", "pip", "install", "-q", *deps], check=True)
+        marker.write_text(json.dumps(deps))
+    return home / "bin"
+
+
+def test_the_newest_ansible_core_pyproject_allows_dry_runs_a_fresh_cluster_without_a_deprecation(sim_cluster):
+    """ansible-core 2.20 (Python 3.12+) deprecated reading facts as top-level variables, and
+    warned for every stage of the dry run; run_site fails any run with a deprecation warning."""
+    bin_dir = next_controller()
+    version = subprocess.run(
+        [str(bin_dir / "python"), "-c", "from importlib import metadata; print(metadata.version('ansible-core'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = metadata.version("ansible-core")
+    assert tuple(map(int, version.split(".")[:2])) >= tuple(map(int, ours.split(".")[:2])), (version, ours)
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    dry = run_site(cluster, check=True, diff=True, python_env=None, controller_bin=bin_dir)
+    assert dry.rc == 0, dry.failures()
+    assert (
+        f"core {version}"
+        in subprocess.run([str(bin_dir / "ansible-playbook"), "--version"], capture_output=True, text=True).stdout
+    )
+    assert mutations(cluster) == {"m1": [], "m2": []}

@@ -61,7 +61,7 @@ def test_a_hung_rdma_probe_makes_rdma_unusable_on_that_mac_and_nothing_fails(
 ):
     out = cluster_facts(module_runner, read_fixture, tmp_path, hung, args={"command_timeout": 5})
     assert not out.failed, out.result
-    facts = out.result["ansible_facts"]["mlx_cluster"]
+    facts = out.result["mlx_cluster"]
     rdma = facts["rdma"]
     assert rdma["usable"] is False
     (problem,) = rdma["problems"]

@@ -63,7 +63,7 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
     # started side by side: each command once, in any order
     assert sorted(out.calls) == sorted(list(argv) for argv in ORDER_RUN)
     assert all(env == C_LOCALE for env in out.envs)
-    facts = out.result["ansible_facts"]["mlx_cluster"]
+    facts = out.result["mlx_cluster"]
     assert set(facts) == {
         "thunderbolt",
         "rdma",
@@ -107,13 +107,13 @@ def test_one_run_gathers_everything(module_runner, read_fixture, tmp_path):
 def test_mgmt_falls_back_to_the_default_route(module_runner, read_fixture, tmp_path):
     out = run(module_runner, read_fixture, tmp_path, env={"SSH_CONNECTION": "::1 50522 ::1 22"})
     assert list(ROUTE) in out.calls
-    assert out.result["ansible_facts"]["mlx_cluster"]["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
+    assert out.result["mlx_cluster"]["mgmt"] == {"iface": "en0", "address": "10.1.2.3"}
 
 
 def test_cabled_ports_feed_the_rdma_problems(module_runner, read_fixture, tmp_path):
     # studio A has a Mac behind en2; rdma_en2 is up but has no IPv4-mapped GID yet
     out = run(module_runner, read_fixture, tmp_path, ibv_devinfo=(0, "ibv_devinfo_v_mini_active_no_ipv4.txt", ""))
-    problems = out.result["ansible_facts"]["mlx_cluster"]["rdma"]["problems"]
+    problems = out.result["mlx_cluster"]["rdma"]["problems"]
     assert [(p["code"], p["iface"]) for p in problems] == [("no_ipv4_gid", "en2")]
 
 
@@ -126,7 +126,7 @@ def test_unreadable_disk_path_is_a_warning(module_runner, read_fixture, tmp_path
         commands=answers(read_fixture, STUDIO_A),
     )
     assert not out.failed
-    assert out.result["ansible_facts"]["mlx_cluster"]["disk"]["free_bytes"] is None
+    assert out.result["mlx_cluster"]["disk"]["free_bytes"] is None
     assert any("free space" in w for w in out.warnings)
 
 
@@ -157,13 +157,13 @@ def test_the_cluster_keys_this_mac_trusts_are_counted(
     monkeypatch.setenv("HOME", str(tmp_path))
     out = module_runner("mlx_cluster_facts", bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
     assert not out.failed, out.result
-    assert out.result["ansible_facts"]["mlx_cluster"]["trust_keys"] == keys
+    assert out.result["mlx_cluster"]["trust_keys"] == keys
 
 
 def test_disk_path_defaults_to_home(module_runner, read_fixture, monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     out = module_runner("mlx_cluster_facts", bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A))
-    assert out.result["ansible_facts"]["mlx_cluster"]["disk"]["path"] == str(tmp_path)
+    assert out.result["mlx_cluster"]["disk"]["path"] == str(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def test_a_command_whose_output_was_lost_is_run_again(module_runner, read_fixtur
     )
     assert not out.failed, out.result
     assert out.calls.count(list(SW_VERS)) == 2
-    assert out.result["ansible_facts"]["mlx_cluster"]["os"]["product_version"] == "26.2"
+    assert out.result["mlx_cluster"]["os"]["product_version"] == "26.2"
 
 
 def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_runner, read_fixture, tmp_path):
@@ -231,7 +231,7 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     assert not out.failed, out.result
     # one netstat for every host route, not a `route -n get` per peer
     assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(route), list(ping)])
-    state = out.result["ansible_facts"]["mlx_cluster"]["links_state"]
+    state = out.result["mlx_cluster"]["links_state"]
     assert state["service_info"]["Thunderbolt 1"]["address"] == "10.208.0.1"
     assert state["routes"]["10.208.0.2"]["interface"] == "en2"
     assert state["pings"] == {"en2": {"address": "10.208.0.1", "peer_address": "10.208.0.2", "ok": True}}
@@ -250,12 +250,12 @@ def test_probe_links_reads_services_routes_and_pings_the_addressed_ports(module_
     )
     assert not out.failed, out.result
     assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(getinfo), list(far_route)])
-    far_state = out.result["ansible_facts"]["mlx_cluster"]["links_state"]
+    far_state = out.result["mlx_cluster"]["links_state"]
     assert far_state["pings"] == {}
     assert far_state["routes"] == {"10.208.0.1": {"destination": None, "interface": None, "gateway": None, "flags": []}}
     # without the option nothing more runs
     plain = module_runner("mlx_cluster_facts", args={"disk_path": str(tmp_path)}, bins=BINS, env=SSH, commands=commands)
-    assert "links_state" not in plain.result["ansible_facts"]["mlx_cluster"]
+    assert "links_state" not in plain.result["mlx_cluster"]
     assert sorted(plain.calls) == sorted(list(a) for a in ORDER_RUN)
 
 
@@ -274,7 +274,7 @@ def test_read_files_reports_sha256_and_mode_or_none(module_runner, read_fixture,
         commands=answers(read_fixture, STUDIO_A),
     )
     assert not out.failed, out.result
-    assert out.result["ansible_facts"]["mlx_cluster"]["files"] == {
+    assert out.result["mlx_cluster"]["files"] == {
         str(hostfile): {"sha256": hashlib.sha256(b'{"backend": "ring"}\n').hexdigest(), "mode": "0600"},
         str(tmp_path / "absent.json"): None,
     }
@@ -290,7 +290,7 @@ def test_the_toolkit_directory_is_checked_never_made(module_runner, read_fixture
             "mlx_cluster_facts", args=args, bins=BINS, env=SSH, commands=answers(read_fixture, STUDIO_A)
         )
         assert not out.failed, out.result
-        return out.result["ansible_facts"]["mlx_cluster"]["cluster_dir"]
+        return out.result["mlx_cluster"]["cluster_dir"]
 
     assert checked() == {"path": str(mine), "problem": ""} and not mine.exists()  # made later, by the stages
     mine.mkdir(mode=0o700)
@@ -321,7 +321,7 @@ def test_probe_links_takes_the_services_from_the_preferences_file(module_runner,
     )
     assert not out.failed, out.result
     assert not any("-getinfo" in c for c in out.calls)  # no networksetup -getinfo at all
-    info = out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]
+    info = out.result["mlx_cluster"]["links_state"]["service_info"]
     assert info["Thunderbolt 1"] == {
         "method": "manual",
         "address": "10.208.0.1",
@@ -339,9 +339,7 @@ def test_probe_links_takes_the_services_from_the_preferences_file(module_runner,
         module_attrs={"SC_PREFERENCES": str(tmp_path / "missing.plist")},
     )
     assert ["/usr/sbin/networksetup", "-getinfo", "Thunderbolt 1"] in out.calls
-    assert (
-        out.result["ansible_facts"]["mlx_cluster"]["links_state"]["service_info"]["Thunderbolt 1"]["method"] == "dhcp"
-    )
+    assert out.result["mlx_cluster"]["links_state"]["service_info"]["Thunderbolt 1"]["method"] == "dhcp"
 
 
 SUDO_PROBE = ("/usr/bin/sudo", "-n", "/bin/sh", "-c", "true")  # what Ansible's become runs: /bin/sh -c
@@ -369,7 +367,7 @@ def test_probe_sudo_runs_sudo_n_beside_the_other_commands(
     )
     assert not out.failed, out.result
     assert sorted(out.calls) == sorted([list(a) for a in ORDER_RUN] + [list(SUDO_PROBE)])
-    assert out.result["ansible_facts"]["mlx_cluster"]["sudo"] == {
+    assert out.result["mlx_cluster"]["sudo"] == {
         "user": "tester",
         "passwordless": passwordless,
         "message": message,
@@ -385,13 +383,13 @@ def test_probe_sudo_without_sudo_on_path_says_so(module_runner, read_fixture, tm
         commands=answers(read_fixture, STUDIO_A),
     )
     assert not out.failed, out.result
-    sudo = out.result["ansible_facts"]["mlx_cluster"]["sudo"]
+    sudo = out.result["mlx_cluster"]["sudo"]
     assert sudo["passwordless"] is False and "not on PATH" in sudo["message"]
 
 
 def test_no_sudo_probe_unless_asked(module_runner, read_fixture, tmp_path):
     out = run(module_runner, read_fixture, tmp_path)
-    assert "sudo" not in out.result["ansible_facts"]["mlx_cluster"]
+    assert "sudo" not in out.result["mlx_cluster"]
     assert not any(c[0].endswith("sudo") for c in out.calls)
 
 
@@ -405,7 +403,7 @@ def test_power_and_update_settings_are_not_read_when_not_asked(module_runner, re
     )
     assert not out.failed, out.result
     assert sorted(out.calls) == sorted(list(a) for a in ORDER_RUN if a not in (PMSET, UPDATES))
-    facts = out.result["ansible_facts"]["mlx_cluster"]
+    facts = out.result["mlx_cluster"]
     assert "power" not in facts and "updates" not in facts
     out = module_runner(
         "mlx_cluster_facts",
@@ -415,4 +413,4 @@ def test_power_and_update_settings_are_not_read_when_not_asked(module_runner, re
         commands=answers(read_fixture, STUDIO_A),
     )
     assert sorted(out.calls) == sorted(list(a) for a in ORDER_RUN if a != UPDATES)
-    assert "power" in out.result["ansible_facts"]["mlx_cluster"]
+    assert "power" in out.result["mlx_cluster"]

@@ -313,6 +313,7 @@ def test_the_newest_ansible_core_pyproject_allows_dry_runs_a_fresh_cluster_witho
     assert tuple(map(int, version.split(".")[:2])) >= tuple(map(int, ours.split(".")[:2])), (version, ours)
     cluster = sim_cluster("pair")
     cluster.reset()
+    cluster.clear_argv_logs()  # (what earlier tests ran on this pair)
     dry = run_site(cluster, check=True, diff=True, python_env=None, controller_bin=bin_dir)
     assert dry.rc == 0, dry.failures()
     assert (

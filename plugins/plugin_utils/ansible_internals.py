@@ -6,7 +6,8 @@ module's progress file run beside the module, over a connection of their own.
 
 - ``own_settings(conn)``: a copy of a task's connection plugin whose settings can change without
   touching the task's own. ansible-core keeps a plugin's settings in the private dict
-  ``_options`` (AnsiblePlugin.get_option/set_option), which ``copy.copy`` shares.
+  ``_options`` and where each came from in ``_origins`` (AnsiblePlugin.get_option/set_option:
+  set_option writes both), which ``copy.copy`` shares.
 - ``run_raw(action, command)``: a command over an action's connection, as ansible-core runs a
   module's (ActionBase._low_level_execute_command: the shell, the ``sleep 0`` against the ssh race
   that drops output, the decoding); returns ``{rc, stdout, stderr}``.
@@ -23,6 +24,8 @@ def own_settings(conn):
     """A shallow copy of the connection plugin `conn` with settings of its own."""
     twin = copy.copy(conn)
     twin._options = dict(conn._options)
+    if isinstance(getattr(conn, "_origins", None), dict):
+        twin._origins = dict(conn._origins)
     return twin
 
 

@@ -19,10 +19,14 @@ def test_own_settings_gives_a_copy_whose_settings_are_its_own():
     conn = connection_loader.get("ssh", PlayContext(), io.StringIO())
     assert isinstance(getattr(conn, "_options", None), dict), "ansible-core keeps no _options dict on a plugin"
     conn.set_option("control_path_dir", "/tmp/a")
+    origin = conn.get_option_and_origin("control_path")[1]  # (from the defaults: not set directly)
     twin = own_settings(conn)
     twin.set_option("control_path_dir", "/tmp/b")
+    twin.set_option("control_path", "/tmp/b/%C")
     assert twin.get_option("control_path_dir") == "/tmp/b"
     assert conn.get_option("control_path_dir") == "/tmp/a"  # the task's connection is left as it was
+    # where each of its settings came from too (set_option records it beside the value)
+    assert conn.get_option_and_origin("control_path")[1] == origin != "Direct"
     assert twin is not conn and type(twin) is type(conn)
 
 

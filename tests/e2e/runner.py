@@ -334,7 +334,10 @@ def run_site(
     for nothing but the inventory and `extravars` (a new user's defaults). With the default
     path, a Mac without the venv gets the one this run's env stage made already (seed_venvs).
     controller_bin: the directory of the ansible-playbook to run (another venv's bin), else
+    $MLXC_CONTROLLER_BIN when set (any part of the suite against another ansible-core, e.g.
+    `MLXC_CONTROLLER_BIN=/tmp/v221/bin bash scripts/test.sh tests/e2e/test_faults.py`), else
     this suite's own."""
+    controller_bin = controller_bin or os.environ.get("MLXC_CONTROLLER_BIN") or None
     if python_env == "venv":
         seed_venvs(cluster)
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
@@ -346,6 +349,9 @@ def run_site(
         "ANSIBLE_NOCOLOR": "1",
         # ansible-runner turns host-key checking OFF unless told otherwise: keep ours on.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # the tests read a module's arguments from its result (`invocation`), which ansible-core
+        # 2.21 leaves out unless told (INJECT_INVOCATION; before 2.21 always there, this unread)
+        "ANSIBLE_INJECT_INVOCATION": "True",
         "PATH": os.pathsep.join([str(controller_bin or Path(sys.executable).parent), cluster.env()["PATH"]]),
     }
     cmdline = []

@@ -9,8 +9,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
-# prometheus: its promtool checks the metrics the runs write (tests/unit/plugin_utils/test_metrics.py)
-apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps chromium prometheus)
+# prometheus: its promtool checks the metrics the runs write (tests/unit/plugin_utils/test_metrics.py);
+# zsh: the simulated Macs' login shell, as on a Mac (tests/simcluster/README.md, "login")
+apt_pkgs=(openssh-server openssh-client rsync graphviz iproute2 iputils-ping util-linux procps chromium prometheus zsh)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

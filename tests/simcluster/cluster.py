@@ -144,6 +144,12 @@ def _site_entry_of(entry: str) -> str:
     return name
 
 
+# The login shell of a Mac's user since macOS 10.15: sshd runs each command it is given (ssh's
+# remote command, mlx.launch's script, a key's forced command) with `zsh -c`, and zsh is not sh
+# (an unmatched glob is an error, an unquoted $var is not split, echo reads backslashes).
+LOGIN_SHELL = "/bin/zsh"
+
+
 class SimError(RuntimeError):
     """The simulated cluster cannot be built or used; the message says why."""
 
@@ -162,6 +168,8 @@ def unavailable_reason() -> str | None:
         return "simulated Mac cluster needs iproute2 (`ip`)"
     if _which("sshd") is None:
         return "simulated Mac cluster needs OpenSSH's sshd (apt-get install openssh-server)"
+    if not os.access(LOGIN_SHELL, os.X_OK):
+        return f"simulated Mac cluster needs zsh at {LOGIN_SHELL}, a Mac's login shell (apt-get install zsh)"
     for tool in ("unshare", "nsenter", "ssh", "ssh-keygen"):
         if _which(tool) is None:
             return f"simulated Mac cluster needs `{tool}`"
@@ -677,14 +685,14 @@ class SimCluster:
         # passwd seen by the Macs: `admin` is the Mac's administrator (uid 0 on this machine,
         # listed first so uid 0 is called admin, as the session user of a Mac would be);
         # root's home is the Mac's root home (what `sudo -H` uses)
-        lines = [f"admin:x:0:0:Mac administrator (simulated):{HOME}:/bin/bash"]
+        lines = [f"admin:x:0:0:Mac administrator (simulated):{HOME}:{LOGIN_SHELL}"]
         for line in Path("/etc/passwd").read_text().splitlines():
             f = line.split(":")
             if len(f) == 7 and f[0] == "admin":
                 continue
             if len(f) == 7 and f[0] == "root":
                 f[5] = ROOT_HOME
-                f[6] = "/bin/bash"
+                f[6] = "/bin/sh"  # root's shell on a Mac
             lines.append(":".join(f))
         (st / "passwd").write_text("\n".join(lines) + "\n")
         os.chmod(st / "passwd", 0o644)
@@ -1272,7 +1280,7 @@ class SimCluster:
             "HOME": self.session_home(host),
             "USER": self.user,
             "LOGNAME": self.user,
-            "SHELL": "/bin/bash",
+            "SHELL": LOGIN_SHELL,
             "LANG": "C.UTF-8",
             "PYTHONPATH": str(METAL),
         }

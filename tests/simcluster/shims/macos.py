@@ -3373,7 +3373,7 @@ def cmd_sudo(ctx, args):
         {
             "USER": "root",
             "LOGNAME": "root",
-            "SHELL": "/bin/bash",
+            "SHELL": "/bin/sh",  # root's shell on a Mac
             "SUDO_USER": invoking,
             "SUDO_UID": str(os.getuid()),
             "SUDO_GID": str(os.getgid()),

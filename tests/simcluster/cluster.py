@@ -1127,6 +1127,24 @@ class SimCluster:
         empty.mkdir(parents=True, exist_ok=True)
         return {"replace": {d: str(into if i == 0 else empty) for i, d in enumerate(sites)}}
 
+    def _usr_bin_layer(self, host, script):
+        """The layer hostinit lays over the machine's /usr/bin on `host` (read-only): python3 a
+        copy of `script` (the Command Line Tools' Python or their stub), and a whiteout for each
+        of the machine's /usr/bin/python3.N, which a Mac does not have (its /usr/bin holds
+        python3 alone). So Ansible's interpreter discovery, for an inventory that sets no
+        ansible_python_interpreter (`command -v python3.N` for each N, then /usr/bin/python3),
+        takes /usr/bin/python3 there as on a Mac. An interpreter the simulation runs on (the
+        shims', the Macs' Pythons' base) is left, should one of them be such a file."""
+        layer = self.host_dir(host) / "usr_bin"
+        shutil.rmtree(layer, ignore_errors=True)
+        layer.mkdir()
+        shutil.copyfile(script, layer / "python3")
+        (layer / "python3").chmod(0o755)
+        keep = {os.path.realpath(p) for p in (self.python, self.base_python())}
+        for path in sorted(Path("/usr/bin").glob("python3.*")):
+            if re.fullmatch(r"python3\.\d+", path.name) and os.path.realpath(path) not in keep:
+                os.mknod(layer / path.name, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+
     def python_minor(self) -> str:
         return "%d.%d" % sys.version_info[:2]
 
@@ -1189,6 +1207,9 @@ class SimCluster:
     def _spawn_host(self, host):
         hd = self.host_dir(host)
         self._lay_pythons(host)
+        # at boot only: the script reads its marker on every run, and a layer is not changed
+        # under a mounted overlay
+        self._usr_bin_layer(host, hd / "usr_bin_python3")
         for f in ("init.status", "sshd.pid", "announcing", "registering"):
             (hd / f).unlink(missing_ok=True)
         log = open(hd / "init.log", "ab")

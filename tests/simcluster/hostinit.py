@@ -28,10 +28,11 @@ Private view (all mounts live only in this host's mount namespace):
   to the shell, ssh and Python
 - /etc/resolv.conf <- no DNS server (lookups fail at once instead of timing out)
 - /opt <- <state>/hosts/<host>/opt (Homebrew's /opt/homebrew/bin/python3.N when the spec says)
-- /usr/bin/python3 <- <state>/hosts/<host>/usr_bin_python3 (the Command Line Tools' Python, or
-  their stub); the base interpreter's site-packages <- <state>/mac_site_packages (what the
-  Command Line Tools' Python ships: pip, setuptools, six, ...); /etc/pip.conf and /etc/xdg/pip
-  <- empty (none of this machine's pip settings)
+- /usr/bin <- the machine's, read-only, under <state>/hosts/<host>/usr_bin: python3 the Command
+  Line Tools' Python, or their stub (a copy of usr_bin_python3), and no python3.N; the base
+  interpreter's site-packages <- <state>/mac_site_packages (what the Command Line Tools' Python
+  ships: pip, setuptools, six, ...); /etc/pip.conf and /etc/xdg/pip <- empty (none of this
+  machine's pip settings)
 - /etc/ssh <- <state>/hosts/<host>/etc_ssh (read-only): the machine's client configuration
   and this Mac's own host keys, where macOS keeps them (ssh_host_ed25519_key[.pub])
 Nothing here writes outside the state directory.
@@ -123,8 +124,12 @@ def setup(state, host, cfg):
     # machine's local wheel directories and indexes) is not there.
     if os.path.isdir("/opt") and os.path.isdir(os.path.join(hostdir, "opt")):
         bind(os.path.join(hostdir, "opt"), "/opt")
-    if os.path.exists(os.path.join(hostdir, "usr_bin_python3")) and os.path.exists("/usr/bin/python3"):
-        bind(os.path.join(hostdir, "usr_bin_python3"), "/usr/bin/python3", readonly=True)
+    # /usr/bin as a Mac's (SimCluster._usr_bin_layer): this machine's, read-only, under a layer
+    # holding python3 (the Command Line Tools' Python or their stub, a file where this machine
+    # may have a link) and a whiteout for each of this machine's python3.N.
+    layer = os.path.join(hostdir, "usr_bin")
+    if os.path.isdir(layer):
+        mount("overlay", "/usr/bin", "overlay", MS_RDONLY, f"lowerdir={layer}:/usr/bin")
     # ... and their site-packages only what a Mac's /usr/bin/python3 ships (SimCluster
     # mac_site_packages): none of this machine's packages nor its .pth files
     for site_dir, replacement in cfg.get("site_packages", {}).get("replace", {}).items():

@@ -52,7 +52,9 @@ from tests.simcluster import SimCluster
 from tests.simcluster.spec import load_spec
 from tests.tinymodel import demo_plan, make_tiny_model
 spec, model, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-macs = len(load_spec(spec).hosts)
+REMOTE_DIR = "/opt/mlx-cluster"
+hosts = load_spec(spec).hosts
+macs = len(hosts)
 plan = demo_plan(macs)
 d = plan["dims"]
 want = {"num_hidden_layers": d["layers"], "num_attention_heads": d["heads"], "num_key_value_heads": d["kv_heads"],
@@ -77,6 +79,17 @@ settings = dict(lab_vars(SimCluster(spec, state_dir=sys.argv[4])), mlx_cluster_b
                 # default 0.5 singles out a TB4 cable or a dock leg among TB5 cables); a cable
                 # that looks slow is measured again before it is called slow, on Macs as here
                 net_check_slow_ratio=0.2)
+if len({h.home for h in hosts}) > 1:
+    # Macs whose users' home directories differ (pair_homes): ~/mlx-cluster is another path on
+    # each, and the plan stops, saying to make one directory that is each user's own, e.g.
+    # /opt/mlx-cluster, once with sudo. Done here as its message says, then used.
+    cluster = SimCluster(spec, state_dir=sys.argv[4])
+    for h in cluster.hosts:
+        cluster.exec(h, ["mkdir", "-p", REMOTE_DIR], sudo=True, check=True)
+        cluster.exec(h, ["chown", cluster.user, REMOTE_DIR], sudo=True, check=True)
+    settings["mlx_cluster_remote_dir"] = REMOTE_DIR
+    print(f"demo: the Macs' home directories differ: {REMOTE_DIR} made on each (sudo mkdir, chown), "
+          "as the plan asks on such Macs, and mlx_cluster_remote_dir set to it")
 json.dump(settings, open(out, "w"), indent=2)
 PY
 # all: every stage; net_check: the collective check, which is opt-in (tagged never)

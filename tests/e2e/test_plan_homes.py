@@ -15,7 +15,9 @@ from tests.e2e.runner import ROOT, run_site
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 SPEC = ROOT / "tests" / "simcluster" / "specs" / "pair_homes.yml"
-SHARED = "/srv/shared/mlx-cluster"  # the simulated Macs' /Users/Shared/mlx-cluster
+# what the plan's message says to make: one directory, the same on each Mac, the user's own
+# (not below /Users/Shared, where every user can write)
+ONE_DIR = "/opt/mlx-cluster"
 
 
 def test_homes_differ_one_directory_converges_then_nothing_changes(sim_cluster):
@@ -34,14 +36,18 @@ def test_homes_differ_one_directory_converges_then_nothing_changes(sim_cluster):
     assert "m1 /srv/admin/mlx-cluster" in failure[2] and "m2 /srv/alice/mlx-cluster" in failure[2], failure
     assert "mlx_cluster_remote_dir" in failure[2], failure
 
-    settings = {"mlx_cluster_remote_dir": SHARED}
+    assert f"sudo mkdir -p {ONE_DIR} && sudo chown <the login user> {ONE_DIR}" in failure[2], failure
+    for host in cluster.hosts:
+        cluster.exec(host, ["mkdir", "-p", ONE_DIR], sudo=True, check=True)
+        cluster.exec(host, ["chown", cluster.user, ONE_DIR], sudo=True, check=True)
+    settings = {"mlx_cluster_remote_dir": ONE_DIR}
     first = run_site(cluster, extravars=settings)
     assert first.rc == 0, first.failures()
     hostfile = json.loads((cluster.inventory_path.parent / "artifacts" / "hostfile.json").read_text())
     for host in cluster.hosts:
-        assert json.loads(cluster.exec(host, ["cat", f"{SHARED}/hostfile.json"]).stdout) == hostfile, host
+        assert json.loads(cluster.exec(host, ["cat", f"{ONE_DIR}/hostfile.json"]).stdout) == hostfile, host
     plan = json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text())
-    assert plan["remote_dir"] == SHARED and plan["hostfile_path"] == f"{SHARED}/hostfile.json"
+    assert plan["remote_dir"] == ONE_DIR and plan["hostfile_path"] == f"{ONE_DIR}/hostfile.json"
 
     second = run_site(cluster, extravars=settings)
     assert second.rc == 0, second.failures()

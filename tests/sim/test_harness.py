@@ -160,6 +160,9 @@ def test_unavailable_reason_is_one_line(monkeypatch):
     monkeypatch.setattr(cl.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cl, "_which", lambda name, extra=(): None if name == "sshd" else f"/usr/bin/{name}")
     assert "sshd" in cl.unavailable_reason()
+    monkeypatch.setattr(cl, "_which", lambda name, extra=(): f"/usr/bin/{name}")
+    monkeypatch.setattr(cl, "LOGIN_SHELL", "/nonexistent/zsh")
+    assert "zsh at /nonexistent/zsh" in cl.unavailable_reason() and "apt-get install zsh" in cl.unavailable_reason()
 
 
 # ---------------------------------------------------------------------------------------

@@ -170,6 +170,12 @@ def unavailable_reason() -> str | None:
         return "simulated Mac cluster needs OpenSSH's sshd (apt-get install openssh-server)"
     if not os.access(LOGIN_SHELL, os.X_OK):
         return f"simulated Mac cluster needs zsh at {LOGIN_SHELL}, a Mac's login shell (apt-get install zsh)"
+    try:
+        overlay = "overlay" in Path("/proc/filesystems").read_text().split()
+    except OSError:
+        overlay = False
+    if not overlay:
+        return "simulated Mac cluster needs the kernel's overlayfs (each Mac's /usr/bin is laid over this machine's)"
     for tool in ("unshare", "nsenter", "ssh", "ssh-keygen"):
         if _which(tool) is None:
             return f"simulated Mac cluster needs `{tool}`"

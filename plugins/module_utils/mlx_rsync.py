@@ -532,6 +532,16 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
                 f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
                 "ships /usr/bin/rsync; on another system install rsync"
             )
+        if "is your shell clean" in low or "protocol version mismatch" in low:
+            # GNU rsync's words when the far end's login shell printed text before rsync spoke
+            who = name or host
+            return (
+                f"rsync into {where} failed: the login shell on {who} prints text for a command run "
+                f"over ssh, which rsync's protocol cannot pass ({first}). Fix: on {who}, keep "
+                "~/.zshenv silent (zsh reads it for every command run over ssh; bash: ~/.bashrc): "
+                "move what prints to ~/.zshrc, or run it only in an interactive shell "
+                f"(`[[ -o interactive ]] && ...`); `ssh {host} true` must print nothing"
+            )
         if "unknown option" in low or "unrecognized option" in low:
             return (
                 f"rsync into {where} failed: one rsync does not understand an option of the other "

@@ -344,3 +344,31 @@ def test_a_stranger_without_the_token_is_refused_and_named_and_the_lan_reaches_n
     assert done["strangers"] == [cable["peer_address"]], done
     assert done["missing"] == ["config.json"] and [p["kind"] for p in done["problems"]] == ["idle"], done
     assert started["port"] not in listening(cluster, "m2")
+
+
+def test_a_login_shell_that_prints_is_named_with_its_file(sim_cluster, tiny):
+    """A Mac whose ~/.zshenv prints (zsh reads it for every command run over ssh): the copy over
+    the LAN, rsync over ssh, cannot speak its protocol through it. The failure names the Mac, the
+    file and the fix, and once the file is quiet the same run copies."""
+    cluster = sim_cluster("pair")
+    model = controller_model(cluster, tiny)
+    extravars = settings(cluster, model, model_sync_source="tree", model_sync_tree_from="controller")
+    plan = run_site(cluster, tags=["network", "hostfile"], extravars=extravars)
+    assert plan.rc == 0, plan.failures()
+    lan = sync_plan.plan_rounds(
+        json.loads((cluster.inventory_path.parent / "artifacts" / "plan.json").read_text()), source=None
+    )["lan"]
+    assert len(lan) == 1, lan
+    zshenv = cluster.home(lan[0]) / ".zshenv"
+    zshenv.write_text('echo "Welcome to $(hostname)"\n')
+    try:
+        failed = run_site(cluster, tags=["models"], extravars=extravars)
+    finally:
+        zshenv.unlink()
+    assert failed.rc != 0
+    named = [m for h, task, m in failed.failures() if h == lan[0] and task == RSYNC_TASK]
+    assert len(named) == 1, failed.failures()
+    assert f"the login shell on {lan[0]} prints text for a command run over ssh" in named[0], named
+    assert "is your shell clean?" in named[0] and "keep ~/.zshenv silent" in named[0], named
+    again = run_site(cluster, tags=["models"], extravars=extravars)
+    assert again.rc == 0, again.failures()

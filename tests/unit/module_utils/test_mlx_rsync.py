@@ -451,6 +451,17 @@ def test_is_weight_file(rel, weight):
             id="openrsync-server-option",
         ),
         pytest.param(
+            2,
+            "protocol version mismatch -- is your shell clean?\n(see the rsync manpage for an explanation)\n"
+            "rsync error: protocol incompatibility (code 2) at compat.c(626) [sender=3.2.7]\n",
+            [
+                "the login shell on admin@10.208.0.2 prints text for a command run over ssh",
+                "~/.zshenv",
+                "`ssh admin@10.208.0.2 true` must print nothing",
+            ],
+            id="shell-not-clean",
+        ),
+        pytest.param(
             11,
             'rsync: write failed on "/x/model.safetensors": No space left on device (28)\n',
             ["the disk is full", "admin@10.208.0.2:/Users/admin/m/x"],

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -181,6 +182,23 @@ def lab_lock(cluster):
         )
         os.replace(tmp, lock)
     return str(lock)
+
+
+@contextmanager
+def host_vars(cluster, **texts):
+    """Host variables as a user writes them beside the inventory: host_vars/<mac>.yml with the
+    text given for each Mac (`m2="ansible_python_interpreter: auto\n"`), removed on leaving."""
+    where = cluster.inventory_path.parent / "host_vars"
+    where.mkdir(exist_ok=True)
+    written = []
+    try:
+        for host, text in texts.items():
+            written.append(where / f"{host}.yml")
+            written[-1].write_text(text)
+        yield
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
 
 
 def lab_vars(cluster):

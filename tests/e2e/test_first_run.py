@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.e2e.runner import ROOT, defaults, is_mutating, lab_lock, lab_vars, run_site
+from tests.e2e.runner import ROOT, defaults, host_vars, is_mutating, lab_lock, lab_vars, run_site
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
@@ -164,33 +164,27 @@ def test_a_mac_without_the_command_line_tools_is_named_with_how_to_install_them(
         # site-packages hold pip alone (no setuptools, no packaging). The env stage makes m2's
         # venv all the same (ansible.builtin.pip would need either of them there).
         assert "Or set ansible_python_interpreter for m2 to another Python it has" in msg, msg
-        m2_vars = cluster.inventory_path.parent / "host_vars" / "m2.yml"
-        m2_vars.parent.mkdir(exist_ok=True)
-        try:
-            # An inventory that sets no interpreter: Ansible's discovery (ansible.cfg's
-            # auto_silent) finds no python3.N on a Mac's PATH and takes /usr/bin/python3: the
-            # Command Line Tools' Python on m1, their stub on m2.
-            for host in cluster.hosts:
-                m2_vars.with_name(f"{host}.yml").write_text("ansible_python_interpreter: auto_silent\n")
+        # An inventory that sets no interpreter: Ansible's discovery (ansible.cfg's auto_silent)
+        # finds no python3.N on a Mac's PATH and takes /usr/bin/python3: the Command Line Tools'
+        # Python on m1, their stub on m2.
+        auto = "ansible_python_interpreter: auto_silent\n"
+        with host_vars(cluster, m1=auto, m2=auto):
             found = run_site(cluster, tags=["rdma_check"], python_env=None)
-            m2_vars.with_name("m1.yml").unlink()
-            named = {h: m for h, task, m in found.failures() if h and task.startswith("Name the Mac")}
-            assert set(named) == {"m2"}, found.failures()
-            assert named["m2"].startswith("m2: /usr/bin/python3 is the stub macOS has"), named
-            assert "xcode-select --install" in named["m2"], named
-            discovered = {
-                e["event_data"]["host"]: facts["discovered_interpreter_python"]
-                for e in found.events
-                if "discovered_interpreter_python"
-                in (facts := ((e.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {})
-            }
-            assert discovered.get("m1") == "/usr/bin/python3", discovered
-            m2_vars.write_text(f"ansible_python_interpreter: /opt/homebrew/bin/python{cluster.python_minor()}\n")
+        named = {h: m for h, task, m in found.failures() if h and task.startswith("Name the Mac")}
+        assert set(named) == {"m2"}, found.failures()
+        assert named["m2"].startswith("m2: /usr/bin/python3 is the stub macOS has"), named
+        assert "xcode-select --install" in named["m2"], named
+        discovered = {
+            e["event_data"]["host"]: facts["discovered_interpreter_python"]
+            for e in found.events
+            if "discovered_interpreter_python"
+            in (facts := ((e.get("event_data") or {}).get("res") or {}).get("ansible_facts") or {})
+        }
+        assert discovered.get("m1") == "/usr/bin/python3", discovered
+        homebrew = f"ansible_python_interpreter: /opt/homebrew/bin/python{cluster.python_minor()}\n"
+        with host_vars(cluster, m2=homebrew):
             cluster.exec("m2", ["rm", "-rf", VENV], check=True)
             env = run_site(cluster, tags=["env"], python_env=None, extravars=lab_vars(cluster), timeout=900)
-        finally:
-            for host in cluster.hosts:
-                m2_vars.with_name(f"{host}.yml").unlink(missing_ok=True)
         assert env.rc == 0, env.failures()
         assert "m2" in {r["host"] for r in env.results("Install the pinned mlx and mlx-lm into the venv")}
         versions = json.loads((cluster.state_dir / "artifacts" / "versions.json").read_text())
@@ -201,19 +195,14 @@ def test_the_command_line_tools_installed_headless_when_asked_then_the_run_goes_
     cluster = sim_cluster("pair")
     # m2's interpreter left to Ansible's discovery, as an inventory that sets none leaves it: the
     # probe before any module runs takes /usr/bin/python3, as discovery would on a Mac
-    m2_vars = cluster.inventory_path.parent / "host_vars" / "m2.yml"
-    m2_vars.parent.mkdir(exist_ok=True)
-    m2_vars.write_text("ansible_python_interpreter: auto\n")
     with mac_as(cluster, "m2", command_line_tools=False):
-        try:
+        with host_vars(cluster, m2="ansible_python_interpreter: auto\n"):
             run = run_site(
                 cluster,
                 tags=["rdma_check"],
                 python_env=None,
                 extravars={"mlx_cluster_install_command_line_tools": True},
             )
-        finally:
-            m2_vars.unlink()
         assert run.rc == 0, run.failures()
         [installed] = [
             r

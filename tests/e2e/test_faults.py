@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.reliability import Fault
-from tests.e2e.runner import ROOT, is_mutating, run_site
+from tests.e2e.runner import ROOT, host_vars, is_mutating, run_site
 from tests.unit.roles.test_validate_names import validate
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -304,20 +304,15 @@ def test_mlx_versions_differ(sim_cluster):
         '"mlx": "0.31.0", "mlx_lm": "0.30.0"}\'\n'
     )
     fake.chmod(0o755)
-    host_vars = cluster.inventory_path.parent / "host_vars"
-    host_vars.mkdir(exist_ok=True)
     with Fault("mlx versions differ between nodes") as f:
-        (host_vars / "m2.yml").write_text("test_python: /srv/admin/fakepy\n")
         per_host = {"python_env_interpreter": "{{ test_python | default('%s') }}" % sys.executable}
-        try:
+        with host_vars(cluster, m2="test_python: /srv/admin/fakepy\n"):
             run = run_site(cluster, tags=["env"], extravars=per_host, python_env="existing")
             assert run.rc != 0
             text = fail_text(run)
             f.message(text)
             assert "m2 has mlx 0.31.0 and mlx-lm 0.30.0" in text, text
             assert "m1 has" not in text
-        finally:
-            (host_vars / "m2.yml").unlink()
         f.converged(run_site(cluster, tags=["env"], python_env="existing"))
 
 

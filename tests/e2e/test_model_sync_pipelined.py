@@ -15,7 +15,7 @@ import pytest
 
 from bench.model_sync import tc
 from tests.e2e.benchutil import fresh_models, settings
-from tests.e2e.runner import run_site
+from tests.e2e.runner import host_vars, run_site
 from tests.tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
@@ -139,13 +139,8 @@ def test_a_mac_behind_a_dock_leg_gets_its_model_two_ways(sim_cluster, tiny):
     # m1's direct share fails (m1's own forks, and so that share alone, name an rsync m3 lacks:
     # a host variable of m1). That is m3's failure, named with the cause, not rank 0's (m1 goes on)
     shutil.rmtree(cluster.home("m3") / "mlx-cluster" / "models" / "tiny")
-    m1_vars = cluster.inventory_path.parent / "host_vars" / "m1.yml"
-    m1_vars.parent.mkdir(exist_ok=True)
-    m1_vars.write_text("model_sync_rsync_path: /opt/homebrew/bin/rsync\n")
-    try:
+    with host_vars(cluster, m1="model_sync_rsync_path: /opt/homebrew/bin/rsync\n"):
         cut = run_site(cluster, tags=["models"], extravars=extravars)
-    finally:
-        m1_vars.unlink()
     assert cut.rc != 0
     failed = [(h, t, m) for h, t, m in cut.failures() if h == "m3"]
     assert [t for _, t, _ in failed] == ["Stop on the Mac whose share straight from rank 0 did not arrive"], (

@@ -508,6 +508,12 @@ def compare_manifests(source, by_host):
 
 # GNU rsync's exit code for "timeout in data send/receive" (errcode.h RERR_TIMEOUT).
 RSYNC_STALLED = 30
+# openrsync's words (Apple's rsync-182 openrsync/io.c io_read_flush, client.c rsync_client) when
+# the far end's bytes are not its protocol: a header with an unknown tag, a header whose length
+# overflows the message buffer, or a "version" read from text with the high bit set (negative).
+_OPENRSYNC_GARBLED = re.compile(
+    r"error: (unexpected tag -?\d+|multiplex buffer overflow|remote protocol -\d+ is older than)"
+)
 
 
 def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust="yours", stall_timeout=0):
@@ -532,15 +538,27 @@ def explain_failure(rc, stderr, host, dest, source, name=None, user=None, trust=
                 f"rsync into {where} failed: rsync is not installed on {host} ({first}). Fix: macOS "
                 "ships /usr/bin/rsync; on another system install rsync"
             )
+        shell_fix = (
+            "keep ~/.zshenv silent (zsh reads it for every command run over ssh; bash: ~/.bashrc): "
+            "move what prints to ~/.zshrc, or run it only in an interactive shell "
+            f"(`[[ -o interactive ]] && ...`); `ssh {host} true` run on {source} must print nothing"
+        )
+        who = name or host
         if "is your shell clean" in low or "protocol version mismatch" in low:
             # GNU rsync's words when the far end's login shell printed text before rsync spoke
-            who = name or host
             return (
                 f"rsync into {where} failed: the login shell on {who} prints text for a command run "
-                f"over ssh, which rsync's protocol cannot pass ({first}). Fix: on {who}, keep "
-                "~/.zshenv silent (zsh reads it for every command run over ssh; bash: ~/.bashrc): "
-                "move what prints to ~/.zshrc, or run it only in an interactive shell "
-                f"(`[[ -o interactive ]] && ...`); `ssh {host} true` must print nothing"
+                f"over ssh, which rsync's protocol cannot pass ({first}). Fix: on {who}, {shell_fix}"
+            )
+        if _OPENRSYNC_GARBLED.search(err):
+            # openrsync (a Mac's rsync) has no such check: text before the protocol is read as
+            # the version, the seed and then multiplex headers, and the first bad header fails
+            return (
+                f"rsync into {where} failed: what came back from {who} was not rsync's protocol "
+                f"({first}); most often the login shell on {who} prints text for a command run "
+                f"over ssh. Fix: on {who}, {shell_fix}. If that prints nothing, the two rsyncs "
+                f"disagree: install rsync 3.x on both (e.g. `brew install rsync`) and point "
+                "model_sync_rsync_path at it (e.g. /opt/homebrew/bin/rsync)"
             )
         if "unknown option" in low or "unrecognized option" in low:
             return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -370,5 +371,25 @@ def test_a_login_shell_that_prints_is_named_with_its_file(sim_cluster, tiny):
     assert len(named) == 1, failed.failures()
     assert f"the login shell on {lan[0]} prints text for a command run over ssh" in named[0], named
     assert "is your shell clean?" in named[0] and "keep ~/.zshenv silent" in named[0], named
+    # the Mac after it in the tree got nothing, and is told why: its copy comes through lan[0]
+    (after,) = [m for h, task, m in failed.failures() if h != lan[0]]
+    assert f"gets its copy through {lan[0]}, which failed above" in after, after
     again = run_site(cluster, tags=["models"], extravars=extravars)
     assert again.rc == 0, again.failures()
+    # A hop between two Macs, rsync over ssh (model_sync_transport: rsync): the client is the
+    # sending Mac's openrsync, which has no "shell clean" check of its own (shims/openrsync.py)
+    (other,) = [h for h in cluster.hosts if h != lan[0]]
+    shutil.rmtree(cluster.home(other) / "mlx-cluster" / "models")
+    zshenv = cluster.home(other) / ".zshenv"
+    zshenv.write_text("echo 'Last login: Mon Nov 30 09:41:07 on ttys000'\n")
+    rsync_hop = {**extravars, "model_sync_transport": "rsync"}
+    try:
+        failed = run_site(cluster, tags=["models"], extravars=rsync_hop)
+    finally:
+        zshenv.unlink()
+    assert failed.rc != 0
+    named = [m for h, task, m in failed.failures() if h == other]
+    assert len(named) == 1, failed.failures()
+    assert f"what came back from {other} was not rsync's protocol" in named[0], named
+    assert "unexpected tag" in named[0] and "keep ~/.zshenv silent" in named[0], named
+    assert run_site(cluster, tags=["models"], extravars=rsync_hop).rc == 0

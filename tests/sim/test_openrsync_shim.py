@@ -151,3 +151,27 @@ def test_push_twice_then_check(mac, tmp_path):
     assert items["transferred"] == ["model.safetensors"] and items["changed"] is True
     assert (dest / "model.safetensors").read_bytes() == b"w" * 1000  # a dry run copies nothing
     shutil.rmtree(dest)
+
+
+def test_a_far_end_whose_shell_prints_fails_as_openrsync_says(mac, tmp_path):
+    """GNU rsync underneath says "is your shell clean?"; a Mac's openrsync has no such check and
+    fails on the text read as a multiplex header (rsync-182 io.c io_read_flush), exit code 1.
+    The product names the shell from openrsync's words too."""
+    from ansible_collections.mlx.cluster.plugins.module_utils.mlx_rsync import explain_failure
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    loud = tmp_path / "loud-rsh"
+    loud.write_text(f'#!/bin/sh\necho "Last login: Mon Nov 30 on ttys000"\nexec {mac.rsh} "$@"\n')
+    loud.chmod(0o755)
+    r = mac(["-rt", "-e", str(loud), f"{src}/", f"m2:{tmp_path / 'dest'}/"])
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "shell clean" not in r.stderr and "protocol incompatibility" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[0]
+    assert line.endswith("error: unexpected tag 25 (0x203a6e69), len 3829353"), r.stderr
+    msg = explain_failure(r.returncode, r.stderr, "m2", "/d", "m1", name="m2")
+    assert "what came back from m2 was not rsync's protocol" in msg and "~/.zshenv" in msg, msg
+    # the same push through a quiet shell copies
+    assert mac(["-rt", "-e", mac.rsh, f"{src}/", f"m2:{tmp_path / 'dest'}/"]).returncode == 0
+    assert (tmp_path / "dest" / "config.json").read_text() == "{}"

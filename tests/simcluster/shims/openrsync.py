@@ -27,15 +27,25 @@ Linux to install, so this shim keeps openrsync's *interface* and runs GNU rsync 
   product's parser takes both (tests/sim/test_openrsync_shim.py runs each); a capture from a
   Mac would settle it.
 
+- A far end whose login shell prints (text before rsync's protocol), when this end is the
+  client: GNU rsync checks the version it reads and says "protocol version mismatch -- is your
+  shell clean?"; openrsync has no such check (rsync-182 client.c reads the text as the version
+  and the seed, io.c io_read_flush then reads it as a multiplex header) and fails with
+  `rsync(PID): error: unexpected tag N (0x...), len L`, exit code 1. The shim rewrites GNU's
+  lines into that one. N and L depend on the text, which the shim does not see: it names the
+  header of a text whose ninth to twelfth bytes are "in: " (as in "Last login: ..."); a text
+  whose twelfth byte is k, l or m gives "multiplex buffer overflow" instead (not modelled).
+
 What is not modelled (GNU's behaviour stands): openrsync's own delta/transfer code, its
-`-v`/`--stats`/`--progress` text, error texts after option parsing, and macOS before 15.4
-(samba rsync 2.6.9: this shim then runs GNU rsync as is).
+`-v`/`--stats`/`--progress` text, other error texts after option parsing, and macOS before
+15.4 (samba rsync 2.6.9: this shim then runs GNU rsync as is).
 """
 
 import os
 import re
 import subprocess
 import sys
+import threading
 
 PROTOCOL = 29
 VERSION_TEXT = "openrsync: protocol version 29\nrsync version 2.6.9 compatible\n"
@@ -338,6 +348,22 @@ def to_openrsync_item(line, sender, unchanged_as_sent=ITEMIZE_UNCHANGED_AS_SENT)
     return f"{item} {rest}"
 
 
+# GNU rsync's lines for text before the protocol (compat.c), and what openrsync prints instead
+# (see the module docstring): the header "in: " read little-endian, its top byte minus 7 the tag.
+_GNU_NOT_CLEAN = ("protocol version mismatch -- is your shell clean?", "(see the rsync manpage")
+_HEADER = int.from_bytes(b"in: ", "little")
+
+
+def to_openrsync_error(line, pid):
+    """One line of GNU rsync's stderr as openrsync, the client, would put it: None drops it."""
+    if line.startswith(_GNU_NOT_CLEAN[0]):
+        tag = (_HEADER >> 24) - 7
+        return f"rsync({pid}): error: unexpected tag {tag} (0x{_HEADER:x}), len {_HEADER & 0xFFFFFF}"
+    if line.startswith(_GNU_NOT_CLEAN[1]) or line.startswith("rsync error: protocol incompatibility"):
+        return None
+    return line
+
+
 def gnu_rsync():
     shim = os.path.realpath(sys.argv[0])
     for path in GNU_RSYNC_CANDIDATES:
@@ -394,12 +420,35 @@ def cmd_rsync(ctx, args):
         return 127
     _, tail, rewrite = action
     sys.stdout.flush()
-    if rewrite is None:
+    server = "--server" in tail
+    if rewrite is None and (server or not is_openrsync(ctx.cfg.get("macos", "26.0"))):
         os.execv(gnu, [gnu, *tail])
-    proc = subprocess.Popen([gnu, *tail], stdout=subprocess.PIPE, text=True, errors="surrogateescape")
-    for line in proc.stdout:
-        shown = to_openrsync_item(line.rstrip("\n"), rewrite == "sender")
-        if shown is not None:
-            sys.stdout.write(shown + "\n")
-            sys.stdout.flush()
-    return proc.wait()
+    proc = subprocess.Popen(
+        [gnu, *tail],
+        stdout=subprocess.PIPE if rewrite else None,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="surrogateescape",
+    )
+    garbled = []
+
+    def errors():
+        for line in proc.stderr:
+            shown = to_openrsync_error(line.rstrip("\n"), os.getpid())
+            garbled.append(shown != line.rstrip("\n"))
+            if shown is not None:
+                sys.stderr.write(shown + "\n")
+                sys.stderr.flush()
+
+    reader = threading.Thread(target=errors, daemon=True)
+    reader.start()
+    if rewrite:
+        for line in proc.stdout:
+            shown = to_openrsync_item(line.rstrip("\n"), rewrite == "sender")
+            if shown is not None:
+                sys.stdout.write(shown + "\n")
+                sys.stdout.flush()
+    rc = proc.wait()
+    reader.join()
+    # openrsync's client fails with 1 there (client.c: rc stays 1), GNU with 2
+    return 1 if rc and any(garbled) else rc

@@ -457,9 +457,34 @@ def test_is_weight_file(rel, weight):
             [
                 "the login shell on admin@10.208.0.2 prints text for a command run over ssh",
                 "~/.zshenv",
-                "`ssh admin@10.208.0.2 true` must print nothing",
+                "`ssh admin@10.208.0.2 true` run on m1 must print nothing",
             ],
             id="shell-not-clean",
+        ),
+        pytest.param(
+            # openrsync, the client, on "Welcome to m1\n": "Welc" the version, "ome " the seed,
+            # "to m" a header of tag 'm'-7 = 102 with a length past its buffer (io.c)
+            1,
+            "rsync(4242): error: multiplex buffer overflow (tag 102 0x6d206f74, len 2125684)\n",
+            [
+                "what came back from admin@10.208.0.2 was not rsync's protocol",
+                "most often the login shell on admin@10.208.0.2 prints text",
+                "~/.zshenv",
+                "model_sync_rsync_path",
+            ],
+            id="shell-not-clean-openrsync-overflow",
+        ),
+        pytest.param(
+            1,
+            "rsync(4242): error: unexpected tag 25 (0x203a6e69), len 3829353\n",
+            ["was not rsync's protocol", "`ssh admin@10.208.0.2 true` run on m1 must print nothing"],
+            id="shell-not-clean-openrsync-tag",
+        ),
+        pytest.param(
+            2,
+            "rsync(4242): error: remote protocol -2139062143 is older than our minimum supported 27: exiting\n",
+            ["was not rsync's protocol"],
+            id="shell-not-clean-openrsync-negative-version",
         ),
         pytest.param(
             11,

@@ -89,6 +89,7 @@ import socket  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -663,6 +664,15 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+
+    def handle_error(self, request, client_address):
+        """A client that went away or stopped sending is one line in the log, not socketserver's
+        traceback between dashes (the server runs for days); anything else keeps its traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            log(f"http {client_address[0]}: the connection ended early ({type(exc).__name__}: {exc})")
+            return
+        log(f"http {client_address[0]}: the request failed:\n{traceback.format_exc().rstrip()}")
 
 
 class Job:

@@ -14,11 +14,11 @@ import argparse
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -97,8 +97,8 @@ class Rig:
         monkeypatch.setattr(srv, "broadcast", broadcast)
         self.server = srv.Server(args(**kw), None, {"size": 1, "ranks": [{"rank": 0, "host": "m1", "pid": 1}]})
         self.stop = srv.Stop()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), srv.make_handler(self.server))
-        self.httpd.daemon_threads = True
+        # the product's server class (daemon handler threads, at most MAX_CONNECTIONS, its errors)
+        self.httpd = srv.BoundedHTTPServer(("127.0.0.1", 0), srv.make_handler(self.server))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.threads = [
             threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True),
@@ -602,3 +602,29 @@ def test_a_stopping_servers_503_counts_as_an_error_not_a_full_queue(rig):
         }
     assert got[("mlx_cluster_server_requests_total", (("outcome", "queue_full"),))] == 0
     assert got[("mlx_cluster_server_requests_total", (("outcome", "error"),))] == 1
+
+
+def test_a_client_that_resets_its_connection_is_one_line_in_the_log(rig, capsys):
+    """socketserver prints a traceback between dashes for a handler that raises; rank 0's log
+    (a server that runs for days) gets one line naming the client for a connection that ended."""
+    with socket.create_connection(rig.httpd.server_address, timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 500\r\n\r\n{"prompt"'
+        )
+        time.sleep(0.2)  # the handler is reading the body
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+    said = []
+    assert wait_for(lambda: said.append(capsys.readouterr().err) or "ended early" in "".join(said)), said
+    err = "".join(said)
+    assert "http 127.0.0.1: the connection ended early (ConnectionResetError" in err, err
+    assert "Traceback" not in err and "Exception occurred" not in err, err
+
+
+def test_any_other_handler_error_keeps_its_traceback_in_the_log(rig, capsys):
+    try:
+        raise KeyError("unexpected")
+    except KeyError:
+        rig.httpd.handle_error(None, ("192.0.2.7", 5000))
+    err = capsys.readouterr().err
+    assert "http 192.0.2.7: the request failed:" in err and "KeyError: 'unexpected'" in err, err

@@ -231,6 +231,91 @@ def _closing_cable(adj, names, budget):
     )
 
 
+# The fewest cables to add for a ring are searched exactly (over every order of the hosts, as a
+# table of 2^n x n entries) up to this many hosts; above it, a ring from joining the cables'
+# paths end to end is suggested, which may need more cables than the fewest.
+RING_FIX_EXACT_HOSTS = 12
+
+
+def _fewest_to_add(adj):
+    """The ring through every host that reuses the most cables (adds the fewest), as a list of
+    host indices from 0: an exact search over subsets (Held-Karp with costs 0 for a cable that is
+    there, 1 for one to add), ties broken towards lower indices, so the answer is deterministic."""
+    n = len(adj)
+    full = (1 << n) - 1
+    inf = n + 1
+    best = [[inf] * n for _ in range(1 << n)]
+    came = [[-1] * n for _ in range(1 << n)]
+    best[1][0] = 0
+    for mask in range(1, full + 1, 2):  # every set holding host 0
+        row = best[mask]
+        for v in _bits(mask):
+            here = row[v]
+            if here >= inf:
+                continue
+            for w in range(n):
+                if mask >> w & 1:
+                    continue
+                cost = here + (0 if adj[v] >> w & 1 else 1)
+                nxt = mask | 1 << w
+                if cost < best[nxt][w] or (cost == best[nxt][w] and v < came[nxt][w]):
+                    best[nxt][w] = cost
+                    came[nxt][w] = v
+    last = min(range(1, n), key=lambda v: (best[full][v] + (0 if adj[v] & 1 else 1), v))
+    order, mask, v = [], full, last
+    while v != -1:
+        order.append(v)
+        mask, v = mask ^ (1 << v), came[mask][v]
+    return order[::-1]
+
+
+def _joined_paths(adj):
+    """A ring through every host from the cables' own paths joined end to end (greedy: cables at
+    hosts with the fewest first), as a list of host indices."""
+    n = len(adj)
+    paths = {i: [i] for i in range(n)}  # keyed by the path's id, its first host at the start
+    where = list(range(n))  # host -> the id of its path
+    degree = [bin(a).count("1") for a in adj]
+    cables = sorted(
+        ((u, w) for u in range(n) for w in _bits(adj[u]) if u < w),
+        key=lambda e: (min(degree[e[0]], degree[e[1]]), max(degree[e[0]], degree[e[1]]), e),
+    )
+    for u, w in cables:
+        pu, pw = where[u], where[w]
+        a, b = paths[pu], paths[pw]
+        if pu == pw or u not in (a[0], a[-1]) or w not in (b[0], b[-1]):
+            continue
+        if a[-1] != u:
+            a.reverse()
+        if b[0] != w:
+            b.reverse()
+        a.extend(b)
+        del paths[pw]
+        for h in b:
+            where[h] = pu
+    order = [h for key in sorted(paths) for h in paths[key]]
+    i = order.index(0)
+    return order[i:] + order[:i]
+
+
+def _ring_fix(adj, names):
+    """When no ring exists and no one cable closes a path: the cables to add for a ring, and
+    that ring (the fewest up to RING_FIX_EXACT_HOSTS hosts), or None for two hosts."""
+    n = len(adj)
+    if n < 3:
+        return None
+    exact = n <= RING_FIX_EXACT_HOSTS
+    ring = _canonical(_fewest_to_add(adj) if exact else _joined_paths(adj))
+    hops = list(zip(ring, ring[1:] + ring[:1]))
+    new = [tuple(sorted((u, w))) for u, w in hops if not adj[u] >> w & 1]
+    return "%s %s (%s) would make the ring %s (each needs a free Thunderbolt port on both Macs)" % (
+        "adding" if exact else "for example, adding",
+        plural(len(new), "cable"),
+        ", ".join("%s-%s" % (names[u], names[w]) for u, w in sorted(new)),
+        " -> ".join(names[i] for i in ring + ring[:1]),
+    )
+
+
 def _ring_search(weights, names, budget=None):
     """Best ring: the Hamiltonian cycle whose weakest hop has the most cables.
 
@@ -252,7 +337,7 @@ def _ring_search(weights, names, budget=None):
     reason = _no_ring_reason(base_adj, names)
     if reason:
         notes = [reason]
-        closing = _closing_cable(base_adj, names, budget)
+        closing = _closing_cable(base_adj, names, budget) or _ring_fix(base_adj, names)
         if closing:
             notes.append(closing)
         return None, 0, notes, True
@@ -289,7 +374,7 @@ def _ring_search(weights, names, budget=None):
     if gave_up:
         return None, 0, ["the ring search gave up after %d steps: a ring may still exist (unproven)" % budget], False
     notes = ["no ring passes through every host once (exhaustive search)"]
-    closing = _closing_cable(base_adj, names, budget)
+    closing = _closing_cable(base_adj, names, budget) or _ring_fix(base_adj, names)
     if closing:
         notes.append(closing)
     return None, 0, notes, True

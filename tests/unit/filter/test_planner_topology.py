@@ -75,6 +75,74 @@ def test_path_nothing_fits_says_what_is_missing():
     assert "no backend fits" in msg
 
 
+def test_a_star_is_told_which_cables_would_make_a_ring():
+    """One Mac cabled to each of three others (no single cable closes a path): the plan names
+    the fewest cables to add, and the ring they make."""
+    hosts = ["a", "b", "c", "d"]
+    cables = [cable("a", "en%d" % (10 + i), h, "en%d" % (30 + i)) for i, h in enumerate(hosts[1:])]
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
+    assert topo["ring"] is None
+    assert "fewer than 2 cabled neighbours: b (1), c (1), d (1)" in topo["message"]
+    assert "adding 2 cables (b-c, c-d) would make the ring a -> b -> c -> d -> a" in topo["message"], topo["message"]
+
+
+def test_two_separate_pairs_are_told_which_cables_join_them_into_a_ring():
+    hosts = ["a", "b", "c", "d"]
+    cables = [cable("a", "en10", "b", "en10"), cable("c", "en11", "d", "en11")]
+    topo = plan_topology.topology(links_of(hosts, cables), hosts)
+    assert "adding 2 cables (a-d, b-c) would make the ring a -> b -> c -> d -> a" in topo["message"], topo["message"]
+
+
+def _ring_of(text, names):
+    """(the ring, the cables to add) read back from _ring_fix's sentence, as name lists."""
+    added = text.split("(", 1)[1].split(")", 1)[0].split(", ")
+    ring = text.split("would make the ring ", 1)[1].split(" (", 1)[0].split(" -> ")
+    return ring, {tuple(sorted(c.split("-"))) for c in added}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_cables_to_add_make_a_ring_and_are_the_fewest(seed):
+    """Random wirings of 3-7 hosts without a ring: the suggested ring passes every host once over
+    cables that are there or suggested, and no order of the hosts needs fewer new cables."""
+    import itertools
+    import random
+
+    rnd = random.Random(seed)
+    n = rnd.randint(3, 7)
+    names = ["h%d" % i for i in range(n)]
+    edges = {(i, j) for i in range(n) for j in range(i + 1, n) if rnd.random() < 0.35}
+    adj = [0] * n
+    for i, j in edges:
+        adj[i] |= 1 << j
+        adj[j] |= 1 << i
+    fewest = min(
+        sum((min(u, w), max(u, w)) not in edges for u, w in zip((0, *p), (*p, 0)))
+        for p in itertools.permutations(range(1, n))
+    )
+    if fewest == 0:
+        return  # this wiring has a ring: nothing to suggest
+    text = plan_topology._ring_fix(adj, names)
+    ring, added = _ring_of(text, names)
+    assert ring[0] == ring[-1] and sorted(ring[:-1]) == sorted(names), text
+    for u, w in zip(ring, ring[1:]):
+        pair = tuple(sorted((u, w)))
+        assert (names.index(pair[0]), names.index(pair[1])) in edges or pair in added, (text, pair)
+    assert len(added) == fewest, (text, fewest)
+
+
+def test_above_the_exact_search_a_ring_from_joined_paths_is_suggested():
+    n = plan_topology.RING_FIX_EXACT_HOSTS + 1
+    names = ["h%d" % i for i in range(n)]
+    adj = [0] * n
+    for i in range(1, n):  # a star: h0 cabled to every other host
+        adj[0] |= 1 << i
+        adj[i] |= 1 << 0
+    text = plan_topology._ring_fix(adj, names)
+    assert text.startswith("for example, adding %d cables" % (n - 2)), text
+    ring, added = _ring_of(text, names)
+    assert sorted(ring[:-1]) == sorted(names) and len(added) == n - 2, text
+
+
 def test_two_triangles_sharing_a_host():
     hosts = ["a", "b", "c", "d", "e"]
     cables = chain(["a", "b", "c", "a"]) + [

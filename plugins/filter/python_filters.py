@@ -40,6 +40,10 @@ def mlx_python_probe_msg(failed, probe, host, python):
     return pythons.probe_message(plain(failed), plain(probe), str(host), str(python))
 
 
+def mlx_script_json(stdout):
+    return pythons.script_json(stdout)
+
+
 def mlx_clt_stub(output):
     return pythons.is_stub(output)
 
@@ -140,6 +144,7 @@ class FilterModule:
             "mlx_base_python": mlx_base_python,
             "mlx_python_probe_msg": mlx_python_probe_msg,
             "mlx_clt_stub": mlx_clt_stub,
+            "mlx_script_json": mlx_script_json,
             "mlx_unsafe_path": mlx_unsafe_path,
             "mlx_unsafe_settings": mlx_unsafe_settings,
             "mlx_unknown_settings": mlx_unknown_settings,

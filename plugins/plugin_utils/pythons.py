@@ -10,6 +10,7 @@ pins what the venv must hold. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -185,6 +186,20 @@ CLT_FIX = (
     "`sudo touch /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress`, "
     '`softwareupdate --list` and `sudo softwareupdate --install "<the Command Line Tools label it lists>"`'
 )
+
+
+def script_json(stdout):
+    """The JSON object a script the toolkit runs with ansible.builtin.script prints as its last
+    line, or None. Such a script runs in the Mac's login shell, whose startup files may print
+    first (a greeting in ~/.zshenv): only the last non-empty line is the script's."""
+    lines = [line.strip() for line in str(stdout or "").splitlines() if line.strip()]
+    if not lines or not lines[-1].startswith("{"):
+        return None
+    try:
+        said = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return said if isinstance(said, dict) else None
 
 
 def is_stub(output):

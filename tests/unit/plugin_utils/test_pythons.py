@@ -229,3 +229,22 @@ def test_pips_error_is_cut_short_and_a_silent_pip_said_so():
     assert len(msg) < pythons.PIP_ERROR_CHARS + 400 and "x [...]. Fix:" in msg
     assert "(exit -9): no output. Fix:" in pythons.install_message("m1", "/v", {"rc": -9}, "")
     assert "(exit None): no output" in pythons.install_message("m1", "/v", None, "")
+
+
+@pytest.mark.parametrize(
+    "stdout, expected",
+    [
+        pytest.param('{"mlx": "0.32.4"}\n', {"mlx": "0.32.4"}, id="alone"),
+        # a login shell that prints (~/.zshenv) comes first in a script's output over ssh
+        pytest.param(
+            'Welcome to m1\n{"mlx": "0.32.4", "in_place": true}\n\n', {"mlx": "0.32.4", "in_place": True}, id="greeting"
+        ),
+        pytest.param("Welcome to m1\n", None, id="no-json"),
+        pytest.param('{"mlx": \n', None, id="cut-short"),
+        pytest.param('["a list"]\n', None, id="not-an-object"),
+        pytest.param("", None, id="empty"),
+        pytest.param(None, None, id="none"),
+    ],
+)
+def test_script_json_reads_the_scripts_last_line(stdout, expected):
+    assert pythons.script_json(stdout) == expected

@@ -375,10 +375,11 @@ def gnu_rsync():
 def plan(argv, macos):
     """What the shim does with `rsync argv` on a Mac running `macos`:
     ("print", stdout, stderr, rc) for --version/--help/refusals, or
-    ("run", gnu_argv_tail, rewrite) to run GNU rsync with gnu_argv_tail, rewriting its
-    stdout when rewrite is "sender" or "receiver" (None: pass it through)."""
+    ("run", gnu_argv_tail, rewrite, client) to run GNU rsync with gnu_argv_tail, rewriting its
+    stdout when rewrite is "sender" or "receiver" (None: pass it through), and its stderr into
+    openrsync's words when client (openrsync as the client, not --server) is True."""
     if not is_openrsync(macos):
-        return ("run", list(argv), None)
+        return ("run", list(argv), None, False)
     try:
         opts, operands = parse_options(argv, macos)
     except UsageError as exc:
@@ -390,7 +391,7 @@ def plan(argv, macos):
         return ("print", USAGE, "", 0)
     tail = [a for a in argv if not a.startswith("--protocol")]
     if "server" in names:
-        return ("run", [f"--protocol={PROTOCOL}", *tail], None)
+        return ("run", [f"--protocol={PROTOCOL}", *tail], None, False)
     itemizing = any(n in ("out-format", "log-format") and v and "%i" in v for n, v in opts) or any(
         n in ("i", "itemize-changes") for n in names
     )
@@ -403,6 +404,7 @@ def plan(argv, macos):
         "run",
         [f"--protocol={PROTOCOL}", *extra, *tail],
         ("sender" if sender else "receiver") if itemizing else None,
+        True,
     )
 
 
@@ -418,10 +420,9 @@ def cmd_rsync(ctx, args):
     if gnu is None:
         sys.stderr.write("rsync: the simulation needs GNU rsync on the machine (apt-get install rsync)\n")
         return 127
-    _, tail, rewrite = action
+    _, tail, rewrite, client = action
     sys.stdout.flush()
-    server = "--server" in tail
-    if rewrite is None and (server or not is_openrsync(ctx.cfg.get("macos", "26.0"))):
+    if not client:
         os.execv(gnu, [gnu, *tail])
     proc = subprocess.Popen(
         [gnu, *tail],

@@ -181,6 +181,9 @@ def lock_problem(text, requirements, path):
 # is present)").
 STUB_MARKERS = ("xcode-select", "no developer tools", "CommandLineTools")
 PROBE_MARK = "mlx-cluster-python"
+# Printed by the probe's shell just before it runs the interpreter: what a login shell's startup
+# files print (a greeting in ~/.zshenv) comes before it, the interpreter's own words after.
+PROBE_START = "mlx-cluster-probe-start"
 CLT_FIX = (
     "install the Command Line Tools: at the Mac's screen `xcode-select --install`; or headless over ssh, "
     "`sudo touch /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress`, "
@@ -202,10 +205,19 @@ def script_json(stdout):
     return said if isinstance(said, dict) else None
 
 
+def interpreter_output(output):
+    """What the interpreter itself printed in a raw run of the probe: the text after the
+    PROBE_START line the probe's shell prints first (what the login shell printed before it is
+    dropped); all of it when the line is missing."""
+    text = str(output or "")
+    at = text.rfind(PROBE_START)
+    return text if at < 0 else text[at + len(PROBE_START) :]
+
+
 def is_stub(output):
     """True when a raw run of the interpreter (its stdout and stderr) is the Command Line
     Tools' stub speaking, not a Python."""
-    text = str(output or "")
+    text = interpreter_output(output)
     return PROBE_MARK not in text and any(m in text for m in STUB_MARKERS)
 
 
@@ -224,7 +236,7 @@ def probe_message(failed, probe, host, python):
     own = str(failed.get("msg") or "discovery failed")
     if str(failed.get("module_stderr") or "").strip() and own.startswith("MODULE FAILURE"):
         own = f"{own.splitlines()[0]}: {_first(failed.get('module_stderr'))}"
-    out = str(probe.get("stdout") or "") + str(probe.get("stderr") or "")
+    out = interpreter_output(str(probe.get("stdout") or "") + str(probe.get("stderr") or ""))
     if probe.get("unreachable") or probe.get("rc") is None or PROBE_MARK in out:
         return f"{host}: {own}"
     said = _first(out)

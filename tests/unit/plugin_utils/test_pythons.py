@@ -116,6 +116,7 @@ def test_missing_facts_count_as_nothing_found():
     assert [p["host"] for p in got["problems"]] == ["m1", "m2"]
 
 
+GREETING = "Welcome to m2\r\n"  # what a ~/.zshenv prints, before the probe's start mark
 FAILED = {
     "failed": True,
     "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error",
@@ -154,12 +155,36 @@ FAILED = {
             id="crashes",
         ),
         pytest.param({"unreachable": True, "msg": "timeout"}, ["m2: MODULE FAILURE"], id="probe unreachable"),
+        pytest.param(
+            {"rc": 139, "stdout": f"{GREETING}mlx-cluster-probe-start\r\nSegmentation fault\r\n", "stderr": ""},
+            ["does not start (exit 139: Segmentation fault)"],
+            id="crashes, after a login shell's greeting",
+        ),
+        pytest.param(
+            {
+                "rc": 1,
+                "stdout": f"{GREETING}mlx-cluster-probe-start\nxcode-select: error: no developer tools were found\n",
+            },
+            ["is the stub macOS has", "(it says: xcode-select: error: no developer tools were found)"],
+            id="the stub, after a login shell's greeting",
+        ),
     ],
 )
 def test_the_probe_names_the_cause(probe, expect):
     msg = probe_message(FAILED, probe, "m2", "/usr/bin/python3")
     for text in expect:
         assert text in msg
+    assert "Welcome" not in msg
+
+
+def test_a_greeting_is_not_the_interpreters_words():
+    """What a ~/.zshenv prints before the probe's start mark says nothing of the interpreter: a
+    greeting that mentions "not found" or xcode-select does not make a missing Python or a stub."""
+    out = "xcode-select not found in this greeting\nmlx-cluster-probe-start\nmlx-cluster-python 3.9.6\n"
+    assert is_stub(out) is False
+    assert probe_message(FAILED, {"rc": 0, "stdout": out}, "m2", "/usr/bin/python3").startswith("m2: MODULE FAILURE")
+    crash = {"rc": 134, "stdout": "xcode-select not found\nmlx-cluster-probe-start\nAbort trap: 6\n"}
+    assert "does not start (exit 134: Abort trap: 6)" in probe_message(FAILED, crash, "m2", "/usr/bin/python3")
 
 
 def test_a_failure_that_is_not_a_module_failure_keeps_its_message():

@@ -1,6 +1,9 @@
 """The base Python of each Mac's venv, and why a Mac's Ansible interpreter did not run."""
 
+import pathlib
+
 import pytest
+import yaml
 
 from ansible_collections.mlx.cluster.plugins.plugin_utils import pythons
 from ansible_collections.mlx.cluster.plugins.plugin_utils.pythons import base_python, is_stub, probe_message
@@ -273,3 +276,13 @@ def test_pips_error_is_cut_short_and_a_silent_pip_said_so():
 )
 def test_script_json_reads_the_scripts_last_line(stdout, expected):
     assert pythons.script_json(stdout) == expected
+
+
+def test_the_roles_probe_prints_the_marks_the_parser_reads():
+    """The probe task and pythons.py name the same marks: the start mark echoed before the
+    interpreter runs, the interpreter's own mark after."""
+    path = pathlib.Path(__file__).resolve().parents[3] / "roles" / "mlx_cluster" / "tasks" / "probe_python.yml"
+    [task] = yaml.safe_load(path.read_text())
+    command = task["ansible.builtin.raw"]
+    assert command.startswith(f"echo {pythons.PROBE_START}; ")
+    assert pythons.PROBE_MARK in command.split(";", 1)[1]

@@ -99,6 +99,9 @@ notes:
   - The network preferences file (C(/Library/Preferences/SystemConfiguration/preferences.plist),
     world-readable) is read for the Thunderbolt Bridge's definition; C(thunderbolt.bridge.persistent_members)
     are the ports macOS puts back into the bridge at the next boot (null when the file cannot be read).
+  - "Fails, naming the fix, when it runs through sudo as another user than the one Ansible logs in as
+    (become on for the whole run, C(-b) or C(ansible_become)): every path would then be that user's
+    (root's C(/var/root))."
 seealso:
   - module: thunderbolt_facts
   - module: rdma_facts
@@ -283,6 +286,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
     sudo_facts,
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_files import untrusted
+from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import become_problem
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_netcfg import (
     SC_PREFERENCES,
     read_preferences,
@@ -393,6 +397,11 @@ def main():
         ),
         supports_check_mode=True,
     )
+    # sudo sets SUDO_USER to who ran it and USER to whom it runs as (its env_reset)
+    user = os.environ.get("USER") or getpass.getuser()
+    refused = become_problem(os.environ.get("SUDO_USER"), user, os.path.expanduser("~"))
+    if refused:
+        module.fail_json(msg=refused)
     record = {}
     runner = Runner(module.params["command_timeout"])
     disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))

@@ -2,9 +2,10 @@
 """Pure parsers for the host part of `ansible_facts.mlx_cluster` (docs/design.md).
 
 `sw_vers`, `sysctl -n hw.memsize hw.model hw.ncpu`, `sysctl -n iogpu.wired_limit_mb`,
-`route -n get default`, and the
-choice of the management interface (the one the SSH session arrived on). The
-Thunderbolt and RDMA parts live in mlx_tb and mlx_rdma.
+`route -n get default`, the
+choice of the management interface (the one the SSH session arrived on), and whether the
+module runs as the user Ansible logs in as. The Thunderbolt and RDMA parts live in mlx_tb
+and mlx_rdma.
 """
 
 from __future__ import annotations
@@ -119,3 +120,22 @@ def interfaces_facts(ifconfig_text):
 def cabled_ifaces(thunderbolt):
     """Interfaces whose Thunderbolt port has a Mac on the other end (RDMA should be up there)."""
     return sorted(p["iface"] for p in thunderbolt["ports"] if p["status"] == "connected" and p["peer"] and p["iface"])
+
+
+def become_problem(sudo_user, user, home):
+    """Why discovery must not go on when it runs through sudo as another user (`sudo_user`: sudo's
+    SUDO_USER, the user Ansible logged in as; `user`, `home`: who it runs as now), else "".
+
+    That is become on for the whole run (`-b`, or ansible_become in the inventory): everything
+    the toolkit keeps on the Mac would then be `user`'s, under `home` (root's /var/root), and
+    the ranks would run as `user`. The toolkit's own tasks ask for sudo where they need it."""
+    if not sudo_user or not user or sudo_user == user:
+        return ""
+    return (
+        f"discovery ran through sudo as {user}, not as {sudo_user}, the user Ansible logs in as: become is on for "
+        f"the whole run (-b/--become on the command line, or ansible_become in the inventory), so everything the "
+        f"toolkit keeps on this Mac (~/mlx-cluster, the venv, the model) would be {user}'s, under {home}, and the "
+        f"ranks would run as {user}. Fix: run without -b/--become and remove ansible_become; the toolkit runs sudo "
+        f"itself for the commands that need it, with sudo's password from -K (--ask-become-pass) or "
+        f"ansible_become_password where sudo asks for one"
+    )

@@ -478,6 +478,25 @@ def test_sudo_allowed_only_for_some_commands_is_named_before_any_stage_needs_it(
         f.converged(again)
 
 
+def test_become_on_for_the_whole_run_is_named_before_anything_changes(sim_cluster):
+    """-b, or ansible_become in the inventory, runs every task through sudo: discovery would
+    find root's home, and the toolkit's files, venv and model would land there. Discovery stops
+    on every Mac naming the fix, in a dry run as in a real one, and nothing is changed."""
+    cluster = sim_cluster("pair")
+    cluster.reset()
+    with Fault("become on for the whole run (ansible_become: true)") as f:
+        cluster.clear_argv_logs()
+        run = run_site(cluster, tags=["rdma_check"], extravars={"ansible_become": True})
+        assert run.rc != 0
+        assert {h for h, _, _ in run.failures()} == set(cluster.hosts), run.failures()
+        line = next(ln for ln in fail_text(run).splitlines() if ln.startswith("m1: discovery ran through sudo"))
+        f.message(line)
+        assert line.startswith("m1: discovery ran through sudo as root, not as admin, the user Ansible logs in"), line
+        assert "run without -b/--become and remove ansible_become" in line, line
+        assert mutations(cluster) == []
+        f.converged(run_site(cluster, tags=["rdma_check"]))
+
+
 def test_a_toolkit_directory_every_user_can_write_is_named_by_rdma_check(sim_cluster):
     """The venv, the scripts and the server's files run from the toolkit's directory, as the
     user and at boot: on a Mac where other users can write it, the preflight stops naming it."""

@@ -138,7 +138,8 @@ def run_module(capsys, name, args=None, commands=None, bins=None, env=None, modu
         mock.patch.object(basic.AnsibleModule, "get_bin_path", get_bin_path),
         mock.patch.object(basic.AnsibleModule, "run_command", run_command),
         mock.patch.object(mlx_run, "spawn", spawn),
-        mock.patch.dict("os.environ", env or {}),
+        # a suite run under sudo is not a Mac's module run through sudo (mlx_host.become_problem)
+        mock.patch.dict("os.environ", {"SUDO_USER": "", **(env or {})}),
         contextlib.ExitStack() as patched,
     ):
         for attr, value in attrs.items():  # undone after the run: the module object is shared

@@ -11,6 +11,7 @@ from ansible_collections.mlx.cluster.plugins.module_utils.mlx_collect import (
 )
 from ansible_collections.mlx.cluster.plugins.module_utils.mlx_host import (
     ParseError,
+    become_problem,
     cabled_ifaces,
     interfaces_facts,
     mgmt_by_address,
@@ -326,3 +327,11 @@ def test_update_settings_that_hang_or_are_missing_are_unknown(read_fixture):
         FakeRun(read_fixture, _cluster_answers(), missing={"defaults"}), ssh, {"path": "/", "free_bytes": 1}
     )
     assert set(facts["updates"].values()) == {None} and warnings == []
+
+
+def test_become_problem_only_for_sudo_to_another_user():
+    assert become_problem("", "admin", "/Users/admin") == ""
+    assert become_problem(None, "root", "/var/root") == ""  # logged in as root: no sudo, nothing to say
+    assert become_problem("admin", "admin", "/Users/admin") == ""  # become_user is the login user
+    msg = become_problem("admin", "root", "/var/root")
+    assert "ran through sudo as root, not as admin" in msg and "/var/root" in msg and "-K" in msg

@@ -414,3 +414,23 @@ def test_power_and_update_settings_are_not_read_when_not_asked(module_runner, re
     )
     assert sorted(out.calls) == sorted(list(a) for a in ORDER_RUN if a != UPDATES)
     assert "power" in out.result["mlx_cluster"]
+
+
+@pytest.mark.parametrize(
+    "env,refused",
+    [
+        pytest.param({"SUDO_USER": "admin", "USER": "root", "HOME": "/var/root"}, True, id="become on: sudo to root"),
+        pytest.param({"SUDO_USER": "admin", "USER": "admin"}, False, id="sudo to the same user"),
+        pytest.param({"SUDO_USER": "", "USER": "admin"}, False, id="no sudo"),
+    ],
+)
+def test_a_discovery_run_through_sudo_as_another_user_stops_naming_the_fix(
+    module_runner, read_fixture, tmp_path, env, refused
+):
+    out = run(module_runner, read_fixture, tmp_path, env={**SSH, **env})
+    assert out.failed is refused
+    if refused:
+        msg = out.result["msg"]
+        assert msg.startswith("discovery ran through sudo as root, not as admin, the user Ansible logs in as")
+        assert "under /var/root" in msg and "run without -b/--become and remove ansible_become" in msg
+        assert out.calls == []  # nothing was run on the Mac

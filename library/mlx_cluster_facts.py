@@ -399,12 +399,13 @@ def main():
     )
     # sudo sets SUDO_USER to who ran it and USER to whom it runs as (its env_reset)
     user = os.environ.get("USER") or getpass.getuser()
-    refused = become_problem(os.environ.get("SUDO_USER"), user, os.path.expanduser("~"))
+    home = os.path.expanduser("~")
+    refused = become_problem(os.environ.get("SUDO_USER"), user, home)
     if refused:
         module.fail_json(msg=refused)
     record = {}
     runner = Runner(module.params["command_timeout"])
-    disk = disk_free(module, module.params["disk_path"] or os.path.expanduser("~"))
+    disk = disk_free(module, module.params["disk_path"] or home)
     reads = {"power": module.params["read_power"], "updates": module.params["read_updates"]}
     done, sudo = prefetch(module, runner, cluster_argvs(**reads), module.params["probe_sudo"])
     try:
@@ -419,7 +420,7 @@ def main():
         module.fail_json(msg=f"cannot read `{exc.command}`: {exc.message}", **record.get(exc.command, {}))
     except CommandTimeout as exc:
         module.fail_json(msg=exc.msg, **exc.result())
-    facts["home"] = os.path.expanduser("~")
+    facts["home"] = home
     facts["pythons"] = python_facts()
     facts["trust_keys"] = trust_keys(os.path.expanduser("~/.ssh/authorized_keys"))
     if module.params["probe_links"]:

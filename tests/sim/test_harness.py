@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,7 +219,11 @@ def test_cleanup_after_a_crashed_harness(tmp_path):
     assert len(ours(prefix)) == 4
     leftovers = procs_mentioning(state)
     assert leftovers
-    subprocess.run(["rm", "-rf", str(state)], check=True)
+    # The state dir goes in one step: its Macs are still running and still write into it
+    # (announce.py's marks, sshd's logs), so an `rm -rf` could find a directory refilled
+    # under it ("Directory not empty", seen once in CI). It is removed once they are gone.
+    gone = tmp_path / "gone"
+    state.rename(gone)
     r = subprocess.run(
         [sys.executable, "-m", "tests.simcluster", "cleanup"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT
     )
@@ -227,6 +232,7 @@ def test_cleanup_after_a_crashed_harness(tmp_path):
     assert wait_until(
         lambda: not [p for p in leftovers if Path(f"/proc/{p}").exists() and str(state) in " ".join(_cmdline(p))]
     )
+    shutil.rmtree(gone)
 
 
 @pytest.mark.sim

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -21,6 +22,9 @@ PROMPT = "Tell me about Thunderbolt cables."
 TOKENS = 16
 BENCH = ROOT / "roles" / "benchmark" / "files" / "mlx_cluster_bench.py"
 REMOTE_SCRIPT = "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"  # where the role deploys it
+# launch_command's --init-timeout: a rank whose peer never comes ends by itself (its init
+# watchdog) this many seconds after it started, whether or not the launcher reached it
+INIT_TIMEOUT = 20
 REMOTE_MODEL = "/srv/admin/mlx-cluster/models/tiny"  # where model sync puts `tiny`
 RUN_ID = "e2etestrunid0123456789"
 
@@ -81,6 +85,17 @@ def bench_procs(cluster, host):
     return [ln for ln in out.splitlines() if "mlx_cluster_bench.py" in ln]  # test-side check only
 
 
+def leftovers(cluster, grace=10):
+    """{host: bench processes}, polled until none is left or `grace` seconds: the launcher
+    ends rank 0 by closing its SSH session, and the SIGHUP that follows is asynchronous."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = {h: bench_procs(cluster, h) for h in cluster.hosts}
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, run_id=RUN_ID):
     """(argv, env) of the benchmark's launch step alone (the module the role uses), run from
     the controller with `ansible localhost -m mlx_launch`, reaching the Macs as the plan says."""
@@ -104,7 +119,7 @@ def launch_command(cluster, tiny_remote=REMOTE_MODEL, timeout=60, max_tokens=4, 
             "--expect-world",
             "2",
             "--init-timeout",
-            "20",
+            str(INIT_TIMEOUT),
             "--run-id",
             run_id,
         ],

@@ -26,6 +26,7 @@ from tests.e2e.benchutil import (
     bench_procs,
     launch_bench,
     launch_command,
+    leftovers,
     module_result,
     settings,
 )
@@ -99,17 +100,6 @@ def wait_generating(cluster, proc, host, run_id, limit=120):
             if moved is not None and moved >= RING_MOVING and last[0] == pids[0] and moved > last[1]:
                 return pids[0]
             last = (pids[0], moved or 0)
-        time.sleep(0.2)
-
-
-def leftovers(cluster, grace=10):
-    """{host: bench processes}, polled until none is left or `grace` seconds: the launcher
-    ends rank 0 by closing its SSH session, and the SIGHUP that follows is asynchronous."""
-    deadline = time.monotonic() + grace
-    while True:
-        left = {h: bench_procs(cluster, h) for h in cluster.hosts}
-        if not any(left.values()) or time.monotonic() > deadline:
-            return left
         time.sleep(0.2)
 
 

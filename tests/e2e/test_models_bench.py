@@ -12,7 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.benchutil import BENCH, PROMPT, TOKENS, bench_procs, fresh_models, launch_bench, model_files, settings
+from tests.e2e.benchutil import (
+    BENCH,
+    INIT_TIMEOUT,
+    PROMPT,
+    TOKENS,
+    bench_procs,
+    fresh_models,
+    launch_bench,
+    leftovers,
+    model_files,
+    settings,
+)
 from tests.e2e.runner import run_site
 from tests.tinymodel import make_tiny_model
 
@@ -193,6 +204,10 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
     # m2 has no bench script: rank 1 cannot start it and exits at once, so rank 0 never gets
     # its peer: the launcher stops the group (the bench's bounded init and the launcher
     # timeout are the backstops); either way the run ends and no bench process stays behind.
+    # The launcher ends rank 0 by closing its SSH session: the SIGHUP that follows is
+    # asynchronous, and a rank 0 whose session closes while sshd is still starting it may get
+    # none: it ends at its own init bound. (The stage's cleanup, by run id, ends it at once:
+    # tests/e2e/test_faults_runtime.py.)
     cluster.exec("m2", ["mv", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py", "/srv/admin/bench.moved"])
     try:
         start = time.monotonic()
@@ -201,8 +216,8 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
         assert "m2" in res.stdout, res.stdout[-2000:]
     finally:
         cluster.exec("m2", ["mv", "/srv/admin/bench.moved", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"])
-    for h in cluster.hosts:
-        assert bench_procs(cluster, h) == [], h
+    print("bench processes when the module ended:", {h: bench_procs(cluster, h) for h in cluster.hosts})
+    assert leftovers(cluster, grace=INIT_TIMEOUT + 10) == {h: [] for h in cluster.hosts}
 
 
 def test_rank0_pushes_the_model_node_to_node_over_thunderbolt(sim_cluster, tiny):

@@ -116,6 +116,17 @@ class Rig:
         self.stop.requested = True
         self.threads[1].join(10)
         self.httpd.shutdown()
+        # the handler threads are daemon threads, which server_close does not wait for: each
+        # holds a slot until it returns, so taking every slot waits for them (bounded), and no
+        # handler of this test outlives it into the next one's monkeypatched module
+        deadline = time.monotonic() + 10
+        taken = 0
+        while taken < self.srv.MAX_CONNECTIONS and self.httpd.slots.acquire(
+            timeout=max(0.0, deadline - time.monotonic())
+        ):
+            taken += 1
+        for _ in range(taken):
+            self.httpd.slots.release()
         self.httpd.server_close()
 
     def ask(self, token, results=None, **extra):

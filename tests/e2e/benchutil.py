@@ -87,10 +87,15 @@ def bench_procs(cluster, host):
 
 def leftovers(cluster, grace=10):
     """{host: bench processes}, polled until none is left or `grace` seconds: the launcher
-    ends rank 0 by closing its SSH session, and the SIGHUP that follows is asynchronous."""
+    ends rank 0 by closing its SSH session, and the SIGHUP that follows is asynchronous.
+    What the first look found is printed (for the test's log)."""
     deadline = time.monotonic() + grace
+    first = True
     while True:
         left = {h: bench_procs(cluster, h) for h in cluster.hosts}
+        if first:
+            print("bench processes when the wait began:", left)
+            first = False
         if not any(left.values()) or time.monotonic() > deadline:
             return left
         time.sleep(0.2)

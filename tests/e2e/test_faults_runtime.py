@@ -23,7 +23,6 @@ from tests.e2e import reliability
 from tests.e2e.benchutil import (
     REMOTE_MODEL,
     REMOTE_SCRIPT,
-    bench_procs,
     launch_bench,
     launch_command,
     leftovers,
@@ -136,7 +135,6 @@ def test_rank_killed_mid_benchmark_ends_in_time_names_the_mac_and_leaves_nothing
             assert line.startswith("mlx_cluster_bench.py failed"), msg
             assert any(r["rank"] == 1 and r["host"] == "m2" for r in res["failed_ranks"]), res["failed_ranks"]
             # Nothing of the run stays behind on either Mac.
-            print("bench processes when the module ended:", {h: bench_procs(cluster, h) for h in cluster.hosts})
             assert leftovers(cluster) == {h: [] for h in cluster.hosts}
 
             # The next launch needs no repair and runs on both Macs.

@@ -216,7 +216,6 @@ def test_rank_whose_script_is_missing_ends_within_the_timeout_and_leaves_nothing
         assert "m2" in res.stdout, res.stdout[-2000:]
     finally:
         cluster.exec("m2", ["mv", "/srv/admin/bench.moved", "/srv/admin/mlx-cluster/bench/mlx_cluster_bench.py"])
-    print("bench processes when the module ended:", {h: bench_procs(cluster, h) for h in cluster.hosts})
     assert leftovers(cluster, grace=INIT_TIMEOUT + 10) == {h: [] for h in cluster.hosts}
 
 

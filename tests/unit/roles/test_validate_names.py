@@ -42,57 +42,6 @@ def validate(tmp_path, hosts, extravars, *options, config=ROOT / "ansible.cfg", 
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 
-def test_names_a_shell_or_root_would_read_fail_in_validate_naming_each(tmp_path):
-    hosts = {
-        # 192.0.2.0/24 (TEST-NET-1): nothing answers there, and nothing is asked
-        "m1": {"ansible_host": "192.0.2.1", "python_env_interpreter": "/opt/py thon/bin/python3"},
-        "m2": {
-            "ansible_host": "192.0.2.2",
-            "model_sync_rsync_path": "/opt/homebrew/bin/rsync; touch /tmp/pwned",
-            # made from what the env stage sets: left to where it is used, not an error here
-            "benchmark_python": "{{ python_env_python }}",
-        },
-    }
-    res = validate(
-        tmp_path,
-        hosts,
-        {
-            "mlx_server_label": "../../../tmp/evil",
-            "mlx_server_run_dir": "/opt/mlx/../server",
-            "python_env_base_python": "/usr/bin/python3 -I",
-            "port_check_python": "$(id)",
-            "model_sync_dest": "models/qwen",
-            "model_sync_name": "Qwen 3 4B",
-        },
-    )
-    out = res.stdout
-    assert res.returncode != 0
-    for fragment in (
-        "python_env_interpreter of m1 '/opt/py thon/bin/python3' holds whitespace or characters a shell reads: "
-        "use letters, digits, / and . _ - + @ % = , : only (it reaches ansible.builtin.script's executable, "
-        "a shell line)",
-        "model_sync_rsync_path of m2 '/opt/homebrew/bin/rsync; touch /tmp/pwned' holds whitespace",
-        "(it reaches rsync's --rsync-path, which the receiving Mac's shell reads)",
-        "mlx_server_label '../../../tmp/evil' is not a launchd label: use dot-separated words",
-        "mlx_server_run_dir '/opt/mlx/../server' holds '.' or '..' components: give the path itself",
-        "python_env_base_python '/usr/bin/python3 -I' holds whitespace",
-        "port_check_python '$(id)' is not an absolute path",
-        "model_sync_dest 'models/qwen' is not an absolute path",
-        "model_sync_name 'Qwen 3 4B' holds whitespace or characters a shell reads",
-    ):
-        assert fragment in " ".join(out.split()), out[-3000:]
-    assert "benchmark_python" not in out
-    assert "mlx_cluster_facts" not in out and "Discover" not in out  # stopped before contacting any Mac
-
-
-def test_a_limit_leaving_macs_out_is_refused_naming_them(tmp_path):
-    hosts = {f"m{i}": {"ansible_host": f"192.0.2.{i}"} for i in (1, 2, 3)}
-    res = validate(tmp_path, hosts, {}, "--limit", "m1")
-    assert res.returncode != 0
-    assert "--limit m1 leaves m2, m3 of 'mac_cluster' out of the run" in res.stdout, res.stdout
-    assert "run without --limit" in res.stdout
-
-
 def test_a_run_started_elsewhere_parses_and_names_the_toolkits_ansible_cfg(tmp_path):
     """From another directory Ansible reads no ansible.cfg of ours: the roles are still found (by
     FQCN, through the collections/ beside site.yml), and validate says which file to read."""
@@ -105,14 +54,6 @@ def test_a_run_started_elsewhere_parses_and_names_the_toolkits_ansible_cfg(tmp_p
     assert f"not from mlx-cluster's own {ROOT.resolve() / 'ansible.cfg'}" in out, res.stdout[-3000:]
     assert f"cd {ROOT.resolve()} and run again, or export ANSIBLE_CONFIG={ROOT.resolve() / 'ansible.cfg'}" in out
     assert "Discover" not in res.stdout  # stopped before contacting any Mac
-
-
-def test_another_ansible_cfg_is_named(tmp_path):
-    other = tmp_path / "mine.cfg"
-    other.write_text("[defaults]\ncollections_path = %s\n" % (ROOT / "collections"))
-    res = validate(tmp_path, TWO, {}, config=other)
-    assert res.returncode != 0
-    assert f"ansible-playbook read its settings from {other}, not from" in " ".join(res.stdout.split()), res.stdout
 
 
 def test_an_inventory_without_the_clusters_group_is_named_not_a_run_that_does_nothing(tmp_path):
@@ -141,18 +82,79 @@ def test_the_group_named_in_inventory_variables_is_refused_naming_the_fix(tmp_pa
     assert "ran on none of m1, m2. Fix: name the group on the command line, -e mlx_cluster_group=macs" in out
 
 
-def test_a_misspelt_tag_stops_the_run_before_any_mac_is_contacted(tmp_path):
-    """A --tags no play has would run only what every run does and end "ok"."""
-    res = validate(tmp_path, TWO, {}, "--tags", "rdma_chek", "--skip-tags", "modles")
+SAID = ["-e", "power_manage=false", "-e", "mlx_cluster_rdma_wanted=no", "-e", "mlx_cluster_command_timeout=90"]
+
+
+def test_every_mistake_is_named_at_once_before_any_mac_is_contacted(tmp_path):
+    """validate checks everything and names every mistake in one message, before any Mac is
+    contacted; one run here makes each of these mistakes:
+    - names that reach a shell line, an interpreter the Macs run or a path root writes, each named
+      with its setting, its value, the Macs that set it and the fix;
+    - a --limit leaving Macs of the group out (the plan is made for the whole group at once);
+    - another ansible.cfg than the toolkit's (its keepalives and inventory rules unread);
+    - a --tags or --skip-tags no play has: it would run only what every run does and end "ok";
+    - -e key=value gives strings: "false" and "90" read as what they say (the roles convert them
+      where they use them, tests/unit/test_setting_types.py); a list given so is named with its
+      JSON, and so is a value that reads as nothing."""
+    hosts = {
+        # 192.0.2.0/24 (TEST-NET-1): nothing answers there, and nothing is asked
+        "m1": {"ansible_host": "192.0.2.1", "python_env_interpreter": "/opt/py thon/bin/python3"},
+        "m2": {
+            "ansible_host": "192.0.2.2",
+            "model_sync_rsync_path": "/opt/homebrew/bin/rsync; touch /tmp/pwned",
+            # made from what the env stage sets: left to where it is used, not an error here
+            "benchmark_python": "{{ python_env_python }}",
+            "benchmark_trials": "ten",
+        },
+        "m3": {"ansible_host": "192.0.2.3"},
+    }
+    other = tmp_path / "mine.cfg"
+    other.write_text("[defaults]\ncollections_path = %s\n" % (ROOT / "collections"))
+    names = {
+        "mlx_server_label": "../../../tmp/evil",
+        "mlx_server_run_dir": "/opt/mlx/../server",
+        "python_env_base_python": "/usr/bin/python3 -I",
+        "port_check_python": "$(id)",
+        "model_sync_dest": "models/qwen",
+        "model_sync_name": "Qwen 3 4B",
+    }
+    options = ["--limit", "m1", "--tags", "rdma_chek", "--skip-tags", "modles", *SAID]
+    options += ["-e", "benchmark_modes=tensor,pipeline", "-e", "hostfile_picture=ture"]
+    res = validate(tmp_path, hosts, names, *options, config=other)
     out = " ".join(res.stdout.split())
     assert res.returncode != 0
+    for fragment in (
+        # names
+        "python_env_interpreter of m1 '/opt/py thon/bin/python3' holds whitespace or characters a shell reads: "
+        "use letters, digits, / and . _ - + @ % = , : only (it reaches ansible.builtin.script's executable, "
+        "a shell line)",
+        "model_sync_rsync_path of m2 '/opt/homebrew/bin/rsync; touch /tmp/pwned' holds whitespace",
+        "(it reaches rsync's --rsync-path, which the receiving Mac's shell reads)",
+        "mlx_server_label '../../../tmp/evil' is not a launchd label: use dot-separated words",
+        "mlx_server_run_dir '/opt/mlx/../server' holds '.' or '..' components: give the path itself",
+        "python_env_base_python '/usr/bin/python3 -I' holds whitespace",
+        "port_check_python '$(id)' is not an absolute path",
+        "model_sync_dest 'models/qwen' is not an absolute path",
+        "model_sync_name 'Qwen 3 4B' holds whitespace or characters a shell reads",
+        # --limit
+        "--limit m1 leaves m2, m3 of 'mac_cluster' out of the run",
+        "run without --limit",
+        # another ansible.cfg
+        f"ansible-playbook read its settings from {other}, not from",
+        # tags
+        "--tags rdma_chek: no stage has that tag, so it selects no stage",
+        "--skip-tags modles: no stage has that tag, so it skips nothing",
+        # -e key=value
+        "benchmark_modes must be a list (got 'tensor,pipeline'): -e key=value gives every value as a string: give "
+        """it as JSON, -e '{"benchmark_modes": ["tensor", "pipeline"]}', or in the inventory""",
+        "benchmark_trials of m2 must be a whole number (got 'ten')",
+        """hostfile_picture must be true or false (got 'ture'): e.g. -e '{"hostfile_picture": false}'""",
+    ):
+        assert fragment in out, (fragment, res.stdout[-3000:])
     assert "--tags validate,rdma_chek: no stage has" not in out  # (validate is a stage's tag)
-    assert "--tags rdma_chek: no stage has that tag, so it selects no stage" in out, res.stdout[-3000:]
-    assert "--skip-tags modles: no stage has that tag, so it skips nothing" in out
-    assert "Discover" not in res.stdout
-
-
-SAID = ["-e", "power_manage=false", "-e", "mlx_cluster_rdma_wanted=no", "-e", "mlx_cluster_command_timeout=90"]
+    for fine in ("benchmark_python", "power_manage", "mlx_cluster_rdma_wanted", "mlx_cluster_command_timeout"):
+        assert fine not in out, fine
+    assert "mlx_cluster_facts" not in out and "Discover" not in out  # stopped before contacting any Mac
 
 
 def test_a_run_validate_lets_through_names_misspelt_settings_and_goes_on(tmp_path):
@@ -191,26 +193,6 @@ def checked(res):
     """The last line of the validate task's output."""
     check = res.stdout.split("TASK [mlx.cluster.mlx_cluster : Check the inventory and the cluster-wide settings]")[1]
     return check.split("TASK [")[0].strip().splitlines()[-1]
-
-
-def test_settings_given_as_key_value_strings_are_read_as_they_say_or_named_with_their_json(tmp_path):
-    """-e key=value gives strings: "false" and "90" read as what they say (the roles convert them
-    where they use them, tests/unit/test_setting_types.py); a list given so is named with its JSON,
-    and so is a value that reads as nothing, each before any Mac is contacted."""
-    hosts = {**TWO, "m2": {**TWO["m2"], "benchmark_trials": "ten"}}
-    res = validate(tmp_path, hosts, {}, *SAID, "-e", "benchmark_modes=tensor,pipeline", "-e", "hostfile_picture=ture")
-    out = " ".join(res.stdout.split())
-    assert res.returncode != 0
-    assert (
-        "benchmark_modes must be a list (got 'tensor,pipeline'): -e key=value gives every value as a string: give "
-        """it as JSON, -e '{"benchmark_modes": ["tensor", "pipeline"]}', or in the inventory""" in out
-    ), res.stdout[-3000:]
-    assert "benchmark_trials of m2 must be a whole number (got 'ten')" in out
-    assert """hostfile_picture must be true or false (got 'ture'): e.g. -e '{"hostfile_picture": false}'""" in out
-    for fine in ("power_manage", "mlx_cluster_rdma_wanted", "mlx_cluster_command_timeout"):
-        assert fine not in out, fine
-    assert "Discover" not in res.stdout
-    # (the same strings alone pass: test_a_run_validate_lets_through_names_misspelt_settings_and_goes_on)
 
 
 def test_when_no_mac_answers_each_is_named_with_ssh_s_cause_and_fix(tmp_path):

@@ -426,10 +426,16 @@ def test_a_break_on_a_further_cable_is_named_by_its_address(tmp_path):
     module names that cable in its message)."""
     files = random_files(tmp_path / "src", {"a.safetensors": 3_000_000, "b.safetensors": 2_000_000})
 
+    second_tried = threading.Event()
+
     class BreaksOnTheSecond(Sender):
         def push(self, sock, fh, offset, count):
             if sock.getpeername()[0] == "127.0.0.2":
+                second_tried.set()
                 raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+            # the first cable's connection holds its file until the second has taken the other: on
+            # a busy machine it took both files before the second connection started
+            second_tried.wait(10)
             return super().push(sock, fh, offset, count)
 
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=2, more=["127.0.0.2"])

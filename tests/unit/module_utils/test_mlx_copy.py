@@ -392,7 +392,19 @@ def test_the_connections_spread_over_every_cable_between_the_two_macs(tmp_path):
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, more=["127.0.0.2"])
     rx.prepare()
     port, t, got = start(rx)
-    sent = Sender(str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5).run()
+    took = threading.Barrier(2)
+    first_two = iter(range(2))
+
+    class BothStarted(Sender):
+        # each connection's thread has taken its first file before either sends: on a busy machine
+        # the second thread may start after the first has sent everything
+        def next_file(self):
+            rel = super().next_file()
+            if next(first_two, None) is not None:
+                took.wait(10)
+            return rel
+
+    sent = BothStarted(str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5).run()
     t.join(10)
     assert sent["errors"] == [] and sent["fell_back"] == [] and got["unused"] == []
     assert got["copied"] == sorted(SIZES)

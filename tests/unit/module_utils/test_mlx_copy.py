@@ -387,24 +387,31 @@ def test_a_failed_file_is_never_reported_as_settled(tmp_path, monkeypatch):
 
 
 # Several cables between two Macs (loopback's 127.0.0.x stand for the receiver's ends of them)
+class EachCableTakesAFile(Sender):
+    """A Sender whose first connections, one per cable, have each taken a file before any of them
+    sends: on a busy machine the second cable's thread started after the first had taken every
+    file, and that cable carried nothing."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.started = threading.Barrier(len(self.addresses))
+        self.first = iter(range(len(self.addresses)))
+
+    def next_file(self):
+        rel = super().next_file()
+        if next(self.first, None) is not None:
+            self.started.wait(10)
+        return rel
+
+
 def test_the_connections_spread_over_every_cable_between_the_two_macs(tmp_path):
     files = random_files(tmp_path / "src", SIZES)
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=5, more=["127.0.0.2"])
     rx.prepare()
     port, t, got = start(rx)
-    took = threading.Barrier(2)
-    first_two = iter(range(2))
-
-    class BothStarted(Sender):
-        # each connection's thread has taken its first file before either sends: on a busy machine
-        # the second thread may start after the first has sent everything
-        def next_file(self):
-            rel = super().next_file()
-            if next(first_two, None) is not None:
-                took.wait(10)
-            return rel
-
-    sent = BothStarted(str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5).run()
+    sent = EachCableTakesAFile(
+        str(tmp_path / "src"), files, TOKEN, ["127.0.0.1", "127.0.0.2"], port, streams=1, stall=5
+    ).run()
     t.join(10)
     assert sent["errors"] == [] and sent["fell_back"] == [] and got["unused"] == []
     assert got["copied"] == sorted(SIZES)
@@ -438,16 +445,10 @@ def test_a_break_on_a_further_cable_is_named_by_its_address(tmp_path):
     module names that cable in its message)."""
     files = random_files(tmp_path / "src", {"a.safetensors": 3_000_000, "b.safetensors": 2_000_000})
 
-    second_tried = threading.Event()
-
-    class BreaksOnTheSecond(Sender):
+    class BreaksOnTheSecond(EachCableTakesAFile):
         def push(self, sock, fh, offset, count):
             if sock.getpeername()[0] == "127.0.0.2":
-                second_tried.set()
                 raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
-            # the first cable's connection holds its file until the second has taken the other: on
-            # a busy machine it took both files before the second connection started
-            second_tried.wait(10)
             return super().push(sock, fh, offset, count)
 
     rx = Receiver(str(tmp_path / "dest"), files, TOKEN, "127.0.0.1", stall=5, idle=2, more=["127.0.0.2"])

@@ -77,13 +77,12 @@ class Run:
         itself is unchanged (report_changes() counts them)."""
         return sum((self.stats or {}).get("changed", {}).values()) - self.report_changes()
 
-    def report_changes(self):
-        """Task results that rewrote the report files (preflight.json, versions.json, report.html)."""
+    def _report_writes(self):
+        """The changed results (event_data) that only rewrote the report files."""
         # imported here: scripts/demo.sh imports this module without Ansible's collection loader
         from ansible_collections.mlx.cluster.plugins.plugin_utils import report
 
         names = {report.REPORT_NAME, report.PREFLIGHT_NAME, report.VERSIONS_NAME}
-        n = 0
         for e in self.events:
             res = (e.get("event_data") or {}).get("res") or {}
             if e.get("event") != "runner_on_ok" or not res.get("changed"):
@@ -91,8 +90,23 @@ class Run:
             paths = [res.get("path")] + [f.get("path") for f in res.get("files") or [] if isinstance(f, dict)]
             written = [p for p in paths if isinstance(p, str)]
             if written and all(os.path.basename(p) in names for p in written):
-                n += 1
-        return n
+                yield e["event_data"]
+
+    def report_changes(self):
+        """Task results that rewrote the report files (preflight.json, versions.json, report.html)."""
+        return sum(1 for _ in self._report_writes())
+
+    def changed_plays(self):
+        """The names of the plays with a changed task result, less the report files' writes
+        (as changed()): a run of several tags says which of its stages changed something."""
+        reports = {id(d) for d in self._report_writes()}
+        return {
+            e["event_data"].get("play")
+            for e in self.events
+            if e.get("event") == "runner_on_ok"
+            and ((e.get("event_data") or {}).get("res") or {}).get("changed")
+            and id(e["event_data"]) not in reports
+        }
 
     def failures(self):
         """[(host, task, msg)] of failed / unreachable task results (or the output's tail)."""

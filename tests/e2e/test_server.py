@@ -94,7 +94,8 @@ def pair(sim_cluster, tmp_path_factory):
         "ssh"
     ]
     yield cluster
-    run_site(cluster, tags=["server_stop"], extravars=EXTRA, playbook=cluster.server_playbook)
+    # every test stops what it started (server_stopped_after stops what a failed one left), and
+    # the reset restarts every Mac with the factory's LaunchDaemons
     cluster.reset()
 
 
@@ -108,8 +109,12 @@ def server_stopped_after(pair):
 
 
 def server(cluster, tag="server", check=False, **extra):
+    """One run of the server's plays, as a user runs them: `tag` is the tag (or tags, joined by
+    commas: "server,server_status" starts, or leaves alone, then shows the status, in one run)."""
     t0 = time.monotonic()
-    run = run_site(cluster, tags=[tag], check=check, extravars={**EXTRA, **extra}, playbook=cluster.server_playbook)
+    run = run_site(
+        cluster, tags=tag.split(","), check=check, extravars={**EXTRA, **extra}, playbook=cluster.server_playbook
+    )
     run.seconds = round(time.monotonic() - t0, 1)
     print(f"{tag}{' --check' if check else ''} {extra or ''}: rc {run.rc}, changed {run.changed()}, {run.seconds}s")
     return run
@@ -164,6 +169,9 @@ def server_processes(cluster):
         ps = cluster.exec(h, ["ps", "-ww", "-eo", "pid=,args="]).stdout
         out[h] = [line.strip() for line in ps.splitlines() if RUN_DIR in line.split()]
     return out
+
+
+STOP_PLAY = "Stop the MLX server"
 
 
 def status_lines(run):
@@ -240,18 +248,16 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     for h, lines in server_processes(pair).items():  # the rank and its supervisor, nothing else
         assert sorted(int(x.split()[0]) for x in lines) == sorted([pids[h], keepers[h]]), lines
 
-    status = server(pair, "server_status")
-    assert status.rc == 0 and status.changed() == 0
-    lines = status_lines(status)
-    assert set(lines) == set(pair.hosts)
-    for h, line in lines.items():
-        assert "running since 20" in line and f"pid {pids[h]}" in line, line
-
-    # a second start changes nothing and leaves the very same processes
-    second = server(pair)
+    # a second start changes nothing and leaves the very same processes; the status (its play
+    # runs after the start's in the same run) shows each rank running since its start
+    second = server(pair, "server,server_status")
     assert second.rc == 0, second.failures()
     assert second.changed() == 0, second.stats
     assert rank_pids(pair) == pids
+    lines = status_lines(second)
+    assert set(lines) == set(pair.hosts)
+    for h, line in lines.items():
+        assert "running since 20" in line and f"pid {pids[h]}" in line, line
 
     # --check with other settings: says it would restart, restarts nothing
     dry = server(pair, check=True, mlx_server_max_tokens=64)
@@ -272,8 +278,9 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     assert http(pair, "/health")["body"] == {"status": "ok", "message": ""}  # says no more without the key
     assert http(pair, "/v1/chat/completions", {**ask, "max_tokens": 65}, key=key)["status"] == 400  # the new limit
     assert key not in json.dumps([e.get("event_data", {}).get("res") for e in changed.events])  # never shown
-    assert server(pair, **keyed).changed() == 0
-    assert all("running since 20" in line for line in status_lines(server(pair, "server_status", **keyed)).values())
+    same_keyed = server(pair, "server,server_status", **keyed)
+    assert same_keyed.rc == 0 and same_keyed.changed() == 0, same_keyed.stats
+    assert all("running since 20" in line for line in status_lines(same_keyed).values())
 
     stop = server(pair, "server_stop")
     assert stop.rc == 0, stop.failures()
@@ -282,9 +289,11 @@ def test_start_query_leave_alone_restart_on_change_stop(pair):
     # launchd (the default): the job booted out, its supervisor and the rank with it
     assert all(f"{h}: stopped " in reports[h] and "(launchctl bootout)" in reports[h] for h in pair.hosts), reports
     assert server_processes(pair) == {h: [] for h in pair.hosts}  # no stray process on any Mac
-    again = server(pair, "server_stop")
+    again = server(pair, "server_stop,server_status")  # the status play runs after the stop's
     assert again.rc == 0 and again.changed() == 0
-    for line in status_lines(server(pair, "server_status")).values():
+    lines = status_lines(again)
+    assert set(lines) == set(pair.hosts)
+    for line in lines.values():
         assert "not running (stopped at" in line, line
 
 
@@ -336,10 +345,11 @@ def test_a_rank_killed_while_serving_takes_the_group_down_and_the_supervisors_re
     assert rank_pids(pair, "keeper") == keepers  # the same supervisors
     why = {h: [r["why"] for r in keeper_state(pair, h)["restarts"]] for h in pair.hosts}
     assert why == {other: ["killed by signal 9"], pair.rank0: ["exit code 7"]}
-    again = server(pair)  # the same start, healthy: nothing to do
-    assert again.rc == 0 and again.changed() == 0, again.stats
-    stop = server(pair, "server_stop")
-    assert stop.rc == 0 and server_processes(pair) == {h: [] for h in pair.hosts}
+    # the same start, healthy: nothing to do; then the stop (its play runs after the start's)
+    again = server(pair, "server,server_stop")
+    assert again.rc == 0, again.failures()
+    assert again.changed_plays() == {STOP_PLAY}, again.stats
+    assert server_processes(pair) == {h: [] for h in pair.hosts}
 
 
 def test_launchd_supervisor_in_check_mode_renders_one_plist_per_rank(pair):
@@ -434,13 +444,13 @@ def test_the_launchd_supervisor_serves_comes_back_after_a_reboot_and_stops(pair)
         # the refusal and the run stops before any rank starts, naming m2, the errno and the fix
         refused_lan(pair, extra)
         # the setting off: the same run starts the server
-        up = server(pair, **extra)
+        up = server(pair, "server,server_status", **extra)  # the status play runs after the start's
         assert up.rc == 0, up.failures()
         first = jobs()
         assert all(pid and pid == keeper for pid, keeper in first.values()), first  # launchd's child: the supervisor
         assert serving()
-        status = status_lines(server(pair, "server_status", **extra))
-        assert all("supervisor pid" in line for line in status.values()), status
+        status = status_lines(up)
+        assert set(status) == set(pair.hosts) and all("supervisor pid" in line for line in status.values()), status
 
         for h in pair.hosts:
             pair.reboot(h)
@@ -562,15 +572,15 @@ def test_a_stalled_rank_is_restarted_with_every_rank_then_given_up_on(pair, tmp_
         assert scraped('mlx_cluster_server_stall_restarts{rank="1"}', lambda v: v >= 1) == 1
         assert scraped("sum(mlx_cluster_server_supervisor_restarts)", lambda v: v >= 2) == 2
 
-    status = server(pair, "server_status", **extra)
+    # the same start, brought back by the supervisors: nothing to do; the status after it
+    status = server(pair, "server,server_status", **extra)
+    assert status.rc == 0 and status.changed() == 0, status.stats
     lines = status_lines(status)
     assert (
         "1 restart(s) (last: serving loop stalled: no turn for" in lines[other]
         or "1 restart(s) (last: generation stalled: no token for" in lines[other]
     ), lines
     assert all("request(s) done" in line and "supervisor pid" in line for line in lines.values()), lines
-    same = server(pair, **extra)  # the supervisors restarted the same start: nothing to do
-    assert same.rc == 0 and same.changed() == 0, same.stats
 
     # frozen again: the budget (1 restart an hour) is spent, every supervisor gives up
     before, t1 = freeze_and_ask()

@@ -255,20 +255,32 @@ MACOS_SKEW = [
 
 
 def test_macos_versions_differ(sim_cluster):
+    """Each skew is named by a run of its own. The first is repaired as the second is made, so
+    the second run, which no longer names the first, shows that repair took; one run after both
+    repairs is each fault's converged run."""
     cluster = sim_cluster("mesh4")
     cluster.reset()
-    for name, host, skew, usual, msg, fix in MACOS_SKEW:
-        with Fault(name) as f:
-            cluster.set_host(host, **skew)
-            try:
+    faults = []
+    try:
+        for i, (name, host, skew, _, msg, fix) in enumerate(MACOS_SKEW):
+            if i:
+                _, before, _, usual, _, _ = MACOS_SKEW[i - 1]
+                cluster.set_host(before, **usual)
+            with Fault(name) as f:
+                cluster.set_host(host, **skew)
                 run = run_site(cluster, tags=["rdma_check"])
                 assert run.rc != 0
                 text = fail_text(run)
                 f.message(next(ln for ln in text.splitlines() if msg in ln))
                 assert fix in text
-            finally:
-                cluster.set_host(host, **usual)
-            f.converged(run_site(cluster, tags=["rdma_check"]))
+                assert not [m for _, _, _, _, m, _ in MACOS_SKEW if m != msg and m in text], text
+            faults.append(f)
+    finally:
+        for _, host, _, usual, _, _ in MACOS_SKEW:
+            cluster.set_host(host, **usual)
+    converged = run_site(cluster, tags=["rdma_check"])
+    for f in faults:
+        f.converged(converged)
 
 
 def test_a_mac_that_does_not_answer_discovery_is_named_with_the_fix(sim_cluster):
@@ -548,47 +560,47 @@ def test_host_key_checking_stays_on(sim_cluster):
         f.converged(run_site(cluster, tags=["rdma_check"]))
 
 
+# Validate's check names every mistake it finds in one message, so mistakes of different
+# variables share a run (each still asserted by its own words); the argument spec's refusal
+# (a backend not among its choices) stops before that check and has a run of its own.
 @pytest.mark.parametrize(
-    "hosts_yaml, extravars, fragment",
+    "hosts_yaml, extravars, fragments",
     [
         pytest.param(
-            {"m1": {"ansible_host": "10.0.0.1"}, "m2": {"ansible_host": "10.0.0.1"}},
-            {},
-            "m1 and m2 reach the same Mac (ansible_host 10.0.0.1)",
-            id="duplicate-hosts",
+            {
+                "m1": {"ansible_host": "10.0.0.1"},
+                "m2": {"ansible_host": "10.0.0.1", "mlx_cluster_coordinator_address": "fe80::1"},
+            },
+            # a directory a shell would read (it reaches rsync's remote paths and the cluster
+            # key's forced command): refused, not quoted, before any Mac is contacted
+            {
+                "mlx_cluster_ip_pool": "10.208.0.0/33x",
+                "mlx_cluster_remote_dir": "/srv/admin/odd dir'\"; touch /tmp/pwned #",
+            },
+            [
+                "m1 and m2 reach the same Mac (ansible_host 10.0.0.1)",
+                "mlx_cluster_ip_pool ('10.208.0.0/33x')",
+                "mlx_cluster_coordinator_address of m2",
+                "mlx_cluster_remote_dir '/srv/admin/odd dir\\'\"; touch /tmp/pwned #' holds whitespace or characters "
+                "a shell reads",
+            ],
+            id="duplicate-hosts,bad-cidr,bad-coordinator,hostile-remote-dir",
         ),
         pytest.param(
-            {"m1": {}, "m2": {}}, {"mlx_cluster_ip_pool": "10.208.0.0/33x"}, "mlx_cluster_ip_pool", id="bad-cidr"
-        ),
-        pytest.param(
-            {"m1": {}, "m2": {}}, {"mlx_cluster_backend": "nccl"}, "mlx_cluster_backend", id="unknown-backend"
-        ),
-        pytest.param({"m1": {}}, {}, "at least 2 distinct Macs", id="one-host"),
-        pytest.param(
-            {"m1": {}, "m2": {"mlx_cluster_coordinator_address": "fe80::1"}},
-            {},
-            "mlx_cluster_coordinator_address of m2",
-            id="bad-coordinator",
-        ),
-        # a directory a shell would read (it reaches rsync's remote paths and the cluster key's
-        # forced command): refused, not quoted, before any Mac is contacted
-        pytest.param(
-            {"m1": {}, "m2": {}},
-            {"mlx_cluster_remote_dir": "/srv/admin/odd dir'\"; touch /tmp/pwned #"},
-            "mlx_cluster_remote_dir '/srv/admin/odd dir\\'\"; touch /tmp/pwned #' holds whitespace or characters "
-            "a shell reads",
-            id="hostile-remote-dir",
-        ),
-        pytest.param(
-            {"m1": {}, "m2": {}},
+            {"m1": {}},
             {"mlx_cluster_remote_dir": "~/../shared"},
-            "mlx_cluster_remote_dir '~/../shared' holds '.' or '..' components",
-            id="dotdot-remote-dir",
+            ["at least 2 distinct Macs", "mlx_cluster_remote_dir '~/../shared' holds '.' or '..' components"],
+            id="one-host,dotdot-remote-dir",
+        ),
+        pytest.param(
+            {"m1": {}, "m2": {}}, {"mlx_cluster_backend": "nccl"}, ["mlx_cluster_backend"], id="unknown-backend"
         ),
     ],
 )
-def test_inventory_mistakes_fail_in_validate_naming_the_variable(tmp_path, hosts_yaml, extravars, fragment):
+def test_inventory_mistakes_fail_in_validate_naming_the_variable(tmp_path, hosts_yaml, extravars, fragments):
     res = validate(tmp_path, hosts_yaml, extravars)
     assert res.returncode != 0
-    assert fragment in res.stdout, res.stdout[-2000:]
+    out = " ".join(res.stdout.split())
+    for fragment in fragments:
+        assert fragment in out, (fragment, res.stdout[-3000:])
     assert "mlx_cluster_facts" not in res.stdout  # stopped before contacting any Mac

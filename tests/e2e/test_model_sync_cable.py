@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -197,7 +198,8 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
     )
     before = listening(cluster, "m2")
     cable = cluster.spec.cables[0]
-    tc(cluster.ns("m1"), cable.a.iface if cable.a.host == "m1" else cable.b.iface, SHAPED_MBIT)
+    shaped = cable.a.iface if cable.a.host == "m1" else cable.b.iface
+    tc(cluster.ns("m1"), shaped, SHAPED_MBIT)
     part = cluster.home("m2") / "mlx-cluster" / "models" / "tiny" / ("." + PAD + PART_SUFFIX)
 
     # the cables addressed and the model copied in one run, as a user's run does
@@ -227,6 +229,7 @@ def test_a_pulled_cable_is_named_and_the_copy_resumes(sim_cluster, tiny):
         assert listening(cluster, "m2") == before  # the receiver was ended
     finally:
         cluster.plug(cable.id)
+        subprocess.run(["tc", "-n", cluster.ns("m1"), "qdisc", "del", "dev", shaped, "root"], check=False)
     again = run_site(cluster, tags=["models"], extravars=extravars)
     assert again.rc == 0, again.failures()
     res = ok_results(again, SEND)["m2"]

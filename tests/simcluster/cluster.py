@@ -1516,10 +1516,10 @@ class SimCluster:
         """Back to freshly booted Macs without rebuilding the network: every cable plugged,
         live overrides dropped, persistent network preferences, power settings,
         SoftwareUpdate preferences and LaunchDaemons back to the factory state (the spec's),
-        runtime state and /tmp emptied, ~/.ssh as set up for the controller alone, every Mac
-        restarted; the controller's artifacts of earlier runs (the inventory's `artifacts/`:
-        plan, preflight, report, results) removed, so no test reads another's. The rest of the
-        homes (and argv logs) stay."""
+        runtime state and /tmp emptied, no packet filter or shaping left (tc), ~/.ssh as set up
+        for the controller alone, every Mac restarted; the controller's artifacts of earlier
+        runs (the inventory's `artifacts/`: plan, preflight, report, results) removed, so no
+        test reads another's. The rest of the homes (and argv logs) stay."""
         fd = self._lock()
         try:
             shutil.rmtree(self.inventory_path.parent / "artifacts", ignore_errors=True)
@@ -1534,9 +1534,8 @@ class SimCluster:
             self._procs.clear()
             for h in self.hosts:
                 self._wait_host_gone(h)
-            blocked = [h for h, v in self._live().get("hosts", {}).items() if v.get("blocked_ports")]
-            for h in blocked:
-                self.unblock_ports(h)
+            for h in self.hosts:  # block_ports()' filter and any shaping a test left (tc tbf)
+                self._clear_root_qdiscs(h)
             self._write_live({"hosts": {}, "cables": {c.id: {"plugged": True} for c in self.spec.cables}})
             # the wiring of the spec again (moved cables back), every cable up, empty ports dark
             wire = []
@@ -1734,6 +1733,9 @@ class SimCluster:
         ):
             raise SimError('block_ports: a list of TCP ports, or "all" (every port but 22)')
         self.unblock_ports(host)
+        other = {d: q for d, q in self._root_qdiscs(host).items() if d in self._filtered_ifaces(host)}
+        if other:
+            raise SimError(f"block_ports: {host} has a root qdisc already (a shaping left on?): {other}")
         lines = []
         for dev in self._filtered_ifaces(host):
             lines += [
@@ -1760,6 +1762,21 @@ class SimCluster:
         live = self._live()
         live.setdefault("hosts", {}).setdefault(host, {})["blocked_ports"] = ports if ports == "all" else list(ports)
         self._write_live(live)
+
+    def _root_qdiscs(self, host) -> dict:
+        """{interface: `tc qdisc show` line} of the root qdiscs added in `host`'s namespace (a
+        kernel default, handle 0:, is not listed)."""
+        r = _run([_which("tc"), "-n", self.ns(host), "qdisc", "show"])
+        found = {}
+        for line in r.stdout.splitlines():
+            m = re.match(r"qdisc (\S+) (\S+) dev (\S+) root\b", line)
+            if m and m.group(2) != "0:":
+                found[m.group(3)] = line.strip()
+        return found
+
+    def _clear_root_qdiscs(self, host):
+        """Remove every root qdisc added on `host`'s interfaces: no packet filter, no shaping."""
+        _tc_batch([f"qdisc del dev {dev} root" for dev in sorted(self._root_qdiscs(host))], self.ns(host))
 
     def unblock_ports(self, host):
         """Remove the packet filter of block_ports() from `host`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shutil
@@ -324,6 +325,26 @@ def keep_venv(cluster, run):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextmanager
+def venv_turn(cluster, makes):
+    """While a run that may make a venv the cache lacks (`makes`: the env stage runs, its
+    default path, not in check mode) is under way, a run of another worker that may make one
+    too waits, then takes the copy the first kept (seed_venvs), instead of building the same
+    venv beside it on the same cores (at a suite's start both workers' first runs would)."""
+    lacking = [
+        h
+        for h in cluster.hosts
+        if not (VENV_CACHE / _venv_key(cluster, h)).exists() and not (cluster.home(h) / VENV).exists()
+    ]
+    if not makes or not lacking:
+        yield
+        return
+    VENV_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(VENV_CACHE / "making.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, after keep_venv()
+        yield
+
+
 def _profile(cluster, playbook, tags, check, started, events):
     """With MLXC_PROFILE=<file>: one JSON line per playbook run (the test, the wiring, the run's
     wall time, each task's time summed over its hosts), to find where the suite's time goes
@@ -370,8 +391,17 @@ def run_site(
     `MLXC_CONTROLLER_BIN=/tmp/v221/bin bash scripts/test.sh tests/e2e/test_faults.py`), else
     this suite's own."""
     controller_bin = controller_bin or os.environ.get("MLXC_CONTROLLER_BIN") or None
-    if python_env == "venv":
-        seed_venvs(cluster)
+    keeps = python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {})
+    with venv_turn(cluster, keeps and (not tags or bool({"env", "all"} & set(tags)))):
+        if python_env == "venv":
+            seed_venvs(cluster)
+        run = _run_site(cluster, tags, check, diff, extravars, playbook, timeout, python_env, controller_bin)
+        if keeps:
+            keep_venv(cluster, run)
+    return run
+
+
+def _run_site(cluster, tags, check, diff, extravars, playbook, timeout, python_env, controller_bin):
     work = Path(tempfile.mkdtemp(prefix="mlxc-runner-"))
     env = {
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -420,6 +450,4 @@ def run_site(
     deprecated = [line for line in run.stdout.splitlines() if "[DEPRECATION WARNING]" in line]
     assert not deprecated, f"ansible-core warned of deprecated use: {deprecated}"
     _profile(cluster, playbook, tags, check, started, run.events)
-    if python_env == "venv" and not check and not any(k.startswith("python_env_") for k in extravars or {}):
-        keep_venv(cluster, run)
     return run
